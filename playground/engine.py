@@ -1,0 +1,239 @@
+"""The speculative loop and the plain baseline, as generators of records.
+
+speculative_generate: propose k tokens, verify them in one target pass, accept a prefix by the rule,
+roll both caches back; yield one `Iteration` per target pass. plain_generate: one target pass per
+token; yield one `Step` each. Both yield a `Prefill` record first, so a reader can count the prompt
+pass apart from decoding.
+
+Cache invariant, between iterations: the target's cache holds every committed token except the
+last one (the "pending" token, fed at the head of the next verification pass); the draft's cache
+holds a prefix of the committed tokens and catches up at its next propose.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Protocol, Sequence
+
+import torch
+
+from .cached import CachedLM
+from .clock import Clock
+from .errors import PlaygroundError
+from .models import ModelPair
+from .proposers import EMPTY, Proposal, Proposer, RunContext
+from .records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
+from .rules import SampleRule, Verdict, accept_greedy, accept_sample
+from .sampling import GREEDY, SamplingConfig, choose, probabilities
+
+K_MAX = 16
+
+
+class KController(Protocol):
+    """Chooses k for each iteration; sees every iteration's record. `FixedK` is the plain setting."""
+
+    def next_k(self) -> int: ...
+
+    def observe(self, iteration: Iteration) -> None: ...
+
+
+class FixedK:
+    def __init__(self, k: int):
+        self.k = k
+
+    def next_k(self) -> int:
+        return self.k
+
+    def observe(self, iteration: Iteration) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"FixedK({self.k})"
+
+
+def check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise PlaygroundError(f"k must be an integer from 1 to {K_MAX}, got {k!r}")
+    if not 1 <= k <= K_MAX:
+        raise PlaygroundError(f"k must be from 1 to {K_MAX}, got {k}")
+    return k
+
+
+def check_request(pair: ModelPair, prompt_ids: Sequence[int], max_new_tokens) -> None:
+    if len(prompt_ids) == 0:
+        raise PlaygroundError("the prompt is empty: type something, or pick a preset")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise PlaygroundError(f"max new tokens must be a positive integer, got {max_new_tokens!r}")
+    bad = [t for t in prompt_ids if not 0 <= int(t) < pair.vocab_size]
+    if bad:
+        raise PlaygroundError(f"prompt token id {bad[0]} is outside the vocabulary (0..{pair.vocab_size - 1})")
+    if pair.max_context is not None and len(prompt_ids) + max_new_tokens > pair.max_context:
+        raise PlaygroundError(
+            f"the prompt is {len(prompt_ids)} tokens and {max_new_tokens} new tokens were asked for, but the "
+            f"target's context holds {pair.max_context}; shorten the prompt or ask for fewer tokens"
+        )
+
+
+def _cut(tokens: list[int], roles: list[str], stop_ids: frozenset[int], remaining: int):
+    """Stop exactly at an end-of-sequence token or at the length limit; drop whatever follows."""
+    for i, t in enumerate(tokens):
+        if t in stop_ids:
+            return tokens[: i + 1], roles[: i + 1], "eos"
+    if len(tokens) >= remaining:
+        return tokens[:remaining], roles[:remaining], "length"
+    return tokens, roles, None
+
+
+def speculative_generate(
+    pair: ModelPair,
+    prompt_ids: Sequence[int],
+    *,
+    proposer: Proposer,
+    k: int | KController = 4,
+    sampling: SamplingConfig = GREEDY,
+    max_new_tokens: int = 64,
+    rule: SampleRule = accept_sample,
+    stop_ids: Sequence[int] | None = None,
+    clock: Clock | None = None,
+    record_probs: bool = True,
+) -> Iterator[Prefill | Iteration]:
+    """Speculative decoding of `prompt_ids` with `pair.target`, guesses from `proposer`.
+
+    Greedy decoding uses the greedy rule (output equals plain greedy up to floating-point near-ties);
+    sampling uses `rule` (the exact rule by default; the wrong ones exist for the distribution test).
+    """
+    controller = FixedK(check_k(k)) if isinstance(k, int) else k
+    check_request(pair, prompt_ids, max_new_tokens)
+    if proposer.uses_draft_model and pair.draft is None:
+        raise PlaygroundError(f"the {proposer.name} drafter needs a draft model, and this pair has none")
+    clock = clock or Clock(pair.device)
+    stops = frozenset(pair.eos_ids if stop_ids is None else stop_ids)
+    generator = sampling.generator(pair.device)
+    committed = [int(t) for t in prompt_ids]
+    target = CachedLM(pair.target, pair.device, pair.vocab_size)
+
+    t0 = clock.now()
+    target.feed(committed[:-1], last_only=True)
+    t1 = clock.now()
+    proposer.begin(committed, RunContext(sampling, generator, stops))
+    t2 = clock.now()
+    yield Prefill(len(committed), target_s=t1 - t0, draft_s=t2 - t1)
+
+    start, produced, index = t2, 0, 0
+    while produced < max_new_tokens:
+        remaining = max_new_tokens - produced
+        # Proposals beyond remaining - 1 could never be emitted; k = 0 is a plain step.
+        k_i = max(0, min(int(controller.next_k()), remaining - 1))
+
+        # 1. propose
+        t_a = clock.now()
+        proposal = proposer.propose(committed, k_i) if k_i > 0 else EMPTY
+        proposal = _clip(proposal, k_i)
+        t_b = clock.now()
+
+        # 2. verify: one target pass over the pending token and the proposals -> k + 1 rows
+        logits = target.feed([committed[-1], *proposal.tokens])
+        p = None if sampling.greedy else probabilities(logits, sampling)
+        verdict = _decide(proposal, logits, p, sampling, rule, generator)
+        t_c = clock.now()
+
+        # 3. accept: accepted proposals, then the target's correction or bonus token
+        n = verdict.n_accepted
+        if not proposal.tokens:
+            last_role = PLAIN
+        else:
+            last_role = BONUS if verdict.is_bonus(len(proposal)) else CORRECTION
+        emitted, roles, finished = _cut(
+            [*proposal.tokens[:n], verdict.token], [ACCEPTED] * n + [last_role], stops, remaining
+        )
+        committed.extend(emitted)
+        produced += len(emitted)
+        if finished is None and produced >= max_new_tokens:
+            finished = "length"
+
+        # 4. roll back: the target keeps the accepted proposals (not its own token, still pending)
+        target.crop(len(committed) - 1)
+        proposer.rollback(committed)
+        t_d = clock.now()
+
+        probs = _display_probs(proposal, logits, p, sampling) if record_probs and proposal.tokens else (None, None)
+        iteration = Iteration(
+            index=index,
+            k=k_i,
+            proposed=proposal.tokens,
+            n_accepted=n,
+            emitted=tuple(emitted),
+            roles=tuple(roles),
+            draft_s=t_b - t_a,
+            verify_s=t_c - t_b,
+            rollback_s=t_d - t_c,
+            elapsed_s=clock.now() - start,
+            p=probs[0],
+            q=probs[1],
+            sources=proposal.sources,
+            finished=finished,
+        )
+        controller.observe(iteration)
+        yield iteration
+        index += 1
+        if finished:
+            return
+
+
+def _clip(proposal: Proposal, k: int) -> Proposal:
+    if len(proposal) <= k:
+        return proposal
+    q = proposal.q[:k] if proposal.q is not None else None
+    sources = proposal.sources[:k] if proposal.sources is not None else None
+    return Proposal(proposal.tokens[:k], q, sources)
+
+
+def _decide(proposal, logits, p, sampling, rule, generator) -> Verdict:
+    if sampling.greedy:
+        return accept_greedy(proposal.tokens, logits)
+    return rule(proposal.tokens, p, proposal.q, generator)
+
+
+def _display_probs(proposal: Proposal, logits, p, sampling):
+    """p(x) and q(x) of each proposal, for hover text: as sampled when sampling; softmax at T=1 when greedy."""
+    k = len(proposal)
+    if p is None:
+        p = probabilities(logits[:k], sampling)
+    idx = torch.arange(k, device=p.device)
+    x = torch.as_tensor(proposal.tokens, dtype=torch.long, device=p.device)
+    px = tuple(p[idx, x].tolist())
+    qx = tuple(proposal.q[idx, x].tolist()) if proposal.q is not None else None
+    return px, qx
+
+
+def plain_generate(
+    pair: ModelPair,
+    prompt_ids: Sequence[int],
+    *,
+    sampling: SamplingConfig = GREEDY,
+    max_new_tokens: int = 64,
+    stop_ids: Sequence[int] | None = None,
+    clock: Clock | None = None,
+) -> Iterator[Prefill | Step]:
+    """The baseline: one target pass per new token, through the same cache and sampling code."""
+    check_request(pair, prompt_ids, max_new_tokens)
+    clock = clock or Clock(pair.device)
+    stops = frozenset(pair.eos_ids if stop_ids is None else stop_ids)
+    generator = sampling.generator(pair.device)
+    committed = [int(t) for t in prompt_ids]
+    target = CachedLM(pair.target, pair.device, pair.vocab_size)
+
+    t0 = clock.now()
+    target.feed(committed[:-1], last_only=True)
+    start = clock.now()
+    yield Prefill(len(committed), target_s=start - t0)
+
+    for index in range(max_new_tokens):
+        t_a = clock.now()
+        logits = target.feed([committed[-1]])
+        token = choose(logits[-1], sampling, generator)
+        t_b = clock.now()
+        committed.append(token)
+        finished = "eos" if token in stops else ("length" if index + 1 == max_new_tokens else None)
+        yield Step(index, token, t_b - t_a, t_b - start, finished)
+        if finished:
+            return

@@ -1,0 +1,150 @@
+"""Where guesses come from.
+
+A proposer is a small object with one life per run:
+  begin(prompt_ids, ctx)   prefill whatever state it keeps (a draft model's cache)
+  propose(tokens, k)       up to k proposed next tokens for the committed `tokens`, with the
+                           proposer's distribution q over each (None when proposals are deterministic)
+  rollback(tokens)         after verification: forget everything not in the new committed `tokens`
+A new drafting method is a new proposer, never a new loop (transformers' CandidateGenerator shape).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from .cached import CachedLM, common_prefix
+from .sampling import SamplingConfig, probabilities
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: tuple[int, ...]
+    # The proposer's distribution at each proposed position, [len(tokens), V], as sampled from
+    # (warped like the target's). None for a deterministic proposer: q is then a point mass.
+    q: torch.Tensor | None = None
+    sources: tuple[str, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+EMPTY = Proposal(())
+
+
+@dataclass
+class RunContext:
+    """What a proposer needs to know about the run it serves."""
+
+    sampling: SamplingConfig
+    generator: torch.Generator
+    stop_ids: frozenset[int] = field(default_factory=frozenset)
+
+
+class Proposer(ABC):
+    name: str = "proposer"
+    uses_draft_model: bool = False
+
+    def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal: ...
+
+    def rollback(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def describe(self) -> str:
+        return self.name
+
+
+class DraftModelProposer(Proposer):
+    """A smaller causal LM with the target's vocabulary drafts k tokens one step at a time.
+
+    Its cache may lag the committed tokens (it never ran its own last proposal, nor the target's
+    correction or bonus token): each `propose` first feeds whatever committed tokens it has not seen.
+    """
+
+    uses_draft_model = True
+
+    def __init__(self, model: torch.nn.Module, device: torch.device | str, vocab_size: int | None, name: str = "draft"):
+        self.model = model
+        self.device = device
+        self.vocab_size = vocab_size
+        self.name = name
+        self.lm: CachedLM | None = None
+
+    def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
+        super().begin(prompt_ids, ctx)
+        self.lm = CachedLM(self.model, self.device, self.vocab_size)
+        self.lm.feed(list(prompt_ids[:-1]), last_only=True)
+
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+        lm, ctx = self.lm, self.ctx
+        feed = list(tokens[len(lm) :])
+        out: list[int] = []
+        dists = []
+        for _ in range(k):
+            logits = lm.feed(feed)[-1]
+            probs = probabilities(logits.unsqueeze(0), ctx.sampling)[0]
+            if ctx.sampling.greedy:
+                x = int(torch.argmax(logits))
+            else:
+                x = int(torch.multinomial(probs, 1, generator=ctx.generator))
+            out.append(x)
+            dists.append(probs)
+            if x in ctx.stop_ids:  # nothing after an end-of-sequence token can be kept
+                break
+            feed = [x]
+        return Proposal(tuple(out), torch.stack(dists))
+
+    def rollback(self, tokens: Sequence[int]) -> None:
+        # Keep what the cache shares with the committed tokens, but never all of them: the next
+        # propose needs at least one unseen token to get logits for the next position.
+        keep = min(common_prefix(self.lm.tokens, tokens), len(tokens) - 1)
+        self.lm.crop(keep)
+
+
+class PromptLookupProposer(Proposer):
+    """Prompt lookup (n-gram) drafting: find the most recent earlier occurrence of the last n tokens
+    in the prompt + generated text and propose what followed it. Longest n first (max_ngram down to
+    min_ngram). Proposes nothing when there is no match, so that iteration is a plain step.
+    """
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, name: str = "prompt-lookup"):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.name = name
+
+    def describe(self) -> str:
+        return f"{self.name} (n-gram {self.min_ngram}..{self.max_ngram})"
+
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+        found = lookup(tokens, k, self.max_ngram, self.min_ngram)
+        stop = self.ctx.stop_ids
+        for i, x in enumerate(found):
+            if x in stop:
+                found = found[: i + 1]
+                break
+        return Proposal(tuple(found)) if found else EMPTY
+
+
+def lookup(tokens: Sequence[int], k: int, max_ngram: int, min_ngram: int = 1) -> list[int]:
+    """Up to k tokens that followed the most recent earlier match of the trailing n-gram."""
+    n_tokens = len(tokens)
+    if k <= 0:
+        return []
+    for n in range(min(max_ngram, n_tokens - 1), min_ngram - 1, -1):
+        pattern = list(tokens[n_tokens - n :])
+        # Most recent first; a match must end before the trailing n-gram itself starts.
+        for start in range(n_tokens - n - 1, -1, -1):
+            if tokens[start] == pattern[0] and list(tokens[start : start + n]) == pattern:
+                cont = list(tokens[start + n : start + n + k])
+                if cont:
+                    return cont
+    return []
