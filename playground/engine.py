@@ -101,7 +101,7 @@ def speculative_generate(
     Greedy decoding uses the greedy rule (output equals plain greedy up to floating-point near-ties);
     sampling uses `rule` (the exact rule by default; the wrong ones exist for the distribution test).
     """
-    controller = FixedK(check_k(k)) if isinstance(k, int) else k
+    controller = k if hasattr(k, "next_k") else FixedK(check_k(k))
     check_request(pair, prompt_ids, max_new_tokens)
     if proposer.uses_draft_model and pair.draft is None:
         raise PlaygroundError(f"the {proposer.name} drafter needs a draft model, and this pair has none")

@@ -1,0 +1,152 @@
+"""The cost model: arithmetic only, no timing, no torch.
+
+Units: one plain target step (a target pass over 1 token) costs 1.
+  c      the draft's step cost relative to the target's step (draft step / target step)
+  v(n)   a target pass over n tokens relative to the target's step; v(1) = 1. Verification of k
+         proposals is a pass over k + 1 tokens (the pending token plus the proposals).
+  alpha  the probability that a proposal is accepted, given the ones before it were.
+
+An iteration emits E tokens for a cost of k*c + v(k + 1) (+ a per-iteration overhead o, e.g. the
+rollback), where plain decoding would emit 1 token per unit, so the predicted speed-up is
+E / (k*c + v(k+1) + o).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+VerifyCost = Callable[[int], float] | Mapping[int, float] | Sequence[float] | None
+
+
+def verify_cost(v: VerifyCost, n: int) -> float:
+    """v(n): from a callable, a mapping {n: cost}, a sequence [v(1), v(2), ...], or None (flat: 1).
+
+    A measured table is extended past its last entry by the slope of its last two points, so a
+    prediction at a k beyond the calibration never pretends verification got free.
+    """
+    if n < 1:
+        raise ValueError(f"a target pass covers at least 1 token, got n={n}")
+    if v is None:
+        return 1.0
+    if callable(v):
+        return float(v(n))
+    table = dict(v) if isinstance(v, Mapping) else {i + 1: x for i, x in enumerate(v)}
+    if not table:
+        return 1.0
+    if n in table:
+        return float(table[n])
+    known = sorted(table)
+    if n < known[0]:
+        return float(table[known[0]])
+    lo = max(m for m in known if m < n)
+    hi = [m for m in known if m > n]
+    if hi:  # interpolate between neighbours
+        h = hi[0]
+        return float(table[lo] + (table[h] - table[lo]) * (n - lo) / (h - lo))
+    if len(known) == 1:
+        return float(table[lo])
+    a, b = known[-2], known[-1]
+    slope = max(0.0, (table[b] - table[a]) / (b - a))
+    return float(table[b] + slope * (n - b))
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Expected tokens per iteration with k proposals and iid acceptance alpha: (1 - alpha^(k+1)) / (1 - alpha)."""
+    _check_alpha(alpha)
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_tokens_empirical(per_position: Sequence[float], k: int) -> float:
+    """Expected tokens per iteration from measured per-position acceptance.
+
+    per_position[i] is P(proposal i+1 accepted | proposals 1..i accepted). E = 1 + sum_j prod_{i<=j} a_i.
+    Positions beyond the measured ones reuse the last measured rate. Equals `expected_tokens` when
+    every entry is the same alpha.
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    if k and not per_position:
+        raise ValueError("no per-position acceptance measured")
+    total, survive = 1.0, 1.0
+    for j in range(k):
+        a = per_position[min(j, len(per_position) - 1)]
+        _check_alpha(a)
+        survive *= a
+        total += survive
+    return total
+
+
+def iteration_cost(k: int, c: float, v: VerifyCost = None, overhead: float = 0.0) -> float:
+    """Cost of one iteration in target steps: k draft steps plus one target pass over k + 1 tokens."""
+    if c < 0:
+        raise ValueError(f"draft cost ratio c must be >= 0, got {c}")
+    return k * c + verify_cost(v, k + 1) + overhead
+
+
+def predicted_speedup(alpha: float, k: int, c: float, v: VerifyCost = None, overhead: float = 0.0) -> float:
+    """Speed-up over plain decoding (tokens per second ratio) under iid acceptance alpha."""
+    return expected_tokens(alpha, k) / iteration_cost(k, c, v, overhead)
+
+
+def predicted_speedup_empirical(
+    per_position: Sequence[float], k: int, c: float, v: VerifyCost = None, overhead: float = 0.0
+) -> float:
+    return expected_tokens_empirical(per_position, k) / iteration_cost(k, c, v, overhead)
+
+
+def break_even_alpha(k: int, c: float, v: VerifyCost = None, overhead: float = 0.0, tol: float = 1e-10) -> float | None:
+    """The alpha at which speculation with k proposals exactly matches plain decoding.
+
+    None when it cannot pay at any alpha (the iteration costs more than k + 1 plain steps).
+    Expected tokens rise monotonically in alpha, so bisection finds the single crossing.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    cost = iteration_cost(k, c, v, overhead)
+    if cost >= k + 1:
+        return None
+    if cost <= 1.0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if expected_tokens(mid, k) < cost:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class KChoice:
+    k: int
+    speedup: float
+    table: tuple[tuple[int, float], ...]  # (k, predicted speed-up) for every k considered
+
+
+def best_k(
+    alpha: float | Sequence[float], c: float, v: VerifyCost = None, k_max: int = 8, overhead: float = 0.0
+) -> KChoice:
+    """The k in 0..k_max with the highest predicted speed-up (k = 0 is plain decoding: 1.0).
+
+    alpha is an iid rate or a per-position acceptance sequence (the empirical model).
+    """
+    rows = [(0, 1.0)]
+    for k in range(1, k_max + 1):
+        if isinstance(alpha, (int, float)):
+            s = predicted_speedup(alpha, k, c, v, overhead)
+        else:
+            s = predicted_speedup_empirical(alpha, k, c, v, overhead)
+        rows.append((k, s))
+    k, s = max(rows, key=lambda r: (r[1], -r[0]))  # ties go to the smaller k
+    return KChoice(k, s, tuple(rows))
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"an acceptance rate is in [0, 1], got {alpha}")

@@ -1,0 +1,33 @@
+import pytest
+import torch
+
+from tests.tiny import perturbed, tiny_model, tiny_pair
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    # Tiny models are dominated by per-op overhead; one thread is faster and immune to a busy neighbour.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def target64():
+    return tiny_model(vocab=64, seed=0)
+
+
+@pytest.fixture(scope="session")
+def drafts64(target64):
+    """A useful draft (noisy copy), a perfect draft (the target itself) and a useless one (unrelated)."""
+    return {
+        "useful": perturbed(target64, noise=0.015),
+        "perfect": target64,
+        "useless": tiny_model(vocab=64, seed=123),
+    }
+
+
+@pytest.fixture(scope="session")
+def pair64(target64, drafts64):
+    return tiny_pair(target64, drafts64["useful"])

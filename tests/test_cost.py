@@ -1,0 +1,93 @@
+"""The cost model is arithmetic: tested without timing anything."""
+
+import math
+
+import pytest
+
+from playground import cost
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_alpha_one_gives_k_plus_one_tokens(k):
+    assert cost.expected_tokens(1.0, k) == k + 1
+    assert math.isclose(cost.expected_tokens(1 - 1e-12, k), k + 1, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("k", [0, 1, 4])
+def test_alpha_zero_gives_one_token(k):
+    assert cost.expected_tokens(0.0, k) == 1.0
+
+
+def test_geometric_series_by_hand():
+    # 1 + a + a^2 at a = 0.5, k = 2
+    assert math.isclose(cost.expected_tokens(0.5, 2), 1.75)
+
+
+def test_empirical_model_equals_iid_when_acceptance_is_iid():
+    for alpha in (0.0, 0.3, 0.85, 1.0):
+        for k in range(0, 9):
+            assert math.isclose(cost.expected_tokens_empirical([alpha] * 8, k), cost.expected_tokens(alpha, k))
+
+
+def test_empirical_model_by_hand_and_extension():
+    # accepts position 1 with 0.9, position 2 with 0.5: E = 1 + 0.9 + 0.45
+    assert math.isclose(cost.expected_tokens_empirical([0.9, 0.5], 2), 2.35)
+    # a third position reuses the last measured rate: + 0.45 * 0.5
+    assert math.isclose(cost.expected_tokens_empirical([0.9, 0.5], 3), 2.575)
+
+
+def test_seed_chapter_figure():
+    # The seed chapter: c = 0.38 and flat verification give 1.47x at alpha = 0.85, k = 4.
+    assert round(cost.predicted_speedup(0.85, 4, 0.38), 2) == 1.47
+
+
+@pytest.mark.parametrize("k,c", [(1, 0.56), (2, 0.56), (4, 0.3), (6, 0.1)])
+def test_break_even_is_where_speedup_is_one(k, c):
+    v = {1: 1.0, 2: 1.08, 3: 1.16, 5: 1.6, 7: 1.9}
+    a = cost.break_even_alpha(k, c, v)
+    assert a is not None
+    assert math.isclose(cost.predicted_speedup(a, k, c, v), 1.0, rel_tol=1e-7)
+    assert cost.predicted_speedup(min(1.0, a + 0.05), k, c, v) > 1.0
+    assert cost.predicted_speedup(max(0.0, a - 0.05), k, c, v) < 1.0
+
+
+def test_break_even_rises_with_k_and_with_draft_cost():
+    assert cost.break_even_alpha(1, 0.5) < cost.break_even_alpha(2, 0.5) < cost.break_even_alpha(4, 0.5)
+    assert cost.break_even_alpha(2, 0.2) < cost.break_even_alpha(2, 0.5)
+
+
+def test_no_break_even_when_the_draft_is_too_expensive():
+    assert cost.break_even_alpha(2, 1.0) is None  # 2 draft steps + 1 pass = 3 = k + 1: can never win
+    assert cost.break_even_alpha(3, 1.5) is None
+
+
+def test_free_draft_and_free_verification_break_even_at_zero():
+    assert cost.break_even_alpha(4, 0.0) == 0.0
+
+
+def test_verify_cost_table_interpolates_and_extends_by_last_slope():
+    v = {1: 1.0, 3: 1.2, 5: 1.6}
+    assert cost.verify_cost(v, 2) == pytest.approx(1.1)
+    assert cost.verify_cost(v, 7) == pytest.approx(2.0)
+    assert cost.verify_cost([1.0, 1.1], 4) == pytest.approx(1.3)
+    assert cost.verify_cost(None, 9) == 1.0
+    assert cost.verify_cost(lambda n: 1 + 0.1 * n, 3) == pytest.approx(1.3)
+
+
+def test_best_k_prefers_plain_when_nothing_pays_and_long_k_when_everything_does():
+    assert cost.best_k(0.1, 0.6).k == 0
+    assert cost.best_k(1.0, 0.05, k_max=8).k == 8
+    choice = cost.best_k(0.85, 0.56, v={1: 1.0, 2: 1.05, 3: 1.1, 5: 1.2, 9: 1.3}, k_max=6)
+    assert choice.speedup == max(s for _, s in choice.table)
+    assert 1 <= choice.k <= 4
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError):
+        cost.expected_tokens(1.2, 2)
+    with pytest.raises(ValueError):
+        cost.expected_tokens(0.5, -1)
+    with pytest.raises(ValueError):
+        cost.iteration_cost(2, -0.1)
+    with pytest.raises(ValueError):
+        cost.verify_cost(None, 0)
