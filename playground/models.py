@@ -83,10 +83,15 @@ def _output_size(model: torch.nn.Module) -> int:
 
 
 def _param_count(model: torch.nn.Module) -> int:
-    n = sum(p.numel() for p in model.parameters())
-    # dynamically quantized linears keep their weights outside .parameters()
-    n += sum(int(m.weight().numel()) for m in model.modules() if hasattr(m, "_packed_params"))
-    return n
+    return sum(p.numel() for p in model.parameters()) + sum(w.numel() for w in _packed_weights(model))
+
+
+def _packed_weights(model: torch.nn.Module):
+    """Weights of dynamically quantized linears, which live outside .parameters()."""
+    for m in model.modules():
+        w = getattr(m, "weight", None)
+        if callable(w) and hasattr(m, "_packed_params"):
+            yield w()
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer) -> set[int]:
@@ -316,11 +321,7 @@ def memory_report(pair: ModelPair) -> dict:
             return None
         total = sum(p.numel() * p.element_size() for p in m.parameters())
         total += sum(b.numel() * b.element_size() for b in m.buffers())
-        for mod in m.modules():  # dynamic-quantized linears hold packed weights outside parameters()
-            if hasattr(mod, "_packed_params"):
-                w = mod.weight()
-                total += w.numel() * w.element_size()
-        return total
+        return total + sum(w.numel() * w.element_size() for w in _packed_weights(m))
 
     report = {"target_bytes": model_bytes(pair.target), "draft_bytes": model_bytes(pair.draft), "device": str(pair.device)}
     if pair.device.type == "cuda":

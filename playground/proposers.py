@@ -148,3 +148,22 @@ def lookup(tokens: Sequence[int], k: int, max_ngram: int, min_ngram: int = 1) ->
                 if cont:
                     return cont
     return []
+
+
+DRAFTERS = {
+    "draft": "the pair's draft model (for the embedded target: an int8 copy of its weights)",
+    "lookup": "prompt lookup: copy what followed the latest match of the last n tokens (no model)",
+}
+
+
+def make_proposer(pair, drafter: str = "draft", max_ngram: int = 3) -> Proposer:
+    """A fresh proposer of the named kind for this pair (see DRAFTERS)."""
+    from .errors import PlaygroundError
+
+    if drafter == "draft":
+        if pair.draft is None:
+            raise PlaygroundError("this model pair has no draft model; choose the 'lookup' drafter or load a draft")
+        return DraftModelProposer(pair.draft, pair.device, pair.vocab_size, name=pair.draft_name or "draft")
+    if drafter == "lookup":
+        return PromptLookupProposer(max_ngram=max_ngram)
+    raise PlaygroundError(f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}")

@@ -39,10 +39,10 @@ def tiny_pair(target, draft=None, eos_ids=(), max_context=None) -> ModelPair:
                      target_name="tiny-target", draft_name="tiny-draft" if draft is not None else None)
 
 
-def word_tokenizer(words: list[str], eos: str = "<eos>") -> PreTrainedTokenizerFast:
+def word_tokenizer(words: list[str], eos: str = "<eos>", extra: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    vocab = {w: i for i, w in enumerate([*words, eos])}
+    vocab = {w: i for i, w in enumerate([*words, eos, *extra])}
     tok = Tokenizer(models.WordLevel(vocab, unk_token=words[0]))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, unk_token=words[0])

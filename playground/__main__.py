@@ -1,0 +1,251 @@
+"""python -m playground COMMAND: the playground from the command line.
+
+  generate   run speculative decoding on a prompt or preset; coloured tokens live, then a summary
+  presets    list the presets
+  info       the model pair, its memory, and the environment
+
+Every figure printed names its threads, dtype and device. --json prints machine-readable records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+from .errors import PlaygroundError
+
+COLOURS = {"accepted": "\033[32m", "correction": "\033[1;31m", "bonus": "\033[1;36m", "plain": ""}
+RESET = "\033[0m"
+
+
+def _add_pair_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="embedded", help="'embedded' (default) or a local path / hub id")
+    p.add_argument("--draft", default="int8",
+                   help="'int8' (quantized copy of the target; default), 'none', or a path / hub id")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1, ...")
+    p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16, ...")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's own choice); plain and speculative runs get the same")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m playground", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="speculative decoding of one prompt, shown token by token")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the prompt text (sent as one user turn of the chat template)")
+    src.add_argument("--preset", help="a preset name (see `python -m playground presets`)")
+    g.add_argument("--raw", action="store_true", help="feed --prompt as raw text, without the chat template")
+    g.add_argument("--k", type=int, default=4, help="proposals per iteration, 1..16 (default 4)")
+    g.add_argument("--drafter", default="draft", help="draft (the pair's draft model) or lookup (prompt lookup)")
+    g.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched (default 3)")
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--greedy", dest="sample", action="store_false", help="greedy decoding (default)")
+    mode.add_argument("--sample", dest="sample", action="store_true", help="sampling")
+    g.set_defaults(sample=False)
+    g.add_argument("--temperature", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0, help="0 = off")
+    g.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--max-new-tokens", type=int, default=None, help="default: the preset's, or 64")
+    g.add_argument("--compare-plain", action="store_true",
+                   help="also run plain decoding of the same prompt right after, and print the measured ratio")
+    g.add_argument("--json", action="store_true", help="print the records, summary and environment as JSON")
+    g.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    _add_pair_args(g)
+
+    sub.add_parser("presets", help="list the presets")
+    info = sub.add_parser("info", help="load the pair and print what it is, its memory and the environment")
+    _add_pair_args(info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "presets":
+            return cmd_presets()
+        if args.command == "info":
+            return cmd_info(args)
+        return cmd_generate(args)
+    except PlaygroundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+def _load(args, quiet=False):
+    import torch
+
+    from .models import load_pair
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise PlaygroundError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    draft = None if str(args.draft).lower() == "none" else args.draft
+    say = (lambda m: print(m, file=sys.stderr)) if not quiet else None
+    return load_pair(args.target, draft, device=args.device, dtype=args.dtype, progress=say)
+
+
+def cmd_presets() -> int:
+    from .presets import load_presets
+
+    presets, errors = load_presets(strict=False)
+    for name, p in presets.items():
+        schema = " (JSON Schema)" if p.output_schema else ""
+        print(f"{name:28} {p.kind:10} {p.title}{schema}")
+    for err in errors:
+        print(f"error: {err}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def cmd_info(args) -> int:
+    from .envinfo import environment
+
+    pair = _load(args)
+    print(json.dumps({"environment": environment(pair), "memory": pair.memory_report()}, indent=2))
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from .engine import check_k, plain_generate, speculative_generate
+    from .envinfo import describe_setup, environment
+    from .proposers import make_proposer
+    from .records import Iteration, record_to_dict, summarize
+    from .sampling import SamplingConfig
+
+    check_k(args.k)
+    sampling = SamplingConfig(do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, seed=args.seed)
+    if args.prompt is not None and not args.prompt.strip():
+        raise PlaygroundError("the prompt is empty: type something, or pick a preset")
+    preset = None
+    if args.preset is not None:
+        from .presets import get_preset
+
+        preset = get_preset(args.preset)
+    pair = _load(args, quiet=args.json)
+    proposer = make_proposer(pair, args.drafter, max_ngram=args.max_ngram)
+    if preset is not None:
+        prompt_ids = preset.prompt_ids(pair.tokenizer)
+        max_new = args.max_new_tokens or preset.max_new_tokens
+    else:
+        from .text import encode_prompt
+
+        prompt_ids = encode_prompt(pair.tokenizer, args.prompt, chat=not args.raw)
+        max_new = args.max_new_tokens or 64
+
+    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+    out = sys.stdout
+    if not args.json:
+        print(f"# {pair.target_name} | drafter: {proposer.describe()} | k={args.k} | {sampling.describe()} | "
+              f"{describe_setup(pair)}", file=sys.stderr)
+        if colour:
+            print(f"# {_paint('accepted', 'accepted')}  {_paint('correction', 'correction')}  "
+                  f"{_paint('bonus', 'bonus')}  plain", file=sys.stderr)
+
+    records = []
+    streamer = _Streamer(pair.tokenizer, colour, out) if not args.json else None
+    for rec in speculative_generate(pair, prompt_ids, proposer=proposer, k=args.k, sampling=sampling,
+                                    max_new_tokens=max_new):
+        records.append(rec)
+        if streamer is not None and isinstance(rec, Iteration):
+            streamer.add(rec)
+    summary = summarize(records)
+    tokens = [t for r in records if isinstance(r, Iteration) for t in r.emitted]
+    text = pair.tokenizer.decode(tokens, skip_special_tokens=True)
+    check = None
+    if preset is not None:
+        from .presets import check_output
+
+        check = check_output(preset, text)
+
+    plain_summary = None
+    if args.compare_plain:
+        plain_summary = summarize(plain_generate(pair, prompt_ids, sampling=sampling, max_new_tokens=max_new))
+
+    if args.json:
+        doc = {
+            "environment": environment(pair),
+            "config": {"prompt_ids": prompt_ids, "preset": args.preset, "k": args.k, "drafter": proposer.describe(),
+                       "sampling": dataclasses.asdict(sampling),
+                       "max_new_tokens": max_new},
+            "records": [record_to_dict(r) for r in records],
+            "summary": summary.to_dict(),
+            "text": text,
+            "output_check": None if check is None else {"is_json": check.is_json, "schema_valid": check.schema_valid,
+                                                        "error": check.error},
+            "plain_summary": plain_summary.to_dict() if plain_summary else None,
+        }
+        json.dump(doc, out, indent=1)
+        out.write("\n")
+        return 0
+
+    out.write("\n\n")
+    print(format_summary(summary, describe_setup(pair)))
+    if check is not None:
+        verdict = "valid against the preset's schema" if check.schema_valid else (
+            "valid JSON" if check.is_json and check.schema_valid is None else "NOT valid")
+        print(f"output check: {verdict}" + (f" ({check.error})" if check.error else ""))
+    if plain_summary is not None:
+        ratio = summary.tokens_per_s / plain_summary.tokens_per_s if plain_summary.tokens_per_s else float("nan")
+        print(f"plain decoding, run right after: {plain_summary.tokens_per_s:.1f} tokens/s -> measured speed-up "
+              f"{ratio:.2f}x (one adjacent pair of runs, prefill excluded: a noisy figure on a shared machine)")
+    return 0
+
+
+def _paint(text: str, role: str) -> str:
+    c = COLOURS.get(role, "")
+    return f"{c}{text}{RESET}" if c else text
+
+
+class _Streamer:
+    """Prints each iteration's tokens as they arrive, coloured by role."""
+
+    def __init__(self, tokenizer, colour: bool, out):
+        self.tokenizer, self.colour, self.out = tokenizer, colour, out
+        self.tokens: list[int] = []
+        self.roles: list[str] = []
+        self.printed = 0
+
+    def add(self, it) -> None:
+        from .text import token_pieces
+
+        self.tokens.extend(it.emitted)
+        self.roles.extend(it.roles)
+        pieces = token_pieces(self.tokenizer, self.tokens, skip_special_tokens=True)
+        for piece, role in zip(pieces[self.printed:], self.roles[self.printed:]):
+            self.out.write(_paint(piece, role) if self.colour else piece)
+        self.printed = len(pieces)
+        self.out.flush()
+
+
+def format_summary(s, setup: str) -> str:
+    lines = [f"summary ({setup}; prefill excluded from tokens/s)"]
+    lines.append(f"  new tokens {s.new_tokens} in {s.target_passes} target passes: {s.tokens_per_pass:.2f} tokens/pass, "
+                 f"{s.tokens_per_s:.1f} tokens/s, decode {s.decode_s:.2f} s, prefill {s.prefill_s:.2f} s")
+    if s.alpha is not None:
+        lines.append(f"  alpha {s.alpha:.3f} (accepted {s.accepted} of {s.proposed} proposed; alpha counts only "
+                     f"proposals the rule evaluated)")
+        hist = ", ".join(f"{n}:{c}" for n, c in s.accepted_length_histogram.items())
+        lines.append(f"  accepted per iteration (length:count) {hist}")
+        pos = " ".join("-" if a is None else f"{a:.2f}" for a in s.per_position_acceptance)
+        lines.append(f"  acceptance by draft position {pos}")
+    total = s.decode_s or 1.0
+    lines.append(f"  time: drafting {s.draft_s:.3f} s ({100 * s.draft_s / total:.0f}%), verification {s.verify_s:.3f} s "
+                 f"({100 * s.verify_s / total:.0f}%), rollback {s.rollback_s:.4f} s ({100 * s.rollback_s / total:.1f}%), "
+                 f"other {s.overhead_s:.3f} s")
+    roles = ", ".join(f"{k} {v}" for k, v in s.roles.items())
+    lines.append(f"  tokens by role: {roles}; finished by {s.finished}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

