@@ -1,0 +1,416 @@
+"""Experiments: timing calibration, acceptance, speed and k sweeps, built on the one loop.
+
+Every experiment reuses `speculative_generate` / `plain_generate` and their records; nothing here
+re-implements speculative decoding. Each returns a plain dict (JSON-ready) that records the
+environment and the raw measurements, so a result can be re-read and re-plotted without re-running.
+
+Speed is only ever compared in adjacent runs: plain and speculative runs alternate, in an order that
+rotates from round to round, and ratios are taken within a round, then medians over rounds are quoted.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from . import cost
+from .cached import CachedLM
+from .clock import Clock
+from .engine import plain_generate, speculative_generate
+from .envinfo import environment
+from .records import summarize
+from .sampling import GREEDY, SamplingConfig
+
+Progress = Callable[[float, str], None] | None
+
+
+def _tick(progress: Progress, fraction: float, message: str) -> None:
+    if progress is not None:
+        progress(min(1.0, max(0.0, fraction)), message)
+
+
+def _spread(xs: Sequence[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Step costs measured in one calibration: what the cost model needs (c and v(n))."""
+
+    target_step_s: float  # median target pass over 1 new token
+    verify_s: dict[int, float]  # median target pass over n new tokens, n = 1..n_max
+    draft_step_s: float  # median per-token cost of the drafter (slope of propose(k) time in k)
+    context_tokens: int
+    raw: dict = field(default_factory=dict)
+
+    @property
+    def c(self) -> float:
+        return self.draft_step_s / self.target_step_s
+
+    @property
+    def v(self) -> dict[int, float]:
+        return {n: s / self.target_step_s for n, s in self.verify_s.items()}
+
+    def predict(self, alpha_or_positions, k: int) -> float:
+        if isinstance(alpha_or_positions, (int, float)):
+            return cost.predicted_speedup(alpha_or_positions, k, self.c, self.v)
+        return cost.predicted_speedup_empirical(alpha_or_positions, k, self.c, self.v)
+
+    def to_dict(self) -> dict:
+        return {
+            "target_step_s": self.target_step_s,
+            "verify_s": {str(n): s for n, s in self.verify_s.items()},
+            "draft_step_s": self.draft_step_s,
+            "c": self.c,
+            "v": {str(n): x for n, x in self.v.items()},
+            "context_tokens": self.context_tokens,
+            "raw": self.raw,
+        }
+
+
+def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats: int = 12, warmup: int = 3,
+              progress: Progress = None) -> Timing:
+    """Time the target over n = 1..n_max new tokens after a real prompt, and the drafter per token.
+
+    Target: prefill the prompt once, then repeatedly feed n tokens and crop them off again, so every
+    timing sees the same context. The n values are interleaved within each repeat so drift hits
+    them alike. Drafter: time propose(k) for k = 1 and k = 4 (then roll back) and take the per-token
+    slope, which is what one more proposal costs whatever the drafter is.
+    """
+    clock = Clock(pair.device)
+    prompt = [int(t) for t in prompt_ids]
+    lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    lm.feed(prompt[:-1], last_only=True)
+    base = len(lm)
+    filler = prompt[-n_max:] if len(prompt) >= n_max else (prompt * n_max)[:n_max]
+    samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+    total = (warmup + repeats) * n_max
+    done = 0
+    for rep in range(warmup + repeats):
+        for n in range(1, n_max + 1):
+            t0 = clock.now()
+            lm.feed(filler[:n])
+            t1 = clock.now()
+            lm.crop(base)
+            if rep >= warmup:
+                samples[n].append(t1 - t0)
+            done += 1
+            _tick(progress, 0.7 * done / total, f"timing the target: pass over {n} tokens")
+
+    from .proposers import RunContext
+
+    ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset())
+    proposer.begin(prompt, ctx)
+    per_token: list[float] = []
+    for rep in range(warmup + repeats):
+        times = {}
+        for k in (1, 4):
+            t0 = clock.now()
+            proposer.propose(prompt, k)
+            t1 = clock.now()
+            proposer.rollback(prompt)
+            times[k] = t1 - t0
+        if rep >= warmup:
+            per_token.append(max(0.0, (times[4] - times[1]) / 3))
+        _tick(progress, 0.7 + 0.3 * (rep + 1) / (warmup + repeats), "timing the drafter")
+    verify = {n: statistics.median(xs) for n, xs in samples.items()}
+    return Timing(
+        target_step_s=verify[1],
+        verify_s=verify,
+        draft_step_s=statistics.median(per_token),
+        context_tokens=len(prompt),
+        raw={"target_pass_s": {str(n): xs for n, xs in samples.items()}, "draft_per_token_s": per_token,
+             "target_spread": {str(n): _spread(xs) for n, xs in samples.items()}},
+    )
+
+
+# --- speed: plain against speculative, in adjacent runs ----------------------------------------------
+
+
+def _run_plain(pair, prompt, sampling, max_new):
+    return summarize(plain_generate(pair, prompt, sampling=sampling, max_new_tokens=max_new))
+
+
+def _run_spec(pair, prompt, proposer_factory, k, sampling, max_new):
+    return summarize(speculative_generate(pair, prompt, proposer=proposer_factory(), k=k, sampling=sampling,
+                                          max_new_tokens=max_new, record_probs=False))
+
+
+def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int] = (1, 2, 3, 4, 6),
+          rounds: int = 3, max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY, timing: Timing | None = None,
+          drift_warning: float = 0.15, progress: Progress = None) -> dict:
+    """Measured speed-up of speculative over plain decoding per prompt and k, with the prediction beside it.
+
+    In each round, for each prompt, plain and every k run back to back in an order that rotates from
+    round to round; each speculative run is divided by the plain run of the same prompt and round.
+    Quoted: the median ratio over rounds (and prompts). A prompt whose plain speed moved by more than
+    `drift_warning` between rounds is flagged: its ratios are still adjacent, but read them with care.
+    """
+    arms = ["plain", *[f"k={k}" for k in ks]]
+    runs = []
+    total = rounds * len(prompts) * len(arms)
+    done = 0
+    for r in range(rounds):
+        for p_index, (name, prompt) in enumerate(prompts.items()):
+            shift = (r + p_index) % len(arms)
+            order = arms[shift:] + arms[:shift]
+            results = {}
+            for arm in order:
+                if arm == "plain":
+                    s = _run_plain(pair, prompt, sampling, max_new_tokens)
+                else:
+                    s = _run_spec(pair, prompt, proposer_factory, int(arm[2:]), sampling, max_new_tokens)
+                results[arm] = s
+                done += 1
+                _tick(progress, done / total, f"round {r + 1}/{rounds}, {name}: {arm}")
+            for k in ks:
+                s, p = results[f"k={k}"], results["plain"]
+                runs.append({
+                    "round": r, "prompt": name, "k": k, "order": order,
+                    "plain_tokens_per_s": p.tokens_per_s, "spec_tokens_per_s": s.tokens_per_s,
+                    "ratio": s.tokens_per_s / p.tokens_per_s if p.tokens_per_s else None,
+                    "alpha": s.alpha, "per_position": list(s.per_position_acceptance),
+                    "tokens_per_pass": s.tokens_per_pass, "new_tokens": s.new_tokens,
+                    "plain_new_tokens": p.new_tokens,
+                    "draft_s": s.draft_s, "verify_s": s.verify_s, "rollback_s": s.rollback_s,
+                    "decode_s": s.decode_s, "plain_decode_s": p.decode_s,
+                })
+    table = []
+    for k in ks:
+        rows = [x for x in runs if x["k"] == k and x["ratio"] is not None]
+        alphas = [x["alpha"] for x in rows if x["alpha"] is not None]
+        row = {"k": k, "median_ratio": statistics.median(x["ratio"] for x in rows),
+               "min_ratio": min(x["ratio"] for x in rows), "max_ratio": max(x["ratio"] for x in rows),
+               "n": len(rows), "alpha": statistics.median(alphas) if alphas else None}
+        if timing is not None and row["alpha"] is not None:
+            row["predicted_iid"] = timing.predict(row["alpha"], k)
+            positions = _pooled_positions(rows)
+            row["predicted_empirical"] = timing.predict(positions, k) if positions else None
+        table.append(row)
+    drift = {}
+    for name in prompts:
+        plain_speeds = [x["plain_tokens_per_s"] for x in runs if x["prompt"] == name and x["k"] == ks[0]]
+        lo, hi = min(plain_speeds), max(plain_speeds)
+        drift[name] = {"plain_tokens_per_s": plain_speeds, "spread": (hi - lo) / hi if hi else 0.0,
+                       "flagged": hi > 0 and (hi - lo) / hi > drift_warning}
+    best = max(table, key=lambda row: row["median_ratio"])
+    return {"experiment": "speed", "environment": environment(pair), "ks": list(ks), "rounds": rounds,
+            "max_new_tokens": max_new_tokens, "sampling": sampling.describe(), "prompts": list(prompts),
+            "table": table, "best_k": best["k"], "drift": drift, "runs": runs,
+            "timing": timing.to_dict() if timing else None}
+
+
+def _pooled_positions(rows: list[dict]) -> list[float]:
+    """Median per-position acceptance over runs (positions never reached in a run are skipped)."""
+    if not rows:
+        return []
+    width = max(len(x["per_position"]) for x in rows)
+    out = []
+    for i in range(width):
+        vals = [x["per_position"][i] for x in rows if i < len(x["per_position"]) and x["per_position"][i] is not None]
+        if not vals:
+            break
+        out.append(statistics.median(vals))
+    return out
+
+
+def now_stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def set_threads(threads: int | None) -> int:
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] = tuple(range(1, 9)), rounds: int = 2,
+          max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY, timing: Timing | None = None,
+          progress: Progress = None) -> dict:
+    """k = 1..8 on one prompt: measured speed-up (adjacent runs) and predicted, break-even alpha, best k."""
+    if timing is None:
+        timing = calibrate(pair, prompt_ids, proposer_factory(), n_max=max(ks) + 1,
+                           progress=(lambda f, m: _tick(progress, 0.2 * f, m)) if progress else None)
+    result = speed(pair, {"prompt": prompt_ids}, proposer_factory, ks=ks, rounds=rounds,
+                   max_new_tokens=max_new_tokens, sampling=sampling, timing=timing,
+                   progress=(lambda f, m: _tick(progress, 0.2 + 0.8 * f, m)) if progress else None)
+    for row in result["table"]:
+        row["break_even_alpha"] = cost.break_even_alpha(row["k"], timing.c, timing.v)
+    alphas = [row["alpha"] for row in result["table"] if row["alpha"] is not None]
+    if alphas:
+        choice = cost.best_k(statistics.median(alphas), timing.c, timing.v, k_max=max(ks))
+        result["predicted_best_k"] = choice.k
+    result["experiment"] = "sweep"
+    return result
+
+
+# --- acceptance: alpha per output shape and k --------------------------------------------------------
+
+
+def acceptance(pair, prompts: dict[str, tuple[str, Sequence[int], int]], proposer_factory,
+               ks: Sequence[int] = (1, 2, 4, 8), sampling: SamplingConfig = GREEDY, progress: Progress = None) -> dict:
+    """For each prompt (name -> (kind, ids, max_new_tokens)) and k: alpha, per-position acceptance, the
+    accepted-length histogram and tokens per target pass, measured and from the iid and empirical models.
+    Rows pooled by kind come from the pooled iteration records, not from averaging ratios."""
+    from .records import Iteration
+
+    rows, by_kind = [], {}
+    total, done = len(prompts) * len(ks), 0
+    for name, (kind, ids, max_new) in prompts.items():
+        for k in ks:
+            recs = list(speculative_generate(pair, ids, proposer=proposer_factory(), k=k, sampling=sampling,
+                                             max_new_tokens=max_new, record_probs=False))
+            its = [r for r in recs if isinstance(r, Iteration)]
+            rows.append({"prompt": name, "kind": kind, "k": k, **_acceptance_stats(its, k)})
+            by_kind.setdefault((kind, k), []).extend(its)
+            done += 1
+            _tick(progress, done / total, f"{name}: k={k}")
+    pooled = [{"kind": kind, "k": k, **_acceptance_stats(its, k)} for (kind, k), its in sorted(by_kind.items())]
+    return {"experiment": "acceptance", "environment": environment(pair), "ks": list(ks),
+            "sampling": sampling.describe(), "rows": rows, "pooled": pooled}
+
+
+def _acceptance_stats(iterations, k: int) -> dict:
+    # Iterations whose k was cut short by the length limit would bias the per-k statistics: keep full-k ones.
+    full = [it for it in iterations if it.k == k and it.proposed]
+    s = summarize(full) if full else None
+    if s is None or s.alpha is None:
+        return {"iterations": 0, "alpha": None}
+    positions = [a for a in s.per_position_acceptance if a is not None]
+    return {
+        "iterations": len(full),
+        "alpha": s.alpha,
+        "per_position": list(s.per_position_acceptance),
+        "histogram": {str(n): c for n, c in s.accepted_length_histogram.items()},
+        "tokens_per_pass": sum(it.n_accepted + 1 for it in full) / len(full),
+        "tokens_per_pass_iid": cost.expected_tokens(s.alpha, k),
+        "tokens_per_pass_empirical": cost.expected_tokens_empirical(positions, k) if positions else None,
+    }
+
+
+# --- divergence: is a greedy mismatch a near-tie or a bug? ----------------------------------------------
+
+
+def _spacing(value: float, dtype: torch.dtype) -> float:
+    """Distance to the next representable number at `value` in `dtype` (one unit in the last place)."""
+    t = torch.tensor(abs(value), dtype=dtype)
+    return float(torch.nextafter(t, torch.tensor(float("inf"), dtype=dtype)) - t)
+
+
+def divergence(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int] = (1, 2, 3, 4, 6),
+               max_new_tokens: int = 64, multi: int = 5, progress: Progress = None) -> dict:
+    """Greedy speculative against plain greedy. At each first difference, recompute the two competing
+    tokens' logits three ways over plain decoding's context: prefill + one-token step, prefill + a
+    `multi`-token pass (what verification does), and one full prefill; compare their gap with the
+    dtype's spacing at that magnitude and with how much the three recomputations disagree."""
+    from .records import Iteration, Step
+
+    cases, checked = [], 0
+    total, done = len(prompts) * len(ks), 0
+    for name, ids in prompts.items():
+        plain = [r.token for r in plain_generate(pair, ids, max_new_tokens=max_new_tokens) if isinstance(r, Step)]
+        for k in ks:
+            spec = [t for r in speculative_generate(pair, ids, proposer=proposer_factory(), k=k,
+                                                    max_new_tokens=max_new_tokens, record_probs=False)
+                    if isinstance(r, Iteration) for t in r.emitted]
+            checked += 1
+            done += 1
+            _tick(progress, done / total, f"{name}: k={k}")
+            pos = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
+            if pos is None:
+                continue
+            cases.append({"prompt": name, "k": k, "position": pos, "plain_token": plain[pos],
+                          "spec_token": spec[pos], **_recompute(pair, list(ids) + plain[:pos], plain[pos], spec[pos],
+                                                                multi)})
+    for case in cases:
+        if pair.tokenizer is not None:
+            case["plain_text"] = pair.tokenizer.decode([case["plain_token"]])
+            case["spec_text"] = pair.tokenizer.decode([case["spec_token"]])
+    return {"experiment": "divergence", "environment": environment(pair), "runs": checked,
+            "diverged": len(cases), "cases": cases}
+
+
+def _recompute(pair, context: list[int], a: int, b: int, multi: int) -> dict:
+    ways = {}
+    lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    lm.feed(context[:-1], last_only=True)
+    ways["prefill+1"] = lm.feed(context[-1:])[-1]
+    m = min(multi, len(context))
+    lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    lm.feed(context[:-m], last_only=True)
+    ways[f"prefill+{m}"] = lm.feed(context[-m:])[-1]
+    lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    ways["full prefill"] = lm.feed(context, last_only=True)[-1]
+    gaps = {w: float(row[a] - row[b]) for w, row in ways.items()}
+    top = max(float(row.max()) for row in ways.values())
+    spacing = _spacing(top, pair.dtype)
+    noise = max(abs(float(ways[x][t] - ways[y][t])) for x in ways for y in ways for t in (a, b))
+    winners = {w: ("plain" if g > 0 else "speculative" if g < 0 else "tie") for w, g in gaps.items()}
+    near_tie = len(set(winners.values())) > 1 or max(abs(g) for g in gaps.values()) <= max(8 * spacing, 2 * noise)
+    return {"gaps": gaps, "winners": winners, "top_logit": top, "dtype_spacing": spacing,
+            "recompute_disagreement": noise, "verdict": "near-tie" if near_tie else "bug"}
+
+
+# --- distribution: does each rule keep the target's first-token distribution on real models? -----------
+
+
+def distribution(pair, prompts: dict[str, Sequence[int]], proposer_factory, sampling: SamplingConfig | None = None,
+                 draws: int = 20_000, seeds: Sequence[int] = (0, 1), top: int = 60, progress: Progress = None) -> dict:
+    """For each context: the target's next-token distribution p and the drafter's q (as sampled), then
+    `draws` first tokens through each rule (exact and the two wrong ones), compared with p by chi-square
+    over the `top` most likely tokens plus one pooled cell. The total-variation distance between p and q
+    is reported per context: where it is small, no rule can be told apart (the test has no power)."""
+    from scipy.stats import chisquare
+
+    from .proposers import RunContext
+    from .rules import SAMPLING_RULES
+    from .sampling import probabilities
+
+    sampling = sampling or SamplingConfig(do_sample=True)
+    results = []
+    total, done = len(prompts) * len(seeds) * len(SAMPLING_RULES), 0
+    for name, ids in prompts.items():
+        ids = [int(t) for t in ids]
+        lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+        p = probabilities(lm.feed(ids, last_only=True)[-1:], sampling)[0]
+        proposer = proposer_factory()
+        proposer.begin(ids, RunContext(sampling, sampling.generator(pair.device), frozenset()))
+        q_rows = proposer.propose(ids, 1).q
+        q = q_rows[0] if q_rows is not None else None
+        tv = 0.5 * float((p - q).abs().sum()) if q is not None else None
+        cells = torch.argsort(p, descending=True)[:top]
+        expected = torch.cat([p[cells], (1 - p[cells].sum()).clamp(min=0).unsqueeze(0)]).double().cpu().numpy()
+        rows = torch.stack([p, p])
+        for seed in seeds:
+            for rule_name, rule in SAMPLING_RULES.items():
+                gen = torch.Generator(device=pair.device).manual_seed(seed)
+                if q is not None:
+                    xs = torch.multinomial(q, draws, replacement=True, generator=gen).tolist()
+                else:
+                    xs = [int(torch.argmax(p))] * draws  # a deterministic proposer proposes one token
+                counts = torch.zeros(p.shape[0], dtype=torch.long)
+                qs = q.unsqueeze(0) if q is not None else None
+                for x in xs:
+                    v = rule([x], rows, qs, gen)
+                    counts[x if v.n_accepted == 1 else v.token] += 1
+                observed = torch.cat([counts[cells.cpu()], (draws - counts[cells.cpu()].sum()).unsqueeze(0)]).numpy()
+                exp = expected * draws
+                keep = exp > 0
+                pvalue = float(chisquare(observed[keep], exp[keep] * observed[keep].sum() / exp[keep].sum()).pvalue)
+                results.append({"prompt": name, "seed": seed, "rule": rule_name, "p_value": pvalue,
+                                "tv_distance_p_q": tv, "draws": draws})
+                done += 1
+                _tick(progress, done / total, f"{name}: seed {seed}, {rule_name}")
+    summary = {}
+    for rule_name in SAMPLING_RULES:
+        ps = [r["p_value"] for r in results if r["rule"] == rule_name]
+        summary[rule_name] = {"tests": len(ps), "below_0.01": sum(x < 0.01 for x in ps),
+                              "below_0.05": sum(x < 0.05 for x in ps), "min_p": min(ps)}
+    return {"experiment": "distribution", "environment": environment(pair), "sampling": sampling.describe(),
+            "draws": draws, "seeds": list(seeds), "results": results, "summary": summary,
+            "note": "p-values of the exact rule should look uniform; the wrong rules' should be tiny wherever "
+                    "tv_distance_p_q is not small."}

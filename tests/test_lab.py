@@ -1,0 +1,90 @@
+"""The experiments on tiny models: structure, bookkeeping and verdicts (no timing assertions)."""
+
+import pytest
+import torch
+
+from playground import lab
+from playground.proposers import DraftModelProposer, PromptLookupProposer
+from tests.tiny import tiny_model, tiny_pair
+
+
+def factory(pair):
+    return lambda: DraftModelProposer(pair.draft, pair.device, pair.vocab_size)
+
+
+def test_calibrate_measures_every_pass_length(pair64):
+    t = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(pair64)(), n_max=5, repeats=3, warmup=1)
+    assert set(t.verify_s) == {1, 2, 3, 4, 5}
+    assert t.target_step_s == t.verify_s[1] > 0 and t.v[1] == 1.0
+    assert t.draft_step_s >= 0 and t.c == t.draft_step_s / t.target_step_s
+    assert all(len(xs) == 3 for xs in t.raw["target_pass_s"].values())
+    assert 0.0 < t.predict(0.8, 3) and t.predict([0.9, 0.8, 0.7], 3) > 0
+    assert set(t.to_dict()) >= {"c", "v", "target_step_s", "draft_step_s", "raw"}
+
+
+def test_calibrate_leaves_a_model_free_drafter_nearly_free(pair64):
+    t = lab.calibrate(pair64, [1, 2, 1, 2, 1, 2], PromptLookupProposer(), n_max=3, repeats=3, warmup=1)
+    assert t.c < 0.5
+
+
+def test_speed_alternates_and_pairs_runs_within_a_round(pair64):
+    res = lab.speed(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(1, 3), rounds=3,
+                    max_new_tokens=8)
+    assert len(res["runs"]) == 3 * 2 * 2
+    orders = {tuple(r["order"]) for r in res["runs"]}
+    assert len(orders) > 1  # the order rotates
+    for row in res["table"]:
+        assert row["n"] == 6 and row["min_ratio"] <= row["median_ratio"] <= row["max_ratio"]
+    assert res["best_k"] in (1, 3)
+    assert set(res["drift"]) == {"a", "b"}
+    assert res["environment"]["torch_threads"] >= 1
+
+
+def test_sweep_predicts_and_recommends(pair64):
+    calls = []
+    res = lab.sweep(pair64, [1, 2, 3], factory(pair64), ks=(1, 2), rounds=1, max_new_tokens=6,
+                    progress=lambda f, m: calls.append(f))
+    assert res["experiment"] == "sweep" and res["timing"]["c"] >= 0
+    for row in res["table"]:
+        assert row["predicted_iid"] > 0 and "break_even_alpha" in row
+    assert calls and calls[-1] == 1.0 and all(0 <= f <= 1 for f in calls)
+
+
+def test_acceptance_matches_the_formulas_for_a_perfect_draft(target64):
+    pair = tiny_pair(target64, target64)
+    res = lab.acceptance(pair, {"p": ("prose", [1, 2, 3], 25)}, factory(pair), ks=(2, 4))
+    for row in res["rows"]:
+        assert row["alpha"] == 1.0
+        assert row["tokens_per_pass"] == row["tokens_per_pass_iid"] == row["k"] + 1
+    assert {(r["kind"], r["k"]) for r in res["pooled"]} == {("prose", 2), ("prose", 4)}
+
+
+def test_divergence_finds_none_in_float64(pair64):
+    res = lab.divergence(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 4), max_new_tokens=16)
+    assert res["runs"] == 2 and res["diverged"] == 0
+
+
+def test_divergence_verdicts_on_a_real_gap_and_a_tie(pair64):
+    ctx = [1, 2, 3, 4, 5]
+    with torch.no_grad():
+        row = pair64.target(torch.tensor([ctx])).logits[0, -1]
+    order = torch.argsort(row, descending=True).tolist()
+    clear = lab._recompute(pair64, ctx, order[0], order[-1], multi=3)
+    assert clear["verdict"] == "bug" and clear["gaps"]["full prefill"] > 0
+    same = lab._recompute(pair64, ctx, order[0], order[0], multi=3)
+    assert same["verdict"] == "near-tie"
+    assert lab._spacing(1.0, torch.float32) == pytest.approx(2 ** -23)
+
+
+@pytest.mark.slow
+def test_distribution_tells_the_rules_apart_where_p_and_q_differ():
+    target = tiny_model(vocab=8, seed=10, layers=1, hidden=16, scale=0.6)
+    draft = tiny_model(vocab=8, seed=11, layers=1, hidden=16, scale=0.6)
+    pair = tiny_pair(target, draft)
+    res = lab.distribution(pair, {"a": [1, 5, 2], "b": [3, 3]}, factory(pair), draws=4000, seeds=(0,), top=8)
+    for r in res["results"]:
+        assert r["tv_distance_p_q"] > 0.2
+        if r["rule"] == "exact":
+            assert r["p_value"] > 0.001
+        else:
+            assert r["p_value"] < 1e-4
