@@ -58,10 +58,41 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     _add_pair_args(g)
 
+    _add_lab_parsers(sub)
+
     sub.add_parser("presets", help="list the presets")
     info = sub.add_parser("info", help="load the pair and print what it is, its memory and the environment")
     _add_pair_args(info)
     return parser
+
+
+LAB_COMMANDS = ("timing", "acceptance", "speed", "sweep", "divergence", "distribution", "bench-peers")
+
+
+def _add_lab_parsers(sub) -> None:
+    helps = {
+        "timing": "target pass time over n = 1..n_max new tokens and the drafter's step: c and v(n)",
+        "acceptance": "alpha, per-position acceptance and tokens per pass per preset kind and k",
+        "speed": "plain vs speculative at each k in alternating runs; measured beside predicted",
+        "sweep": "k = 1..8 on one preset or prompt: measured and predicted curves, break-even, best k",
+        "divergence": "greedy runs that differ from plain greedy: near-tie or bug?",
+        "distribution": "first-token distribution through the exact and the two wrong rules (chi-square)",
+        "bench-peers": "our loop against transformers' assisted generation and prompt lookup",
+    }
+    for name in LAB_COMMANDS:
+        p = sub.add_parser(name, help=helps[name])
+        src = p.add_mutually_exclusive_group()
+        src.add_argument("--preset", action="append", help="a preset (repeatable; default: one per kind)")
+        src.add_argument("--prompt", help="a prompt text instead of presets")
+        p.add_argument("--drafter", default="draft", help="draft or lookup")
+        p.add_argument("--max-ngram", type=int, default=3)
+        p.add_argument("--ks", default=None, help="comma-separated k values")
+        p.add_argument("--k", type=int, default=4, help="k for bench-peers")
+        p.add_argument("--rounds", type=int, default=3)
+        p.add_argument("--max-new-tokens", type=int, default=None, help="default: each preset's own (64 for a prompt)")
+        p.add_argument("--draws", type=int, default=20_000, help="distribution: draws per context, seed and rule")
+        p.add_argument("--out", help="write the JSON result here")
+        _add_pair_args(p)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_presets()
         if args.command == "info":
             return cmd_info(args)
+        if args.command in LAB_COMMANDS:
+            return cmd_lab(args)
         return cmd_generate(args)
     except PlaygroundError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -245,6 +278,160 @@ def format_summary(s, setup: str) -> str:
     roles = ", ".join(f"{k} {v}" for k, v in s.roles.items())
     lines.append(f"  tokens by role: {roles}; finished by {s.finished}")
     return "\n".join(lines)
+
+
+def _progress_bar():
+    tty = sys.stderr.isatty()
+    last = [-1]
+
+    def show(fraction: float, message: str) -> None:
+        pct = int(fraction * 100)
+        if tty:
+            bar = "#" * (pct // 4) + "." * (25 - pct // 4)
+            sys.stderr.write(f"\r[{bar}] {pct:3d}% {message[:60]:60}")
+            if fraction >= 1:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+        elif pct // 10 != last[0]:
+            last[0] = pct // 10
+            print(f"[{pct:3d}%] {message}", file=sys.stderr)
+
+    return show
+
+
+def _lab_prompts(pair, args) -> dict[str, tuple[str, list[int], int]]:
+    from .presets import get_preset, load_presets
+    from .text import encode_prompt
+
+    if args.prompt is not None:
+        return {"prompt": ("prompt", encode_prompt(pair.tokenizer, args.prompt), args.max_new_tokens or 64)}
+    if args.preset:
+        chosen = [get_preset(name) for name in args.preset]
+    else:  # one preset per kind, the first by name
+        by_kind = {}
+        for preset in load_presets().values():
+            by_kind.setdefault(preset.kind, preset)
+        chosen = list(by_kind.values())
+    return {p.name: (p.kind, p.prompt_ids(pair.tokenizer), args.max_new_tokens or p.max_new_tokens) for p in chosen}
+
+
+def _parse_ks(text: str | None, default) -> tuple[int, ...]:
+    from .engine import check_k
+
+    if text is None:
+        return tuple(default)
+    try:
+        return tuple(check_k(int(x)) for x in text.split(","))
+    except ValueError:
+        raise PlaygroundError(f"--ks takes comma-separated integers from 1 to 16, got {text!r}") from None
+
+
+def cmd_lab(args) -> int:
+    from . import lab
+    from .envinfo import describe_setup
+    from .proposers import make_proposer
+
+    if args.rounds < 1:
+        raise PlaygroundError(f"--rounds must be >= 1, got {args.rounds}")
+    pair = _load(args)
+    make_proposer(pair, args.drafter, max_ngram=args.max_ngram)  # fail early on a bad drafter
+    factory = lambda: make_proposer(pair, args.drafter, max_ngram=args.max_ngram)  # noqa: E731
+    prompts = _lab_prompts(pair, args)
+    ids_only = {name: ids for name, (_, ids, _) in prompts.items()}
+    max_new = max(m for _, _, m in prompts.values())
+    bar = _progress_bar()
+    setup = describe_setup(pair)
+    mem = pair.memory_report()
+    print(f"# {pair.target_name} | drafter: {factory().describe()} | {setup}", file=sys.stderr)
+    print("# memory: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in mem.items()
+                                    if isinstance(v, int)), file=sys.stderr)
+    first_ids = next(iter(ids_only.values()))
+    cmd = args.command
+    if cmd == "timing":
+        ks = _parse_ks(args.ks, range(1, 9))
+        t = lab.calibrate(pair, first_ids, factory(), n_max=max(ks) + 1, progress=bar)
+        result = {"experiment": "timing", "environment": lab.environment(pair), "memory": mem, **t.to_dict()}
+        print(f"timing ({setup}; context {t.context_tokens} tokens; medians of {len(t.raw['draft_per_token_s'])})")
+        print(f"  target step {1000 * t.target_step_s:.1f} ms, drafter per token {1000 * t.draft_step_s:.1f} ms, "
+              f"c = {t.c:.3f}")
+        for n, v in t.v.items():
+            sp = t.raw["target_spread"][str(n)]
+            print(f"  v({n}) = {v:.2f}   pass over {n}: {1000 * sp['median']:.1f} ms "
+                  f"[{1000 * sp['min']:.1f}-{1000 * sp['max']:.1f}]")
+        if t.c > 1:
+            print("  WARNING: the drafter's step is slower than the target's: speculation cannot pay "
+                  "(is something paged out or sharing the cores?)")
+    elif cmd == "acceptance":
+        ks = _parse_ks(args.ks, (1, 2, 4, 8))
+        result = lab.acceptance(pair, prompts, factory, ks=ks, progress=bar)
+        print(f"acceptance ({setup}; greedy)")
+        print(f"  {'kind':10} {'k':>2} {'alpha':>6} {'tok/pass':>8} {'iid':>6} {'empir.':>6}  per position")
+        for row in result["pooled"]:
+            if row["alpha"] is None:
+                continue
+            pos = " ".join("-" if a is None else f"{a:.2f}" for a in row["per_position"])
+            emp = row["tokens_per_pass_empirical"]
+            print(f"  {row['kind']:10} {row['k']:>2} {row['alpha']:6.3f} {row['tokens_per_pass']:8.2f} "
+                  f"{row['tokens_per_pass_iid']:6.2f} {emp if emp is None else format(emp, '6.2f')}  {pos}")
+    elif cmd in ("speed", "sweep"):
+        ks = _parse_ks(args.ks, (1, 2, 3, 4, 6) if cmd == "speed" else range(1, 9))
+        timing = lab.calibrate(pair, first_ids, factory(), n_max=max(ks) + 1,
+                               progress=lambda f, m: bar(0.15 * f, m))
+        if timing.c > 1:
+            print("WARNING: the drafter's step is slower than the target's", file=sys.stderr)
+        progress = lambda f, m: bar(0.15 + 0.85 * f, m)  # noqa: E731
+        if cmd == "speed":
+            result = lab.speed(pair, ids_only, factory, ks=ks, rounds=args.rounds, max_new_tokens=max_new,
+                               timing=timing, progress=progress)
+        else:
+            result = lab.sweep(pair, first_ids, factory, ks=ks, rounds=args.rounds, max_new_tokens=max_new,
+                               timing=timing, progress=progress)
+        print(f"{cmd} ({setup}; greedy; {max_new} new tokens; {args.rounds} rounds of adjacent runs in rotating "
+              f"order; ratio = speculative / plain tokens/s, prefill excluded; c = {timing.c:.2f})")
+        print(f"  {'k':>2} {'median':>7} {'min-max':>13} {'alpha':>6} {'pred iid':>8} {'pred emp':>8}"
+              + ("  break-even alpha" if cmd == "sweep" else ""))
+        for row in result["table"]:
+            be = row.get("break_even_alpha")
+            emp = row.get("predicted_empirical")
+            print(f"  {row['k']:>2} {row['median_ratio']:7.2f} {row['min_ratio']:6.2f}-{row['max_ratio']:<6.2f} "
+                  f"{row['alpha'] or 0:6.3f} {row.get('predicted_iid', 0):8.2f} "
+                  f"{'-' if emp is None else format(emp, '8.2f'):>8}"
+                  + (f"  {'never' if be is None else format(be, '.2f')}" if cmd == "sweep" else ""))
+        print(f"  best k measured: {result['best_k']}" + (f"; predicted: {result['predicted_best_k']}"
+                                                           if "predicted_best_k" in result else ""))
+        for name, d in result["drift"].items():
+            if d["flagged"]:
+                print(f"  note: plain speed on {name} moved {100 * d['spread']:.0f}% between rounds (machine drift)")
+    elif cmd == "divergence":
+        ks = _parse_ks(args.ks, (1, 2, 3, 4, 6))
+        result = lab.divergence(pair, ids_only, factory, ks=ks, max_new_tokens=max_new, progress=bar)
+        print(f"divergence ({setup}): {result['diverged']} of {result['runs']} greedy runs differ from plain")
+        for c in result["cases"]:
+            gaps = ", ".join(f"{w} {g:+.2e}" for w, g in c["gaps"].items())
+            print(f"  {c['prompt']} k={c['k']} at token {c['position']}: plain {c.get('plain_text')!r} vs "
+                  f"speculative {c.get('spec_text')!r}; gaps {gaps}; spacing {c['dtype_spacing']:.1e} -> {c['verdict']}")
+    elif cmd == "distribution":
+        from .sampling import SamplingConfig
+
+        result = lab.distribution(pair, ids_only, factory, sampling=SamplingConfig(do_sample=True),
+                                  draws=args.draws, progress=bar)
+        print(f"distribution ({setup}; {args.draws} draws per context, seed and rule)")
+        for r in result["results"]:
+            tv = r["tv_distance_p_q"]
+            print(f"  {r['prompt']:16} seed {r['seed']} {r['rule']:26} p = {r['p_value']:.3g}"
+                  f"   TV(p, q) = {'-' if tv is None else format(tv, '.2f')}")
+    else:  # bench-peers
+        result = lab.peers(pair, ids_only, k=args.k, rounds=args.rounds, max_new_tokens=max_new,
+                           max_ngram=args.max_ngram, progress=bar)
+        print(f"bench-peers ({setup}; greedy; end to end incl. prefill; ratio to transformers' plain generate)")
+        for row in result["table"]:
+            print(f"  {row['arm']:28} {row['median_ratio']:5.2f}x [{row['min_ratio']:.2f}-{row['max_ratio']:.2f}] "
+                  f"{row['median_tokens_per_s']:6.1f} tok/s  same output {row['outputs_equal']}/{row['n']}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
