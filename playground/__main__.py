@@ -333,6 +333,11 @@ def cmd_lab(args) -> int:
 
     if args.rounds < 1:
         raise PlaygroundError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.draws < 1:
+        raise PlaygroundError(f"--draws must be >= 1, got {args.draws}")
+    defaults = {"timing": range(1, 9), "acceptance": (1, 2, 4, 8), "speed": (1, 2, 3, 4, 6), "sweep": range(1, 9),
+                "divergence": (1, 2, 3, 4, 6)}
+    ks = _parse_ks(args.ks, defaults.get(args.command, ()))
     pair = _load(args)
     make_proposer(pair, args.drafter, max_ngram=args.max_ngram)  # fail early on a bad drafter
     factory = lambda: make_proposer(pair, args.drafter, max_ngram=args.max_ngram)  # noqa: E731
@@ -348,7 +353,6 @@ def cmd_lab(args) -> int:
     first_ids = next(iter(ids_only.values()))
     cmd = args.command
     if cmd == "timing":
-        ks = _parse_ks(args.ks, range(1, 9))
         t = lab.calibrate(pair, first_ids, factory(), n_max=max(ks) + 1, progress=bar)
         result = {"experiment": "timing", "environment": lab.environment(pair), "memory": mem, **t.to_dict()}
         print(f"timing ({setup}; context {t.context_tokens} tokens; medians of {len(t.raw['draft_per_token_s'])})")
@@ -362,7 +366,6 @@ def cmd_lab(args) -> int:
             print("  WARNING: the drafter's step is slower than the target's: speculation cannot pay "
                   "(is something paged out or sharing the cores?)")
     elif cmd == "acceptance":
-        ks = _parse_ks(args.ks, (1, 2, 4, 8))
         result = lab.acceptance(pair, prompts, factory, ks=ks, progress=bar)
         print(f"acceptance ({setup}; greedy)")
         print(f"  {'kind':10} {'k':>2} {'alpha':>6} {'tok/pass':>8} {'iid':>6} {'empir.':>6}  per position")
@@ -374,7 +377,6 @@ def cmd_lab(args) -> int:
             print(f"  {row['kind']:10} {row['k']:>2} {row['alpha']:6.3f} {row['tokens_per_pass']:8.2f} "
                   f"{row['tokens_per_pass_iid']:6.2f} {emp if emp is None else format(emp, '6.2f')}  {pos}")
     elif cmd in ("speed", "sweep"):
-        ks = _parse_ks(args.ks, (1, 2, 3, 4, 6) if cmd == "speed" else range(1, 9))
         timing = lab.calibrate(pair, first_ids, factory(), n_max=max(ks) + 1,
                                progress=lambda f, m: bar(0.15 * f, m))
         if timing.c > 1:
@@ -403,7 +405,6 @@ def cmd_lab(args) -> int:
             if d["flagged"]:
                 print(f"  note: plain speed on {name} moved {100 * d['spread']:.0f}% between rounds (machine drift)")
     elif cmd == "divergence":
-        ks = _parse_ks(args.ks, (1, 2, 3, 4, 6))
         result = lab.divergence(pair, ids_only, factory, ks=ks, max_new_tokens=max_new, progress=bar)
         print(f"divergence ({setup}): {result['diverged']} of {result['runs']} greedy runs differ from plain")
         for c in result["cases"]:
