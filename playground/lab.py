@@ -414,3 +414,86 @@ def distribution(pair, prompts: dict[str, Sequence[int]], proposer_factory, samp
             "draws": draws, "seeds": list(seeds), "results": results, "summary": summary,
             "note": "p-values of the exact rule should look uniform; the wrong rules' should be tiny wherever "
                     "tv_distance_p_q is not small."}
+
+
+# --- peers: our loop against transformers' own assisted generation, side by side ----------------------
+
+
+def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, max_new_tokens: int = 64,
+          max_ngram: int = 3, progress: Progress = None) -> dict:
+    """Our loop against transformers' `generate` on the same pair, prompts, k and greedy decoding.
+
+    Arms: plain generate; generate(assistant_model=draft) with k constant and with the "heuristic"
+    schedule (its transient variant, so no state leaks between runs); generate(prompt_lookup_num_tokens=k);
+    and ours: plain, draft model at k, prompt lookup at k. `generate` cannot report its prefill apart,
+    so every arm here is timed end to end (prefill included), and ratios are to plain `generate` in the
+    same round. The order of arms rotates from round to round.
+    """
+    from .proposers import DraftModelProposer, PromptLookupProposer
+    from .records import Iteration, Step
+
+    clock = Clock(pair.device)
+    eos = sorted(pair.eos_ids)
+    gen_kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos or None,
+                      pad_token_id=eos[0] if eos else 0)
+
+    def hf(ids, **extra):
+        x = torch.tensor([list(ids)], device=pair.device)
+        with torch.inference_mode():
+            out = pair.target.generate(x, attention_mask=torch.ones_like(x), **gen_kwargs, **extra)
+        return out[0, x.shape[1]:].tolist()
+
+    def ours(ids, proposer=None):
+        if proposer is None:
+            recs = list(plain_generate(pair, ids, max_new_tokens=max_new_tokens))
+            return [r.token for r in recs if isinstance(r, Step)]
+        recs = list(speculative_generate(pair, ids, proposer=proposer, k=k, max_new_tokens=max_new_tokens,
+                                         record_probs=False))
+        return [t for r in recs if isinstance(r, Iteration) for t in r.emitted]
+
+    arms: dict[str, Callable] = {"hf plain": lambda ids: hf(ids)}
+    if pair.draft is not None:
+        arms[f"hf assisted k={k}"] = lambda ids: hf(ids, assistant_model=pair.draft, num_assistant_tokens=k,
+                                                     num_assistant_tokens_schedule="constant",
+                                                     assistant_confidence_threshold=0.0)
+        arms["hf assisted heuristic"] = lambda ids: hf(ids, assistant_model=pair.draft, num_assistant_tokens=k,
+                                                        num_assistant_tokens_schedule="heuristic_transient")
+    arms[f"hf prompt-lookup k={k}"] = lambda ids: hf(ids, prompt_lookup_num_tokens=k, max_matching_ngram_size=max_ngram)
+    arms["ours plain"] = lambda ids: ours(ids)
+    if pair.draft is not None:
+        arms[f"ours draft k={k}"] = lambda ids: ours(ids, DraftModelProposer(pair.draft, pair.device, pair.vocab_size))
+    arms[f"ours prompt-lookup k={k}"] = lambda ids: ours(ids, PromptLookupProposer(max_ngram))
+
+    names = list(arms)
+    for ids in prompts.values():  # warm-up: one untimed pass of every arm
+        for fn in arms.values():
+            fn(ids)
+        break
+    runs = []
+    total, done = rounds * len(prompts) * len(names), 0
+    for r in range(rounds):
+        for p_index, (pname, ids) in enumerate(prompts.items()):
+            shift = (r + p_index) % len(names)
+            order = names[shift:] + names[:shift]
+            timed = {}
+            for arm in order:
+                t0 = clock.now()
+                toks = arms[arm](ids)
+                t1 = clock.now()
+                timed[arm] = (len(toks), t1 - t0, toks)
+                done += 1
+                _tick(progress, done / total, f"round {r + 1}/{rounds}, {pname}: {arm}")
+            base_n, base_s, base_toks = timed["hf plain"]
+            for arm, (n, s, toks) in timed.items():
+                runs.append({"round": r, "prompt": pname, "arm": arm, "tokens": n, "seconds": s,
+                             "tokens_per_s": n / s, "ratio_to_hf_plain": (n / s) / (base_n / base_s),
+                             "same_output_as_hf_plain": toks == base_toks})
+    table = []
+    for arm in names:
+        rows = [x for x in runs if x["arm"] == arm]
+        ratios = [x["ratio_to_hf_plain"] for x in rows]
+        table.append({"arm": arm, "median_ratio": statistics.median(ratios), "min_ratio": min(ratios),
+                      "max_ratio": max(ratios), "median_tokens_per_s": statistics.median(x["tokens_per_s"] for x in rows),
+                      "outputs_equal": sum(x["same_output_as_hf_plain"] for x in rows), "n": len(rows)})
+    return {"experiment": "peers", "environment": environment(pair), "k": k, "rounds": rounds,
+            "max_new_tokens": max_new_tokens, "timed": "end to end, prefill included", "table": table, "runs": runs}
