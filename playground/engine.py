@@ -83,6 +83,17 @@ def _cut(tokens: list[int], roles: list[str], stop_ids: frozenset[int], remainin
     return tokens, roles, None
 
 
+def _setup(pair, prompt_ids, max_new_tokens, sampling, stop_ids, clock):
+    """What both loops start from: a checked request, a clock, the stop tokens, the seeded generator,
+    the committed tokens and the target with an empty cache."""
+    check_request(pair, prompt_ids, max_new_tokens)
+    clock = clock or Clock(pair.device)
+    stops = frozenset(pair.eos_ids if stop_ids is None else stop_ids)
+    generator = sampling.generator(pair.device)
+    committed = [int(t) for t in prompt_ids]
+    return clock, stops, generator, committed, CachedLM(pair.target, pair.device, pair.vocab_size)
+
+
 def speculative_generate(
     pair: ModelPair,
     prompt_ids: Sequence[int],
@@ -102,14 +113,9 @@ def speculative_generate(
     sampling uses `rule` (the exact rule by default; the wrong ones exist for the distribution test).
     """
     controller = k if hasattr(k, "next_k") else FixedK(check_k(k))
-    check_request(pair, prompt_ids, max_new_tokens)
     if proposer.uses_draft_model and pair.draft is None:
         raise PlaygroundError(f"the {proposer.name} drafter needs a draft model, and this pair has none")
-    clock = clock or Clock(pair.device)
-    stops = frozenset(pair.eos_ids if stop_ids is None else stop_ids)
-    generator = sampling.generator(pair.device)
-    committed = [int(t) for t in prompt_ids]
-    target = CachedLM(pair.target, pair.device, pair.vocab_size)
+    clock, stops, generator, committed, target = _setup(pair, prompt_ids, max_new_tokens, sampling, stop_ids, clock)
 
     t0 = clock.now()
     target.feed(committed[:-1], last_only=True)
@@ -215,12 +221,7 @@ def plain_generate(
     clock: Clock | None = None,
 ) -> Iterator[Prefill | Step]:
     """The baseline: one target pass per new token, through the same cache and sampling code."""
-    check_request(pair, prompt_ids, max_new_tokens)
-    clock = clock or Clock(pair.device)
-    stops = frozenset(pair.eos_ids if stop_ids is None else stop_ids)
-    generator = sampling.generator(pair.device)
-    committed = [int(t) for t in prompt_ids]
-    target = CachedLM(pair.target, pair.device, pair.vocab_size)
+    clock, stops, generator, committed, target = _setup(pair, prompt_ids, max_new_tokens, sampling, stop_ids, clock)
 
     t0 = clock.now()
     target.feed(committed[:-1], last_only=True)
