@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--preset", help="a preset name (see `python -m playground presets`)")
     g.add_argument("--raw", action="store_true", help="feed --prompt as raw text, without the chat template")
     g.add_argument("--k", type=int, default=4, help="proposals per iteration, 1..16 (default 4)")
-    g.add_argument("--drafter", default="draft", help="draft (the pair's draft model) or lookup (prompt lookup)")
+    g.add_argument("--drafter", default="auto",
+                   help="auto (llama.cpp for the embedded target when installed, else draft), llama.cpp, draft "
+                        "(the pair's draft model) or lookup (prompt lookup)")
     g.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched (default 3)")
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--greedy", dest="sample", action="store_false", help="greedy decoding (default)")
@@ -84,7 +86,7 @@ def _add_lab_parsers(sub) -> None:
         src = p.add_mutually_exclusive_group()
         src.add_argument("--preset", action="append", help="a preset (repeatable; default: one per kind)")
         src.add_argument("--prompt", help="a prompt text instead of presets")
-        p.add_argument("--drafter", default="draft", help="draft or lookup")
+        p.add_argument("--drafter", default="auto", help="auto, llama.cpp, draft or lookup")
         p.add_argument("--max-ngram", type=int, default=3)
         p.add_argument("--ks", default=None, help="comma-separated k values")
         p.add_argument("--k", type=int, default=4, help="k for bench-peers")

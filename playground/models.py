@@ -42,6 +42,8 @@ class ModelPair:
     vocab_size: int | None = None  # logits columns used (the shared vocabulary; padding columns dropped)
     eos_ids: frozenset[int] = frozenset()
     max_context: int | None = None
+    # Drafting resources built on demand and shared by runs on this pair (a llama.cpp context).
+    resources: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         if self.vocab_size is None:

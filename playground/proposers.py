@@ -151,19 +151,50 @@ def lookup(tokens: Sequence[int], k: int, max_ngram: int, min_ngram: int = 1) ->
 
 
 DRAFTERS = {
+    "llama.cpp": "the target's own GGUF run by llama.cpp (embedded target only; needs llama-cpp-python)",
     "draft": "the pair's draft model (for the embedded target: an int8 copy of its weights)",
     "lookup": "prompt lookup: copy what followed the latest match of the last n tokens (no model)",
 }
 
 
+def default_drafter(pair) -> tuple[str, str]:
+    """The best drafter this pair can use here, and why: llama.cpp for the embedded target when it is
+    installed (measured fastest on CPU), else the pair's draft model, else prompt lookup."""
+    from .models import EMBEDDED_NAME
+
+    if pair.target_name == EMBEDDED_NAME:
+        from .llamacpp import llama_cpp_available
+
+        ok, why = llama_cpp_available()
+        if ok:
+            return "llama.cpp", "the embedded GGUF in llama.cpp"
+        fallback = "draft" if pair.draft is not None else "lookup"
+        return fallback, f"llama.cpp drafter unavailable ({why}); using {fallback}"
+    if pair.draft is not None:
+        return "draft", "the pair's draft model"
+    return "lookup", "no draft model loaded"
+
+
 def make_proposer(pair, drafter: str = "draft", max_ngram: int = 3) -> Proposer:
-    """A fresh proposer of the named kind for this pair (see DRAFTERS)."""
+    """A proposer of the named kind for this pair (see DRAFTERS). Proposers keep no state across runs
+    (`begin` resets them), so the llama.cpp one, whose load costs a second, is built once per pair."""
     from .errors import PlaygroundError
 
+    if drafter == "auto":
+        drafter = default_drafter(pair)[0]
     if drafter == "draft":
         if pair.draft is None:
             raise PlaygroundError("this model pair has no draft model; choose the 'lookup' drafter or load a draft")
         return DraftModelProposer(pair.draft, pair.device, pair.vocab_size, name=pair.draft_name or "draft")
     if drafter == "lookup":
         return PromptLookupProposer(max_ngram=max_ngram)
-    raise PlaygroundError(f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}")
+    if drafter == "llama.cpp":
+        from .llamacpp import LlamaCppProposer
+        from .models import EMBEDDED_NAME
+
+        if pair.target_name != EMBEDDED_NAME:
+            raise PlaygroundError("the llama.cpp drafter runs the embedded GGUF, so it drafts for the embedded target only")
+        if "llama.cpp" not in pair.resources:
+            pair.resources["llama.cpp"] = LlamaCppProposer(pair.tokenizer, vocab_size=pair.vocab_size)
+        return pair.resources["llama.cpp"]
+    raise PlaygroundError(f"unknown drafter {drafter!r}; choose one of auto, {', '.join(DRAFTERS)}")

