@@ -1,0 +1,24 @@
+"""The browser playground (Gradio 6). The only part of the package that imports gradio.
+
+    from playground.ui import build_ui, launch
+    launch(build_ui())
+
+build_ui() builds components and wiring and loads no model; the model pair loads once per process on
+first use. launch() binds 127.0.0.1 unless GRADIO_SERVER_NAME says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .blocks import build_ui, launch_kwargs
+from .handlers import PairProvider, PairSpec
+
+__all__ = ["build_ui", "launch", "launch_kwargs", "PairProvider", "PairSpec"]
+
+
+def launch(demo, **overrides):
+    """Launch with the playground's theme and CSS, on loopback unless GRADIO_SERVER_NAME is set."""
+    kwargs = {"server_name": os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), **launch_kwargs()}
+    kwargs.update(overrides)
+    return demo.launch(**kwargs)

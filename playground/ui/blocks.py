@@ -1,0 +1,322 @@
+"""build_ui(): the components and their wiring. The work is in handlers.py; this file only maps
+handler views to component updates and PlaygroundError to a message the user sees.
+
+Serving: one queue; every event that touches the model runs under one concurrency group per device
+(`concurrency_limit=1`, shared `concurrency_id`), the queue is bounded, Stop cancels the running
+event (closing its generator, which stops and joins the engine thread), and every event has a
+stable `api_name` for gradio_client: /run, /compare, /calibrate, /sweep, /load_preset, /stop.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+
+import gradio as gr
+
+from ..errors import PlaygroundError
+from . import charts, handlers
+from .handlers import PairProvider
+from .render import EMPTY_TOKENS, legend_html
+
+log = logging.getLogger(__name__)
+QUEUE_MAX_SIZE = 16
+TITLE = "Speculative decoding playground"
+
+CSS = """
+.gradio-container { max-width: 1480px !important; }
+#header h1 { font-size: 1.45rem; margin: 0 0 2px 0; }
+#header p { margin: 0; color: var(--body-text-color-subdued); font-size: 0.92rem; }
+#status { font-size: 0.85rem; color: var(--body-text-color-subdued); min-height: 1.4em; flex: 1 1 auto !important; }
+#status-row { align-items: center; gap: 8px; }
+#activity { min-height: 30px; flex: 0 0 120px !important; }
+#status p { margin: 0; }
+.legend { display: flex; flex-wrap: wrap; gap: 6px 14px; align-items: center; font-size: 0.8rem;
+          color: var(--body-text-color-subdued); margin: 2px 0 6px 0; }
+.legend .tok { padding: 1px 7px; }
+.legend-note { margin-left: 4px; }
+.legend .it::before { display: none; }
+#tokens { padding: 0 !important; }
+.token-box { font-family: var(--font-mono); font-size: 13.5px; line-height: 2.0; white-space: pre-wrap;
+             word-break: break-word; min-height: 110px; max-height: 460px; overflow-y: auto; padding: 12px 14px;
+             border: 1px solid var(--border-color-primary); border-radius: 10px;
+             background: var(--block-background-fill); color: var(--body-text-color); }
+#tokens .placeholder { color: var(--body-text-color-subdued); font-family: var(--font); font-style: italic; }
+.tok { border-radius: 3px; padding: 2px 0; cursor: default; }
+.tok.acc { background: #bbf7d0; color: #14532d; }
+.tok.cor { background: #fecaca; color: #7f1d1d; }
+.tok.bon { background: #bfdbfe; color: #1e3a8a; }
+.tok.pln { background: #e5e7eb; color: #1f2937; }
+.tok.special { font-style: italic; opacity: 0.75; }
+.tok:hover { outline: 1.5px solid #111827; outline-offset: 0; }
+.tok .nl { opacity: 0.45; font-size: 0.85em; }
+.it { padding-bottom: 1px; }
+.it.even { border-bottom: 2px solid #818cf8; }
+.it.odd { border-bottom: 2px solid #fbbf24; }
+.it::before { content: ""; display: inline-block; width: 1px; height: 1.05em; margin: 0 1px;
+              background: #94a3b8; vertical-align: -0.15em; opacity: 0.6; }
+.fin { margin-left: 6px; font-size: 0.75em; color: var(--body-text-color-subdued); font-family: var(--font); }
+.counters { display: grid; grid-template-columns: repeat(6, minmax(0, 1fr)); gap: 8px; }
+.counter { border: 1px solid var(--border-color-primary); border-radius: 10px; padding: 8px 10px;
+           background: var(--block-background-fill); }
+.counter .value { font-size: 1.35rem; font-weight: 650; font-variant-numeric: tabular-nums; line-height: 1.2; }
+.counter .label { font-size: 0.75rem; color: var(--body-text-color-subdued); }
+.counters.running .counter .value { color: var(--color-accent); }
+.counters-note { font-size: 0.75rem; color: var(--body-text-color-subdued); margin-top: 4px; }
+.check { font-size: 0.88rem; padding: 8px 10px; border-radius: 8px; border: 1px solid var(--border-color-primary); }
+.check .badge { display: inline-block; padding: 1px 8px; border-radius: 999px; font-size: 0.8rem; margin-left: 4px; }
+.badge.ok { background: #dcfce7; color: #166534; }
+.badge.bad { background: #fee2e2; color: #991b1b; }
+.badge.na { background: #f3f4f6; color: #4b5563; }
+.check-error { font-family: var(--font-mono), monospace; font-size: 0.8rem; color: #991b1b; margin-top: 4px; }
+#prediction h4 { margin: 4px 0 6px 0; }
+#prediction table { font-size: 0.86rem; border-collapse: collapse; width: auto; border: none !important; }
+#prediction tr { border: none !important; }
+#prediction th, #prediction td { border: none !important;
+                                 border-bottom: 1px solid var(--border-color-primary) !important;
+                                 padding: 4px 16px 4px 0 !important; background: none !important; }
+#prediction td:nth-child(2), #prediction th:nth-child(2) { text-align: right; }
+#prediction p { font-size: 0.8rem; color: var(--body-text-color-subdued); margin: 6px 0; }
+#controls .gr-group, #controls { gap: 8px; }
+.small-note { font-size: 0.78rem; color: var(--body-text-color-subdued); }
+@media (max-width: 900px) { .counters { grid-template-columns: repeat(3, minmax(0, 1fr)); } }
+"""
+
+
+def theme() -> gr.themes.Base:
+    # Local font stacks only: the playground must render offline (no web-font downloads).
+    return gr.themes.Default(
+        primary_hue="indigo",
+        secondary_hue="indigo",
+        neutral_hue="slate",
+        font=["Inter", "ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"],
+        font_mono=["JetBrains Mono", "ui-monospace", "SFMono-Regular", "Menlo", "DejaVu Sans Mono", "monospace"],
+    ).set(block_radius="10px", button_large_radius="8px")
+
+
+def launch_kwargs() -> dict:
+    """What launch() needs besides the app (Gradio 6 takes theme and css here, not in Blocks())."""
+    return {"theme": theme(), "css": CSS, "footer_links": ["api", "gradio"]}
+
+
+def _error(e: Exception) -> gr.Error:
+    return gr.Error(html.escape(str(e)), title="Cannot do that", print_exception=False)
+
+
+def _skip(x):
+    return gr.skip() if x is None else x
+
+
+def _guarded(views, to_outputs, n_outputs: int, status_first: bool = True):
+    """Map each view to output values; turn a PlaygroundError into a status line (the first output) and an
+    error the user or API client sees, and any other exception into an 'internal error' message. The app
+    keeps serving either way."""
+    try:
+        for v in views:
+            yield to_outputs(v)
+    except PlaygroundError as e:
+        if status_first:
+            yield (f"\u26a0 {e}", *([gr.skip()] * (n_outputs - 1)))
+        raise _error(e) from None
+    except Exception as e:  # a bug, not bad input: say what happened, log the traceback
+        log.exception("playground event failed")
+        if status_first:
+            yield (f"\u26a0 internal error: {type(e).__name__}: {e}", *([gr.skip()] * (n_outputs - 1)))
+        raise gr.Error(html.escape(f"internal error: {type(e).__name__}: {e}"), title="Something broke") from None
+
+
+def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=None,
+             calibrate_repeats: int = 12) -> gr.Blocks:
+    """The playground's Blocks. Loads no model: the pair loads on first use (see handlers.PairCache)."""
+    provider = provider or PairProvider()
+    group = f"device:{provider.device}"  # one run at a time per device, whatever the event
+    device_events = {"concurrency_limit": 1, "concurrency_id": group}
+    preset_list, preset_errors = handlers.preset_choices(presets_dir)
+    drafter_choices = provider.drafter_choices()
+    spec = provider.spec
+
+    with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
+        session = gr.State(None)  # a handlers.Session, created by the first event of each tab
+
+        with gr.Column(elem_id="header"):
+            gr.Markdown(
+                f"# {TITLE}\n"
+                "A small drafter proposes *k* tokens, the target checks them in one pass, the acceptance rule "
+                "keeps a prefix. See which tokens were accepted, the acceptance rate \u03b1, where the time went, "
+                "and the cost model's predicted speed-up beside the measured one.  \n"
+                f"<span class='small-note'>Pair: target `{spec.target}`, draft `{spec.draft or 'none'}`, "
+                f"device `{spec.device}`, dtype `{spec.dtype}` \u00b7 loaded once per process on first use.</span>"
+            )
+            if preset_errors:
+                gr.Markdown("\n".join(f"- preset error: {html.escape(e)}" for e in preset_errors))
+
+        with gr.Row(equal_height=False):
+            # ---------------- controls ----------------
+            with gr.Column(scale=4, min_width=340, elem_id="controls"):
+                preset = gr.Dropdown(preset_list, value="", label="Preset", elem_id="preset",
+                                     info="Fills the prompt with the exact text the model sees")
+                preset_info = gr.Markdown("Your own prompt: sent as one user turn of the chat template.",
+                                          elem_id="preset-info")
+                prompt = gr.Textbox(label="Prompt", lines=6, max_lines=12, elem_id="prompt",
+                                    placeholder="Paste anything, or pick a preset above")
+                chat = gr.Checkbox(value=True, label="Wrap in the chat template (as one user turn)", elem_id="chat")
+                drafter = gr.Radio(drafter_choices, value=drafter_choices[0][1] if drafter_choices else None,
+                                   label="Drafter", info=provider.drafter_help(), elem_id="drafter")
+                with gr.Row():
+                    k = gr.Slider(1, 16, value=4, step=1, label="k (proposals per iteration)", elem_id="k")
+                    max_new = gr.Number(value=handlers.DEFAULT_MAX_NEW, precision=0, minimum=1,
+                                        maximum=handlers.MAX_NEW_TOKENS, label="Max new tokens", elem_id="max-new")
+                with gr.Accordion("Decoding", open=False, elem_id="decoding-box"):
+                    decoding = gr.Radio([("greedy", "greedy"), ("sampling", "sample")], value="greedy",
+                                        label="Decoding", elem_id="decoding")
+                    with gr.Row():
+                        temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature",
+                                                interactive=False)
+                        top_k = gr.Number(value=0, precision=0, minimum=0, label="Top-k (0 = off)", interactive=False)
+                    with gr.Row():
+                        top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="Top-p (1 = off)", interactive=False)
+                        seed = gr.Number(value=0, precision=0, minimum=0, label="Seed")
+                with gr.Row():
+                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", scale=2, size="md")
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", scale=1, size="md")
+                with gr.Row():
+                    compare_btn = gr.Button("Compare with plain", elem_id="compare-btn", size="md", scale=3)
+                    calibrate_btn = gr.Button("Calibrate", elem_id="calibrate-btn", size="md", scale=2)
+                gr.Markdown("<span class='small-note'>**Compare with plain** runs speculative decoding, then plain "
+                            "decoding of the same prompt and length right after. **Calibrate** times the target "
+                            "and the drafter on this prompt (kept for this session) for the cost model.</span>")
+
+            # ---------------- results ----------------
+            with gr.Column(scale=9, min_width=520):
+                with gr.Row(equal_height=True, elem_id="status-row"):
+                    status = gr.Markdown("Ready. Pick a preset or type a prompt, then press Run.", elem_id="status",
+                                         scale=12)
+                    # Where Gradio's own progress timer and error badge go, beside the status line, not over it.
+                    activity = gr.HTML("", elem_id="activity", min_width=110, scale=1, min_height=30)
+                with gr.Tabs():
+                    with gr.Tab("Run", id="run-tab"):
+                        gr.HTML(legend_html(), elem_id="legend")
+                        tokens = gr.HTML(EMPTY_TOKENS, html_template='<div class="token-box">${value}</div>',
+                                         elem_id="tokens", padding=False)
+                        counters = gr.HTML(handlers.counters_html(None, None, False), elem_id="counters")
+                        check = gr.HTML("", elem_id="check")
+                        time_plot = gr.Plot(charts.empty_figure("Time per iteration (ms)"), show_label=False,
+                                            elem_id="time-plot")
+                        with gr.Row(equal_height=True):
+                            pos_plot = gr.Plot(charts.empty_figure("Acceptance by draft position"),
+                                               show_label=False, elem_id="pos-plot")
+                            alpha_plot = gr.Plot(charts.empty_figure("\u03b1 over iterations"), show_label=False,
+                                                 elem_id="alpha-plot")
+                        prediction = gr.Markdown(handlers.prediction_markdown(handlers.Session()),
+                                                 elem_id="prediction")
+                        with gr.Accordion("Run record (JSON)", open=False):
+                            download = gr.DownloadButton("Download run as JSON", value=None, elem_id="download",
+                                                         size="sm")
+                            run_json = gr.JSON(label="records, summary, environment, config", elem_id="run-json")
+                    with gr.Tab("k per output shape", id="sweep-tab"):
+                        gr.Markdown(
+                            "Sweeps k over the current prompt (pick a preset for an output shape): in each round "
+                            "plain decoding and every k run back to back in a rotating order; the chart shows the "
+                            "median measured speed-up (bars: min\u2013max over rounds) beside the cost model's "
+                            "prediction, the break-even line and the recommended k. Uses the drafter and decoding "
+                            "settings on the left.")
+                        with gr.Row():
+                            k_max = gr.Slider(1, 16, value=8, step=1, label="Largest k", elem_id="k-max")
+                            rounds = gr.Slider(1, 5, value=2, step=1, label="Rounds", elem_id="rounds")
+                            sweep_new = gr.Number(value=32, precision=0, minimum=1, maximum=handlers.MAX_NEW_TOKENS,
+                                                  label="Max new tokens per run", elem_id="sweep-new")
+                            sweep_btn = gr.Button("Sweep k", variant="primary", elem_id="sweep-btn")
+                        sweep_status = gr.Markdown("", elem_id="sweep-status")
+                        sweep_plot = gr.Plot(charts.sweep_figure(None), show_label=False, elem_id="sweep-plot")
+                        sweep_text = gr.Markdown("", elem_id="sweep-summary")
+                        sweep_table = gr.Dataframe(headers=handlers.SWEEP_COLUMNS, interactive=False,
+                                                   elem_id="sweep-table")
+                        with gr.Accordion("Sweep result (JSON)", open=False):
+                            sweep_json = gr.JSON(elem_id="sweep-json")
+
+        # ---------------- events ----------------
+        controls = [prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p, max_new, seed]
+        run_outputs = [status, tokens, counters, time_plot, pos_plot, alpha_plot, check, prediction, run_json,
+                       download, session]
+
+        def run_outputs_of(v):
+            figs = v.figures or {}
+            return (v.status, _skip(v.tokens), _skip(v.counters), _skip(figs.get("time")),
+                    _skip(figs.get("positions")), _skip(figs.get("alpha")), _skip(v.check), _skip(v.prediction),
+                    _skip(v.doc), _skip(v.download), v.session)
+
+        def run(session, prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p, max_new_tokens,
+                seed, progress=gr.Progress()):
+            """Speculative decoding of the prompt, streamed. Returns status, token HTML, counters, the three
+            charts, the output check, the prediction panel, the run record (JSON) and its download."""
+            views = handlers.stream_run(provider, session, prompt, preset, chat, drafter, k, decoding, temperature,
+                                        top_k, top_p, max_new_tokens, seed, progress)
+            yield from _guarded(views, run_outputs_of, len(run_outputs))
+
+        def compare(session, progress=gr.Progress()):
+            """Plain decoding of the last run's prompt and length, right after it: the measured speed-up."""
+            yield from _guarded(handlers.stream_compare(provider, session, progress),
+                                lambda v: (v.status, _skip(v.prediction), _skip(v.doc), _skip(v.download), v.session),
+                                5)
+
+        def calibrate(session, prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p,
+                      max_new_tokens, seed, progress=gr.Progress()):
+            """Time the target (v(n)) and the drafter (c) on the current prompt; cached for this session."""
+            views = handlers.stream_calibrate(provider, session, prompt, preset, chat, drafter, k, decoding,
+                                              temperature, top_k, top_p, max_new_tokens, seed, progress,
+                                              repeats=calibrate_repeats)
+            yield from _guarded(views, lambda v: (v.status, _skip(v.prediction), v.session), 3)
+
+        def sweep(session, prompt, preset, chat, drafter, decoding, temperature, top_k, top_p, seed, k_max,
+                  rounds, max_new_tokens, progress=gr.Progress()):
+            """Sweep k = 1..k_max on the current prompt: measured and predicted speed-up, recommended k."""
+            views = handlers.stream_sweep(provider, session, prompt, preset, chat, drafter, decoding, temperature,
+                                          top_k, top_p, seed, k_max, rounds, max_new_tokens, progress,
+                                          sweep_fn=sweep_fn)
+            yield from _guarded(views, lambda v: (v.status, _skip(v.figure), _skip(v.table), _skip(v.summary),
+                                                  _skip(v.doc), v.session), 6)
+
+        def load_preset(preset, prompt, progress=gr.Progress()):
+            """Fill the prompt box (and max new tokens) from a preset; describe it."""
+            if preset and not provider.loaded():
+                yield gr.skip(), gr.skip(), gr.skip(), handlers.LOADING_MESSAGE
+
+            def views():
+                yield handlers.load_preset(provider, preset, prompt, progress)
+
+            yield from _guarded(views(), lambda v: (v.prompt, _skip(v.max_new_tokens), v.chat, v.info), 4,
+                                status_first=False)
+
+        def stop():
+            """Stop the running event of this session (the partial run stays on the page)."""
+            return "Stopped. The partial run stays on the page; press Run to start again."
+
+        # Progress and errors show on the status line only (an error would otherwise badge every output).
+        on_status = {"show_progress": "minimal", "show_progress_on": [activity]}
+        run_ev = run_btn.click(run, [session, *controls], run_outputs, api_name="run", **on_status, **device_events)
+        cmp_run_ev = compare_btn.click(run, [session, *controls], run_outputs, api_visibility="private",
+                                       **on_status, **device_events)
+        cmp_ev = cmp_run_ev.success(compare, [session], [status, prediction, run_json, download, session],
+                                    api_name="compare", **on_status, **device_events)
+        cal_ev = calibrate_btn.click(calibrate, [session, *controls], [status, prediction, session],
+                                     api_name="calibrate", **on_status, **device_events)
+        sweep_ev = sweep_btn.click(
+            sweep, [session, prompt, preset, chat, drafter, decoding, temperature, top_k, top_p, seed, k_max, rounds,
+                    sweep_new],
+            [sweep_status, sweep_plot, sweep_table, sweep_text, sweep_json, session], api_name="sweep",
+            show_progress="minimal", show_progress_on=[activity], **device_events)
+        preset.input(load_preset, [preset, prompt], [prompt, max_new, chat, preset_info], api_name="load_preset",
+                     show_progress="minimal", show_progress_on=[preset_info], concurrency_limit=4,
+                     concurrency_id="presets")
+        stop_btn.click(stop, None, [status], api_name="stop", queue=False,
+                       cancels=[run_ev, cmp_run_ev, cmp_ev, cal_ev, sweep_ev])
+
+        def sampling_controls(decoding):
+            on = decoding == "sample"
+            return gr.update(interactive=on), gr.update(interactive=on), gr.update(interactive=on)
+
+        decoding.change(sampling_controls, [decoding], [temperature, top_k, top_p], api_visibility="private",
+                        queue=False)
+
+    demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=1)
+    return demo

@@ -1,0 +1,184 @@
+"""Plotly figures of a run and of a k sweep, from the records and the lab's result dicts.
+
+Every function returns a plotly `Figure` (no gradio here). `empty_figure` is what each `gr.Plot` shows
+before its first update, so plotly.js is loaded by the time a run streams its first chart.
+
+Figures are built as one dict and turned into a Figure in a single constructor call, with no plotly
+template: plotly's incremental update methods and its templates cost tens of milliseconds per figure,
+and charts are rebuilt while a run streams, on the same CPU (and GIL) the run is being timed on.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import plotly.graph_objects as go
+
+from ..records import Iteration, RunSummary
+
+COLOURS = {
+    "draft": "#6366f1",  # indigo
+    "verify": "#f59e0b",  # amber
+    "rollback": "#ef4444",  # red
+    "accepted": "#16a34a",
+    "measured": "#0f766e",
+    "iid": "#6366f1",
+    "empirical": "#db2777",
+}
+HEIGHT = 260
+MAX_BARS = 200  # iterations drawn in the time-split chart (the latest ones); beyond that bars are unreadable
+
+
+def _axis(title: str, **extra) -> dict:
+    axis = {"title": {"text": title, "font": {"size": 11, "color": "#4b5563"}}, "gridcolor": "#eef0f3",
+            "zeroline": False, "linecolor": "#d1d5db", "showline": True, "ticks": "outside", "tickcolor": "#d1d5db",
+            "ticklen": 3, "automargin": True}
+    axis.update(extra)
+    return axis
+
+
+def _figure(data: list, title: str, x: str, y: str, height: int = HEIGHT, xaxis=None, yaxis=None,
+            shapes=(), annotations=(), **layout) -> go.Figure:
+    spec_layout = {
+        "template": "none",
+        "title": {"text": title, "x": 0.0, "xanchor": "left", "y": 0.97, "yanchor": "top",
+                  "font": {"size": 12.5, "color": "#111827"}},
+        "height": height,
+        "margin": {"l": 44, "r": 10, "t": 52, "b": 38},
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "font": {"size": 11, "color": "#374151", "family": "Inter, system-ui, sans-serif"},
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1.0,
+                   "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)"},
+        "hoverlabel": {"font": {"size": 11}},
+        "xaxis": _axis(x, **(xaxis or {})),
+        "yaxis": _axis(y, **(yaxis or {})),
+        "shapes": list(shapes),
+        "annotations": list(annotations),
+    }
+    spec_layout.update(layout)
+    return go.Figure({"data": data, "layout": spec_layout})
+
+
+def _hline(y: float, colour: str, dash: str = "dot", width: float = 1.0) -> dict:
+    return {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": y, "y1": y,
+            "line": {"color": colour, "dash": dash, "width": width}}
+
+
+def _note(text: str, x, y, xref="paper", yref="y", **extra) -> dict:
+    note = {"text": text, "x": x, "y": y, "xref": xref, "yref": yref, "showarrow": False,
+            "font": {"size": 10, "color": "#374151"}, "bgcolor": "rgba(255,255,255,0.85)"}
+    note.update(extra)
+    return note
+
+
+def _integer_ticks(x: Sequence[int]) -> dict:
+    """Whole-number ticks (iterations), about ten of them at most."""
+    span = (max(x) - min(x)) if x else 0
+    return {"tick0": 1, "dtick": max(1, -(-span // 10))}
+
+
+def empty_figure(title: str, message: str = "no data yet") -> go.Figure:
+    return _figure([], title, "", "", xaxis={"visible": False}, yaxis={"visible": False},
+                   annotations=[_note(message, 0.5, 0.5, yref="paper", font={"size": 12, "color": "#9ca3af"})])
+
+
+def time_split_figure(iterations: Sequence[Iteration]) -> go.Figure:
+    """Drafting / verification / rollback per iteration, as stacked bars (milliseconds)."""
+    title = "Time per iteration (ms)"
+    if not iterations:
+        return empty_figure(title)
+    shown = list(iterations)[-MAX_BARS:]
+    x = [it.index + 1 for it in shown]
+    data = [
+        {"type": "bar", "x": x, "y": [1000 * getattr(it, attr) for it in shown], "name": name,
+         "marker": {"color": colour}, "hovertemplate": f"iteration %{{x}}<br>{name} %{{y:.1f}} ms<extra></extra>"}
+        for name, attr, colour in (("draft", "draft_s", COLOURS["draft"]), ("verify", "verify_s", COLOURS["verify"]),
+                                   ("rollback", "rollback_s", COLOURS["rollback"]))
+    ]
+    if len(shown) < len(iterations):
+        title += f" \u2014 last {len(shown)} of {len(iterations)}"
+    return _figure(data, title, "iteration", "ms", height=230, xaxis=_integer_ticks(x), barmode="stack",
+                   bargap=0.15)
+
+
+def acceptance_by_position_figure(summary: RunSummary | None) -> go.Figure:
+    """P(proposal i accepted | proposals 1..i-1 accepted), with how often each position was reached."""
+    title = "Acceptance by draft position"
+    if summary is None or not summary.per_position_acceptance:
+        return empty_figure(title, "no proposals yet")
+    rates = summary.per_position_acceptance
+    reached = list(summary.per_position_reached)
+    x = list(range(1, len(rates) + 1))
+    data = [{"type": "bar", "x": x, "y": list(rates), "name": "P(accept | reached)",  # None: never reached, no bar
+             "marker": {"color": COLOURS["accepted"]}, "customdata": reached,
+             "text": [f"n={n}" if n else "not reached" for n in reached], "textposition": "outside",
+             "textfont": {"size": 9},
+             "cliponaxis": False,
+             "hovertemplate": "position %{x}<br>accepted %{y:.2f} of the %{customdata} times reached<extra></extra>"}]
+    shapes, notes = [], []
+    if summary.alpha is not None:
+        shapes.append(_hline(summary.alpha, "#374151"))
+        notes.append(_note(f"\u03b1 = {summary.alpha:.2f}", 1.0, summary.alpha, xanchor="right", yanchor="top"))
+    return _figure(data, title, "draft position", "acceptance", xaxis={"dtick": 1}, yaxis={"range": [0, 1.18]},
+                   shapes=shapes, annotations=notes, showlegend=False)
+
+
+def alpha_figure(iterations: Sequence[Iteration]) -> go.Figure:
+    """Running alpha (accepted / evaluated so far) over iterations, with each iteration's own rate."""
+    title = "\u03b1 over iterations"
+    drafting = [it for it in iterations if it.proposed]
+    if not drafting:
+        return empty_figure(title, "no proposals yet")
+    x, running, own = [], [], []
+    acc = ev = 0
+    for it in drafting:
+        acc += it.n_accepted
+        ev += it.evaluated
+        x.append(it.index + 1)
+        running.append(acc / ev)
+        own.append(it.n_accepted / it.evaluated)
+    data = [
+        {"type": "scatter", "x": x, "y": own, "mode": "markers", "name": "this iteration",
+         "marker": {"size": 5, "color": "#9ca3af"},
+         "hovertemplate": "iteration %{x}<br>accepted / evaluated %{y:.2f}<extra></extra>"},
+        {"type": "scatter", "x": x, "y": running, "mode": "lines", "name": "running \u03b1",
+         "line": {"color": COLOURS["accepted"], "width": 2.5},
+         "hovertemplate": "iteration %{x}<br>running \u03b1 %{y:.3f}<extra></extra>"},
+    ]
+    return _figure(data, title, "iteration", "\u03b1", xaxis=_integer_ticks(x), yaxis={"range": [-0.05, 1.05]})
+
+
+def sweep_figure(result: dict | None) -> go.Figure:
+    """Measured (median, min-max bars) and predicted speed-up against k, break-even line, best k."""
+    title = "Speed-up over plain decoding against k"
+    if not result or not result.get("table"):
+        return empty_figure(title, "run a sweep to fill this chart")
+    rows = result["table"]
+    ks = [r["k"] for r in rows]
+    data = [{
+        "type": "scatter", "x": ks, "y": [r["median_ratio"] for r in rows], "mode": "lines+markers",
+        "name": "measured (median)", "line": {"color": COLOURS["measured"], "width": 2.5}, "marker": {"size": 8},
+        "error_y": {"type": "data", "symmetric": False, "array": [r["max_ratio"] - r["median_ratio"] for r in rows],
+                    "arrayminus": [r["median_ratio"] - r["min_ratio"] for r in rows], "thickness": 1.2, "width": 4,
+                    "color": COLOURS["measured"]},
+        "hovertemplate": "k=%{x}<br>measured %{y:.2f}\u00d7<extra></extra>",
+    }]
+    for key, name, colour in (("predicted_iid", "predicted (iid \u03b1)", COLOURS["iid"]),
+                              ("predicted_empirical", "predicted (per-position)", COLOURS["empirical"])):
+        pts = [(r["k"], r.get(key)) for r in rows if r.get(key) is not None]
+        if pts:
+            data.append({"type": "scatter", "x": [p[0] for p in pts], "y": [p[1] for p in pts],
+                         "mode": "lines+markers", "name": name, "marker": {"size": 5},
+                         "line": {"color": colour, "dash": "dash", "width": 1.8},
+                         "hovertemplate": f"k=%{{x}}<br>{name} %{{y:.2f}}\u00d7<extra></extra>"})
+    shapes = [_hline(1.0, "#6b7280", width=1.2)]
+    notes = [_note("break-even (1.0\u00d7)", 1.0, 1.0, xanchor="right", yanchor="bottom")]
+    best = result.get("best_k")
+    if best is not None:
+        shapes.append({"type": "line", "xref": "x", "x0": best, "x1": best, "yref": "paper", "y0": 0, "y1": 1,
+                       "line": {"color": COLOURS["measured"], "width": 1.5, "dash": "dash"}, "opacity": 0.6})
+        notes.append(_note(f"recommended k = {best}", best, 0.02, xref="x", yref="paper", xanchor="left",
+                           yanchor="bottom", xshift=4, font={"size": 10, "color": COLOURS["measured"]}))
+    return _figure(data, title, "k (proposals per iteration)", "speed-up (\u00d7)", height=340,
+                   xaxis={"dtick": 1}, shapes=shapes, annotations=notes)

@@ -1,0 +1,102 @@
+"""The playground through its API: the app launched in-process on a loopback port, driven by
+gradio_client, streaming a short run on the embedded pair."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "Name three colours of the rainbow."
+CONTROLS = {"preset": "", "chat": True, "drafter": "draft", "k": 4, "decoding": "greedy", "temperature": 1.0,
+            "top_k": 0, "top_p": 1.0, "seed": 0}
+RUN_OUTPUTS = ["status", "tokens", "counters", "time_plot", "pos_plot", "alpha_plot", "check", "prediction",
+               "run_json", "download"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def client():
+    from gradio_client import Client
+
+    from playground.ui import build_ui, launch
+
+    demo = build_ui(calibrate_repeats=3)
+    _, url, _ = launch(demo, server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    assert url.startswith("http://127.0.0.1:")
+    try:
+        yield Client(url, verbose=False)
+    finally:
+        demo.close()
+
+
+def test_the_api_lists_every_event(client):
+    names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
+    assert {"/run", "/compare", "/calibrate", "/sweep", "/load_preset", "/stop"} <= names
+
+
+def test_run_streams_and_returns_the_records_and_summary(client):
+    job = client.submit(prompt=PROMPT, max_new_tokens=16, api_name="/run", **CONTROLS)
+    streamed = list(job)  # one item per update the run yielded
+    final = dict(zip(RUN_OUTPUTS, job.result()))
+    assert len(streamed) >= 3
+    assert final["status"].startswith("Done:"), final["status"]
+    doc = final["run_json"]
+    records = doc["records"]
+    assert records[0]["type"] == "Prefill" and records[0]["prompt_tokens"] == len(doc["config"]["prompt_ids"])
+    iterations = [r for r in records if r["type"] == "Iteration"]
+    summary = doc["summary"]
+    new_tokens = sum(len(r["emitted"]) for r in iterations)
+    assert summary["mode"] == "speculative" and summary["new_tokens"] == new_tokens
+    assert new_tokens == 16 or summary["finished"] == "eos"
+    assert summary["target_passes"] == len(iterations) and 0 <= summary["alpha"] <= 1
+    assert all(r["p"] is not None and len(r["p"]) == len(r["proposed"]) for r in iterations if r["proposed"])
+    assert doc["config"]["k"] == 4 and doc["environment"]["pair"]["draft"].startswith("int8")
+    assert final["tokens"].count('class="tok ') == new_tokens
+    assert 'data-counter="alpha"' in final["counters"]
+    assert final["download"] and final["download"].endswith(".json")
+
+    cmp = client.predict(api_name="/compare")
+    status, prediction, doc2, _ = cmp
+    assert status.startswith("Compared:"), status
+    assert doc2["plain_summary"]["mode"] == "plain" and doc2["measured_speedup"] > 0
+    assert "adjacent" in status and "n = 1 pair" in prediction
+
+    status, prediction = client.predict(prompt=PROMPT, max_new_tokens=16, api_name="/calibrate", **CONTROLS)
+    assert status.startswith("Calibrated"), status
+    assert "predicted, iid" in prediction
+
+
+def test_bad_input_returns_a_clear_error_and_the_app_keeps_serving(client):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="the prompt is empty"):
+        client.predict(prompt="   ", max_new_tokens=8, api_name="/run", **CONTROLS)
+    with pytest.raises(AppError, match="no finished speculative run|prompt is empty"):
+        # a fresh session has no run to compare with
+        from gradio_client import Client
+
+        Client(client.src, verbose=False).predict(api_name="/compare")
+    with pytest.raises(AppError, match="less than minimum"):
+        client.predict(prompt=PROMPT, max_new_tokens=8, api_name="/run", **{**CONTROLS, "k": 0})
+    # still serving
+    prompt, max_new, chat, info = client.predict(preset="tool_call", prompt="", api_name="/load_preset")
+    assert "<|im_start|>" in prompt and max_new > 0 and chat is False and "tool_call" in info
+
+
+def test_sweep_through_the_api_uses_the_lab_and_recommends_a_k(client):
+    status, _figure, table, summary, result = client.predict(
+        prompt=PROMPT, preset="", chat=True, drafter="draft", decoding="greedy", temperature=1.0, top_k=0, top_p=1.0,
+        seed=0, k_max=2, rounds=1, max_new_tokens=6, api_name="/sweep")
+    assert status.startswith("Sweep done"), status
+    assert [row["k"] for row in result["table"]] == [1, 2] and result["best_k"] in (1, 2)
+    assert all(row["predicted_iid"] > 0 for row in result["table"])  # the sweep's own calibration fed the model
+    assert f"Recommended k = {result['best_k']}" in summary and "prefill excluded" in summary
+    assert [r[0] for r in table["data"]] == [1, 2]

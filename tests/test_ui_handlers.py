@@ -1,0 +1,533 @@
+"""The browser playground without a browser: token HTML and charts from hand-built records, and the
+event handlers on tiny random models (a word-level tokenizer stands in for a real one)."""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+import time
+
+import plotly.graph_objects as go
+import pytest
+import torch
+
+from playground.errors import PlaygroundError
+from playground.models import ModelPair
+from playground.presets import OutputCheck, get_preset
+from playground.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step, summarize
+from playground.text import token_pieces
+from playground.ui import charts, handlers, render
+from tests.tiny import perturbed, tiny_model, word_tokenizer
+
+WORDS = [f"w{i}" for i in range(63)]  # + "<eos>" = 64 tokens
+PROMPT = "w1 w2 w3 w4 w5 w1 w2 w3"
+
+
+def it(index, proposed, n_accepted, emitted, roles, p=None, q=None, finished=None, k=None):
+    return Iteration(index=index, k=k if k is not None else len(proposed), proposed=tuple(proposed),
+                     n_accepted=n_accepted, emitted=tuple(emitted), roles=tuple(roles), draft_s=0.01 * (index + 1),
+                     verify_s=0.02, rollback_s=0.001, elapsed_s=0.05 * (index + 1), p=p, q=q, finished=finished)
+
+
+RECORDS = [
+    Prefill(prompt_tokens=5, target_s=0.1, draft_s=0.05),
+    it(0, [1, 2, 3], 1, [1, 7], [ACCEPTED, CORRECTION], p=(0.9, 0.1, 0.5), q=(0.8, 0.4, 0.5)),
+    it(1, [4, 5], 2, [4, 5, 6], [ACCEPTED, ACCEPTED, BONUS], p=(0.5, 0.7), q=(0.25, 0.7)),
+    it(2, [], 0, [8], [PLAIN], k=3, finished="length"),
+]
+
+
+@pytest.fixture(scope="module")
+def word_pair():
+    target = tiny_model(vocab=64, seed=0, dtype=torch.float32)
+    return ModelPair(target=target, tokenizer=word_tokenizer(WORDS), draft=perturbed(target, noise=0.015),
+                     eos_ids=frozenset({63}), target_name="tiny-target", draft_name="tiny-draft")
+
+
+@pytest.fixture(scope="module")
+def provider(word_pair):
+    return handlers.PairProvider(pair=word_pair)
+
+
+def run_to_end(provider, session=None, prompt=PROMPT, drafter="draft", k=3, decoding="greedy", max_new=24, **kw):
+    views = list(handlers.stream_run(provider, session, prompt, kw.get("preset", ""), kw.get("chat", True), drafter,
+                                     k, decoding, kw.get("temperature", 1.0), kw.get("top_k", 0),
+                                     kw.get("top_p", 1.0), max_new, kw.get("seed", 0)))
+    return views
+
+
+# --- render -------------------------------------------------------------------------------------------------
+
+
+def test_token_html_has_one_span_per_token_coloured_by_role_with_alternating_iterations():
+    out = render.records_html(RECORDS)
+    assert out.count('class="tok ') == 6
+    assert out.count('class="tok acc"') == 3 and out.count('class="tok cor"') == 1
+    assert out.count('class="tok bon"') == 1 and out.count('class="tok pln"') == 1
+    assert out.index('class="it even" data-iteration="1"') < out.index('class="it odd" data-iteration="2"') \
+        < out.index('class="it even" data-iteration="3"')
+    assert "max new tokens reached" in out  # the finish mark after the last iteration
+
+
+def test_hover_text_gives_iteration_role_p_q_and_acceptance_probability():
+    out = render.records_html(RECORDS, greedy=False)
+    titles = [html.unescape(t.split('"')[0]) for t in out.split('title="')[1:]]
+    accepted_first = titles[0]
+    assert "iteration 1" in accepted_first and "accepted draft token" in accepted_first
+    assert "p(x) = 0.900" in accepted_first and "q(x) = 0.800" in accepted_first
+    assert "min(1, p/q) = 1.000" in accepted_first
+    correction = titles[1]  # the rejected proposal's numbers: p 0.1, q 0.4 -> 0.25
+    assert "target's correction" in correction and "position 2 of 3" in correction
+    assert "min(1, p/q) = 0.250" in correction
+    assert "bonus" in titles[4] and "all 2 proposals kept" in titles[4]
+    assert "plain step" in titles[5]
+
+
+def test_deterministic_proposals_show_q_as_a_point_mass_and_greedy_says_how_it_decides():
+    lookup = it(0, [3, 4], 2, [3, 4, 5], [ACCEPTED, ACCEPTED, BONUS], p=(0.4, 0.9), q=None)
+    tip = render.token_tip(lookup, 0, greedy=True)
+    assert "q(x) = 1 (deterministic proposal)" in tip and "min(1, p/q) = 0.400" in tip
+    assert "greedy: a proposal is kept iff it is the target's arg-max" in tip
+
+
+def test_token_text_is_escaped_and_newlines_are_shown():
+    tok = word_tokenizer(["<b>", "a&b", "x"])
+    # a word-level tokenizer joins with spaces; the pieces carry the markup characters
+    out = render.records_html([it(0, [0, 1], 2, [0, 1, 2], [ACCEPTED, ACCEPTED, BONUS])], tok)
+    assert "<b>" not in out.replace('<span class="tok', "") and "&lt;b&gt;" in out and "a&amp;b" in out
+    assert render.escape_piece('x\n"y"') == 'x<span class="nl">\u21b5</span>\n&quot;y&quot;'
+    evil = it(0, [], 0, [9], [PLAIN])
+    assert "<script" not in render.records_html([evil], _FakeTokenizer({9: "<script>alert(1)</script>"}))
+
+
+class _FakeTokenizer:
+    def __init__(self, pieces):
+        self.pieces = pieces
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(self.pieces[i] for i in ids)
+
+
+def test_piece_decoder_matches_token_pieces_and_holds_back_incomplete_characters():
+    tok = word_tokenizer(WORDS)
+    ids = [1, 5, 9, 2, 2, 40]
+    dec = render.PieceDecoder(tok)
+    assert dec.extend(ids[:2]) + dec.extend(ids[2:]) == token_pieces(tok, ids)
+    # a byte-level tokenizer splits "é" into two byte tokens: the first shows nothing, the second the character
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    bpe = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    byte_tok = PreTrainedTokenizerFast(tokenizer_object=bpe)
+    ids = byte_tok("a\u00e9b")["input_ids"]
+    assert len(ids) == 4
+    pieces = render.PieceDecoder(byte_tok).extend(ids)
+    assert pieces == ["a", "", "\u00e9", "b"] and "".join(pieces) == "a\u00e9b"
+
+
+def test_plain_steps_render_as_plain_tokens():
+    out = render.records_html([Prefill(3, 0.1), Step(0, 4, 0.01, 0.01), Step(1, 5, 0.01, 0.02, "eos")])
+    assert out.count('class="tok pln"') == 2 and "end of sequence" in out
+
+
+# --- charts -------------------------------------------------------------------------------------------------
+
+
+def valid(fig: go.Figure) -> go.Figure:
+    return go.Figure(fig.to_dict())  # plotly validates every property on construction from a dict
+
+
+def test_time_split_is_stacked_draft_verify_rollback_in_ms():
+    its = [r for r in RECORDS if isinstance(r, Iteration)]
+    fig = valid(charts.time_split_figure(its))
+    assert [t.name for t in fig.data] == ["draft", "verify", "rollback"] and fig.layout.barmode == "stack"
+    assert list(fig.data[0].y) == pytest.approx([10, 20, 30]) and list(fig.data[0].x) == [1, 2, 3]
+
+
+def test_acceptance_by_position_and_alpha_charts():
+    s = summarize(RECORDS)
+    fig = valid(charts.acceptance_by_position_figure(s))
+    # position 1: 2 of 2, position 2: 1 of 2, position 3: never reached (no bar, not a zero)
+    assert list(fig.data[0].y) == [1.0, 0.5, None] and list(fig.data[0].text)[2] == "not reached"
+    assert fig.layout.shapes[0].y0 == pytest.approx(s.alpha)
+    fig = valid(charts.alpha_figure([r for r in RECORDS if isinstance(r, Iteration)]))
+    running = fig.data[1]
+    assert list(running.x) == [1, 2] and list(running.y) == pytest.approx([0.5, 0.75])
+
+
+def test_empty_figures_exist_for_every_chart():
+    for fig in (charts.time_split_figure([]), charts.acceptance_by_position_figure(None), charts.alpha_figure([]),
+                charts.sweep_figure(None), charts.empty_figure("x")):
+        valid(fig)
+        assert fig.layout.annotations  # the "no data yet" note
+
+
+SWEEP_RESULT = {
+    "table": [{"k": k, "median_ratio": r, "min_ratio": r - 0.1, "max_ratio": r + 0.1, "alpha": 0.8,
+               "predicted_iid": r + 0.05, "predicted_empirical": r + 0.02, "break_even_alpha": 0.3 + 0.05 * k}
+              for k, r in [(1, 1.2), (2, 1.4), (3, 1.3), (4, 0.9)]],
+    "best_k": 2,
+    "predicted_best_k": 3,
+    "timing": {"target_step_s": 0.02, "verify_s": {"1": 0.02, "2": 0.022, "3": 0.024, "4": 0.026, "5": 0.028},
+               "draft_step_s": 0.01, "c": 0.5, "v": {}, "context_tokens": 9, "raw": {}},
+}
+
+
+def test_sweep_chart_shows_measured_predicted_break_even_and_recommended_k():
+    fig = valid(charts.sweep_figure(SWEEP_RESULT))
+    names = [t.name for t in fig.data]
+    assert names == ["measured (median)", "predicted (iid \u03b1)", "predicted (per-position)"]
+    assert list(fig.data[0].error_y.array) == pytest.approx([0.1] * 4)
+    assert any(s.y0 == 1.0 and s.y1 == 1.0 for s in fig.layout.shapes)  # break-even line
+    assert any(s.x0 == 2 for s in fig.layout.shapes)  # recommended k
+    assert any("recommended k = 2" in a.text for a in fig.layout.annotations)
+
+
+# --- input parsing ------------------------------------------------------------------------------------------
+
+
+ARGS = dict(prompt="hello", preset="", chat=True, drafter="draft", k=4, decoding="greedy", temperature=1.0, top_k=0,
+            top_p=1.0, max_new_tokens=16, seed=0)
+
+
+def parse(**changes):
+    return handlers.parse_request(**{**ARGS, **changes})
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(prompt="   "), "the prompt is empty"),
+    (dict(prompt=None), "the prompt is empty"),
+    (dict(k=0), "k must be from 1 to 16"),
+    (dict(k=17), "k must be from 1 to 16"),
+    (dict(k=2.5), "k must be a whole number"),
+    (dict(drafter="oracle"), "unknown drafter 'oracle'"),
+    (dict(decoding="beam"), "decoding must be 'greedy' or 'sample'"),
+    (dict(max_new_tokens=0), "max new tokens must be from 1"),
+    (dict(max_new_tokens=None), "max new tokens must be a whole number"),
+    (dict(decoding="sample", temperature=0), "temperature must be a finite number > 0"),
+    (dict(decoding="sample", temperature=float("nan")), "temperature must be a finite number"),
+    (dict(decoding="sample", top_p=0), "top-p must be in (0, 1]"),
+    (dict(decoding="sample", top_k=-1), "top-k must be an integer >= 0"),
+    (dict(seed=-3), "seed must be between 0"),
+])
+def test_bad_input_is_a_clear_playground_error(changes, message):
+    with pytest.raises(PlaygroundError) as e:
+        parse(**changes)
+    assert message in str(e.value)
+
+
+def test_control_values_from_the_browser_are_normalised():
+    req, sampling = parse(k=4.0, max_new_tokens=32.0, seed=7.0)
+    assert (req.k, req.max_new_tokens, req.seed) == (4, 32, 7) and sampling.greedy
+    # sampling settings are ignored for greedy decoding, used when sampling
+    _, greedy = parse(temperature=0)
+    assert greedy.greedy
+    _, s = parse(decoding="sample", temperature=0.7, top_k=20.0, top_p=0.9, seed=3)
+    assert (s.do_sample, s.temperature, s.top_k, s.top_p, s.seed) == (True, 0.7, 20, 0.9, 3)
+
+
+# --- the pair loader ----------------------------------------------------------------------------------------
+
+
+def test_pair_cache_loads_once_per_spec_under_concurrency():
+    calls = []
+
+    def slow_load(target, draft, device, dtype, progress):
+        calls.append((target, draft, device, dtype))
+        time.sleep(0.05)
+        return object()
+
+    cache = handlers.PairCache(load=slow_load)
+    spec = handlers.PairSpec("t", None, "cpu", "float32")
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(cache.get(spec))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len({id(g) for g in got}) == 1 and cache.loaded(spec)
+    cache.get(handlers.PairSpec("t", "int8", "cpu", "float32"))
+    assert len(calls) == 2
+
+
+def test_pair_spec_from_environment():
+    assert handlers.PairSpec.from_env({}) == handlers.PairSpec("embedded", "int8", "auto", "auto")
+    spec = handlers.PairSpec.from_env({"PLAYGROUND_TARGET": "/m", "PLAYGROUND_DRAFT": "none",
+                                       "PLAYGROUND_DEVICE": "cpu", "PLAYGROUND_DTYPE": "bf16"})
+    assert spec == handlers.PairSpec("/m", None, "cpu", "bf16")
+    no_draft = handlers.PairProvider(spec=spec, cache=handlers.PairCache(load=None))
+    assert [name for _, name in no_draft.drafter_choices()] == ["lookup"]
+
+
+# --- events on tiny models ----------------------------------------------------------------------------------
+
+
+def test_run_streams_views_and_ends_with_the_run_record(provider, word_pair):
+    views = run_to_end(provider, max_new=24)
+    assert len(views) >= 2 and views[-1].status.startswith("Done: 24 new tokens")
+    final = views[-1]
+    run = final.session.run
+    doc = final.doc
+    assert run.finished and doc["summary"]["new_tokens"] == 24
+    iterations = [r for r in doc["records"] if r["type"] == "Iteration"]
+    assert doc["records"][0]["type"] == "Prefill"
+    assert sum(len(r["emitted"]) for r in iterations) == 24
+    assert doc["summary"]["target_passes"] == len(iterations)
+    assert doc["config"]["k"] == 3 and doc["config"]["sampling"]["do_sample"] is False
+    assert doc["environment"]["pair"]["target"] == "tiny-target"
+    assert final.tokens.count('class="tok ') == 24 and set(final.figures) == {"time", "positions", "alpha"}
+    assert 'data-counter="iterations"' in final.counters and "prefill" in final.counters
+    with open(final.download) as f:
+        assert json.load(f)["summary"] == doc["summary"]
+    # greedy speculative output equals plain greedy output
+    from playground.engine import plain_generate
+
+    ids = word_pair.tokenizer(PROMPT)["input_ids"]
+    plain = [r.token for r in plain_generate(word_pair, ids, max_new_tokens=24) if isinstance(r, Step)]
+    assert [t for r in run.records if isinstance(r, Iteration) for t in r.emitted] == plain
+
+
+def test_run_with_prompt_lookup_and_sampling(provider):
+    views = run_to_end(provider, drafter="lookup", k=4, decoding="sample", temperature=0.8, top_p=0.95, seed=5,
+                       max_new=16)
+    doc = views[-1].doc
+    assert doc["config"]["drafter"].startswith("prompt-lookup") and doc["config"]["sampling"]["seed"] == 5
+    assert doc["summary"]["new_tokens"] == 16
+
+
+def test_bad_input_fails_before_anything_runs(provider):
+    with pytest.raises(PlaygroundError, match="the prompt is empty"):
+        next(handlers.stream_run(provider, None, "", "", True, "draft", 4, "greedy", 1, 0, 1, 16, 0))
+    with pytest.raises(PlaygroundError, match="context holds 256"):
+        run_to_end(provider, max_new=300)
+
+
+def worker_ends(name: str, timeout: float = 10.0) -> bool:
+    for t in [t for t in threading.enumerate() if t.name == name]:
+        t.join(timeout)
+    return not [t for t in threading.enumerate() if t.name == name]
+
+
+def test_stopping_a_run_stops_the_engine_thread(provider, monkeypatch):
+    import playground.engine
+
+    real = playground.engine.speculative_generate
+
+    def slowed(*args, **kwargs):  # tiny models are fast: make sure the run is still going when we stop it
+        for rec in real(*args, **kwargs):
+            time.sleep(0.02)
+            yield rec
+
+    monkeypatch.setattr(playground.engine, "speculative_generate", slowed)
+    gen = handlers.stream_run(provider, None, PROMPT, "", True, "draft", 2, "greedy", 1, 0, 1, 200, 0)
+    session = None
+    for view in gen:
+        session = view.session
+        if view.tokens:
+            break
+    gen.close()  # what Gradio does when Stop cancels the event: returns at once, the worker stops at its next record
+    assert worker_ends("playground-run")
+    run = session.run
+    n = len(run.records)
+    time.sleep(0.2)
+    assert not run.finished and len(run.records) == n > 1  # the partial run stays; nothing more arrives
+
+
+def test_compare_needs_a_run_then_measures_plain_right_after(provider):
+    with pytest.raises(PlaygroundError, match="no finished speculative run"):
+        list(handlers.stream_compare(provider, handlers.Session()))
+    session = run_to_end(provider, max_new=20)[-1].session
+    final = list(handlers.stream_compare(provider, session))[-1]
+    run = session.run
+    assert run.plain.mode == "plain" and run.plain.new_tokens == 20 and run.plain_gap_s >= 0
+    assert final.doc["plain_summary"]["new_tokens"] == 20
+    assert final.doc["measured_speedup"] == pytest.approx(run.summary.tokens_per_s / run.plain.tokens_per_s)
+    assert "measured" in final.prediction and "n = 1 pair of runs" in final.prediction
+    assert "prefill excluded" in final.prediction
+
+
+def test_calibrate_is_cached_per_session_and_feeds_the_prediction(provider):
+    session = run_to_end(provider, k=3, max_new=16)[-1].session
+    args = (PROMPT, "", True, "draft", 3, "greedy", 1, 0, 1, 16, 0)
+    views = list(handlers.stream_calibrate(provider, session, *args, repeats=2, warmup=1))
+    assert views[-1].status.startswith("Calibrated") and len(session.timings) == 1
+    timing = next(iter(session.timings.values()))
+    assert sorted(timing.verify_s) == list(range(1, 10))
+    assert "predicted, iid \u03b1" in views[-1].prediction and "per-position" in views[-1].prediction
+    s = session.run.summary
+    assert f"**{timing.predict(s.alpha, 3):.2f}\u00d7**" in views[-1].prediction
+    again = list(handlers.stream_calibrate(provider, session, *args, repeats=2, warmup=1))
+    assert len(again) == 1 and "already cached" in again[0].status
+
+
+def test_sweep_calls_lab_sweep_with_the_settings_and_reports_progress(provider):
+    seen = {}
+
+    def fake_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
+                   sampling=None):
+        seen.update(ks=list(ks), rounds=rounds, max_new=max_new_tokens, timing=timing, n_prompt=len(prompt_ids),
+                    proposer=proposer_factory().describe())
+        for i in range(4):
+            progress((i + 1) / 4, f"step {i}")
+            time.sleep(0.35)
+        return json.loads(json.dumps(SWEEP_RESULT))
+
+    session = handlers.Session()
+    views = list(handlers.stream_sweep(provider, session, PROMPT, "", True, "lookup", "greedy", 1, 0, 1, 0, 4, 2, 24,
+                                       sweep_fn=fake_sweep))
+    assert seen["ks"] == [1, 2, 3, 4] and seen["rounds"] == 2 and seen["max_new"] == 24 and seen["timing"] is None
+    assert seen["proposer"].startswith("prompt-lookup")
+    assert any(v.status.startswith("Sweep (") and "step" in v.status for v in views[:-1])  # progress shown
+    final = views[-1]
+    assert "recommended k = 2" in final.status
+    assert final.table[1][:2] == [2, 1.4] and len(final.table) == 4 and final.table[1][-1] == 0.4
+    assert "**Recommended k = 2**" in final.summary and "predicts k = 3" in final.summary
+    assert "Slower than plain decoding" in final.summary and "k = 4" in final.summary
+    assert session.sweep["best_k"] == 2 and len(session.timings) == 1  # the sweep's calibration is kept
+
+
+def test_stopping_a_sweep_stops_the_worker(provider):
+    stopped = threading.Event()
+
+    def endless_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
+                      sampling=None):
+        try:
+            while True:
+                progress(0.5, "working")
+                time.sleep(0.02)
+        except handlers.Stopped:
+            stopped.set()
+            raise
+
+    gen = handlers.stream_sweep(provider, handlers.Session(), PROMPT, "", True, "draft", "greedy", 1, 0, 1, 0, 8, 1,
+                                16, sweep_fn=endless_sweep)
+    for view in gen:
+        if "%" in view.status:
+            break
+    gen.close()
+    assert worker_ends("playground-sweep") and stopped.is_set()
+
+
+def test_sweep_rejects_bad_settings(provider):
+    with pytest.raises(PlaygroundError, match="largest k"):
+        next(handlers.stream_sweep(provider, None, PROMPT, "", True, "draft", "greedy", 1, 0, 1, 0, 0, 2, 16))
+    with pytest.raises(PlaygroundError, match="rounds"):
+        next(handlers.stream_sweep(provider, None, PROMPT, "", True, "draft", "greedy", 1, 0, 1, 0, 8, 0, 16))
+
+
+def test_presets_fill_the_prompt_or_say_why_not(provider):
+    own = handlers.load_preset(provider, "", "typed text")
+    assert own.prompt == "typed text" and own.chat and own.max_new_tokens is None
+    # the tiny tokenizer has no chat template: a chat preset cannot be shown, and says so
+    with pytest.raises(PlaygroundError, match="no chat template"):
+        handlers.load_preset(provider, "tool_call")
+    raw = handlers.load_preset(provider, "story")
+    story = get_preset("story")
+    assert raw.prompt == story.prompt and raw.max_new_tokens == story.max_new_tokens and not raw.chat
+    assert story.kind in raw.info
+    with pytest.raises(PlaygroundError, match="unknown preset"):
+        handlers.load_preset(provider, "nope")
+    choices, errors = handlers.preset_choices()
+    assert choices[0][1] == "" and ("tool_call" in {v for _, v in choices}) and errors == []
+
+
+def test_output_check_and_counters_html():
+    preset = get_preset("tool_call")
+    assert "waiting" in handlers.check_html(preset, None)
+    ok = handlers.check_html(preset, OutputCheck(True, True, None))
+    assert "valid JSON" in ok and "valid against the schema" in ok and "badge bad" not in ok
+    bad = handlers.check_html(preset, OutputCheck(True, False, "at $.name: 'x' is not one of <a>"))
+    assert "not valid against the schema" in bad and "&lt;a&gt;" in bad
+    assert handlers.check_html(get_preset("story"), None) == ""
+    s = summarize(RECORDS)
+    c = handlers.counters_html(s, 10, running=False)
+    for key, value in (("iterations", "3"), ("alpha", f"{s.alpha:.2f}"), ("tokens_per_pass", "2.00"),
+                       ("new_tokens", "6 / 10")):
+        assert f'data-counter="{key}"' in c and f'<div class="value">{value}</div>' in c
+
+
+def test_build_ui_loads_no_model_and_names_every_event(word_pair):
+    def refuse(*a, **k):
+        raise AssertionError("build_ui must not load a model")
+
+    provider = handlers.PairProvider(spec=handlers.PairSpec(), cache=handlers.PairCache(load=refuse))
+    from playground.ui import build_ui
+
+    demo = build_ui(provider)
+    by_name = {fn.api_name: fn for fn in demo.fns.values() if fn.api_visibility == "public"}
+    assert {"run", "compare", "calibrate", "sweep", "load_preset", "stop"} <= set(by_name)
+    device_events = [by_name[n] for n in ("run", "compare", "calibrate", "sweep")]
+    assert {fn.concurrency_id for fn in device_events} == {"device:auto"}
+    assert all(fn.concurrency_limit == 1 for fn in device_events)
+    assert demo._queue.max_size == 16
+    assert not provider.loaded()
+
+
+def test_sweep_rows_say_when_a_k_never_pays():
+    result = {"table": [{"k": 1, "median_ratio": 0.81234, "min_ratio": 0.8, "max_ratio": 0.9, "alpha": None,
+                         "break_even_alpha": None},
+                        {"k": 2, "median_ratio": 1.2, "min_ratio": 1.1, "max_ratio": 1.3, "alpha": 0.9,
+                         "predicted_iid": 1.25, "break_even_alpha": 0.41234}]}
+    rows = handlers.sweep_rows(result)
+    assert rows[0] == [1, 0.812, 0.8, 0.9, "\u2013", "\u2013", "\u2013", "never pays"]
+    assert rows[1] == [2, 1.2, 1.1, 1.3, 0.9, 1.25, "\u2013", 0.412]
+    assert len(handlers.SWEEP_COLUMNS) == len(rows[0])
+
+
+def test_event_errors_become_a_status_line_and_a_message_and_the_app_keeps_serving():
+    import gradio as gr
+
+    from playground.ui.blocks import _guarded
+
+    def bad_input():
+        yield "first"
+        raise PlaygroundError("k must be from 1 to 16, got <17>")
+
+    def bug():
+        raise KeyError("oops")
+        yield
+
+    got = []
+    with pytest.raises(gr.Error) as e:
+        for x in _guarded(bad_input(), lambda v: v.upper(), 3):
+            got.append(x)
+    assert got[0] == "FIRST" and got[1][0] == "\u26a0 k must be from 1 to 16, got <17>" and len(got[1]) == 3
+    assert e.value.message == "k must be from 1 to 16, got &lt;17&gt;"  # gr.Error renders HTML: escaped
+    with pytest.raises(gr.Error, match="internal error: KeyError"):
+        list(_guarded(bug(), str, 2))
+
+
+def test_one_device_lock_serialises_workers_even_after_a_stop():
+    lock = handlers.device_lock("cpu")
+    assert lock is handlers.device_lock("cpu") and lock is not handlers.device_lock("cuda:0")
+    order = []
+
+    def slow(emit, stopped):
+        order.append("first starts")
+        while not stopped():
+            time.sleep(0.01)
+        time.sleep(0.2)  # finishing its iteration after the stop
+        order.append("first ends")
+
+    def quick(emit, stopped):
+        order.append("second runs")
+
+    def consumer(work):
+        with handlers.Background(work, "lock-test", lock) as bg:
+            while not bg.finished:
+                bg.poll(0.05)
+                yield
+
+    first = consumer(slow)
+    next(first)
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    first.close()  # GeneratorExit: returns without waiting for the worker
+    assert time.monotonic() - t0 < 0.15
+    list(consumer(quick))
+    assert order == ["first starts", "first ends", "second runs"]
