@@ -39,7 +39,7 @@ def client():
 
 def test_the_api_lists_every_event(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
-    assert {"/run", "/compare", "/calibrate", "/sweep", "/load_preset", "/stop"} <= names
+    assert {"/run", "/compare", "/calibrate", "/sweep", "/load_preset"} <= names
 
 
 def test_run_streams_and_returns_the_records_and_summary(client):

@@ -261,7 +261,13 @@ def test_pair_spec_from_environment():
                                        "PLAYGROUND_DEVICE": "cpu", "PLAYGROUND_DTYPE": "bf16"})
     assert spec == handlers.PairSpec("/m", None, "cpu", "bf16")
     no_draft = handlers.PairProvider(spec=spec, cache=handlers.PairCache(load=None))
-    assert [name for _, name in no_draft.drafter_choices()] == ["lookup"]
+    names = [name for _, name in no_draft.drafter_choices()]
+    assert names[0] == "auto" and "lookup" in names and "draft" not in names  # no draft model in this pair
+    assert "llama.cpp" not in names  # the llama.cpp drafter drafts for the embedded target only
+    embedded = [name for _, name in handlers.PairProvider(spec=handlers.PairSpec()).drafter_choices()]
+    from playground.proposers import DRAFTERS
+
+    assert embedded == ["auto", *DRAFTERS]
 
 
 # --- events on tiny models ----------------------------------------------------------------------------------
@@ -336,6 +342,13 @@ def test_stopping_a_run_stops_the_engine_thread(provider, monkeypatch):
     n = len(run.records)
     time.sleep(0.2)
     assert not run.finished and len(run.records) == n > 1  # the partial run stays; nothing more arrives
+    assert session.stopped == "run"  # for the event chained after the cancelled one
+    after = handlers.stopped_view(session)
+    assert after.status.startswith(f"Stopped after {n - 1} iterations") is False  # tokens first, then iterations
+    assert after.status.startswith("Stopped after ") and "iterations" in after.status
+    assert 'class="counters done"' in after.counters and session.stopped is None
+    assert set(after.figures) == {"time", "positions", "alpha"}
+    assert handlers.stopped_view(session) == handlers.StoppedView()  # reported once
 
 
 def test_compare_needs_a_run_then_measures_plain_right_after(provider):
@@ -460,7 +473,7 @@ def test_build_ui_loads_no_model_and_names_every_event(word_pair):
 
     demo = build_ui(provider)
     by_name = {fn.api_name: fn for fn in demo.fns.values() if fn.api_visibility == "public"}
-    assert {"run", "compare", "calibrate", "sweep", "load_preset", "stop"} <= set(by_name)
+    assert {"run", "compare", "calibrate", "sweep", "load_preset"} <= set(by_name)
     device_events = [by_name[n] for n in ("run", "compare", "calibrate", "sweep")]
     assert {fn.concurrency_id for fn in device_events} == {"device:auto"}
     assert all(fn.concurrency_limit == 1 for fn in device_events)

@@ -3,8 +3,9 @@ handler views to component updates and PlaygroundError to a message the user see
 
 Serving: one queue; every event that touches the model runs under one concurrency group per device
 (`concurrency_limit=1`, shared `concurrency_id`), the queue is bounded, Stop cancels the running
-event (closing its generator, which stops and joins the engine thread), and every event has a
-stable `api_name` for gradio_client: /run, /compare, /calibrate, /sweep, /load_preset, /stop.
+event (`cancels=`: Gradio closes its generator, whose engine thread stops at its next record), and
+every event has a stable `api_name` for gradio_client: /run, /compare, /calibrate, /sweep,
+/load_preset (an API client stops a job with `job.cancel()`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ CSS = """
 .gradio-container { max-width: 1480px !important; }
 #header h1 { font-size: 1.45rem; margin: 0 0 2px 0; }
 #header p { margin: 0; color: var(--body-text-color-subdued); font-size: 0.92rem; }
-#status { font-size: 0.85rem; color: var(--body-text-color-subdued); min-height: 1.4em; flex: 1 1 auto !important; }
+#status { font-size: 0.85rem; color: var(--body-text-color-subdued); min-height: 1.4em; flex: 1 1 0% !important;
+          min-width: 0 !important; }
 #status-row { align-items: center; gap: 8px; }
 #activity { min-height: 30px; flex: 0 0 120px !important; }
 #status p { margin: 0; }
@@ -161,7 +163,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                                     placeholder="Paste anything, or pick a preset above")
                 chat = gr.Checkbox(value=True, label="Wrap in the chat template (as one user turn)", elem_id="chat")
                 drafter = gr.Radio(drafter_choices, value=drafter_choices[0][1] if drafter_choices else None,
-                                   label="Drafter", info=provider.drafter_help(), elem_id="drafter")
+                                   label="Drafter", info=handlers.AUTO_HELP, elem_id="drafter")
                 with gr.Row():
                     k = gr.Slider(1, 16, value=4, step=1, label="k (proposals per iteration)", elem_id="k")
                     max_new = gr.Number(value=handlers.DEFAULT_MAX_NEW, precision=0, minimum=1,
@@ -209,10 +211,12 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                                                  elem_id="alpha-plot")
                         prediction = gr.Markdown(handlers.prediction_markdown(handlers.Session()),
                                                  elem_id="prediction")
-                        with gr.Accordion("Run record (JSON)", open=False):
-                            download = gr.DownloadButton("Download run as JSON", value=None, elem_id="download",
-                                                         size="sm")
-                            run_json = gr.JSON(label="records, summary, environment, config", elem_id="run-json")
+                        with gr.Row(equal_height=True):
+                            with gr.Accordion("Run record (JSON)", open=False):
+                                run_json = gr.JSON(label="records, summary, environment, config",
+                                                   elem_id="run-json")
+                            download = gr.DownloadButton("Download run (JSON)", value=None, elem_id="download",
+                                                         size="md", scale=0, min_width=200)
                     with gr.Tab("k per output shape", id="sweep-tab"):
                         gr.Markdown(
                             "Sweeps k over the current prompt (pick a preset for an output shape): in each round "
@@ -287,9 +291,12 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
             yield from _guarded(views(), lambda v: (v.prompt, _skip(v.max_new_tokens), v.chat, v.info), 4,
                                 status_first=False)
 
-        def stop():
-            """Stop the running event of this session (the partial run stays on the page)."""
-            return "Stopped. The partial run stays on the page; press Run to start again."
+        def after_stop(session):
+            """Runs after each model event (Gradio runs it once a cancellation is complete): says 'Stopped'."""
+            v = handlers.stopped_view(session)
+            figs = v.figures or {}
+            return (_skip(v.status), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
+                    _skip(figs.get("alpha")), _skip(v.sweep_status))
 
         # Progress and errors show on the status line only (an error would otherwise badge every output).
         on_status = {"show_progress": "minimal", "show_progress_on": [activity]}
@@ -308,8 +315,12 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
         preset.input(load_preset, [preset, prompt], [prompt, max_new, chat, preset_info], api_name="load_preset",
                      show_progress="minimal", show_progress_on=[preset_info], concurrency_limit=4,
                      concurrency_id="presets")
-        stop_btn.click(stop, None, [status], api_name="stop", queue=False,
-                       cancels=[run_ev, cmp_run_ev, cmp_ev, cal_ev, sweep_ev])
+        # Stop cancels whichever model event runs (or waits) for this tab; API clients use job.cancel().
+        device_evs = [run_ev, cmp_run_ev, cmp_ev, cal_ev, sweep_ev]
+        stop_btn.click(None, None, None, cancels=device_evs, queue=False)
+        for ev in device_evs:
+            ev.then(after_stop, [session], [status, counters, time_plot, pos_plot, alpha_plot, sweep_status],
+                    api_visibility="private", queue=False, show_progress="hidden")
 
         def sampling_controls(decoding):
             on = decoding == "sample"

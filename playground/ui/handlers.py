@@ -15,6 +15,7 @@ wait for it, so two runs never share the device.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import html
 import json
@@ -123,23 +124,32 @@ class PairProvider:
     def device(self) -> str:
         return str(self._pair.device) if self._pair is not None else self.spec.device
 
+    @property
+    def embedded_target(self) -> bool:
+        if self._pair is not None:
+            from ..models import EMBEDDED_NAME
+
+            return self._pair.target_name == EMBEDDED_NAME
+        return self.spec.target == "embedded"
+
     def drafter_choices(self) -> list[tuple[str, str]]:
-        """(label, name) for each drafter in playground.proposers.DRAFTERS this pair can use."""
+        """(label, name): 'auto' first (playground.proposers.default_drafter picks at run time), then each
+        drafter in playground.proposers.DRAFTERS this pair can use. Availability that needs an import
+        (llama-cpp-python) is checked when a run asks for it, with a message saying how to install it."""
         from ..proposers import DRAFTERS
 
-        out = []
+        out = [(AUTO_LABEL, "auto")]
         for name, what in DRAFTERS.items():
-            if name == "draft" and not self.has_draft:
+            if (name == "draft" and not self.has_draft) or (name == "llama.cpp" and not self.embedded_target):
                 continue
             short = what.split(":")[0].split("(")[0].strip()
             out.append((f"{name} \u00b7 {short}" if short and short != name else name, name))
         return out
 
-    def drafter_help(self) -> str:
-        from ..proposers import DRAFTERS
 
-        names = {name for _, name in self.drafter_choices()}
-        return "; ".join(f"{name}: {what}" for name, what in DRAFTERS.items() if name in names)
+AUTO_LABEL = "auto \u00b7 the best drafter available here"
+AUTO_HELP = ("auto picks llama.cpp for the embedded target when llama-cpp-python is installed, else the pair's "
+             "draft model, else prompt lookup")
 
 
 # --- per-session state ------------------------------------------------------------------------------------
@@ -178,6 +188,7 @@ class Session:
     run: RunResult | None = None
     timings: dict = field(default_factory=dict)  # (drafter, prompt_key) -> lab.Timing
     sweep: dict | None = None
+    stopped: str | None = None  # which event the user stopped ("run", "compare", ...), until reported
 
     def timing_for(self, drafter: str, ids_key: str, n_needed: int = 1):
         t = self.timings.get((drafter, ids_key))
@@ -620,6 +631,60 @@ def _loading_status(provider: PairProvider) -> str | None:
 # --- events -----------------------------------------------------------------------------------------------
 
 
+def _stoppable(what: str):
+    """Marks the session when Gradio closes the event's generator (Stop cancelled it), so the event chained
+    after it can say so: Gradio runs that only once the cancellation is complete, after the stream's last
+    message, so the 'Stopped' line is never overwritten by a late update of the stopped event."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(provider, session, *args, **kwargs):
+            session = session if session is not None else new_session()
+            session.stopped = None
+            try:
+                yield from fn(provider, session, *args, **kwargs)
+            except GeneratorExit:
+                session.stopped = what
+                raise
+
+        return wrapper
+
+    return decorate
+
+
+@dataclass
+class StoppedView:
+    status: str | None = None
+    counters: str | None = None
+    figures: dict | None = None
+    sweep_status: str | None = None
+
+
+def stopped_view(session: Session | None) -> StoppedView:
+    """What to show after a Stop (nothing when the last event was not stopped)."""
+    from ..records import summarize
+
+    what = session.stopped if session is not None else None
+    if what is None:
+        return StoppedView()
+    session.stopped = None
+    again = " Press Run to start again."
+    if what == "run" and session.run is not None:
+        run = session.run
+        s = summarize(run.records)
+        return StoppedView(f"Stopped after {s.new_tokens} new tokens in {s.target_passes} iterations; the partial "
+                           f"run stays on the page (it is not saved for Compare or Download).{again}",
+                           counters_html(s, run.request.max_new_tokens, running=False), _figures(run.records, s))
+    if what == "compare":
+        return StoppedView("Stopped the plain run: no measured speed-up this time." + again)
+    if what == "calibrate":
+        return StoppedView("Calibration stopped: nothing was cached." + again)
+    if what == "sweep":
+        return StoppedView("Sweep stopped.", sweep_status="Sweep stopped: no result.")
+    return StoppedView("Stopped." + again)
+
+
+@_stoppable("run")
 def stream_run(provider: PairProvider, session: Session | None, prompt, preset, chat, drafter, k, decoding,
                temperature, top_k, top_p, max_new_tokens, seed, progress: Progress = None) -> Iterator[RunView]:
     """Speculative decoding of the prompt, streamed: token HTML and counters as records arrive, charts throttled."""
@@ -629,7 +694,6 @@ def stream_run(provider: PairProvider, session: Session | None, prompt, preset, 
     from ..proposers import make_proposer
     from ..records import Iteration, summarize
 
-    session = session if session is not None else new_session()
     drafters = [name for _, name in provider.drafter_choices()]
     req, sampling = parse_request(prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p,
                                   max_new_tokens, seed, drafters)
@@ -719,13 +783,13 @@ class CompareView:
     download: str | None = None
 
 
+@_stoppable("compare")
 def stream_compare(provider: PairProvider, session: Session | None, progress: Progress = None) -> Iterator[CompareView]:
     """Plain decoding of the last run's prompt and length, right after it; the measured ratio beside the prediction."""
     from ..envinfo import describe_setup
     from ..engine import plain_generate
     from ..records import summarize
 
-    session = session if session is not None else new_session()
     run = session.run
     if run is None or not run.finished:
         raise PlaygroundError("there is no finished speculative run to compare with: press Run first (the "
@@ -775,6 +839,7 @@ class CalibrateView:
     prediction: str | None = None
 
 
+@_stoppable("calibrate")
 def stream_calibrate(provider: PairProvider, session: Session | None, prompt, preset, chat, drafter, k, decoding,
                      temperature, top_k, top_p, max_new_tokens, seed, progress: Progress = None,
                      repeats: int = 12, warmup: int = 3) -> Iterator[CalibrateView]:
@@ -784,7 +849,6 @@ def stream_calibrate(provider: PairProvider, session: Session | None, prompt, pr
     from ..lab import calibrate
     from ..proposers import make_proposer
 
-    session = session if session is not None else new_session()
     drafters = [name for _, name in provider.drafter_choices()]
     req, _ = parse_request(prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p, max_new_tokens,
                            seed, drafters)
@@ -867,6 +931,7 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
     return " ".join(lines)
 
 
+@_stoppable("sweep")
 def stream_sweep(provider: PairProvider, session: Session | None, prompt, preset, chat, drafter, decoding,
                  temperature, top_k, top_p, seed, k_max, rounds, max_new_tokens, progress: Progress = None,
                  sweep_fn: Callable | None = None) -> Iterator[SweepView]:
@@ -874,7 +939,6 @@ def stream_sweep(provider: PairProvider, session: Session | None, prompt, preset
     from ..envinfo import describe_setup
     from ..proposers import make_proposer
 
-    session = session if session is not None else new_session()
     drafters = [name for _, name in provider.drafter_choices()]
     k_max = _integer(k_max, "largest k")
     if not 1 <= k_max <= 16:
