@@ -71,11 +71,14 @@ def llama_cpp_available() -> tuple[bool, str]:
             f"llama-cpp-python {version} has no use_extra_bufts model parameter (this drafter needs "
             f"{PINNED_VERSION}): {INSTALL_HINT}"
         )
-    runtimes = openmp_runtimes()
+    try:
+        runtimes = openmp_runtimes()
+    except Exception:  # a diagnostic only: never a reason to refuse
+        runtimes = {}
     if runtimes.get("torch") and runtimes.get("llama.cpp") and runtimes["torch"] != runtimes["llama.cpp"]:
         return False, (
             f"torch and llama.cpp use two different OpenMP runtimes ({runtimes['torch']} and "
-            f"{runtimes['llama.cpp']}): their thread pools would fight over the cores (or crash); rebuild "
+            f"{runtimes['llama.cpp']}): their spinning thread pools would fight over the cores; rebuild "
             "llama.cpp without OpenMP: `LLAMA_CPP_OPENMP=OFF bash scripts/install_llama_cpp.sh`"
         )
     return True, f"llama-cpp-python {version}"
