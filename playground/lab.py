@@ -156,8 +156,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     done = 0
     for r in range(rounds):
         for p_index, (name, prompt) in enumerate(prompts.items()):
-            shift = (r + p_index) % len(arms)
-            order = arms[shift:] + arms[:shift]
+            order = _rotated(arms, r + p_index)
             results = {}
             for arm in order:
                 if arm == "plain":
@@ -202,6 +201,13 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
             "max_new_tokens": max_new_tokens, "sampling": sampling.describe(), "prompts": list(prompts),
             "table": table, "best_k": best["k"], "drift": drift, "runs": runs,
             "timing": timing.to_dict() if timing else None}
+
+
+def _rotated(arms: list[str], shift: int) -> list[str]:
+    """The arms in an order that moves by one from round to round (and prompt to prompt), so drift on
+    a shared machine does not always hit the same arm."""
+    shift %= len(arms)
+    return arms[shift:] + arms[:shift]
 
 
 def _pooled_positions(rows: list[dict]) -> list[float]:
@@ -473,8 +479,7 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
     total, done = rounds * len(prompts) * len(names), 0
     for r in range(rounds):
         for p_index, (pname, ids) in enumerate(prompts.items()):
-            shift = (r + p_index) % len(names)
-            order = names[shift:] + names[:shift]
+            order = _rotated(names, r + p_index)
             timed = {}
             for arm in order:
                 t0 = clock.now()
