@@ -13,6 +13,7 @@ E / (k*c + v(k+1) + o).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -97,6 +98,31 @@ def predicted_speedup_empirical(
     per_position: Sequence[float], k: int, c: float, v: VerifyCost = None, overhead: float = 0.0
 ) -> float:
     return expected_tokens_empirical(per_position, k) / iteration_cost(k, c, v, overhead)
+
+
+def predicted_speedup_finite(per_position: Sequence[float], k: int, c: float, v: VerifyCost, new_tokens: int,
+                             overhead: float = 0.0) -> float:
+    """Speed-up over plain decoding for a run of `new_tokens` tokens, as the loop runs it.
+
+    The steady-state formulas assume every iteration drafts k; a finite run clips k to the tokens still
+    wanted (the loop never drafts what it could not emit), so its last iterations are shorter and a
+    40-token answer at k = 8 gets about 7.6 tokens per pass, not 9. This walks the run in expectation:
+    k_i = min(k, remaining - 1) (0 = a plain step), E(k_i) tokens for k_i*c + v(k_i + 1) + overhead
+    target steps, until `new_tokens` are out; plain decoding pays one step per token.
+    """
+    if new_tokens < 1:
+        raise ValueError(f"a run has at least 1 new token, got {new_tokens}")
+    remaining, spent = float(new_tokens), 0.0
+    while remaining > 1e-9:
+        k_i = max(0, min(k, math.ceil(remaining - 1e-9) - 1))
+        if k_i == 0:
+            gained, step = 1.0, 1.0
+        else:
+            gained = expected_tokens_empirical(per_position, k_i)
+            step = iteration_cost(k_i, c, v, overhead)
+        spent += step
+        remaining -= min(gained, remaining)
+    return new_tokens / spent
 
 
 def break_even_alpha(k: int, c: float, v: VerifyCost = None, overhead: float = 0.0, tol: float = 1e-10) -> float | None:

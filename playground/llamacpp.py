@@ -243,12 +243,14 @@ class LlamaCppProposer(Proposer):
             if sampling.greedy:
                 x = int(torch.argmax(logits))
                 rows[i] = logits
+                go_on = ctx.min_confidence is None or ctx.confident(torch.softmax(logits, -1), x)
             else:
                 probs = probabilities(logits.unsqueeze(0), sampling)[0]
                 x = int(torch.multinomial(probs, 1, generator=ctx.generator))
                 rows[i] = probs
+                go_on = ctx.confident(probs, x)
             out.append(x)
-            if x in ctx.stop_ids:  # nothing after an end-of-sequence token can be kept
+            if x in ctx.stop_ids or not go_on:  # nothing after an end-of-sequence token can be kept
                 break
             feed = [x]
         n = len(out)

@@ -42,6 +42,13 @@ class RunContext:
     sampling: SamplingConfig
     generator: torch.Generator
     stop_ids: frozenset[int] = field(default_factory=frozenset)
+    # Stop drafting early, after a token the drafter itself gave less than this probability (as
+    # transformers' assistant_confidence_threshold does); None drafts all k.
+    min_confidence: float | None = None
+
+    def confident(self, probs: torch.Tensor, token: int) -> bool:
+        """Whether drafting may go on after `token`, drawn from (or the argmax of) `probs`."""
+        return self.min_confidence is None or float(probs[token]) >= self.min_confidence
 
 
 class Proposer(ABC):
@@ -96,7 +103,7 @@ class DraftModelProposer(Proposer):
                 x = int(torch.multinomial(probs, 1, generator=ctx.generator))
             out.append(x)
             dists.append(probs)
-            if x in ctx.stop_ids:  # nothing after an end-of-sequence token can be kept
+            if x in ctx.stop_ids or not ctx.confident(probs, x):  # nothing after an EOS can be kept
                 break
             feed = [x]
         return Proposal(tuple(out), torch.stack(dists))
@@ -150,10 +157,52 @@ def lookup(tokens: Sequence[int], k: int, max_ngram: int, min_ngram: int = 1) ->
     return []
 
 
+class HybridProposer(Proposer):
+    """Prompt lookup where it finds a match (free: no model runs), the model drafter otherwise.
+
+    Agent output copies a lot (argument values from the prompt, keys of a schema it was shown) between
+    stretches of new text; lookup covers the first at no cost, the draft model the second. Each
+    proposal says where it came from (`sources`: "lookup" or "draft"), for the UI's colours and the
+    lab's per-source acceptance. The model drafter's cache lags while lookup proposes and catches up in
+    one batched pass at its next proposal.
+    """
+
+    def __init__(self, model: Proposer, max_ngram: int = 3, min_ngram: int = 2, name: str | None = None):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.model = model
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.uses_draft_model = model.uses_draft_model
+        self.name = name or f"hybrid (lookup + {model.name})"
+
+    def describe(self) -> str:
+        return f"hybrid: prompt lookup (n-gram {self.min_ngram}..{self.max_ngram}) else {self.model.describe()}"
+
+    def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
+        super().begin(prompt_ids, ctx)
+        self.model.begin(prompt_ids, ctx)
+
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+        found = lookup(tokens, k, self.max_ngram, self.min_ngram)
+        if found:
+            for i, x in enumerate(found):
+                if x in self.ctx.stop_ids:
+                    found = found[: i + 1]
+                    break
+            return Proposal(tuple(found), sources=("lookup",) * len(found))
+        proposal = self.model.propose(tokens, k)
+        return Proposal(proposal.tokens, proposal.q, ("draft",) * len(proposal))
+
+    def rollback(self, tokens: Sequence[int]) -> None:
+        self.model.rollback(tokens)
+
+
 DRAFTERS = {
     "llama.cpp": "the target's own GGUF run by llama.cpp (embedded target only; needs llama-cpp-python)",
     "draft": "the pair's draft model (for the embedded target: an int8 copy of its weights)",
     "lookup": "prompt lookup: copy what followed the latest match of the last n tokens (no model)",
+    "hybrid": "prompt lookup where the last tokens occurred before, else the best model drafter",
 }
 
 
@@ -182,6 +231,12 @@ def make_proposer(pair, drafter: str = "draft", max_ngram: int = 3) -> Proposer:
 
     if drafter == "auto":
         drafter = default_drafter(pair)[0]
+    if drafter == "hybrid":
+        inner = default_drafter(pair)[0]
+        if inner == "lookup":
+            raise PlaygroundError("the hybrid drafter needs a model drafter (llama.cpp or a draft model), "
+                                  "and this pair has neither")
+        return HybridProposer(make_proposer(pair, inner, max_ngram=max_ngram), max_ngram=max_ngram)
     if drafter == "draft":
         if pair.draft is None:
             raise PlaygroundError("this model pair has no draft model; choose the 'lookup' drafter or load a draft")

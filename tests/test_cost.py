@@ -91,3 +91,18 @@ def test_bad_inputs():
         cost.iteration_cost(2, -0.1)
     with pytest.raises(ValueError):
         cost.verify_cost(None, 0)
+
+
+def test_finite_run_clips_its_last_iterations_like_the_loop():
+    # alpha = 1, free drafts, flat verification: 38 tokens at k = 8 are 4 passes of 9 and one of 2.
+    assert cost.predicted_speedup_finite([1.0], 8, 0.0, None, 38) == pytest.approx(38 / 5)
+    # one token is one plain step, whatever k
+    assert cost.predicted_speedup_finite([0.9], 4, 0.2, None, 1) == pytest.approx(1.0)
+    # a long run approaches the steady state
+    steady = cost.predicted_speedup_empirical([0.9, 0.8, 0.7], 3, 0.2, {1: 1, 2: 1.1, 3: 1.2, 4: 1.5}, 0.1)
+    long = cost.predicted_speedup_finite([0.9, 0.8, 0.7], 3, 0.2, {1: 1, 2: 1.1, 3: 1.2, 4: 1.5}, 100_000, 0.1)
+    assert long == pytest.approx(steady, rel=1e-3)
+    # and a short one is slower than the steady state
+    assert cost.predicted_speedup_finite([0.9], 6, 0.2, None, 20) < cost.predicted_speedup_empirical([0.9], 6, 0.2)
+    with pytest.raises(ValueError):
+        cost.predicted_speedup_finite([0.9], 4, 0.2, None, 0)
