@@ -218,9 +218,19 @@ class LlamaCppProposer(Proposer):
             self.n_threads = n_threads
         # q goes where the target's p is (the generator's device); llama.cpp itself runs on the CPU.
         self.device = ctx.generator.device
-        self._ll.llama_memory_clear(self._memory, False)  # metadata only: no 100 MB memset
-        self.kv_tokens = []
-        self._eval([int(t) for t in prompt_ids[:-1]], logits=False)
+        # Keep the KV of whatever prefix this prompt shares with what the context last held (an agent's
+        # system prompt and tool list repeat from call to call): prefill only the rest. Rollback is exact
+        # (seq_rm + position counter, tested), so this is the same state a full prefill reaches, up to
+        # llama.cpp's batch-shape rounding, which can only change a proposal, never the output.
+        prefix = [int(t) for t in prompt_ids[:-1]]
+        keep = common_prefix(self.kv_tokens, prefix)
+        if keep == 0:
+            self._ll.llama_memory_clear(self._memory, False)  # metadata only: no 100 MB memset
+            self.kv_tokens = []
+        else:
+            self._truncate(keep)
+        self.reused_prefix = keep
+        self._eval(prefix[keep:], logits=False)
 
     def propose(self, tokens: Sequence[int], k: int) -> Proposal:
         ctx = self.ctx

@@ -130,6 +130,29 @@ def test_rollback_truncates_llama_cpp_memory_and_position(pair, drafter):
     assert drafter.propose(ids, 5).tokens == first.tokens
 
 
+def test_begin_reuses_the_kv_of_a_shared_prompt_prefix(pair, drafter):
+    """A new run whose prompt shares a prefix with the last one prefills only the rest, and drafts what a
+    fresh drafter would."""
+    a, b = chat_ids(pair, PROMPTS[0]), chat_ids(pair, PROMPTS[1])
+    shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert shared > 3  # the chat template's system turn
+    ctx = RunContext(GREEDY, torch.Generator().manual_seed(0), frozenset(pair.eos_ids))
+    drafter.begin(a, ctx)
+    drafter.propose(a, 4)  # leave proposals in the KV: begin must cut them off
+    drafter.begin(b, ctx)
+    assert drafter.reused_prefix == shared and drafter.kv_tokens == b[:-1]
+    warm = drafter.propose(b, 6).tokens
+    drafter.begin(b, ctx)
+    assert drafter.reused_prefix == len(b) - 1  # the same prompt again: nothing to prefill
+    assert drafter.propose(b, 6).tokens == warm
+    fresh = LlamaCppProposer(pair.tokenizer, vocab_size=pair.vocab_size)
+    try:
+        fresh.begin(b, ctx)
+        assert fresh.reused_prefix == 0 and fresh.propose(b, 6).tokens == warm
+    finally:
+        fresh.close()
+
+
 def test_proposals_carry_the_warped_distribution_they_were_sampled_from(pair, drafter):
     ids = chat_ids(pair, PROMPTS[1])
     sampling = SamplingConfig(do_sample=True, temperature=0.7, top_k=20, seed=3)
