@@ -2,6 +2,7 @@
 
   generate   run speculative decoding on a prompt or preset; coloured tokens live, then a summary
   presets    list the presets
+  pairs      list the named model pairs and which models may be loaded
   info       the model pair, its memory, and the environment
 
 Every figure printed names its threads, dtype and device. --json prints machine-readable records.
@@ -22,11 +23,24 @@ RESET = "\033[0m"
 
 
 def _add_pair_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default="embedded", help="'embedded' (default) or a local path / hub id")
-    p.add_argument("--draft", default="int8",
-                   help="'int8' (quantized copy of the target; default), 'none', or a path / hub id")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1, ...")
-    p.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16, ...")
+    p.add_argument("--pair", default=None,
+                   help="a named model pair (see `python -m playground pairs`; default: $PLAYGROUND_PAIR, else "
+                        "'embedded'); --target/--draft/--device/--dtype override its parts")
+    p.add_argument("--target", default=None,
+                   help="'embedded' or a local path / hub id (paths: inside $PLAYGROUND_MODEL_ROOTS; other hub ids: "
+                        "with PLAYGROUND_ALLOW_ANY_MODEL=1); without --pair the draft defaults to int8")
+    p.add_argument("--draft", default=None,
+                   help="'int8' (quantized copy of the target, CPU), 'embedded', 'none', or a path / hub id "
+                        "(default: the pair's)")
+    p.add_argument("--device", default=None,
+                   help="auto (CUDA when present; CPU for the int8 draft), cpu, cuda, cuda:1, ... "
+                        "(default: the pair's)")
+    p.add_argument("--dtype", default=None,
+                   help="auto (fp32 on CPU, bf16 on a GPU that supports it, else fp16), float32, bfloat16, ... "
+                        "(default: the pair's)")
+    p.add_argument("--device-map", default=None,
+                   help="auto/balanced/sequential: accelerate splits the target across GPUs; none: never "
+                        "(default: $PLAYGROUND_DEVICE_MAP, else auto only with several GPUs and no GPU index)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's own choice); plain and speculative runs get the same")
 
@@ -63,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lab_parsers(sub)
 
     sub.add_parser("presets", help="list the presets")
+    sub.add_parser("pairs", help="list the named model pairs (--pair NAME) and which other models may be loaded")
     info = sub.add_parser("info", help="load the pair and print what it is, its memory and the environment")
     _add_pair_args(info)
     return parser
@@ -102,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "presets":
             return cmd_presets()
+        if args.command == "pairs":
+            return cmd_pairs()
         if args.command == "info":
             return cmd_info(args)
         if args.command in LAB_COMMANDS:
@@ -118,15 +135,19 @@ def main(argv: list[str] | None = None) -> int:
 def _load(args, quiet=False):
     import torch
 
-    from .models import load_pair
+    from .pairs import choose_pair, load_choice
 
     if args.threads is not None:
         if args.threads < 1:
             raise PlaygroundError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    draft = None if str(args.draft).lower() == "none" else args.draft
+    choice = choose_pair(pair=args.pair, target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
+                         device_map=args.device_map or os.environ.get("PLAYGROUND_DEVICE_MAP"))
     say = (lambda m: print(m, file=sys.stderr)) if not quiet else None
-    return load_pair(args.target, draft, device=args.device, dtype=args.dtype, progress=say)
+    pair = load_choice(choice, progress=say)
+    for warning in pair.memory_report().get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
+    return pair
 
 
 def cmd_presets() -> int:
@@ -139,6 +160,22 @@ def cmd_presets() -> int:
     for err in errors:
         print(f"error: {err}", file=sys.stderr)
     return 1 if errors else 0
+
+
+def cmd_pairs() -> int:
+    from .pairs import ALLOW_ANY_ENV, DEFAULT_PAIR, PAIR_ENV, ROOTS_ENV, ModelPolicy, pairs_table
+
+    default = os.environ.get(PAIR_ENV, "").strip() or DEFAULT_PAIR
+    for row in pairs_table():
+        mark = "*" if row["name"] == default else " "
+        state = "cached" if row["cached"] else "downloads on first use"
+        print(f"{mark} {row['name']:14} {row['target']} + {row['draft'] or 'no draft model'} "
+              f"[{row['dtype']}, {row['device']}; {state}]\n      {row['note']}")
+    policy = ModelPolicy.from_env()
+    roots = os.pathsep.join(map(str, policy.roots)) or ("any folder" if policy.allow_any else "none")
+    print(f"* the default pair (${PAIR_ENV}). Other hub ids: {'allowed' if policy.allow_any else 'refused'} "
+          f"(${ALLOW_ANY_ENV}); local paths inside: {roots} (${ROOTS_ENV})")
+    return 0
 
 
 def cmd_info(args) -> int:

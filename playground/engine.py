@@ -87,7 +87,7 @@ def _setup(pair, prompt_ids, max_new_tokens, sampling, stop_ids, clock):
     """What both loops start from: a checked request, a clock, the stop tokens, the seeded generator,
     the committed tokens and the target with an empty cache."""
     check_request(pair, prompt_ids, max_new_tokens)
-    clock = clock or Clock(pair.device)
+    clock = clock or Clock.for_pair(pair)
     stops = frozenset(pair.eos_ids if stop_ids is None else stop_ids)
     generator = sampling.generator(pair.device)
     committed = [int(t) for t in prompt_ids]

@@ -81,7 +81,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     them alike. Drafter: time propose(k) for k = 1 and k = 4 (then roll back) and take the per-token
     slope, which is what one more proposal costs whatever the drafter is.
     """
-    clock = Clock(pair.device)
+    clock = Clock.for_pair(pair)
     prompt = [int(t) for t in prompt_ids]
     lm = CachedLM(pair.target, pair.device, pair.vocab_size)
     lm.feed(prompt[:-1], last_only=True)
@@ -438,7 +438,7 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
     from .proposers import DraftModelProposer, PromptLookupProposer
     from .records import Iteration, Step
 
-    clock = Clock(pair.device)
+    clock = Clock.for_pair(pair)
     eos = sorted(pair.eos_ids)
     gen_kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos or None,
                       pad_token_id=eos[0] if eos else 0)

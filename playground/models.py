@@ -44,8 +44,13 @@ class ModelPair:
     max_context: int | None = None
     # Drafting resources built on demand and shared by runs on this pair (a llama.cpp context).
     resources: dict = field(default_factory=dict, repr=False)
+    # Every device holding weights of the pair (a target split by device_map spans several GPUs); the
+    # clock synchronises all of them at a measurement boundary. Found from the weights when not given.
+    devices: tuple = ()
 
     def __post_init__(self):
+        if not self.devices:
+            self.devices = _devices_of(self.device, self.target, self.draft)
         if self.vocab_size is None:
             sizes = [_output_size(self.target)]
             if self.draft is not None:
@@ -82,6 +87,20 @@ def _output_size(model: torch.nn.Module) -> int:
         w = emb.weight() if callable(emb.weight) else emb.weight  # quantized linears expose weight()
         return int(w.shape[0])
     return int(model.config.vocab_size)
+
+
+def _devices_of(device: torch.device, *models) -> tuple:
+    def indexed(d):  # "cuda" is the current CUDA device: name it by index, once
+        d = torch.device(d)
+        if d.type == "cuda" and d.index is None:
+            return torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+        return d
+
+    found = {indexed(device)}
+    for m in models:
+        if m is not None:
+            found.update(indexed(p.device) for p in m.parameters())
+    return tuple(sorted(found, key=str))
 
 
 def _param_count(model: torch.nn.Module) -> int:
@@ -138,6 +157,29 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
         return _DTYPES[dtype]
     except KeyError:
         raise PlaygroundError(f"unknown dtype {dtype!r}; choose one of auto, {', '.join(_DTYPES)}") from None
+
+
+DEVICE_MAPS = ("auto", "balanced", "sequential")
+
+
+def resolve_device_map(device_map: str | None, requested: str | torch.device, dev: torch.device) -> str | None:
+    """accelerate's placement for the target, or None to put it whole on `dev`.
+
+    None (automatic): "auto" only on CUDA, on a host with more than one GPU, when the device asked for names
+    no GPU index ("auto" or "cuda"): a target that does not fit one GPU is then split across them. "auto",
+    "balanced", "sequential": asked for (CUDA only). "none": never. CPU behaviour is unchanged.
+    """
+    value = (str(device_map).strip().lower() or None) if device_map is not None else None
+    if value in ("none", "off", "no"):
+        return None
+    if value is None:
+        unindexed = ":" not in str(requested)
+        return "auto" if dev.type == "cuda" and unindexed and torch.cuda.device_count() > 1 else None
+    if value not in DEVICE_MAPS:
+        raise PlaygroundError(f"unknown device map {device_map!r}; choose one of none, {', '.join(DEVICE_MAPS)}")
+    if dev.type != "cuda":
+        raise PlaygroundError(f"device map {value!r} places a model across GPUs, but the device is {dev}")
+    return value
 
 
 # --- the embedded model ----------------------------------------------------------------------
@@ -216,28 +258,68 @@ def ensure_embedded_safetensors(progress=print) -> Path:
 def load_tokenizer(source: str | Path):
     from transformers import AutoTokenizer
 
+    local = Path(source).exists()
     try:
-        return AutoTokenizer.from_pretrained(str(source), local_files_only=Path(source).exists())
+        return AutoTokenizer.from_pretrained(str(source), local_files_only=local)
     except (OSError, ValueError) as e:
-        raise PlaygroundError(f"could not load a tokenizer from {source!r}: {_first_line(e)}") from None
+        hub = None if local else _hub_problem(str(source), e)
+        raise PlaygroundError(hub or f"could not load a tokenizer from {str(source)!r}: {_first_line(e)}") from None
 
 
-def load_model(source: str | Path, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    """A causal LM from a local directory or a hub id (already in the local HF cache, or downloadable)."""
+def load_model(source: str | Path, device: torch.device, dtype: torch.dtype,
+               device_map: str | None = None) -> torch.nn.Module:
+    """A causal LM from a local directory or a hub id (in the local HF cache, or downloaded into it, with
+    huggingface_hub's progress bars). With a `device_map`, accelerate places it (across GPUs)."""
     from transformers import AutoModelForCausalLM
 
     local = Path(source).exists()
+    placement = {"device_map": device_map} if device_map else {}
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, local_files_only=local)
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, local_files_only=local, **placement)
     except (OSError, ValueError) as e:
+        hub = None if local else _hub_problem(str(source), e)
         where = "local path" if local else "model id (not in the local Hugging Face cache and not downloadable)"
-        raise PlaygroundError(f"could not load {where} {str(source)!r}: {_first_line(e)}") from None
-    return model.to(device).eval()
+        raise PlaygroundError(hub or f"could not load {where} {str(source)!r}: {_first_line(e)}") from None
+    return (model if device_map else model.to(device)).eval()
 
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+    return _scrub(text[0] if text else type(e).__name__)
+
+
+def _scrub(text: str) -> str:
+    """Never echo a Hugging Face token, whatever an underlying error message holds."""
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        value = os.environ.get(name, "").strip()
+        if len(value) >= 4:
+            text = text.replace(value, "<redacted>")
+    return text
+
+
+def _hub_problem(repo_id: str, error: BaseException) -> str | None:
+    """A message for a person when loading a hub model failed for a hub reason (gated, missing, offline)."""
+    try:
+        from huggingface_hub.errors import (GatedRepoError, LocalEntryNotFoundError, OfflineModeIsEnabled,
+                                            RepositoryNotFoundError)
+    except ImportError:
+        return None
+    from .pairs import gated_message, hub_cache_dir, hub_token
+
+    chain, e = [], error
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    if any(isinstance(c, GatedRepoError) for c in chain) or "gated repo" in str(error).lower():
+        return gated_message(repo_id, token_set=hub_token() is not None)
+    if any(isinstance(c, RepositoryNotFoundError) for c in chain):
+        return (f"there is no model {repo_id!r} on the Hugging Face hub (or it is private, and the token set, if "
+                f"any, has no access to it)")
+    if any(isinstance(c, (LocalEntryNotFoundError, OfflineModeIsEnabled)) for c in chain):
+        return (f"{repo_id!r} is not in the local Hugging Face cache ({hub_cache_dir()}) and the hub cannot be "
+                f"reached: run once with network access (it downloads into that cache), or use a named pair that "
+                f"needs no download (embedded)")
+    return None
 
 
 def int8_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -279,26 +361,34 @@ def load_pair(
     device: str | torch.device = "auto",
     dtype: str | torch.dtype = "auto",
     progress=print,
+    device_map: str | None = None,
 ) -> ModelPair:
     """Load a target and an optional draft.
 
     target: "embedded" or a local path / hub id. draft: "int8" (a quantized copy of the target, CPU),
     None (model-free drafters only), or a local path / hub id of a model sharing the target's vocabulary.
+    device "auto" is CUDA when present, except with the int8 draft (a CPU quantization): then the CPU.
+    device_map: see resolve_device_map (the draft always goes whole onto the first device).
     """
-    dev = resolve_device(device)
+    int8 = draft is not None and str(draft) == INT8
+    dev = torch.device("cpu") if int8 and str(device) == "auto" else resolve_device(device)
+    if int8 and dev.type != "cpu":
+        raise PlaygroundError(f"the int8 draft is a CPU-only quantization, and the device is {dev}: on a GPU choose "
+                              f"a draft model (a named pair, or --draft embedded / a model id) or --draft none")
     dt = resolve_dtype(dtype, dev)
+    placement = resolve_device_map(device_map, device, dev)
     if str(target) == EMBEDDED:
         source = ensure_embedded_safetensors(progress)
         target_name = EMBEDDED_NAME
     else:
         source, target_name = target, str(target)
     tokenizer = load_tokenizer(source)
-    target_model = load_model(source, dev, dt)
+    target_model = load_model(source, dev, dt, device_map=placement)
+    if placement:
+        dev = _first_device(target_model, dev)
 
     draft_model, draft_name = None, None
-    if draft is not None and str(draft) == INT8:
-        if dev.type != "cpu":
-            raise PlaygroundError("the int8 draft is a CPU-only quantization; choose a draft model on GPU")
+    if int8:
         draft_model, draft_name = int8_copy(target_model), f"int8 dynamic-quantized copy of {target_name}"
     elif draft is not None:
         draft_source = ensure_embedded_safetensors(progress) if str(draft) == EMBEDDED else draft
@@ -326,16 +416,57 @@ def memory_report(pair: ModelPair) -> dict:
         return total + sum(w.numel() * w.element_size() for w in _packed_weights(m))
 
     report = {"target_bytes": model_bytes(pair.target), "draft_bytes": model_bytes(pair.draft), "device": str(pair.device)}
+    warnings_: list[str] = []
     if pair.device.type == "cuda":
         free, total = torch.cuda.mem_get_info(pair.device)
         report.update(device_free_bytes=free, device_total_bytes=total,
                       device_allocated_bytes=torch.cuda.memory_allocated(pair.device))
+        gpus = [d for d in pair.devices if d.type == "cuda"] or [pair.device]
+        per_gpu = {}
+        for d in gpus:
+            f, t = torch.cuda.mem_get_info(d)
+            per_gpu[str(d)] = {"free_bytes": f, "total_bytes": t, "allocated_bytes": torch.cuda.memory_allocated(d)}
+            if t and f < LOW_MEMORY_FRACTION * t:
+                warnings_.append(f"{d} has {f / 2**20:.0f} MiB free of {t / 2**30:.1f} GiB: the KV caches may not "
+                                 f"fit, and other processes on this GPU share it (timings will suffer)")
+        if len(per_gpu) > 1:
+            report["gpus"] = per_gpu
     else:
         try:
             import psutil
 
-            report.update(process_rss_bytes=psutil.Process().memory_info().rss,
-                          available_ram_bytes=psutil.virtual_memory().available)
+            vm = psutil.virtual_memory()
+            report.update(process_rss_bytes=psutil.Process().memory_info().rss, available_ram_bytes=vm.available)
+            if vm.total and vm.available < LOW_MEMORY_FRACTION * vm.total:
+                warnings_.append(f"only {vm.available / 2**20:.0f} MiB of RAM is available: the system may swap, "
+                                 f"and timings will suffer")
         except ImportError:  # psutil arrives with gradio; the report is still useful without it
             pass
+    offloaded = sorted({str(v) for v in (getattr(pair.target, "hf_device_map", None) or {}).values()}
+                       & {"cpu", "disk"})
+    if offloaded and pair.device.type == "cuda":
+        warnings_.append(f"accelerate put part of the target on {' and '.join(offloaded)} (it does not fit the "
+                         f"GPUs): every pass moves those weights, so timings measure the transfers")
+    report["warnings"] = warnings_
     return report
+
+
+LOW_MEMORY_FRACTION = 0.05  # warn below 5% free
+
+
+def release_memory() -> None:
+    """Give the memory of dropped models back (the app drops a pair before loading another)."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _first_device(model: torch.nn.Module, default: torch.device) -> torch.device:
+    """Where a model placed by accelerate takes its inputs: the device of its input embeddings."""
+    try:
+        d = model.get_input_embeddings().weight.device
+    except (AttributeError, NotImplementedError):
+        return default
+    return d if d.type not in ("meta", "cpu") or default.type == "cpu" else default

@@ -63,10 +63,9 @@ def residual(p_row: torch.Tensor, q_row: torch.Tensor | None, proposal: int) -> 
         q_row[proposal] = 1.0
     res = torch.clamp(p_row - q_row, min=0.0)
     total = res.sum()
-    # A rejection implies p(x) < q(x), so the positive part has mass; guard only against round-off.
-    if float(total) <= 0.0:
-        return p_row
-    return res / total
+    # A rejection implies p(x) < q(x), so the positive part has mass; guard only against round-off, on the
+    # device (a host `if` on the sum would be one more synchronisation inside the verification time).
+    return torch.where(total > 0, res / total.clamp(min=torch.finfo(res.dtype).tiny), p_row)
 
 
 def _draw(row: torch.Tensor, generator: torch.Generator) -> int:

@@ -13,6 +13,17 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _temp_models_allowed(tmp_path_factory):
+    # Tests save tiny models under pytest's temp folder and load them through the CLI: allow that folder the
+    # way an operator allows theirs (playground.pairs: local paths only inside PLAYGROUND_MODEL_ROOTS).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PLAYGROUND_MODEL_ROOTS", str(tmp_path_factory.getbasetemp()))
+        mp.delenv("PLAYGROUND_ALLOW_ANY_MODEL", raising=False)
+        mp.delenv("PLAYGROUND_PAIR", raising=False)
+        yield
+
+
 @pytest.fixture(scope="session")
 def target64():
     return tiny_model(vocab=64, seed=0)

@@ -5,7 +5,8 @@ Serving: one queue; every event that touches the model runs under one concurrenc
 (`concurrency_limit=1`, shared `concurrency_id`), the queue is bounded, Stop cancels the running
 event (`cancels=`: Gradio closes its generator, whose engine thread stops at its next record), and
 every event has a stable `api_name` for gradio_client: /run, /compare, /calibrate, /sweep,
-/load_preset (an API client stops a job with `job.cancel()`).
+/load_preset, /select_pair (an API client stops a job with `job.cancel()`). The pair menu holds the named
+pairs (playground.pairs); it takes typed model ids only under PLAYGROUND_ALLOW_ANY_MODEL=1.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
     device_events = {"concurrency_limit": 1, "concurrency_id": group}
     preset_list, preset_errors = handlers.preset_choices(presets_dir)
     drafter_choices = provider.drafter_choices()
+    pair_list, pair_value, pair_typed = handlers.pair_choices(provider)
     spec = provider.spec
 
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
@@ -155,6 +157,11 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
         with gr.Row(equal_height=False):
             # ---------------- controls ----------------
             with gr.Column(scale=4, min_width=340, elem_id="controls"):
+                pair_menu = gr.Dropdown(pair_list, value=pair_value, label="Model pair", elem_id="pair",
+                                        allow_custom_value=pair_typed, filterable=True,
+                                        info="Loads on the next run (hub pairs download once)"
+                                        + ("; or type TARGET, DRAFT" if pair_typed else ""))
+                pair_note = gr.Markdown(handlers.pair_info(provider), elem_id="pair-info")
                 preset = gr.Dropdown(preset_list, value="", label="Preset", elem_id="preset",
                                      info="Fills the prompt with the exact text the model sees")
                 preset_info = gr.Markdown("Your own prompt: sent as one user turn of the chat template.",
@@ -250,7 +257,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                     _skip(v.doc), _skip(v.download), v.session)
 
         def run(session, prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p, max_new_tokens,
-                seed, progress=gr.Progress()):
+                seed, progress=gr.Progress(track_tqdm=True)):
             """Speculative decoding of the prompt, streamed. Returns status, token HTML, counters, the three
             charts, the output check, the prediction panel, the run record (JSON) and its download."""
             views = handlers.stream_run(provider, session, prompt, preset, chat, drafter, k, decoding, temperature,
@@ -264,7 +271,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                                 5)
 
         def calibrate(session, prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p,
-                      max_new_tokens, seed, progress=gr.Progress()):
+                      max_new_tokens, seed, progress=gr.Progress(track_tqdm=True)):
             """Time the target (v(n)) and the drafter (c) on the current prompt; cached for this session."""
             views = handlers.stream_calibrate(provider, session, prompt, preset, chat, drafter, k, decoding,
                                               temperature, top_k, top_p, max_new_tokens, seed, progress,
@@ -272,7 +279,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
             yield from _guarded(views, lambda v: (v.status, _skip(v.prediction), v.session), 3)
 
         def sweep(session, prompt, preset, chat, drafter, decoding, temperature, top_k, top_p, seed, k_max,
-                  rounds, max_new_tokens, progress=gr.Progress()):
+                  rounds, max_new_tokens, progress=gr.Progress(track_tqdm=True)):
             """Sweep k = 1..k_max on the current prompt: measured and predicted speed-up, recommended k."""
             views = handlers.stream_sweep(provider, session, prompt, preset, chat, drafter, decoding, temperature,
                                           top_k, top_p, seed, k_max, rounds, max_new_tokens, progress,
@@ -280,16 +287,27 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
             yield from _guarded(views, lambda v: (v.status, _skip(v.figure), _skip(v.table), _skip(v.summary),
                                                   _skip(v.doc), v.session), 6)
 
-        def load_preset(preset, prompt, progress=gr.Progress()):
+        def load_preset(preset, prompt, session=None, progress=gr.Progress(track_tqdm=True)):
             """Fill the prompt box (and max new tokens) from a preset; describe it."""
-            if preset and not provider.loaded():
+            if preset and not provider.for_session(session).loaded():
                 yield gr.skip(), gr.skip(), gr.skip(), handlers.LOADING_MESSAGE
 
             def views():
-                yield handlers.load_preset(provider, preset, prompt, progress)
+                yield handlers.load_preset(provider, preset, prompt, progress, session=session)
 
             yield from _guarded(views(), lambda v: (v.prompt, _skip(v.max_new_tokens), v.chat, v.info), 4,
                                 status_first=False)
+
+        def select_pair(session, value):
+            """Choose this tab's model pair (a named pair; it loads on the next run): the drafters it offers."""
+
+            def views():
+                yield handlers.select_pair(provider, session, value)
+
+            def to_outputs(v):
+                return gr.update(choices=v.drafters, value=v.drafters[0][1]), v.info, v.session
+
+            yield from _guarded(views(), to_outputs, 3, status_first=False)
 
         def after_stop(session):
             """Runs after each model event (Gradio runs it once a cancellation is complete): says 'Stopped'."""
@@ -312,9 +330,12 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                     sweep_new],
             [sweep_status, sweep_plot, sweep_table, sweep_text, sweep_json, session], api_name="sweep",
             show_progress="minimal", show_progress_on=[activity], **device_events)
-        preset.input(load_preset, [preset, prompt], [prompt, max_new, chat, preset_info], api_name="load_preset",
-                     show_progress="minimal", show_progress_on=[preset_info], concurrency_limit=4,
-                     concurrency_id="presets")
+        preset.input(load_preset, [preset, prompt, session], [prompt, max_new, chat, preset_info],
+                     api_name="load_preset", show_progress="minimal", show_progress_on=[preset_info],
+                     concurrency_limit=4, concurrency_id="presets")
+        pair_menu.input(select_pair, [session, pair_menu], [drafter, pair_note, session], api_name="select_pair",
+                        show_progress="minimal", show_progress_on=[pair_note], concurrency_limit=4,
+                        concurrency_id="presets")
         # Stop cancels whichever model event runs (or waits) for this tab; API clients use job.cancel().
         device_evs = [run_ev, cmp_run_ev, cmp_ev, cal_ev, sweep_ev]
         stop_btn.click(None, None, None, cancels=device_evs, queue=False)

