@@ -82,10 +82,10 @@ if [ -n "$WHEELS" ]; then
 fi
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device: this check needs one')"
 
-# The tests that use the device (tests/test_cuda.py honours PLAYGROUND_DEVICE), and the loop's and rules' tests
-# on this machine's versions.
+# The tests that use the device (tests/test_cuda.py honours PLAYGROUND_DEVICE), and the loop, rules and loading
+# tests on this machine's versions (none of them needs gradio, which a GPU lease may not carry).
 step tests 180 "$PY" -m pytest -q -m "not slow" -p no:cacheprovider --junitxml "$OUT/tests.xml" \
-    tests/test_cuda.py tests/test_rules.py tests/test_engine.py tests/test_cost.py tests/test_pairs.py
+    tests/test_cuda.py tests/test_rules.py tests/test_engine.py tests/test_cost.py tests/test_models.py
 
 LAB=(--target embedded --device cuda)
 DRAFT=(--draft embedded --drafter draft)
