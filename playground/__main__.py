@@ -52,8 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="speculative decoding of one prompt, shown token by token")
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the prompt text (sent as one user turn of the chat template)")
+    src.add_argument("--prompt-file", metavar="PATH",
+                     help="read the prompt text from a UTF-8 file ('-': standard input)")
     src.add_argument("--preset", help="a preset name (see `python -m playground presets`)")
-    g.add_argument("--raw", action="store_true", help="feed --prompt as raw text, without the chat template")
+    g.add_argument("--raw", action="store_true", help="feed the prompt as raw text, without the chat template")
     g.add_argument("--k", type=int, default=4, help="proposals per iteration, 1..16 (default 4)")
     g.add_argument("--drafter", default="auto",
                    help="auto (llama.cpp for the embedded target when installed, else draft), llama.cpp, draft "
@@ -67,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
     g.add_argument("--top-p", type=float, default=1.0, help="1 = off")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--max-new-tokens", type=int, default=None, help="default: the preset's, or 64")
+    g.add_argument("--max-new-tokens", type=int, default=None,
+                   help="default: the preset's, or 64 (at most PLAYGROUND_MAX_NEW_TOKENS, default 2048)")
     g.add_argument("--compare-plain", action="store_true",
                    help="also run plain decoding of the same prompt right after, and print the measured ratio")
     g.add_argument("--json", action="store_true", help="print the records, summary and environment as JSON")
@@ -125,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_lab(args)
         return cmd_generate(args)
     except PlaygroundError as e:
-        print(f"error: {e}", file=sys.stderr)
+        from .envinfo import redact
+
+        print(f"error: {redact(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
@@ -187,17 +192,24 @@ def cmd_info(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from .engine import check_k, plain_generate, speculative_generate
-    from .envinfo import describe_setup, environment
+    from .engine import check_k, check_request, plain_generate, speculative_generate
+    from .envinfo import describe_setup, environment, redact
+    from .limits import Limits
     from .proposers import make_proposer
     from .records import Iteration, record_to_dict, summarize
     from .sampling import SamplingConfig
+    from .text import check_prompt_text, read_prompt_file
 
     check_k(args.k)
     sampling = SamplingConfig(do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed)
-    if args.prompt is not None and not args.prompt.strip():
-        raise PlaygroundError("the prompt is empty: type something, or pick a preset")
+    limits = Limits.from_env()
+    if args.max_new_tokens is not None:
+        limits.check_max_new_tokens(args.max_new_tokens)
+    if args.prompt_file is not None:
+        args.prompt = read_prompt_file(args.prompt_file, limits.max_prompt_chars)
+    if args.prompt is not None:
+        check_prompt_text(args.prompt, limits.max_prompt_chars)
     preset = None
     if args.preset is not None:
         from .presets import get_preset
@@ -207,17 +219,21 @@ def cmd_generate(args) -> int:
     proposer = make_proposer(pair, args.drafter, max_ngram=args.max_ngram)
     if preset is not None:
         prompt_ids = preset.prompt_ids(pair.tokenizer)
-        max_new = args.max_new_tokens or preset.max_new_tokens
+        max_new = args.max_new_tokens if args.max_new_tokens is not None else min(preset.max_new_tokens,
+                                                                                   limits.max_new_tokens)
     else:
         from .text import encode_prompt
 
         prompt_ids = encode_prompt(pair.tokenizer, args.prompt, chat=not args.raw)
-        max_new = args.max_new_tokens or 64
+        max_new = args.max_new_tokens if args.max_new_tokens is not None else min(64, limits.max_new_tokens)
+    limits.check_max_new_tokens(max_new)
+    limits.check_prompt_tokens(len(prompt_ids))
+    check_request(pair, prompt_ids, max_new)  # the target's context, before anything is printed
 
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
     out = sys.stdout
     if not args.json:
-        print(f"# {pair.target_name} | drafter: {proposer.describe()} | k={args.k} | {sampling.describe()} | "
+        print(f"# {redact(pair.target_name)} | drafter: {proposer.describe()} | k={args.k} | {sampling.describe()} | "
               f"{describe_setup(pair)}", file=sys.stderr)
         if colour:
             print(f"# {_paint('accepted', 'accepted')}  {_paint('correction', 'correction')}  "
@@ -256,7 +272,7 @@ def cmd_generate(args) -> int:
                                                         "error": check.error},
             "plain_summary": plain_summary.to_dict() if plain_summary else None,
         }
-        json.dump(doc, out, indent=1)
+        json.dump(redact(doc), out, indent=1)  # no secret (HF_TOKEN, ...) in an exported record
         out.write("\n")
         return 0
 

@@ -14,11 +14,18 @@ import os
 from .blocks import build_ui, launch_kwargs
 from .handlers import PairProvider, PairSpec
 
-__all__ = ["build_ui", "launch", "launch_kwargs", "PairProvider", "PairSpec"]
+__all__ = ["build_ui", "launch", "launch_kwargs", "server_name", "PairProvider", "PairSpec"]
+
+
+def server_name(env=None) -> str:
+    """Where the app listens: 127.0.0.1 (this machine only) unless GRADIO_SERVER_NAME says otherwise (the
+    Docker image sets 0.0.0.0 on purpose); an empty value counts as unset, never as "all interfaces"."""
+    env = os.environ if env is None else env
+    return (env.get("GRADIO_SERVER_NAME") or "").strip() or "127.0.0.1"
 
 
 def launch(demo, **overrides):
     """Launch with the playground's theme and CSS, on loopback unless GRADIO_SERVER_NAME is set."""
-    kwargs = {"server_name": os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), **launch_kwargs()}
+    kwargs = {"server_name": server_name(), **launch_kwargs()}
     kwargs.update(overrides)
     return demo.launch(**kwargs)

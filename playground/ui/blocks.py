@@ -2,7 +2,8 @@
 handler views to component updates and PlaygroundError to a message the user sees.
 
 Serving: one queue; every event that touches the model runs under one concurrency group per device
-(`concurrency_limit=1`, shared `concurrency_id`), the queue is bounded, Stop cancels the running
+(`concurrency_limit=1`, shared `concurrency_id`), the queue is bounded (PLAYGROUND_QUEUE_SIZE waiting events;
+one more gets Gradio's "queue full"), Stop cancels the running
 event (`cancels=`: Gradio closes its generator, whose engine thread stops at its next record), and
 every event has a stable `api_name` for gradio_client: /run, /compare, /calibrate, /sweep,
 /load_preset, /select_pair (an API client stops a job with `job.cancel()`). The pair menu holds the named
@@ -13,16 +14,18 @@ from __future__ import annotations
 
 import html
 import logging
+import traceback
 
 import gradio as gr
 
+from ..envinfo import redact
 from ..errors import PlaygroundError
+from ..limits import Limits
 from . import charts, handlers
 from .handlers import PairProvider
 from .render import EMPTY_TOKENS, legend_html
 
 log = logging.getLogger(__name__)
-QUEUE_MAX_SIZE = 16
 TITLE = "Speculative decoding playground"
 
 CSS = """
@@ -103,7 +106,7 @@ def launch_kwargs() -> dict:
 
 
 def _error(e: Exception) -> gr.Error:
-    return gr.Error(html.escape(str(e)), title="Cannot do that", print_exception=False)
+    return gr.Error(html.escape(redact(str(e))), title="Cannot do that", print_exception=False)
 
 
 def _skip(x):
@@ -113,25 +116,28 @@ def _skip(x):
 def _guarded(views, to_outputs, n_outputs: int, status_first: bool = True):
     """Map each view to output values; turn a PlaygroundError into a status line (the first output) and an
     error the user or API client sees, and any other exception into an 'internal error' message. The app
-    keeps serving either way."""
+    keeps serving either way. No secret (HF_TOKEN, ...) is shown or logged: messages go through `redact`."""
     try:
         for v in views:
             yield to_outputs(v)
     except PlaygroundError as e:
         if status_first:
-            yield (f"\u26a0 {e}", *([gr.skip()] * (n_outputs - 1)))
+            yield (f"\u26a0 {redact(str(e))}", *([gr.skip()] * (n_outputs - 1)))
         raise _error(e) from None
     except Exception as e:  # a bug, not bad input: say what happened, log the traceback
-        log.exception("playground event failed")
+        log.error("playground event failed\n%s", redact(traceback.format_exc()))
+        message = redact(f"internal error: {type(e).__name__}: {e}")
         if status_first:
-            yield (f"\u26a0 internal error: {type(e).__name__}: {e}", *([gr.skip()] * (n_outputs - 1)))
-        raise gr.Error(html.escape(f"internal error: {type(e).__name__}: {e}"), title="Something broke") from None
+            yield (f"\u26a0 {message}", *([gr.skip()] * (n_outputs - 1)))
+        raise gr.Error(html.escape(message), title="Something broke", print_exception=False) from None
 
 
 def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=None,
-             calibrate_repeats: int = 12) -> gr.Blocks:
-    """The playground's Blocks. Loads no model: the pair loads on first use (see handlers.PairCache)."""
+             calibrate_repeats: int = 12, limits: Limits | None = None) -> gr.Blocks:
+    """The playground's Blocks. Loads no model: the pair loads on first use (see handlers.PairCache).
+    `limits` default to the environment's (playground.limits), read here, once per app."""
     provider = provider or PairProvider()
+    limits = limits or Limits.from_env()
     group = f"device:{provider.device}"  # one run at a time per device, whatever the event
     device_events = {"concurrency_limit": 1, "concurrency_id": group}
     preset_list, preset_errors = handlers.preset_choices(presets_dir)
@@ -148,7 +154,8 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                 "A small drafter proposes *k* tokens, the target checks them in one pass, the acceptance rule "
                 "keeps a prefix. See which tokens were accepted, the acceptance rate \u03b1, where the time went, "
                 "and the cost model's predicted speed-up beside the measured one.  \n"
-                f"<span class='small-note'>Pair: target `{spec.target}`, draft `{spec.draft or 'none'}`, "
+                f"<span class='small-note'>Pair: target `{redact(spec.target)}`, "
+                f"draft `{redact(spec.draft or 'none')}`, "
                 f"device `{spec.device}`, dtype `{spec.dtype}` \u00b7 loaded once per process on first use.</span>"
             )
             if preset_errors:
@@ -173,8 +180,9 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                                    label="Drafter", info=handlers.AUTO_HELP, elem_id="drafter")
                 with gr.Row():
                     k = gr.Slider(1, 16, value=4, step=1, label="k (proposals per iteration)", elem_id="k")
-                    max_new = gr.Number(value=handlers.DEFAULT_MAX_NEW, precision=0, minimum=1,
-                                        maximum=handlers.MAX_NEW_TOKENS, label="Max new tokens", elem_id="max-new")
+                    max_new = gr.Number(value=min(handlers.DEFAULT_MAX_NEW, limits.max_new_tokens), precision=0,
+                                        minimum=1, maximum=limits.max_new_tokens, label="Max new tokens",
+                                        elem_id="max-new")
                 with gr.Accordion("Decoding", open=False, elem_id="decoding-box"):
                     decoding = gr.Radio([("greedy", "greedy"), ("sampling", "sample")], value="greedy",
                                         label="Decoding", elem_id="decoding")
@@ -234,7 +242,8 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                         with gr.Row():
                             k_max = gr.Slider(1, 16, value=8, step=1, label="Largest k", elem_id="k-max")
                             rounds = gr.Slider(1, 5, value=2, step=1, label="Rounds", elem_id="rounds")
-                            sweep_new = gr.Number(value=32, precision=0, minimum=1, maximum=handlers.MAX_NEW_TOKENS,
+                            sweep_new = gr.Number(value=min(32, limits.max_new_tokens), precision=0, minimum=1,
+                                                  maximum=limits.max_new_tokens,
                                                   label="Max new tokens per run", elem_id="sweep-new")
                             sweep_btn = gr.Button("Sweep k", variant="primary", elem_id="sweep-btn")
                         sweep_status = gr.Markdown("", elem_id="sweep-status")
@@ -261,7 +270,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
             """Speculative decoding of the prompt, streamed. Returns status, token HTML, counters, the three
             charts, the output check, the prediction panel, the run record (JSON) and its download."""
             views = handlers.stream_run(provider, session, prompt, preset, chat, drafter, k, decoding, temperature,
-                                        top_k, top_p, max_new_tokens, seed, progress)
+                                        top_k, top_p, max_new_tokens, seed, progress, limits=limits)
             yield from _guarded(views, run_outputs_of, len(run_outputs))
 
         def compare(session, progress=gr.Progress()):
@@ -275,7 +284,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
             """Time the target (v(n)) and the drafter (c) on the current prompt; cached for this session."""
             views = handlers.stream_calibrate(provider, session, prompt, preset, chat, drafter, k, decoding,
                                               temperature, top_k, top_p, max_new_tokens, seed, progress,
-                                              repeats=calibrate_repeats)
+                                              repeats=calibrate_repeats, limits=limits)
             yield from _guarded(views, lambda v: (v.status, _skip(v.prediction), v.session), 3)
 
         def sweep(session, prompt, preset, chat, drafter, decoding, temperature, top_k, top_p, seed, k_max,
@@ -283,7 +292,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
             """Sweep k = 1..k_max on the current prompt: measured and predicted speed-up, recommended k."""
             views = handlers.stream_sweep(provider, session, prompt, preset, chat, drafter, decoding, temperature,
                                           top_k, top_p, seed, k_max, rounds, max_new_tokens, progress,
-                                          sweep_fn=sweep_fn)
+                                          sweep_fn=sweep_fn, limits=limits)
             yield from _guarded(views, lambda v: (v.status, _skip(v.figure), _skip(v.table), _skip(v.summary),
                                                   _skip(v.doc), v.session), 6)
 
@@ -295,8 +304,11 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
             def views():
                 yield handlers.load_preset(provider, preset, prompt, progress, session=session)
 
-            yield from _guarded(views(), lambda v: (v.prompt, _skip(v.max_new_tokens), v.chat, v.info), 4,
-                                status_first=False)
+            def to_outputs(v):  # a preset's length, within this app's limit
+                n = None if v.max_new_tokens is None else min(v.max_new_tokens, limits.max_new_tokens)
+                return v.prompt, _skip(n), v.chat, v.info
+
+            yield from _guarded(views(), to_outputs, 4, status_first=False)
 
         def select_pair(session, value):
             """Choose this tab's model pair (a named pair; it loads on the next run): the drafters it offers."""
@@ -350,5 +362,5 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
         decoding.change(sampling_controls, [decoding], [temperature, top_k, top_p], api_visibility="private",
                         queue=False)
 
-    demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=1)
+    demo.queue(max_size=limits.queue_size, default_concurrency_limit=1)
     return demo

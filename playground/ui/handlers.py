@@ -34,7 +34,6 @@ from . import charts
 from .render import TokenRenderer
 
 Progress = Callable[..., Any] | None
-MAX_NEW_TOKENS = 2048
 DEFAULT_MAX_NEW = 64
 YIELD_EVERY_S = 0.1  # token / counter updates at most this often
 HEARTBEAT_S = 0.5  # a status update at least this often, so a Stop never waits on a silent generator
@@ -317,23 +316,26 @@ def _number(value, what: str) -> float:
 
 
 def parse_request(prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p, max_new_tokens,
-                  seed, drafters: Sequence[str] | None = None) -> tuple[RunRequest, Any]:
-    """Raw control values -> (RunRequest, SamplingConfig); raises PlaygroundError with what to fix."""
+                  seed, drafters: Sequence[str] | None = None, limits=None) -> tuple[RunRequest, Any]:
+    """Raw control values -> (RunRequest, SamplingConfig); raises PlaygroundError with what to fix.
+    `limits` (a playground.limits.Limits) default to the environment's, read now."""
     from ..engine import check_k
+    from ..limits import Limits
     from ..proposers import DRAFTERS
     from ..sampling import SamplingConfig
+    from ..text import check_prompt_text
 
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise PlaygroundError("the prompt is empty: type something, or pick a preset")
+    limits = limits or Limits.from_env()
+    check_prompt_text(prompt, limits.max_prompt_chars)
+    if preset is not None and not isinstance(preset, str):
+        raise PlaygroundError(f"the preset must be a preset name, got {preset!r}")
     known = list(drafters) if drafters is not None else list(DRAFTERS)
     if drafter not in known:
         raise PlaygroundError(f"unknown drafter {drafter!r}; choose one of {', '.join(known)}")
     k = check_k(_integer(k, "k"))
     if decoding not in DECODINGS:
         raise PlaygroundError(f"decoding must be 'greedy' or 'sample', got {decoding!r}")
-    max_new = _integer(max_new_tokens, "max new tokens")
-    if not 1 <= max_new <= MAX_NEW_TOKENS:
-        raise PlaygroundError(f"max new tokens must be from 1 to {MAX_NEW_TOKENS}, got {max_new}")
+    max_new = limits.check_max_new_tokens(_integer(max_new_tokens, "max new tokens"))
     seed = _integer(seed, "seed")
     sample = decoding == "sample"
     t = _number(temperature, "temperature") if sample else 1.0
@@ -343,6 +345,14 @@ def parse_request(prompt, preset, chat, drafter, k, decoding, temperature, top_k
     req = RunRequest(prompt=prompt, preset=preset or None, chat=bool(chat), drafter=drafter, k=k,
                      decoding=decoding, temperature=t, top_k=tk, top_p=tp, max_new_tokens=max_new, seed=seed)
     return req, sampling
+
+
+def _check_prompt_ids(pair, ids, max_new_tokens: int, limits) -> None:
+    """The encoded prompt within this playground's token limit and, with the new tokens, the target's context."""
+    from ..engine import check_request
+
+    limits.check_prompt_tokens(len(ids))
+    check_request(pair, ids, max_new_tokens)
 
 
 def resolve_prompt(pair, req: RunRequest):
@@ -623,7 +633,9 @@ def run_document(run: RunResult, timing=None) -> dict:
     """The run as JSON: records, summary, environment and config (what the Download button saves)."""
     from ..records import record_to_dict
 
-    return _jsonable({
+    from ..envinfo import redact
+
+    return redact(_jsonable({
         "kind": "speculative-playground run",
         "config": {
             "prompt": run.request.prompt,
@@ -648,7 +660,7 @@ def run_document(run: RunResult, timing=None) -> dict:
         "measured_speedup": (_ratio(run.summary.tokens_per_s, run.plain.tokens_per_s)
                              if run.plain is not None and run.summary is not None else None),
         "calibration": timing.to_dict() if timing is not None else None,
-    })
+    }))
 
 
 DOWNLOADS_KEPT_S = 24 * 3600  # run files older than this are removed when a new one is written
@@ -753,23 +765,26 @@ def stopped_view(session: Session | None) -> StoppedView:
 
 @_stoppable("run")
 def stream_run(provider: PairProvider, session: Session | None, prompt, preset, chat, drafter, k, decoding,
-               temperature, top_k, top_p, max_new_tokens, seed, progress: Progress = None) -> Iterator[RunView]:
+               temperature, top_k, top_p, max_new_tokens, seed, progress: Progress = None,
+               limits=None) -> Iterator[RunView]:
     """Speculative decoding of the prompt, streamed: token HTML and counters as records arrive, charts throttled."""
-    from ..engine import check_request, speculative_generate
+    from ..engine import speculative_generate
     from ..envinfo import describe_setup, environment
     from ..presets import check_output
+    from ..limits import Limits
     from ..proposers import make_proposer
     from ..records import Iteration, summarize
 
+    limits = limits or Limits.from_env()
     drafters = [name for _, name in provider.drafter_choices()]
     req, sampling = parse_request(prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p,
-                                  max_new_tokens, seed, drafters)
+                                  max_new_tokens, seed, drafters, limits)
     loading = _loading_status(provider)
     if loading:
         yield RunView(session, loading)
     pair = _get_pair(provider, progress)
     ids, preset_obj = resolve_prompt(pair, req)
-    check_request(pair, ids, req.max_new_tokens)
+    _check_prompt_ids(pair, ids, req.max_new_tokens, limits)
     proposer = make_proposer(pair, req.drafter)
     setup = describe_setup(pair)
     run = RunResult(request=req, sampling=sampling, prompt_ids=ids, drafter=proposer.describe(), records=[],
@@ -909,24 +924,27 @@ class CalibrateView:
 @_stoppable("calibrate")
 def stream_calibrate(provider: PairProvider, session: Session | None, prompt, preset, chat, drafter, k, decoding,
                      temperature, top_k, top_p, max_new_tokens, seed, progress: Progress = None,
-                     repeats: int = 12, warmup: int = 3) -> Iterator[CalibrateView]:
+                     repeats: int = 12, warmup: int = 3, limits=None) -> Iterator[CalibrateView]:
     """Time the target over n = 1..max(9, k+1) tokens and the drafter per token on the current prompt.
 
     The result (a lab.Timing) is cached in the session per drafter and prompt."""
     from ..lab import calibrate
+    from ..limits import Limits
     from ..proposers import make_proposer
 
+    limits = limits or Limits.from_env()
     drafters = [name for _, name in provider.drafter_choices()]
     req, _ = parse_request(prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p, max_new_tokens,
-                           seed, drafters)
+                           seed, drafters, limits)
     loading = _loading_status(provider)
     if loading:
         yield CalibrateView(session, loading)
     pair = _get_pair(provider, progress)
     ids, _ = resolve_prompt(pair, req)
+    n_max = max(9, req.k + 1)
+    _check_prompt_ids(pair, ids, n_max, limits)  # calibration feeds up to n_max tokens after the prompt
     proposer = make_proposer(pair, req.drafter)
     name = proposer.describe()
-    n_max = max(9, req.k + 1)
     key = prompt_key(ids)
     if session.timing_for(name, key, n_max) is not None:
         yield CalibrateView(session, f"Calibration for this prompt and drafter is already cached in this session "
@@ -1001,9 +1019,10 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
 @_stoppable("sweep")
 def stream_sweep(provider: PairProvider, session: Session | None, prompt, preset, chat, drafter, decoding,
                  temperature, top_k, top_p, seed, k_max, rounds, max_new_tokens, progress: Progress = None,
-                 sweep_fn: Callable | None = None) -> Iterator[SweepView]:
+                 sweep_fn: Callable | None = None, limits=None) -> Iterator[SweepView]:
     """k = 1..k_max on the current prompt: measured and predicted speed-up against k, break-even, best k."""
     from ..envinfo import describe_setup
+    from ..limits import Limits
     from ..proposers import make_proposer
 
     drafters = [name for _, name in provider.drafter_choices()]
@@ -1013,16 +1032,16 @@ def stream_sweep(provider: PairProvider, session: Session | None, prompt, preset
     rounds = _integer(rounds, "rounds")
     if not 1 <= rounds <= 20:
         raise PlaygroundError(f"rounds must be from 1 to 20, got {rounds}")
+    limits = limits or Limits.from_env()
+    limits.check_sweep(k_max, rounds)
     req, sampling = parse_request(prompt, preset, chat, drafter, 1, decoding, temperature, top_k, top_p,
-                                  max_new_tokens, seed, drafters)
+                                  max_new_tokens, seed, drafters, limits)
     loading = _loading_status(provider)
     if loading:
         yield SweepView(session, loading)
     pair = _get_pair(provider, progress)
     ids, _ = resolve_prompt(pair, req)
-    from ..engine import check_request
-
-    check_request(pair, ids, req.max_new_tokens)
+    _check_prompt_ids(pair, ids, req.max_new_tokens, limits)
     name = make_proposer(pair, req.drafter).describe()
     key = prompt_key(ids)
     ks = list(range(1, k_max + 1))

@@ -1,0 +1,90 @@
+"""The limits a public playground needs, in one place: how long a prompt, how many new tokens, how big a
+sweep, how many waiting events. Configuration, not code: each has an environment variable, read when a
+front end asks (`Limits.from_env()` when the app is built or a command starts), never at import.
+
+    PLAYGROUND_MAX_PROMPT_CHARS   100000  characters in a typed or pasted prompt (checked before tokenizing)
+    PLAYGROUND_MAX_PROMPT_TOKENS    4096  tokens in the encoded prompt (the model's context also applies)
+    PLAYGROUND_MAX_NEW_TOKENS       2048  max new tokens per run
+    PLAYGROUND_MAX_SWEEP_RUNS         85  runs in one k sweep: rounds x (largest k + 1 plain run)
+    PLAYGROUND_QUEUE_SIZE             16  events waiting in the app's queue; one more gets "queue full"
+
+The browser app / API and `python -m playground generate` apply them; the lab commands are the operator's
+own experiments and are not limited. Each value must be a whole number >= 1: a bad value is an error
+naming the variable, so a misconfigured app refuses to start instead of running unlimited.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Mapping
+
+from .errors import PlaygroundError
+
+ENV_VARS = {
+    "max_prompt_chars": "PLAYGROUND_MAX_PROMPT_CHARS",
+    "max_prompt_tokens": "PLAYGROUND_MAX_PROMPT_TOKENS",
+    "max_new_tokens": "PLAYGROUND_MAX_NEW_TOKENS",
+    "max_sweep_runs": "PLAYGROUND_MAX_SWEEP_RUNS",
+    "queue_size": "PLAYGROUND_QUEUE_SIZE",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_prompt_chars: int = 100_000
+    max_prompt_tokens: int = 4096
+    max_new_tokens: int = 2048
+    max_sweep_runs: int = 85  # the UI's largest sweep: k = 1..16 plus plain, 5 rounds
+    queue_size: int = 16
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise PlaygroundError(f"the limit {f.name} ({ENV_VARS[f.name]}) must be a whole number >= 1, got {v!r}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Limits":
+        """The limits from the environment (unset or empty: the default)."""
+        env = os.environ if env is None else env
+        values = {}
+        for name, var in ENV_VARS.items():
+            raw = env.get(var)
+            if raw is None or not raw.strip():
+                continue
+            text = raw.strip()
+            if not (text.isascii() and text.isdigit()) or int(text) < 1:
+                raise PlaygroundError(f"{var} must be a whole number >= 1, got {raw!r}")
+            values[name] = int(text)
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    # --- checks, with the message a person sees ---------------------------------------------------------
+
+    def check_max_new_tokens(self, n) -> int:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise PlaygroundError(f"max new tokens must be a whole number, got {n!r}")
+        if not 1 <= n <= self.max_new_tokens:
+            raise PlaygroundError(f"max new tokens must be from 1 to {self.max_new_tokens}, got {n} (the upper "
+                                  f"limit is this playground's setting {ENV_VARS['max_new_tokens']})")
+        return n
+
+    def check_prompt_chars(self, n_chars: int) -> None:
+        if n_chars > self.max_prompt_chars:
+            raise PlaygroundError(f"the prompt is {n_chars} characters; this playground takes at most "
+                                  f"{self.max_prompt_chars} ({ENV_VARS['max_prompt_chars']}): shorten it")
+
+    def check_prompt_tokens(self, n_tokens: int) -> None:
+        if n_tokens > self.max_prompt_tokens:
+            raise PlaygroundError(f"the prompt is {n_tokens} tokens; this playground takes at most "
+                                  f"{self.max_prompt_tokens} ({ENV_VARS['max_prompt_tokens']}): shorten it")
+
+    def check_sweep(self, k_max: int, rounds: int) -> None:
+        runs = rounds * (k_max + 1)
+        if runs > self.max_sweep_runs:
+            raise PlaygroundError(f"a sweep of k = 1..{k_max} over {rounds} round(s) is {runs} runs (each k and a "
+                                  f"plain run per round); this playground allows at most {self.max_sweep_runs} "
+                                  f"({ENV_VARS['max_sweep_runs']}): lower the largest k or the rounds")
