@@ -1,3 +1,5 @@
+import socket
+
 import pytest
 import torch
 
@@ -42,3 +44,30 @@ def drafts64(target64):
 @pytest.fixture(scope="session")
 def pair64(target64, drafts64):
     return tiny_pair(target64, drafts64["useful"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def launch_app():
+    """Launch a playground Blocks in this process on a free loopback port through playground.ui.launch (as app.py
+    does; always on 127.0.0.1, whatever GRADIO_SERVER_NAME says); returns its URL. Every app launched here is
+    closed after the module."""
+    launched = []
+
+    def launch_(demo) -> str:
+        from playground.ui import launch
+
+        _, url, _ = launch(demo, server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
+                           quiet=True)
+        launched.append(demo)
+        assert url.startswith("http://127.0.0.1:"), url
+        return url
+
+    yield launch_
+    for demo in launched:
+        demo.close()

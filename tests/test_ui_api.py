@@ -3,8 +3,6 @@ gradio_client, streaming a short run on the embedded pair."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -16,25 +14,13 @@ RUN_OUTPUTS = ["status", "tokens", "counters", "time_plot", "pos_plot", "alpha_p
                "run_json", "download"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def client():
+def client(launch_app):
     from gradio_client import Client
 
-    from playground.ui import build_ui, launch
+    from playground.ui import build_ui
 
-    demo = build_ui(calibrate_repeats=3)
-    _, url, _ = launch(demo, server_port=free_port(), prevent_thread_lock=True, quiet=True)
-    assert url.startswith("http://127.0.0.1:")
-    try:
-        yield Client(url, verbose=False)
-    finally:
-        demo.close()
+    return Client(launch_app(build_ui(calibrate_repeats=3)), verbose=False)
 
 
 def test_the_api_lists_every_event(client):

@@ -1,12 +1,12 @@
 """The playground in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright):
 pick a preset, run, see coloured token spans and live counters, stop a run, get a clear message for
-bad input. Saves a screenshot (path printed; PLAYGROUND_SCREENSHOT=path.png keeps a copy there)."""
+bad input, close a tab mid-run (on a tiny slowed pair) and see its run stop. Saves a screenshot (path
+printed; PLAYGROUND_SCREENSHOT=path.png keeps a copy there)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 
 import pytest
 
@@ -19,22 +19,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 TIMEOUT_MS = 180_000
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def app_url():
-    from playground.ui import build_ui, launch
+def app_url(launch_app):
+    from playground.ui import build_ui
 
-    demo = build_ui()
-    _, url, _ = launch(demo, server_port=free_port(), prevent_thread_lock=True, quiet=True)
-    try:
-        yield url
-    finally:
-        demo.close()
+    return launch_app(build_ui())
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +128,60 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     page.locator("#run-btn").click()
     page.wait_for_function("document.querySelector('#status').innerText.includes('the prompt is empty')")
     page.get_by_text("the prompt is empty: type something, or pick a preset").last.wait_for()
+
+
+@pytest.fixture(scope="module")
+def tiny_app_url(launch_app):
+    """The app on a tiny random pair whose every forward pass sleeps 30 ms: a 200-token run lasts many seconds."""
+    import time
+
+    import torch
+
+    from playground.models import ModelPair
+    from playground.ui import build_ui
+    from playground.ui.handlers import PairProvider
+    from tests.tiny import perturbed, tiny_model, word_tokenizer
+
+    target = tiny_model(vocab=64, seed=0, dtype=torch.float32)
+    draft = perturbed(target, noise=0.015)
+    for m in (target, draft):
+        m.register_forward_pre_hook(lambda *_: time.sleep(0.03))
+    pair = ModelPair(target=target, tokenizer=word_tokenizer([f"w{i}" for i in range(63)]), draft=draft,
+                     eos_ids=frozenset({63}), target_name="tiny-target", draft_name="tiny-draft")
+    return launch_app(build_ui(PairProvider(pair=pair)))
+
+
+def test_closing_the_tab_mid_run_stops_the_run_and_the_next_tab_runs_cleanly(tiny_app_url, browser):
+    import threading
+    import time
+
+    def workers():
+        return [t for t in threading.enumerate() if t.name.startswith("playground-")]
+
+    def start_run(page, max_new: str):
+        page.goto(tiny_app_url)
+        page.locator("#prompt textarea").fill("w1 w2 w3 w4 w5 w1 w2 w3")
+        page.locator("#max-new input").fill(max_new)
+        page.locator("#max-new input").press("Tab")
+        page.locator("#run-btn").click()
+
+    page = browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    start_run(page, "200")
+    page.wait_for_selector("#tokens .tok")
+    assert workers(), "the run should still be going when the tab closes"
+    page.close()  # the tab closes mid-run: its event stream and heartbeat drop
+    t0 = time.monotonic()
+    for t in workers():
+        t.join(10)
+    assert not workers(), "the closed tab's run should have stopped"
+    print(f"closed tab: the engine thread ended {time.monotonic() - t0:.2f} s after the tab closed")
+
+    page = browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        start_run(page, "8")
+        page.wait_for_function("document.querySelector('#status').innerText.startsWith('Done')")
+        assert page.locator("#tokens .tok").count() == 8
+    finally:
+        page.close()
