@@ -240,6 +240,15 @@ def check_access(choice: PairChoice) -> None:
             raise PlaygroundError(gated_message(repo_id, token_set=False))
 
 
+def _offline() -> bool:
+    try:
+        from huggingface_hub import constants
+
+        return bool(constants.HF_HUB_OFFLINE)
+    except Exception:
+        return False
+
+
 def _remote_ids(choice: PairChoice) -> list[str]:
     return [s for s in (choice.target, choice.draft) if s is not None and s not in KEYWORDS and not _is_path(s)]
 
@@ -253,7 +262,7 @@ def load_choice(choice: PairChoice, progress: Callable[[str], None] | None = pri
     check_choice(choice, policy)
     check_access(choice)
     for repo_id in _remote_ids(choice):
-        if progress and not is_cached(repo_id):
+        if progress and not is_cached(repo_id) and not _offline():
             progress(f"Downloading {repo_id} into {hub_cache_dir()} (first use; later starts read it from there) ...")
     return load_pair(choice.target, choice.draft, device=choice.device, dtype=choice.dtype, progress=progress,
                      device_map=choice.device_map)

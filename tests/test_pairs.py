@@ -214,6 +214,7 @@ def test_access_check_needs_no_network(monkeypatch, no_hub):
 
 def test_load_choice_says_it_downloads_and_passes_the_placement(monkeypatch, no_hub):
     calls, said = [], []
+    monkeypatch.setattr(pairs, "_offline", lambda: False)
     monkeypatch.setattr(models, "load_pair", lambda *a, **k: calls.append((a, k)) or "pair")
     choice = choose_pair(pair="qwen2.5-7b", device="cuda", device_map="auto", env={})
     assert load_choice(choice, progress=said.append) == "pair"
