@@ -461,3 +461,29 @@ def test_the_ui_never_shows_logs_or_exports_a_secret(secret_env, provider, caplo
             assert_clean(e.value.message + shown[-1][0])
     assert "rejected" in caplog.text  # the bug was logged, without the secret
     assert_clean(caplog.text)
+
+
+# --- unknown or disallowed model ids (the policy is playground/pairs.py; here: the same rows as the table) -----------
+
+
+@pytest.mark.parametrize("target, message", [
+    ("someone/model", "the target 'someone/model' is not a model of a named pair, and arbitrary model ids are off"),
+    ("/etc", "the target '/etc' is a local path not allowed: no model folders are configured"),
+])
+def test_an_unknown_or_disallowed_model_id_is_refused_before_loading(monkeypatch, capsys, target, message):
+    import playground.pairs as pairs
+
+    monkeypatch.setattr(pairs, "hub_token", lambda: None)  # no token, nothing cached, no network
+    monkeypatch.setattr(pairs, "is_cached", lambda repo_id: False)
+    for name in ("PLAYGROUND_ALLOW_ANY_MODEL", "PLAYGROUND_MODEL_ROOTS", "PLAYGROUND_PAIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(playground.models, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
+    assert message in cli_error(capsys, "--prompt", PROMPT, "--target", target, "--draft", "none")
+    ui = handlers.PairProvider(spec=handlers.PairSpec(target, None, "cpu", "float32"), cache=handlers.PairCache())
+    with pytest.raises(PlaygroundError) as e:
+        ui_run(ui, drafter="lookup")
+    assert message in str(e.value)
+    # the app's pair menu: only named pairs can be picked unless PLAYGROUND_ALLOW_ANY_MODEL=1
+    menu = handlers.PairProvider(spec=handlers.PairSpec.from_env({}), cache=handlers.PairCache())
+    with pytest.raises(PlaygroundError, match="unknown model pair"):
+        handlers.select_pair(menu, None, target)
