@@ -14,6 +14,7 @@ by gradio_client and by raw HTTP.
 from __future__ import annotations
 
 import gc
+import inspect
 import json
 import statistics
 import threading
@@ -203,11 +204,12 @@ def raw_run(http, url, demo, **changes):
     """A /run event as the browser's page sends it (join the queue, then read its event stream), with the JSON
     written by Python's json module, which can carry what gradio_client cannot (NaN, lone surrogates).
     Yields the stream's messages; leaving the loop early drops the stream, as a closed tab does."""
-    fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
+    fn_index, fn = next((i, fn) for i, fn in demo.fns.items() if fn.api_name == "run")
     session_hash = uuid.uuid4().hex[:11]
-    a = {"prompt": PROMPT, "max_new_tokens": 8, **CONTROLS, **changes}
-    data = [None, a["prompt"], a["preset"], a["chat"], a["drafter"], a["k"], a["decoding"], a["temperature"],
-            a["top_k"], a["top_p"], a["max_new_tokens"], a["seed"]]
+    values = {"session": None, "prompt": PROMPT, "max_new_tokens": 8, **CONTROLS, **changes}
+    # the event's inputs in order, named as the event function's parameters; any other control at its default
+    names = [p for p in inspect.signature(fn.fn).parameters if p != "progress"]
+    data = [values[name] if name in values else block.value for name, block in zip(names, fn.inputs, strict=True)]
     body = {"data": data, "fn_index": fn_index, "event_data": None, "trigger_id": None, "session_hash": session_hash}
     r = http.post(f"{url}gradio_api/queue/join", content=json.dumps(body), headers={"Content-Type": "application/json"})
     r.raise_for_status()
