@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import sys
 
 from .errors import PlaygroundError
@@ -56,11 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="read the prompt text from a UTF-8 file ('-': standard input)")
     src.add_argument("--preset", help="a preset name (see `python -m playground presets`)")
     g.add_argument("--raw", action="store_true", help="feed the prompt as raw text, without the chat template")
-    g.add_argument("--k", type=int, default=4, help="proposals per iteration, 1..16 (default 4)")
+    g.add_argument("--k", default="4",
+                   help="proposals per iteration: 1..16 (default 4), 'adaptive' (chosen per iteration from the "
+                        "acceptance seen so far and a quick timing calibration) or 'heuristic' (transformers' schedule)")
     g.add_argument("--drafter", default="auto",
                    help="auto (llama.cpp for the embedded target when installed, else draft), llama.cpp, draft "
-                        "(the pair's draft model) or lookup (prompt lookup)")
+                        "(the pair's draft model), lookup (prompt lookup) or hybrid (lookup where it matches, "
+                        "else the model drafter)")
     g.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched (default 3)")
+    g.add_argument("--min-confidence", type=float, default=None,
+                   help="a model drafter stops drafting after a token it gave less than this probability")
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--greedy", dest="sample", action="store_false", help="greedy decoding (default)")
     mode.add_argument("--sample", dest="sample", action="store_true", help="sampling")
@@ -79,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_lab_parsers(sub)
 
+    rep = sub.add_parser("report", help="Markdown tables from saved speed / sweep / timing results (--out files)")
+    rep.add_argument("files", nargs="+", metavar="FILE")
     sub.add_parser("presets", help="list the presets")
     sub.add_parser("pairs", help="list the named model pairs (--pair NAME) and which other models may be loaded")
     info = sub.add_parser("info", help="load the pair and print what it is, its memory and the environment")
@@ -104,19 +112,34 @@ def _add_lab_parsers(sub) -> None:
         src = p.add_mutually_exclusive_group()
         src.add_argument("--preset", action="append", help="a preset (repeatable; default: one per kind)")
         src.add_argument("--prompt", help="a prompt text instead of presets")
-        p.add_argument("--drafter", default="auto", help="auto, llama.cpp, draft or lookup")
-        p.add_argument("--max-ngram", type=int, default=3)
-        p.add_argument("--ks", default=None, help="comma-separated k values")
-        p.add_argument("--k", type=int, default=4, help="k for bench-peers")
-        p.add_argument("--rounds", type=int, default=3)
-        p.add_argument("--max-new-tokens", type=int, default=None, help="default: each preset's own (64 for a prompt)")
-        p.add_argument("--draws", type=int, default=20_000, help="distribution: draws per context, seed and rule")
+        p.add_argument("--drafter", default="auto", help="auto, llama.cpp, draft, lookup or hybrid")
+        p.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
+        # Each command gets only the options it reads; the others keep their defaults.
+        p.set_defaults(ks=None, k=4, rounds=3, max_new_tokens=None, draws=20_000, min_confidence=None)
+        if name in ("timing", "acceptance", "speed", "sweep", "divergence"):
+            p.add_argument("--ks", default=None, help=(
+                "comma-separated k values" + (", or adaptive / heuristic (k chosen per iteration)"
+                                              if name in ("speed", "sweep") else "")
+                + ("; timing measures passes over up to max(k) + 1 tokens" if name == "timing" else "")))
+        if name == "bench-peers":
+            p.add_argument("--k", type=int, default=4, help="proposals per iteration for every arm")
+        if name in ("speed", "sweep", "bench-peers"):
+            p.add_argument("--rounds", type=int, default=3, help="rounds of adjacent runs (default 3)")
+        if name in ("speed", "sweep"):
+            p.add_argument("--min-confidence", type=float, default=None,
+                           help="model drafters stop after a token they gave less than this probability")
+        if name != "timing" and name != "distribution":
+            p.add_argument("--max-new-tokens", type=int, default=None,
+                           help="default: each preset's own (64 for a prompt)")
+        if name == "distribution":
+            p.add_argument("--draws", type=int, default=20_000, help="draws per context, seed and rule")
         p.add_argument("--out", help="write the JSON result here")
         _add_pair_args(p)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in lab result files
     try:
         if args.command == "presets":
             return cmd_presets()
@@ -126,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_info(args)
         if args.command in LAB_COMMANDS:
             return cmd_lab(args)
+        if args.command == "report":
+            from .report import report
+
+            for i, path in enumerate(args.files):
+                print(("\n" if i else "") + report(path))
+            return 0
         return cmd_generate(args)
     except PlaygroundError as e:
         from .envinfo import redact
@@ -192,7 +221,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from .engine import check_k, check_request, plain_generate, speculative_generate
+    from .engine import check_request, plain_generate, speculative_generate
     from .envinfo import describe_setup, environment, redact
     from .limits import Limits
     from .proposers import make_proposer
@@ -200,7 +229,9 @@ def cmd_generate(args) -> int:
     from .sampling import SamplingConfig
     from .text import check_prompt_text, read_prompt_file
 
-    check_k(args.k)
+    from .adaptive import parse_k
+
+    k_setting = parse_k(args.k)
     sampling = SamplingConfig(do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed)
     limits = Limits.from_env()
@@ -239,9 +270,14 @@ def cmd_generate(args) -> int:
             print(f"# {_paint('accepted', 'accepted')}  {_paint('correction', 'correction')}  "
                   f"{_paint('bonus', 'bonus')}  plain", file=sys.stderr)
 
+    from .adaptive import calibrated_curve, make_controller
+
+    curve = calibrated_curve(pair, prompt_ids, proposer) if k_setting == "adaptive" else None
+    controller = make_controller(k_setting, curve)
     records = []
     streamer = _Streamer(pair.tokenizer, colour, out) if not args.json else None
-    for rec in speculative_generate(pair, prompt_ids, proposer=proposer, k=args.k, sampling=sampling,
+    for rec in speculative_generate(pair, prompt_ids, proposer=proposer, k=controller, sampling=sampling,
+                                    min_confidence=args.min_confidence,
                                     max_new_tokens=max_new):
         records.append(rec)
         if streamer is not None and isinstance(rec, Iteration):
@@ -262,7 +298,8 @@ def cmd_generate(args) -> int:
     if args.json:
         doc = {
             "environment": environment(pair),
-            "config": {"prompt_ids": prompt_ids, "preset": args.preset, "k": args.k, "drafter": proposer.describe(),
+            "config": {"prompt_ids": prompt_ids, "preset": args.preset, "k": k_setting,
+                       "cost_curve": None if curve is None else {"c": curve.c, "v": {str(n): x for n, x in curve.v.items()}}, "drafter": proposer.describe(),
                        "sampling": dataclasses.asdict(sampling),
                        "max_new_tokens": max_new},
             "records": [record_to_dict(r) for r in records],
@@ -326,6 +363,8 @@ def format_summary(s, setup: str) -> str:
         lines.append(f"  accepted per iteration (length:count) {hist}")
         pos = " ".join("-" if a is None else f"{a:.2f}" for a in s.per_position_acceptance)
         lines.append(f"  acceptance by draft position {pos}")
+    if len(s.k_values) > 1:  # an adaptive or heuristic k: how often each k was chosen (k = 0: a plain step)
+        lines.append("  k chosen per iteration (k:count) " + ", ".join(f"{k}:{n}" for k, n in s.k_values.items()))
     total = s.decode_s or 1.0
     lines.append(f"  time: drafting {s.draft_s:.3f} s ({100 * s.draft_s / total:.0f}%), verification {s.verify_s:.3f} s "
                  f"({100 * s.verify_s / total:.0f}%), rollback {s.rollback_s:.4f} s ({100 * s.rollback_s / total:.1f}%), "
@@ -371,14 +410,38 @@ def _lab_prompts(pair, args) -> dict[str, tuple[str, list[int], int]]:
 
 
 def _parse_ks(text: str | None, default) -> tuple[int, ...]:
-    from .engine import check_k
+    from .adaptive import parse_k
 
     if text is None:
         return tuple(default)
     try:
-        return tuple(check_k(int(x)) for x in text.split(","))
-    except ValueError:
-        raise PlaygroundError(f"--ks takes comma-separated integers from 1 to 16, got {text!r}") from None
+        ks = tuple(parse_k(x) for x in text.split(","))
+    except PlaygroundError:
+        raise PlaygroundError(f"--ks takes comma-separated k values (integers from 1 to 16, or adaptive / heuristic), "
+                              f"got {text!r}") from None
+    if not any(isinstance(k, int) for k in ks):
+        raise PlaygroundError(f"--ks needs at least one fixed k (an integer 1..16) besides adaptive/heuristic, got {text!r}")
+    return ks
+
+
+def _print_by_prompt(result: dict, kinds: dict[str, str]) -> None:
+    """Per prompt and k: measured median ratio with the empirical prediction in brackets; then the best k,
+    its ratio end to end (prefill counted) and alpha."""
+    ks = result["ks"]
+    print("  per prompt: measured (empirical prediction)")
+    print(f"  {'prompt':14} {'kind':10}" + "".join(f" {'k=' + str(k):>12}" for k in ks) + "   best k, end to end, alpha")
+    for name in result["prompts"]:
+        rows = {r["k"]: r for r in result["by_prompt"] if r["prompt"] == name}
+        cells = []
+        for k in ks:
+            r = rows[k]
+            pred = r.get("predicted_empirical")
+            cells.append(f" {r['median_ratio']:5.2f} ({'  -  ' if pred is None else format(pred, '.2f')})")
+        best = rows[result["best_k_by_prompt"][name]]
+        e2e = best["median_e2e_ratio"]
+        print(f"  {name:14} {kinds.get(name, ''):10}" + "".join(f"{c:>13}" for c in cells)
+              + f"   k={best['k']} {best['median_ratio']:.2f}x, {'-' if e2e is None else format(e2e, '.2f')}x, "
+              + f"{best['alpha'] or 0:.2f}")
 
 
 def cmd_lab(args) -> int:
@@ -393,6 +456,8 @@ def cmd_lab(args) -> int:
     defaults = {"timing": range(1, 9), "acceptance": (1, 2, 4, 8), "speed": (1, 2, 3, 4, 6), "sweep": range(1, 9),
                 "divergence": (1, 2, 3, 4, 6)}
     ks = _parse_ks(args.ks, defaults.get(args.command, ()))
+    if args.command not in ("speed", "sweep") and not all(isinstance(k, int) for k in ks):
+        raise PlaygroundError(f"{args.command} takes fixed k values only; adaptive and heuristic run in speed and sweep")
     pair = _load(args)
     make_proposer(pair, args.drafter, max_ngram=args.max_ngram)  # fail early on a bad drafter
     factory = lambda: make_proposer(pair, args.drafter, max_ngram=args.max_ngram)  # noqa: E731
@@ -402,17 +467,19 @@ def cmd_lab(args) -> int:
     bar = _progress_bar()
     setup = describe_setup(pair)
     mem = pair.memory_report()
-    print(f"# {pair.target_name} | drafter: {factory().describe()} | {setup}", file=sys.stderr)
+    from .envinfo import redact
+
+    print(redact(f"# {pair.target_name} | drafter: {factory().describe()} | {setup}"), file=sys.stderr)
     print("# memory: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in mem.items()
                                     if isinstance(v, int)), file=sys.stderr)
     first_ids = next(iter(ids_only.values()))
     cmd = args.command
     if cmd == "timing":
-        t = lab.calibrate(pair, first_ids, factory(), n_max=max(ks) + 1, progress=bar)
+        t = lab.calibrate(pair, first_ids, factory(), n_max=max(k for k in ks if isinstance(k, int)) + 1, progress=bar)
         result = {"experiment": "timing", "environment": lab.environment(pair), "memory": mem, **t.to_dict()}
-        print(f"timing ({setup}; context {t.context_tokens} tokens; medians of {len(t.raw['draft_per_token_s'])})")
-        print(f"  target step {1000 * t.target_step_s:.1f} ms, drafter per token {1000 * t.draft_step_s:.1f} ms, "
-              f"c = {t.c:.3f}")
+        print(f"timing ({setup}; context {t.context_tokens} tokens; medians of {len(t.raw['target_pass_s']['1'])})")
+        print(f"  target step {1000 * t.target_step_s:.1f} ms, drafter per token {1000 * t.draft_step_s:.1f} ms "
+              f"(c = {t.c:.3f}) + {1000 * t.draft_call_s:.1f} ms per call")
         for n, v in t.v.items():
             sp = t.raw["target_spread"][str(n)]
             print(f"  v({n}) = {v:.2f}   pass over {n}: {1000 * sp['median']:.1f} ms "
@@ -432,30 +499,45 @@ def cmd_lab(args) -> int:
             print(f"  {row['kind']:10} {row['k']:>2} {row['alpha']:6.3f} {row['tokens_per_pass']:8.2f} "
                   f"{row['tokens_per_pass_iid']:6.2f} {emp if emp is None else format(emp, '6.2f')}  {pos}")
     elif cmd in ("speed", "sweep"):
-        timing = lab.calibrate(pair, first_ids, factory(), n_max=max(ks) + 1,
-                               progress=lambda f, m: bar(0.15 * f, m))
-        if timing.c > 1:
+        from .engine import K_MAX
+
+        # Each prompt is calibrated on its own context (a longer one costs more per step on both sides);
+        # adaptive k may draft up to K_MAX, so verification is timed that far when it runs.
+        n_max = (K_MAX if cmd == "sweep" or "adaptive" in ks else max(k for k in ks if isinstance(k, int))) + 1
+        names = list(ids_only) if cmd == "speed" else [next(iter(ids_only))]
+        share = 0.3 / len(names)
+        timings = {name: lab.calibrate(pair, ids_only[name], factory(), n_max=n_max, repeats=8,
+                                       progress=lambda f, m, i=i, name=name: bar(share * (i + f), f"{name}: {m}"))
+                   for i, name in enumerate(names)}
+        timing = timings[names[0]]
+        if any(t.c > 1 for t in timings.values()):
             print("WARNING: the drafter's step is slower than the target's", file=sys.stderr)
-        progress = lambda f, m: bar(0.15 + 0.85 * f, m)  # noqa: E731
+        progress = lambda f, m: bar(0.3 + 0.7 * f, m)  # noqa: E731
         if cmd == "speed":
             result = lab.speed(pair, ids_only, factory, ks=ks, rounds=args.rounds, max_new_tokens=max_new,
-                               timing=timing, progress=progress)
+                               timing=timings, min_confidence=args.min_confidence, progress=progress)
         else:
             result = lab.sweep(pair, first_ids, factory, ks=ks, rounds=args.rounds, max_new_tokens=max_new,
-                               timing=timing, progress=progress)
+                               timing=timing, min_confidence=args.min_confidence, progress=progress)
         print(f"{cmd} ({setup}; greedy; {max_new} new tokens; {args.rounds} rounds of adjacent runs in rotating "
               f"order; ratio = speculative / plain tokens/s, prefill excluded; c = {timing.c:.2f})")
-        print(f"  {'k':>2} {'median':>7} {'min-max':>13} {'alpha':>6} {'pred iid':>8} {'pred emp':>8}"
+        print(f"  {'k':>9} {'median':>7} {'min-max':>13} {'alpha':>6} {'pred iid':>8} {'pred emp':>8}"
               + ("  break-even alpha" if cmd == "sweep" else ""))
         for row in result["table"]:
             be = row.get("break_even_alpha")
-            emp = row.get("predicted_empirical")
-            print(f"  {row['k']:>2} {row['median_ratio']:7.2f} {row['min_ratio']:6.2f}-{row['max_ratio']:<6.2f} "
-                  f"{row['alpha'] or 0:6.3f} {row.get('predicted_iid', 0):8.2f} "
-                  f"{'-' if emp is None else format(emp, '8.2f'):>8}"
-                  + (f"  {'never' if be is None else format(be, '.2f')}" if cmd == "sweep" else ""))
+            iid, emp = row.get("predicted_iid"), row.get("predicted_empirical")
+            tail = ""
+            if isinstance(row["k"], str):  # adaptive / heuristic: how often each k was chosen
+                tail = "  k chosen: " + " ".join(f"{k}x{n}" for k, n in row.get("k_values", {}).items())
+            elif cmd == "sweep":
+                tail = f"  {'never' if be is None else format(be, '.2f')}"
+            print(f"  {row['k']:>9} {row['median_ratio']:7.2f} {row['min_ratio']:6.2f}-{row['max_ratio']:<6.2f} "
+                  f"{row['alpha'] or 0:6.3f} {'-' if iid is None else format(iid, '8.2f'):>8} "
+                  f"{'-' if emp is None else format(emp, '8.2f'):>8}" + tail)
         print(f"  best k measured: {result['best_k']}" + (f"; predicted: {result['predicted_best_k']}"
                                                            if "predicted_best_k" in result else ""))
+        if cmd == "speed":
+            _print_by_prompt(result, {name: kind for name, (kind, _, _) in prompts.items()})
         for name, d in result["drift"].items():
             if d["flagged"]:
                 print(f"  note: plain speed on {name} moved {100 * d['spread']:.0f}% between rounds (machine drift)")
@@ -484,6 +566,8 @@ def cmd_lab(args) -> int:
             print(f"  {row['arm']:28} {row['median_ratio']:5.2f}x [{row['min_ratio']:.2f}-{row['max_ratio']:.2f}] "
                   f"{row['median_tokens_per_s']:6.1f} tok/s  same output {row['outputs_equal']}/{row['n']}")
     if args.out:
+        result.setdefault("drafter", factory().describe())
+        result.setdefault("command", "python -m playground " + shlex.join(args.argv))
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
         print(f"wrote {args.out}", file=sys.stderr)

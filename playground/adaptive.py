@@ -32,10 +32,11 @@ class CostCurve:
 
     c: float
     v: Mapping[int, float]
+    overhead: float = 0.0  # the drafter's fixed cost per call, in target steps (paid only when k > 0)
 
     @classmethod
     def from_timing(cls, timing) -> "CostCurve":
-        return cls(c=timing.c, v=dict(timing.v))
+        return cls(c=timing.c, v=dict(timing.v), overhead=getattr(timing, "overhead", 0.0))
 
     def __post_init__(self):
         if not self.c >= 0:
@@ -43,20 +44,21 @@ class CostCurve:
 
 
 class AdaptiveK:
-    """k = argmax over 0..k_max of E(k) / (k*c + v(k+1)), with per-position acceptance estimated online.
+    """k = argmax over 0..k_max of E(k) / (k*c + v(k+1) + o), per-position acceptance estimated online.
 
-    Estimates: for each draft position i, decayed counts of how often it was reached (evaluated) and
-    accepted, starting from `prior` with the weight of `prior_weight` observations; every iteration
-    multiplies all counts by `decay`, so about 1 / (1 - decay) recent iterations dominate. A position
-    never reached borrows the estimate of the last one reached (acceptance tends to fall with depth,
-    not rise). When the model says k = 0 (drafting cannot pay), nothing new would ever be observed; so
-    after `probe_every` plain steps in a row the controller spends one iteration on k = 1 to look again.
+    Estimates: decayed counts of proposals evaluated and accepted, pooled over positions (one rate,
+    alpha) and per position; every iteration multiplies all counts by `decay`, so about 1 / (1 - decay)
+    recent iterations dominate. Each position's rate is shrunk towards the pooled alpha with the weight
+    of `position_weight` observations (see `estimates`). When the model says k = 0 (drafting cannot
+    pay), nothing new would ever be observed; so after `probe_every` plain steps in a row the controller
+    spends one iteration on k = 1 to look again.
     """
 
     name = "adaptive"
 
-    def __init__(self, curve: CostCurve, k_max: int = 8, decay: float = 0.8, prior: float = 0.6,
-                 prior_weight: float = 1.0, probe_every: int = 4):
+    def __init__(self, curve: CostCurve, k_max: int = K_MAX, decay: float = 0.9, prior: float = 0.9,
+                 prior_weight: float = 0.5, position_weight: float = 2.0, probe_every: int = 4,
+                 memory: dict | None = None):
         check_k(k_max)
         if not 0.0 < decay <= 1.0:
             raise PlaygroundError(f"decay must be in (0, 1], got {decay}")
@@ -69,28 +71,46 @@ class AdaptiveK:
         self.decay = decay
         self.prior = prior
         self.prior_weight = prior_weight
+        self.position_weight = position_weight
         self.probe_every = probe_every
         self.reached = [0.0] * k_max
         self.accepted = [0.0] * k_max
+        # `memory`: a dict kept by the caller across runs on one pair and drafter (a browser tab, a lab
+        # arm). The estimates start where the last run left them, as transformers' "heuristic" schedule
+        # keeps its k from one generate() call to the next; the forgetting still lets a new text move them.
+        self.memory = memory
+        saved = memory.get("adaptive") if memory is not None else None
+        if saved is not None and len(saved[0]) == k_max:
+            self.reached, self.accepted = list(saved[0]), list(saved[1])
         self.plain_run = 0
         self.decisions: list[int] = []
 
+    def alpha(self) -> float:
+        """The pooled acceptance rate: accepted / evaluated proposals (decayed), shrunk towards `prior`."""
+        return (sum(self.accepted) + self.prior * self.prior_weight) / (sum(self.reached) + self.prior_weight)
+
     def estimates(self) -> list[float]:
-        """Current per-position acceptance estimates a_1..a_k_max."""
-        out, last = [], self.prior
-        for r, a in zip(self.reached, self.accepted):
-            if r > 1e-9:
-                last = (a + self.prior * self.prior_weight) / (r + self.prior_weight)
-            out.append(last)
-        return out
+        """Current per-position acceptance estimates a_1..a_k_max.
+
+        Each position's own rate, shrunk towards the pooled alpha. A deep position is reached far less
+        often than the first, so its own count is small and one rejection there would, unpooled, say
+        "never draft this deep" for the next ten iterations (measured: the controller then sat at k = 2-5
+        on JSON where k = 16 paid most); pooled, a position departs from alpha only when its own
+        observations insist. A position not reached lately drifts back to alpha as its counts decay,
+        which is also what makes the controller look deeper again.
+        """
+        pooled, w = self.alpha(), self.position_weight
+        return [(a + pooled * w) / (r + w) for r, a in zip(self.reached, self.accepted)]
 
     def scores(self) -> list[tuple[int, float]]:
         """(k, predicted speed-up over plain) for k = 0..k_max, from the current estimates."""
-        return list(cost.best_k(self.estimates(), self.curve.c, self.curve.v, k_max=self.k_max).table)
+        return list(self._choice().table)
+
+    def _choice(self):
+        return cost.best_k(self.estimates(), self.curve.c, self.curve.v, k_max=self.k_max, overhead=self.curve.overhead)
 
     def next_k(self) -> int:
-        choice = cost.best_k(self.estimates(), self.curve.c, self.curve.v, k_max=self.k_max)
-        k = choice.k
+        k = self._choice().k
         if k == 0 and self.plain_run >= self.probe_every:
             k = 1
         self.decisions.append(k)
@@ -106,6 +126,8 @@ class AdaptiveK:
             self.reached[i] += 1.0
             if i < iteration.n_accepted:
                 self.accepted[i] += 1.0
+        if self.memory is not None:
+            self.memory["adaptive"] = (list(self.reached), list(self.accepted))
 
     def __repr__(self) -> str:
         return f"AdaptiveK(k_max={self.k_max}, c={self.curve.c:.3f}, decay={self.decay})"
@@ -119,11 +141,14 @@ class HeuristicK:
 
     name = "heuristic"
 
-    def __init__(self, start: int = 20, k_max: int = K_MAX):
+    def __init__(self, start: int = 20, k_max: int = K_MAX, memory: dict | None = None):
         check_k(k_max)
         if not isinstance(start, int) or start < 1:
             raise PlaygroundError(f"the heuristic schedule starts at k >= 1, got {start!r}")
-        self.k = min(start, k_max)
+        # With `memory` (kept by the caller across runs) k carries over from the last run, as
+        # transformers' "heuristic" does between generate() calls ("heuristic_transient" resets it).
+        self.memory = memory
+        self.k = min(memory.get("heuristic", start) if memory is not None else start, k_max)
         self.k_max = k_max
 
     def next_k(self) -> int:
@@ -136,6 +161,8 @@ class HeuristicK:
             self.k = min(self.k + 2, self.k_max)
         else:
             self.k = max(1, self.k - 1)
+        if self.memory is not None:
+            self.memory["heuristic"] = self.k
 
     def __repr__(self) -> str:
         return f"HeuristicK(k={self.k})"
@@ -153,7 +180,8 @@ def parse_k(text: str) -> int | str:
     return check_k(k)
 
 
-def make_controller(setting: int | str, curve: CostCurve | None = None, k_max: int = 8):
+def make_controller(setting: int | str, curve: CostCurve | None = None, k_max: int = K_MAX,
+                    memory: dict | None = None):
     """An int gives FixedK; 'adaptive' needs the pair's cost curve; 'heuristic' starts where
     transformers does (20), capped at the loop's K_MAX (16)."""
     from .engine import FixedK
@@ -163,9 +191,9 @@ def make_controller(setting: int | str, curve: CostCurve | None = None, k_max: i
     if setting == "adaptive":
         if curve is None:
             raise PlaygroundError("adaptive k needs a timing calibration of this pair and drafter (c and v(n))")
-        return AdaptiveK(curve, k_max=k_max)
+        return AdaptiveK(curve, k_max=k_max, memory=memory)
     if setting == "heuristic":
-        return HeuristicK()
+        return HeuristicK(memory=memory)
     raise PlaygroundError(f"unknown k setting {setting!r}; give an integer 1..{K_MAX}, 'adaptive' or 'heuristic'")
 
 
@@ -177,6 +205,6 @@ def calibrated_curve(pair, prompt_ids, proposer, repeats: int = 5, progress=None
 
     key = ("cost-curve", proposer.describe())
     if key not in pair.resources:
-        timing = calibrate(pair, prompt_ids, proposer, n_max=9, repeats=repeats, warmup=2, progress=progress)
+        timing = calibrate(pair, prompt_ids, proposer, n_max=K_MAX + 1, repeats=repeats, warmup=2, progress=progress)
         pair.resources[key] = CostCurve.from_timing(timing)
     return pair.resources[key]

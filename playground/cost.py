@@ -2,7 +2,8 @@
 
 Units: one plain target step (a target pass over 1 token) costs 1.
   c      the draft's step cost relative to the target's step (draft step / target step)
-  v(n)   a target pass over n tokens relative to the target's step; v(1) = 1. Verification of k
+  v(n)   a target pass over n tokens relative to the target's step (a plain step, v(1) ~ 1; a pass right
+         after the drafter ran can cost a little more: lab.calibrate measures both). Verification of k
          proposals is a pass over k + 1 tokens (the pending token plus the proposals).
   alpha  the probability that a proposal is accepted, given the ones before it were.
 

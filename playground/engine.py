@@ -106,12 +106,17 @@ def speculative_generate(
     stop_ids: Sequence[int] | None = None,
     clock: Clock | None = None,
     record_probs: bool = True,
+    min_confidence: float | None = None,
 ) -> Iterator[Prefill | Iteration]:
     """Speculative decoding of `prompt_ids` with `pair.target`, guesses from `proposer`.
 
     Greedy decoding uses the greedy rule (output equals plain greedy up to floating-point near-ties);
     sampling uses `rule` (the exact rule by default; the wrong ones exist for the distribution test).
+    k is an int or a KController (adaptive.py). min_confidence: a model drafter stops early after a
+    token it gave less than this probability (k is then an upper bound).
     """
+    if min_confidence is not None and not (isinstance(min_confidence, (int, float)) and 0.0 <= min_confidence <= 1.0):
+        raise PlaygroundError(f"the draft confidence threshold is a probability in [0, 1], got {min_confidence!r}")
     controller = k if hasattr(k, "next_k") else FixedK(check_k(k))
     if proposer.uses_draft_model and pair.draft is None:
         raise PlaygroundError(f"the {proposer.name} drafter needs a draft model, and this pair has none")
@@ -120,7 +125,7 @@ def speculative_generate(
     t0 = clock.now()
     target.feed(committed[:-1], last_only=True)
     t1 = clock.now()
-    proposer.begin(committed, RunContext(sampling, generator, stops))
+    proposer.begin(committed, RunContext(sampling, generator, stops, min_confidence))
     t2 = clock.now()
     yield Prefill(len(committed), target_s=t1 - t0, draft_s=t2 - t1)
 

@@ -39,13 +39,15 @@ def _spread(xs: Sequence[float]) -> dict:
 
 @dataclass(frozen=True)
 class Timing:
-    """Step costs measured in one calibration: what the cost model needs (c and v(n))."""
+    """Step costs measured in one calibration: what the cost model needs (c, v(n) and the drafter's
+    fixed cost per call)."""
 
-    target_step_s: float  # median target pass over 1 new token
-    verify_s: dict[int, float]  # median target pass over n new tokens, n = 1..n_max
+    target_step_s: float  # median target pass over 1 new token, back to back as plain decoding runs
+    verify_s: dict[int, float]  # median target pass over n new tokens right after a draft, n = 1..n_max
     draft_step_s: float  # median per-token cost of the drafter (slope of propose(k) time in k)
     context_tokens: int
     raw: dict = field(default_factory=dict)
+    draft_call_s: float = 0.0  # what a propose() costs beyond k per-token steps (catching up, set-up)
 
     @property
     def c(self) -> float:
@@ -55,17 +57,30 @@ class Timing:
     def v(self) -> dict[int, float]:
         return {n: s / self.target_step_s for n, s in self.verify_s.items()}
 
-    def predict(self, alpha_or_positions, k: int) -> float:
+    @property
+    def overhead(self) -> float:
+        """The drafter's fixed cost per iteration, in target steps."""
+        return self.draft_call_s / self.target_step_s
+
+    def predict(self, alpha_or_positions, k: int, new_tokens: int | None = None) -> float:
+        """Predicted speed-up over plain decoding: iid alpha or per-position acceptance (empirical).
+        With `new_tokens`, for a run of that length (its last iterations clipped as the loop clips them)."""
+        if new_tokens is not None:
+            positions = ([alpha_or_positions] if isinstance(alpha_or_positions, (int, float))
+                         else alpha_or_positions)
+            return cost.predicted_speedup_finite(positions, k, self.c, self.v, new_tokens, self.overhead)
         if isinstance(alpha_or_positions, (int, float)):
-            return cost.predicted_speedup(alpha_or_positions, k, self.c, self.v)
-        return cost.predicted_speedup_empirical(alpha_or_positions, k, self.c, self.v)
+            return cost.predicted_speedup(alpha_or_positions, k, self.c, self.v, self.overhead)
+        return cost.predicted_speedup_empirical(alpha_or_positions, k, self.c, self.v, self.overhead)
 
     def to_dict(self) -> dict:
         return {
             "target_step_s": self.target_step_s,
             "verify_s": {str(n): s for n, s in self.verify_s.items()},
             "draft_step_s": self.draft_step_s,
+            "draft_call_s": self.draft_call_s,
             "c": self.c,
+            "overhead": self.overhead,
             "v": {str(n): x for n, x in self.v.items()},
             "context_tokens": self.context_tokens,
             "raw": self.raw,
@@ -74,56 +89,70 @@ class Timing:
 
 def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats: int = 12, warmup: int = 3,
               progress: Progress = None) -> Timing:
-    """Time the target over n = 1..n_max new tokens after a real prompt, and the drafter per token.
+    """Time the target over n = 1..n_max new tokens after a real prompt, and the drafter per call and token.
 
-    Target: prefill the prompt once, then repeatedly feed n tokens and crop them off again, so every
-    timing sees the same context. The n values are interleaved within each repeat so drift hits
-    them alike. Drafter: time propose(k) for k = 1 and k = 4 (then roll back) and take the per-token
-    slope, which is what one more proposal costs whatever the drafter is.
+    The two are timed in the alternation the loop has (draft, then a target pass, then both roll
+    back), because on a CPU that shares its cores between two runtimes (torch's and llama.cpp's
+    thread pools) each side runs slower right after the other than back to back: timing them apart
+    predicted speed-ups 20-30% too high here. Every n gets the same context; the drafter alternates
+    between propose(1) and propose(4), and its per-token cost is the slope, its fixed cost per call
+    the rest of propose(1).
     """
+    from .proposers import RunContext
+
     clock = Clock.for_pair(pair)
     prompt = [int(t) for t in prompt_ids]
     lm = CachedLM(pair.target, pair.device, pair.vocab_size)
     lm.feed(prompt[:-1], last_only=True)
     base = len(lm)
     filler = prompt[-n_max:] if len(prompt) >= n_max else (prompt * n_max)[:n_max]
+    ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset())
+    proposer.begin(prompt, ctx)
     samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+    drafts: dict[int, list[float]] = {1: [], 4: []}
     total = (warmup + repeats) * n_max
     done = 0
     for rep in range(warmup + repeats):
         for n in range(1, n_max + 1):
+            kd = 1 if (n + rep) % 2 else 4
+            # Two unseen tokens, as after an iteration whose proposals were all accepted (the drafter
+            # never ran its own last proposal, and the bonus token is new): what a call costs at high alpha.
+            proposer.rollback(prompt[:-1])
             t0 = clock.now()
-            lm.feed(filler[:n])
-            t1 = clock.now()
-            lm.crop(base)
-            if rep >= warmup:
-                samples[n].append(t1 - t0)
-            done += 1
-            _tick(progress, 0.7 * done / total, f"timing the target: pass over {n} tokens")
-
-    from .proposers import RunContext
-
-    ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset())
-    proposer.begin(prompt, ctx)
-    per_token: list[float] = []
-    for rep in range(warmup + repeats):
-        times = {}
-        for k in (1, 4):
-            t0 = clock.now()
-            proposer.propose(prompt, k)
+            proposer.propose(prompt, kd)
             t1 = clock.now()
             proposer.rollback(prompt)
-            times[k] = t1 - t0
+            t2 = clock.now()
+            lm.feed(filler[:n])
+            t3 = clock.now()
+            lm.crop(base)
+            if rep >= warmup:
+                samples[n].append(t3 - t2)
+                drafts[kd].append(t1 - t0)
+            done += 1
+            _tick(progress, done / total, f"timing the target over {n} tokens and the drafter")
+    # Plain decoding's step, timed as plain decoding runs: target passes back to back, nothing in
+    # between. It is the unit of the cost model (what a token costs without speculation), and it is
+    # cheaper than a pass right after the drafter ran (here by 5-8%), which the v(n) above include.
+    plain = []
+    for rep in range(warmup + repeats):
+        t0 = clock.now()
+        lm.feed(filler[:1])
+        t1 = clock.now()
+        lm.crop(base)
         if rep >= warmup:
-            per_token.append(max(0.0, (times[4] - times[1]) / 3))
-        _tick(progress, 0.7 + 0.3 * (rep + 1) / (warmup + repeats), "timing the drafter")
+            plain.append(t1 - t0)
     verify = {n: statistics.median(xs) for n, xs in samples.items()}
+    one, four = statistics.median(drafts[1]), statistics.median(drafts[4])
+    per_token = max(0.0, (four - one) / 3)
     return Timing(
-        target_step_s=verify[1],
+        target_step_s=statistics.median(plain),
         verify_s=verify,
-        draft_step_s=statistics.median(per_token),
+        draft_step_s=per_token,
+        draft_call_s=max(0.0, one - per_token),
         context_tokens=len(prompt),
-        raw={"target_pass_s": {str(n): xs for n, xs in samples.items()}, "draft_per_token_s": per_token,
+        raw={"target_pass_s": {str(n): xs for n, xs in samples.items()}, "plain_step_s": plain,
+             "draft_propose_s": {str(k): xs for k, xs in drafts.items()},
              "target_spread": {str(n): _spread(xs) for n, xs in samples.items()}},
     )
 
@@ -135,22 +164,34 @@ def _run_plain(pair, prompt, sampling, max_new):
     return summarize(plain_generate(pair, prompt, sampling=sampling, max_new_tokens=max_new))
 
 
-def _run_spec(pair, prompt, proposer_factory, k, sampling, max_new):
-    return summarize(speculative_generate(pair, prompt, proposer=proposer_factory(), k=k, sampling=sampling,
-                                          max_new_tokens=max_new, record_probs=False))
+def _run_spec(pair, prompt, proposer_factory, k, sampling, max_new, timing=None, min_confidence=None, memory=None):
+    from .adaptive import CostCurve, make_controller
+
+    curve = CostCurve.from_timing(timing) if timing is not None else None
+    controller = make_controller(k, curve, memory=memory)
+    return summarize(speculative_generate(pair, prompt, proposer=proposer_factory(), k=controller, sampling=sampling,
+                                          max_new_tokens=max_new, record_probs=False, min_confidence=min_confidence))
 
 
-def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int] = (1, 2, 3, 4, 6),
-          rounds: int = 3, max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY, timing: Timing | None = None,
-          drift_warning: float = 0.15, progress: Progress = None) -> dict:
+def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int | str] = (1, 2, 3, 4, 6),
+          rounds: int = 3, max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY,
+          timing: Timing | dict[str, Timing] | None = None,
+          drift_warning: float = 0.15, min_confidence: float | None = None, progress: Progress = None) -> dict:
     """Measured speed-up of speculative over plain decoding per prompt and k, with the prediction beside it.
 
     In each round, for each prompt, plain and every k run back to back in an order that rotates from
     round to round; each speculative run is divided by the plain run of the same prompt and round.
     Quoted: the median ratio over rounds (and prompts). A prompt whose plain speed moved by more than
     `drift_warning` between rounds is flagged: its ratios are still adjacent, but read them with care.
+    A k may also be "adaptive" (needs `timing`) or "heuristic" (transformers' schedule), see adaptive.py.
+    `timing`: one calibration for every prompt, or one per prompt name (a longer context costs more per
+    step, on both sides, so per-prompt calibrations predict better).
     """
+    timing_of = (lambda name: timing.get(name)) if isinstance(timing, dict) else (lambda name: timing)
     arms = ["plain", *[f"k={k}" for k in ks]]
+    # A schedule's state carries from run to run of its arm (see adaptive.py), as it would from one call
+    # of an agent to the next on the same pair and drafter.
+    memories: dict[str, dict] = {arm: {} for arm in arms}
     runs = []
     total = rounds * len(prompts) * len(arms)
     done = 0
@@ -162,7 +203,9 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
                 if arm == "plain":
                     s = _run_plain(pair, prompt, sampling, max_new_tokens)
                 else:
-                    s = _run_spec(pair, prompt, proposer_factory, int(arm[2:]), sampling, max_new_tokens)
+                    setting = arm[2:]
+                    s = _run_spec(pair, prompt, proposer_factory, int(setting) if setting.isdigit() else setting,
+                                  sampling, max_new_tokens, timing_of(name), min_confidence, memories[arm])
                 results[arm] = s
                 done += 1
                 _tick(progress, done / total, f"round {r + 1}/{rounds}, {name}: {arm}")
@@ -172,35 +215,77 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
                     "round": r, "prompt": name, "k": k, "order": order,
                     "plain_tokens_per_s": p.tokens_per_s, "spec_tokens_per_s": s.tokens_per_s,
                     "ratio": s.tokens_per_s / p.tokens_per_s if p.tokens_per_s else None,
+                    "e2e_ratio": _e2e(s) / _e2e(p) if _e2e(p) else None,
                     "alpha": s.alpha, "per_position": list(s.per_position_acceptance),
                     "tokens_per_pass": s.tokens_per_pass, "new_tokens": s.new_tokens,
                     "plain_new_tokens": p.new_tokens,
                     "draft_s": s.draft_s, "verify_s": s.verify_s, "rollback_s": s.rollback_s,
                     "decode_s": s.decode_s, "plain_decode_s": p.decode_s,
+                    "k_values": {str(kk): n for kk, n in s.k_values.items()},
+                    "prefill_s": s.prefill_s, "plain_prefill_s": p.prefill_s,
                 })
-    table = []
-    for k in ks:
-        rows = [x for x in runs if x["k"] == k and x["ratio"] is not None]
-        alphas = [x["alpha"] for x in rows if x["alpha"] is not None]
-        row = {"k": k, "median_ratio": statistics.median(x["ratio"] for x in rows),
-               "min_ratio": min(x["ratio"] for x in rows), "max_ratio": max(x["ratio"] for x in rows),
-               "n": len(rows), "alpha": statistics.median(alphas) if alphas else None}
-        if timing is not None and row["alpha"] is not None:
-            row["predicted_iid"] = timing.predict(row["alpha"], k)
-            positions = _pooled_positions(rows)
-            row["predicted_empirical"] = timing.predict(positions, k) if positions else None
-        table.append(row)
+    table = [_speed_row(k, [x for x in runs if x["k"] == k], timing_of) for k in ks]
+    by_prompt = [{"prompt": name, **_speed_row(k, [x for x in runs if x["k"] == k and x["prompt"] == name], timing_of)}
+                 for name in prompts for k in ks]
     drift = {}
     for name in prompts:
         plain_speeds = [x["plain_tokens_per_s"] for x in runs if x["prompt"] == name and x["k"] == ks[0]]
         lo, hi = min(plain_speeds), max(plain_speeds)
         drift[name] = {"plain_tokens_per_s": plain_speeds, "spread": (hi - lo) / hi if hi else 0.0,
                        "flagged": hi > 0 and (hi - lo) / hi > drift_warning}
-    best = max(table, key=lambda row: row["median_ratio"])
+    best = _best_fixed(table)
     return {"experiment": "speed", "environment": environment(pair), "ks": list(ks), "rounds": rounds,
             "max_new_tokens": max_new_tokens, "sampling": sampling.describe(), "prompts": list(prompts),
-            "table": table, "best_k": best["k"], "drift": drift, "runs": runs,
-            "timing": timing.to_dict() if timing else None}
+            "min_confidence": min_confidence,
+            "table": table, "best_k": best["k"], "by_prompt": by_prompt, "best_k_by_prompt": {
+                name: _best_fixed([r for r in by_prompt if r["prompt"] == name])["k"] for name in prompts},
+            "drift": drift, "runs": runs,
+            "timing": timing_of(next(iter(prompts))).to_dict() if timing_of(next(iter(prompts))) else None,
+            "timing_by_prompt": {n: timing[n].to_dict() for n in prompts if n in timing}
+            if isinstance(timing, dict) else None}
+
+
+def _best_fixed(rows: list[dict]) -> dict:
+    """The row of the fixed k with the highest median ratio (adaptive / heuristic rows are not a k to pick)."""
+    fixed = [r for r in rows if isinstance(r["k"], int)] or rows
+    return max(fixed, key=lambda r: r["median_ratio"])
+
+
+def _e2e(summary) -> float:
+    """End-to-end tokens/s: the prompt's prefill (target and drafter) counted in."""
+    total = summary.prefill_s + summary.decode_s
+    return summary.new_tokens / total if total > 0 else 0.0
+
+
+def _speed_row(k: int, runs: list[dict], timing_of: Callable[[str], Timing | None]) -> dict:
+    """Medians over the runs of one k (all prompts, or one): measured ratio, prediction beside it and
+    how far the empirical prediction missed (measured - predicted)."""
+    rows = [x for x in runs if x["ratio"] is not None]
+    alphas = [x["alpha"] for x in rows if x["alpha"] is not None]
+    e2e = [x["e2e_ratio"] for x in rows if x.get("e2e_ratio") is not None]
+    row = {"k": k, "median_ratio": statistics.median(x["ratio"] for x in rows),
+           "min_ratio": min(x["ratio"] for x in rows), "max_ratio": max(x["ratio"] for x in rows),
+           "median_e2e_ratio": statistics.median(e2e) if e2e else None,
+           "n": len(rows), "alpha": statistics.median(alphas) if alphas else None}
+    if isinstance(k, str):  # adaptive / heuristic: k varies by iteration; show how it was spread
+        spread: dict[str, int] = {}
+        for x in rows:
+            for kk, n in x.get("k_values", {}).items():
+                spread[kk] = spread.get(kk, 0) + n
+        row["k_values"] = dict(sorted(spread.items(), key=lambda kv: int(kv[0])))
+    elif rows and timing_of(rows[0]["prompt"]) is not None and row["alpha"] is not None:
+        # iid: the seed chapter's steady-state formula from the median alpha. empirical: each run's
+        # per-position acceptance, for a run of its length (see cost.predicted_speedup_finite), median.
+        row["predicted_iid"] = statistics.median(timing_of(x["prompt"]).predict(row["alpha"], k) for x in rows)
+        preds = []
+        for x in rows:
+            positions = _reached(x["per_position"])
+            if positions:
+                preds.append(timing_of(x["prompt"]).predict(positions, k, new_tokens=x["new_tokens"]))
+        row["predicted_empirical"] = statistics.median(preds) if preds else None
+        if row["predicted_empirical"] is not None:
+            row["miss_empirical"] = row["median_ratio"] - row["predicted_empirical"]
+    return row
 
 
 def _rotated(arms: list[str], shift: int) -> list[str]:
@@ -208,6 +293,16 @@ def _rotated(arms: list[str], shift: int) -> list[str]:
     a shared machine does not always hit the same arm."""
     shift %= len(arms)
     return arms[shift:] + arms[:shift]
+
+
+def _reached(per_position: Sequence[float | None]) -> list[float]:
+    """Per-position acceptance up to the first position never reached."""
+    out = []
+    for a in per_position:
+        if a is None:
+            break
+        out.append(a)
+    return out
 
 
 def _pooled_positions(rows: list[dict]) -> list[float]:
@@ -236,19 +331,25 @@ def set_threads(threads: int | None) -> int:
 
 def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] = tuple(range(1, 9)), rounds: int = 2,
           max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY, timing: Timing | None = None,
-          progress: Progress = None) -> dict:
-    """k = 1..8 on one prompt: measured speed-up (adjacent runs) and predicted, break-even alpha, best k."""
-    if timing is None:
-        timing = calibrate(pair, prompt_ids, proposer_factory(), n_max=max(ks) + 1,
+          adaptive: bool = True, min_confidence: float | None = None, progress: Progress = None) -> dict:
+    """k = 1..8 on one prompt: measured speed-up (adjacent runs) and predicted, break-even alpha, best k;
+    with `adaptive`, the adaptive controller runs as one more arm of the same rounds."""
+    from .engine import K_MAX
+
+    fixed = [k for k in ks if isinstance(k, int)]
+    if timing is None:  # adaptive may draft up to K_MAX: time verification that far
+        timing = calibrate(pair, prompt_ids, proposer_factory(), n_max=(K_MAX if adaptive else max(fixed)) + 1,
                            progress=(lambda f, m: _tick(progress, 0.2 * f, m)) if progress else None)
-    result = speed(pair, {"prompt": prompt_ids}, proposer_factory, ks=ks, rounds=rounds,
-                   max_new_tokens=max_new_tokens, sampling=sampling, timing=timing,
+    arms = [*ks, "adaptive"] if adaptive and "adaptive" not in ks else list(ks)
+    result = speed(pair, {"prompt": prompt_ids}, proposer_factory, ks=arms, rounds=rounds,
+                   max_new_tokens=max_new_tokens, sampling=sampling, timing=timing, min_confidence=min_confidence,
                    progress=(lambda f, m: _tick(progress, 0.2 + 0.8 * f, m)) if progress else None)
     for row in result["table"]:
-        row["break_even_alpha"] = cost.break_even_alpha(row["k"], timing.c, timing.v)
-    alphas = [row["alpha"] for row in result["table"] if row["alpha"] is not None]
-    if alphas:
-        choice = cost.best_k(statistics.median(alphas), timing.c, timing.v, k_max=max(ks))
+        if isinstance(row["k"], int):
+            row["break_even_alpha"] = cost.break_even_alpha(row["k"], timing.c, timing.v, timing.overhead)
+    positions = _pooled_positions([x for x in result["runs"] if x["k"] == max(fixed)])
+    if positions:  # the per-position acceptance seen at the deepest k, through the empirical model
+        choice = cost.best_k(positions, timing.c, timing.v, k_max=max(fixed), overhead=timing.overhead)
         result["predicted_best_k"] = choice.k
     result["experiment"] = "sweep"
     return result

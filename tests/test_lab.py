@@ -15,7 +15,9 @@ def factory(pair):
 def test_calibrate_measures_every_pass_length(pair64):
     t = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(pair64)(), n_max=5, repeats=3, warmup=1)
     assert set(t.verify_s) == {1, 2, 3, 4, 5}
-    assert t.target_step_s == t.verify_s[1] > 0 and t.v[1] == 1.0
+    # the unit is plain decoding's step, timed back to back; v(1) is a one-token pass right after a draft
+    assert t.target_step_s == sorted(t.raw["plain_step_s"])[1] > 0 and len(t.raw["plain_step_s"]) == 3
+    assert t.v[1] == t.verify_s[1] / t.target_step_s
     assert t.draft_step_s >= 0 and t.c == t.draft_step_s / t.target_step_s
     assert all(len(xs) == 3 for xs in t.raw["target_pass_s"].values())
     assert 0.0 < t.predict(0.8, 3) and t.predict([0.9, 0.8, 0.7], 3) > 0
@@ -45,8 +47,11 @@ def test_sweep_predicts_and_recommends(pair64):
     res = lab.sweep(pair64, [1, 2, 3], factory(pair64), ks=(1, 2), rounds=1, max_new_tokens=6,
                     progress=lambda f, m: calls.append(f))
     assert res["experiment"] == "sweep" and res["timing"]["c"] >= 0
-    for row in res["table"]:
-        assert row["predicted_iid"] > 0 and "break_even_alpha" in row
+    fixed = [row for row in res["table"] if isinstance(row["k"], int)]
+    assert [row["k"] for row in fixed] == [1, 2] and res["table"][-1]["k"] == "adaptive"
+    for row in fixed:
+        assert row["predicted_iid"] > 0 and row["predicted_empirical"] > 0 and "break_even_alpha" in row
+        assert row["miss_empirical"] == pytest.approx(row["median_ratio"] - row["predicted_empirical"])
     assert calls and calls[-1] == 1.0 and all(0 <= f <= 1 for f in calls)
 
 

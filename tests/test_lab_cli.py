@@ -32,11 +32,33 @@ def test_timing_command(dirs, tmp_path, capsys):
 
 @pytest.mark.parametrize("cmd", ["speed", "sweep"])
 def test_speed_and_sweep_commands(dirs, tmp_path, capsys, cmd):
-    res = run(dirs, tmp_path, cmd, "--ks", "1,2", "--rounds", "2", "--max-new-tokens", "6")
-    assert [row["k"] for row in res["table"]] == [1, 2]
-    assert all(row["predicted_iid"] > 0 for row in res["table"])
+    ks = "1,2,heuristic" if cmd == "speed" else "1,2"
+    res = run(dirs, tmp_path, cmd, "--ks", ks, "--rounds", "2", "--max-new-tokens", "6")
+    # speed runs the k given; sweep adds the adaptive controller as one more arm
+    assert [row["k"] for row in res["table"]] == ([1, 2, "heuristic"] if cmd == "speed" else [1, 2, "adaptive"])
+    assert all(row["predicted_iid"] > 0 for row in res["table"] if isinstance(row["k"], int))
     out = capsys.readouterr().out
-    assert "best k measured" in out and "rotating order" in out
+    assert "best k measured" in out and "rotating order" in out and "k chosen:" in out
+    if cmd == "speed":
+        assert "per prompt: measured (empirical prediction)" in out
+
+
+def test_report_rereads_a_saved_result_as_markdown(dirs, tmp_path, capsys):
+    res = run(dirs, tmp_path, "speed", "--ks", "1,3,adaptive", "--rounds", "2", "--max-new-tokens", "6")
+    assert res["command"].startswith("python -m playground speed --ks 1,3,adaptive") and res["drafter"]
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "result.json")]) == 0
+    out = capsys.readouterr().out
+    row = next(r for r in res["by_prompt"] if r["k"] == 3)
+    # the table carries the file's own figures: measured (empirical prediction)
+    assert f"{row['median_ratio']:.2f} ({row['predicted_empirical']:.2f})" in out
+    assert "| preset | k=1 | k=3 | best fixed k | adaptive |" in out and "within 0.05" in out
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["report", str(bad)]) == 2
+    assert "is not a JSON result file" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing.json")]) == 2
+    assert "no result file" in capsys.readouterr().err
 
 
 def test_acceptance_divergence_and_distribution_commands(dirs, tmp_path):
@@ -57,8 +79,14 @@ def test_bench_peers_runs_transformers_and_ours_side_by_side(target64, drafts64)
 
 def test_bad_lab_arguments(dirs, capsys):
     assert main(["speed", "--target", dirs[0], "--draft", "none", "--drafter", "lookup", "--prompt", "w1", "--ks", "0,3"]) == 2
-    assert "from 1 to 16, got '0,3'" in capsys.readouterr().err
+    assert "integers from 1 to 16, or adaptive / heuristic), got '0,3'" in capsys.readouterr().err
     assert main(["speed", "--target", dirs[0], "--draft", "none", "--drafter", "lookup", "--prompt", "w1", "--rounds", "0"]) == 2
     assert "--rounds must be >= 1" in capsys.readouterr().err
     assert main(["speed", "--target", dirs[0], "--draft", "none", "--drafter", "lookup", "--prompt", "w1", "--ks", "a,b"]) == 2
-    assert "comma-separated integers" in capsys.readouterr().err
+    assert "comma-separated k values" in capsys.readouterr().err
+    assert main(["speed", "--target", dirs[0], "--draft", "none", "--drafter", "lookup", "--prompt", "w1", "--ks",
+                 "adaptive"]) == 2
+    assert "at least one fixed k" in capsys.readouterr().err
+    assert main(["acceptance", "--target", dirs[0], "--draft", "none", "--drafter", "lookup", "--prompt", "w1", "--ks",
+                 "2,adaptive"]) == 2
+    assert "fixed k values only" in capsys.readouterr().err

@@ -82,7 +82,10 @@ def test_sweep_through_the_api_uses_the_lab_and_recommends_a_k(client):
         prompt=PROMPT, preset="", chat=True, drafter="draft", decoding="greedy", temperature=1.0, top_k=0, top_p=1.0,
         seed=0, k_max=2, rounds=1, max_new_tokens=6, api_name="/sweep")
     assert status.startswith("Sweep done"), status
-    assert [row["k"] for row in result["table"]] == [1, 2] and result["best_k"] in (1, 2)
-    assert all(row["predicted_iid"] > 0 for row in result["table"])  # the sweep's own calibration fed the model
+    # k = 1..k_max, then the adaptive controller in the same rounds
+    assert [row["k"] for row in result["table"]] == [1, 2, "adaptive"] and result["best_k"] in (1, 2)
+    fixed = [row for row in result["table"] if isinstance(row["k"], int)]
+    assert all(row["predicted_iid"] > 0 for row in fixed)  # the sweep's own calibration fed the model
     assert f"Recommended k = {result['best_k']}" in summary and "prefill excluded" in summary
-    assert [r[0] for r in table["data"]] == [1, 2]
+    assert "Adaptive k (chosen per iteration:" in summary
+    assert [str(r[0]) for r in table["data"]] == ["1", "2", "adaptive"]

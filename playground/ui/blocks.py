@@ -53,6 +53,7 @@ CSS = """
 .tok.cor { background: #fecaca; color: #7f1d1d; }
 .tok.bon { background: #bfdbfe; color: #1e3a8a; }
 .tok.pln { background: #e5e7eb; color: #1f2937; }
+.tok.lk { outline: 1px dashed #15803d; outline-offset: -1px; }
 .tok.special { font-style: italic; opacity: 0.75; }
 .tok:hover { outline: 1.5px solid #111827; outline-offset: 0; }
 .tok .nl { opacity: 0.45; font-size: 0.85em; }
@@ -183,6 +184,11 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                     max_new = gr.Number(value=min(handlers.DEFAULT_MAX_NEW, limits.max_new_tokens), precision=0,
                                         minimum=1, maximum=limits.max_new_tokens, label="Max new tokens",
                                         elem_id="max-new")
+                k_mode = gr.Radio([("fixed k", "fixed"), ("adaptive", "adaptive"), ("transformers' heuristic", "heuristic")],
+                                  value="fixed", label="k per iteration", elem_id="k-mode",
+                                  info="adaptive: the cost model picks k (0-16) each iteration from the acceptance "
+                                       "so far (first use calibrates, a few seconds); heuristic: +2 after a fully "
+                                       "accepted iteration, -1 otherwise")
                 with gr.Accordion("Decoding", open=False, elem_id="decoding-box"):
                     decoding = gr.Radio([("greedy", "greedy"), ("sampling", "sample")], value="greedy",
                                         label="Decoding", elem_id="decoding")
@@ -266,11 +272,12 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                     _skip(v.doc), _skip(v.download), v.session)
 
         def run(session, prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p, max_new_tokens,
-                seed, progress=gr.Progress(track_tqdm=True)):
+                seed, k_mode="fixed", progress=gr.Progress(track_tqdm=True)):
             """Speculative decoding of the prompt, streamed. Returns status, token HTML, counters, the three
-            charts, the output check, the prediction panel, the run record (JSON) and its download."""
+            charts, the output check, the prediction panel, the run record (JSON) and its download.
+            k_mode: "fixed" (k every iteration), "adaptive" or "heuristic" (k chosen per iteration)."""
             views = handlers.stream_run(provider, session, prompt, preset, chat, drafter, k, decoding, temperature,
-                                        top_k, top_p, max_new_tokens, seed, progress, limits=limits)
+                                        top_k, top_p, max_new_tokens, seed, progress, limits=limits, k_mode=k_mode)
             yield from _guarded(views, run_outputs_of, len(run_outputs))
 
         def compare(session, progress=gr.Progress()):
@@ -330,8 +337,9 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
 
         # Progress and errors show on the status line only (an error would otherwise badge every output).
         on_status = {"show_progress": "minimal", "show_progress_on": [activity]}
-        run_ev = run_btn.click(run, [session, *controls], run_outputs, api_name="run", **on_status, **device_events)
-        cmp_run_ev = compare_btn.click(run, [session, *controls], run_outputs, api_visibility="private",
+        run_ev = run_btn.click(run, [session, *controls, k_mode], run_outputs, api_name="run", **on_status,
+                               **device_events)
+        cmp_run_ev = compare_btn.click(run, [session, *controls, k_mode], run_outputs, api_visibility="private",
                                        **on_status, **device_events)
         cmp_ev = cmp_run_ev.success(compare, [session], [status, prediction, run_json, download, session],
                                     api_name="compare", **on_status, **device_events)

@@ -154,7 +154,8 @@ def sweep_figure(result: dict | None) -> go.Figure:
     title = "Speed-up over plain decoding against k"
     if not result or not result.get("table"):
         return empty_figure(title, "run a sweep to fill this chart")
-    rows = result["table"]
+    rows = [r for r in result["table"] if isinstance(r["k"], int)]  # fixed k; a schedule is a line across
+    schedules = [r for r in result["table"] if not isinstance(r["k"], int)]
     ks = [r["k"] for r in rows]
     data = [{
         "type": "scatter", "x": ks, "y": [r["median_ratio"] for r in rows], "mode": "lines+markers",
@@ -174,6 +175,10 @@ def sweep_figure(result: dict | None) -> go.Figure:
                          "hovertemplate": f"k=%{{x}}<br>{name} %{{y:.2f}}\u00d7<extra></extra>"})
     shapes = [_hline(1.0, "#6b7280", width=1.2)]
     notes = [_note("break-even (1.0\u00d7)", 1.0, 1.0, xanchor="right", yanchor="bottom")]
+    for r in schedules:  # adaptive k: one measured figure, whatever k it chose per iteration
+        shapes.append(_hline(r["median_ratio"], COLOURS["empirical"], width=1.5))
+        notes.append(_note(f"{r['k']} k: {r['median_ratio']:.2f}\u00d7", r["median_ratio"], 0.0, xanchor="left",
+                           yanchor="bottom"))
     best = result.get("best_k")
     if best is not None:
         shapes.append({"type": "line", "xref": "x", "x0": best, "x1": best, "yref": "paper", "y0": 0, "y1": 1,

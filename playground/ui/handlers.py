@@ -254,6 +254,7 @@ class Session:
     sweep: dict | None = None
     stopped: str | None = None  # which event the user stopped ("run", "compare", ...), until reported
     pair: Any = None  # the PairSpec this tab chose in the pair menu (None: the app's default pair)
+    k_memory: dict = field(default_factory=dict)  # drafter -> adaptive / heuristic state carried between runs
 
     def timing_for(self, drafter: str, ids_key: str, n_needed: int = 1):
         t = self.timings.get((drafter, ids_key))
@@ -286,6 +287,11 @@ class RunRequest:
     top_p: float
     max_new_tokens: int
     seed: int
+    k_mode: str = "fixed"  # "fixed" (the k slider), "adaptive" or "heuristic" (k chosen per iteration)
+
+
+K_MODES = {"fixed": "the k above, every iteration", "adaptive": "chosen per iteration by the cost model",
+           "heuristic": "transformers' heuristic schedule (+2 / -1)"}
 
 
 def _integer(value, what: str) -> int:
@@ -316,7 +322,8 @@ def _number(value, what: str) -> float:
 
 
 def parse_request(prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p, max_new_tokens,
-                  seed, drafters: Sequence[str] | None = None, limits=None) -> tuple[RunRequest, Any]:
+                  seed, drafters: Sequence[str] | None = None, limits=None,
+                  k_mode: str | None = "fixed") -> tuple[RunRequest, Any]:
     """Raw control values -> (RunRequest, SamplingConfig); raises PlaygroundError with what to fix.
     `limits` (a playground.limits.Limits) default to the environment's, read now."""
     from ..engine import check_k
@@ -333,6 +340,9 @@ def parse_request(prompt, preset, chat, drafter, k, decoding, temperature, top_k
     if drafter not in known:
         raise PlaygroundError(f"unknown drafter {drafter!r}; choose one of {', '.join(known)}")
     k = check_k(_integer(k, "k"))
+    k_mode = k_mode or "fixed"
+    if k_mode not in K_MODES:
+        raise PlaygroundError(f"k per iteration must be one of {', '.join(K_MODES)}, got {k_mode!r}")
     if decoding not in DECODINGS:
         raise PlaygroundError(f"decoding must be 'greedy' or 'sample', got {decoding!r}")
     max_new = limits.check_max_new_tokens(_integer(max_new_tokens, "max new tokens"))
@@ -343,8 +353,34 @@ def parse_request(prompt, preset, chat, drafter, k, decoding, temperature, top_k
     tp = _number(top_p, "top-p") if sample else 1.0
     sampling = SamplingConfig(do_sample=sample, temperature=t, top_k=tk, top_p=tp, seed=seed)
     req = RunRequest(prompt=prompt, preset=preset or None, chat=bool(chat), drafter=drafter, k=k,
-                     decoding=decoding, temperature=t, top_k=tk, top_p=tp, max_new_tokens=max_new, seed=seed)
+                     decoding=decoding, temperature=t, top_k=tk, top_p=tp, max_new_tokens=max_new, seed=seed,
+                     k_mode=k_mode)
     return req, sampling
+
+
+def _k_text(req: RunRequest, summary=None) -> str:
+    """'4', or 'adaptive (chosen: 2x3 16x5)' once a run says which k it used."""
+    if req.k_mode == "fixed":
+        return str(req.k)
+    if summary is None or not summary.k_values:
+        return req.k_mode
+    return f"{req.k_mode} (chosen: " + " ".join(f"{k}\u00d7{n}" for k, n in summary.k_values.items()) + ")"
+
+
+def _controller(pair, ids, proposer, req: RunRequest, session: Session):
+    """The k setting as the loop takes it. Adaptive k needs the cost curve of this pair, drafter and prompt:
+    the session's own calibration when it reaches far enough, else a short one (kept on the pair)."""
+    from ..adaptive import CostCurve, calibrated_curve, make_controller
+    from ..engine import K_MAX
+
+    if req.k_mode == "fixed":
+        return req.k
+    curve = None
+    if req.k_mode == "adaptive":
+        timing = session.timing_for(proposer.describe(), prompt_key(ids), K_MAX + 1)
+        curve = CostCurve.from_timing(timing) if timing is not None else calibrated_curve(pair, ids, proposer,
+                                                                                          repeats=3)
+    return make_controller(req.k_mode, curve, memory=session.k_memory.setdefault(proposer.describe(), {}))
 
 
 def _check_prompt_ids(pair, ids, max_new_tokens: int, limits) -> None:
@@ -589,16 +625,22 @@ def prediction_markdown(session: Session) -> str:
         return "\n\n".join(lines)
     s = run.summary
     k = run.request.k
-    timing = session.timing_for(run.drafter, run.prompt_key, k + 1)
+    varying = run.request.k_mode != "fixed"
+    timing = None if varying else session.timing_for(run.drafter, run.prompt_key, k + 1)
     rows = ["| | speed-up | from |", "|---|---:|---|"]
-    if timing is not None:
+    if varying:
+        rows.append(f"| predicted | \u2013 | k was chosen per iteration ({_k_text(run.request, s)}); the cost model "
+                    f"predicts a fixed k (the **k per output shape** tab compares them) |")
+    elif timing is not None:
         positions = [a for a in s.per_position_acceptance if a is not None]
         if s.alpha is not None:
             rows.append(f"| predicted, iid \u03b1 | **{timing.predict(s.alpha, k):.2f}\u00d7** | "
                         f"\u03b1 = {s.alpha:.3f} at k = {k} |")
         if positions:
-            rows.append(f"| predicted, per-position acceptance | **{timing.predict(positions, k):.2f}\u00d7** | "
-                        f"P(accept) by position: {' '.join(f'{a:.2f}' for a in positions)} |")
+            rows.append(f"| predicted, per-position acceptance | "
+                        f"**{timing.predict(positions, k, new_tokens=s.new_tokens or None):.2f}\u00d7** | "
+                        f"P(accept) by position: {' '.join(f'{a:.2f}' for a in positions)}; "
+                        f"{s.new_tokens} tokens, the last iterations clipped as the loop clips them |")
     else:
         rows.append("| predicted | \u2013 | press **Calibrate** (times c and v(n) on this prompt) |")
     if run.plain is not None:
@@ -616,7 +658,7 @@ def prediction_markdown(session: Session) -> str:
             f"Cost model inputs: c = {timing.c:.3f} (drafter step / target step), v(n) for n = 1..{k + 1}: {vs}; "
             f"break-even \u03b1 at k = {k}: {'never pays' if be is None else f'{be:.2f}'}. Calibrated on this "
             f"prompt ({timing.context_tokens} tokens of context): median of "
-            f"{len(timing.raw.get('draft_per_token_s', []))} timed repeats after warm-up.")
+            f"{len(timing.raw.get('target_pass_s', {}).get('1', []))} timed repeats after warm-up.")
     if run.plain is not None:
         gap = f"{run.plain_gap_s:.2f} s" if run.plain_gap_s is not None else "?"
         lines.append(
@@ -644,6 +686,7 @@ def run_document(run: RunResult, timing=None) -> dict:
             "chat_template": run.request.chat,
             "drafter": run.drafter,
             "k": run.request.k,
+            "k_mode": run.request.k_mode,
             "sampling": dataclasses.asdict(run.sampling),
             "max_new_tokens": run.request.max_new_tokens,
         },
@@ -766,7 +809,7 @@ def stopped_view(session: Session | None) -> StoppedView:
 @_stoppable("run")
 def stream_run(provider: PairProvider, session: Session | None, prompt, preset, chat, drafter, k, decoding,
                temperature, top_k, top_p, max_new_tokens, seed, progress: Progress = None,
-               limits=None) -> Iterator[RunView]:
+               limits=None, k_mode: str | None = "fixed") -> Iterator[RunView]:
     """Speculative decoding of the prompt, streamed: token HTML and counters as records arrive, charts throttled."""
     from ..engine import speculative_generate
     from ..envinfo import describe_setup, environment
@@ -778,7 +821,7 @@ def stream_run(provider: PairProvider, session: Session | None, prompt, preset, 
     limits = limits or Limits.from_env()
     drafters = [name for _, name in provider.drafter_choices()]
     req, sampling = parse_request(prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p,
-                                  max_new_tokens, seed, drafters, limits)
+                                  max_new_tokens, seed, drafters, limits, k_mode)
     loading = _loading_status(provider)
     if loading:
         yield RunView(session, loading)
@@ -794,14 +837,20 @@ def stream_run(provider: PairProvider, session: Session | None, prompt, preset, 
     tokenizer = pair.tokenizer
     special = getattr(tokenizer, "all_special_ids", []) if tokenizer is not None else []
     renderer = TokenRenderer(tokenizer, greedy=sampling.greedy, special_ids=special)
-    head = (f"Running: drafter {proposer.describe()}, k = {req.k}, {sampling.describe()}, "
+    head = (f"Running: drafter {proposer.describe()}, k = {_k_text(req)}, {sampling.describe()}, "
             f"{len(ids)} prompt tokens, up to {req.max_new_tokens} new \u00b7 {setup}")
     yield RunView(session, head + " \u2014 prefill \u2026", tokens="",
                   counters=counters_html(None, req.max_new_tokens, True), figures=_figures([], None),
                   check=check_html(preset_obj, None), prediction=prediction_markdown(session))
 
+    phase = ["prefill"]
+
     def work(emit, stopped):
-        gen = speculative_generate(pair, ids, proposer=proposer, k=req.k, sampling=sampling,
+        if req.k_mode == "adaptive":
+            phase[0] = "calibrating the cost model for adaptive k (once per pair, drafter and prompt)"
+        controller = _controller(pair, ids, proposer, req, session)
+        phase[0] = "prefill"
+        gen = speculative_generate(pair, ids, proposer=proposer, k=controller, sampling=sampling,
                                    max_new_tokens=req.max_new_tokens)
         try:
             for rec in gen:
@@ -837,8 +886,8 @@ def stream_run(provider: PairProvider, session: Session | None, prompt, preset, 
             elif now - last_yield >= HEARTBEAT_S:
                 # Nothing new (the prefill, or a slow iteration): still hand control back to Gradio now and
                 # then, so that Stop can close this generator promptly.
-                phase = "prefill" if len(run.records) == 0 else f"iteration {len(run.records)}"
-                yield RunView(session, f"{head} \u2014 {phase} \u2026 {now - started:.1f} s")
+                what = phase[0] if len(run.records) == 0 else f"iteration {len(run.records)}"
+                yield RunView(session, f"{head} \u2014 {what} \u2026 {now - started:.1f} s")
                 last_yield = now
         bg.raise_error()
 
@@ -850,7 +899,8 @@ def stream_run(provider: PairProvider, session: Session | None, prompt, preset, 
     run.finished = True
     doc = run_document(run, session.timing_for(run.drafter, run.prompt_key, req.k + 1))
     done = (f"Done: {summary.new_tokens} new tokens in {summary.target_passes} target passes, finished by "
-            f"{summary.finished} \u00b7 drafter {run.drafter}, k = {req.k}, {sampling.describe()} \u00b7 {setup}")
+            f"{summary.finished} \u00b7 drafter {run.drafter}, k = {_k_text(req, summary)}, {sampling.describe()} "
+            f"\u00b7 {setup}")
     yield RunView(session, done, tokens=renderer.html(), counters=counters_html(summary, req.max_new_tokens, False),
                   figures=_figures(run.records, summary), check=check_html(preset_obj, run.check),
                   prediction=prediction_markdown(session), doc=doc, download=save_document(doc))
@@ -1001,12 +1051,19 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
     table = result.get("table") or []
     if not table:
         return "No sweep result."
-    best = next((r for r in table if r["k"] == result.get("best_k")), max(table, key=lambda r: r["median_ratio"]))
+    fixed = [r for r in table if isinstance(r["k"], int)] or table
+    best = next((r for r in fixed if r["k"] == result.get("best_k")), max(fixed, key=lambda r: r["median_ratio"]))
     lines = [f"**Recommended k = {best['k']}**: median measured speed-up {best['median_ratio']:.2f}\u00d7 "
              f"(range {best['min_ratio']:.2f}\u2013{best['max_ratio']:.2f} over {rounds} round(s))."]
     if result.get("predicted_best_k") is not None:
-        lines.append(f"The cost model, from the median \u03b1 and the calibration, predicts k = "
+        lines.append(f"The cost model, from the per-position acceptance at the largest k and the calibration, "
+                     f"predicts k = "
                      f"{result['predicted_best_k']}.")
+    for r in table:
+        if not isinstance(r["k"], int):  # the adaptive arm of the same rounds
+            chosen = " ".join(f"{k}\u00d7{n}" for k, n in (r.get("k_values") or {}).items())
+            lines.append(f"Adaptive k (chosen per iteration: {chosen}): {r['median_ratio']:.2f}\u00d7, "
+                         f"{r['median_ratio'] / best['median_ratio']:.0%} of the best fixed k.")
     losing = [r["k"] for r in table if r["median_ratio"] < 1.0]
     if losing:
         lines.append(f"Slower than plain decoding (below break-even) at k = {', '.join(map(str, losing))}.")
@@ -1083,7 +1140,7 @@ def timing_from_dict(d: dict):
         return Timing(target_step_s=float(d["target_step_s"]),
                       verify_s={int(n): float(s) for n, s in d["verify_s"].items()},
                       draft_step_s=float(d["draft_step_s"]), context_tokens=int(d["context_tokens"]),
-                      raw=dict(d.get("raw") or {}))
+                      raw=dict(d.get("raw") or {}), draft_call_s=float(d.get("draft_call_s", 0.0)))
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -25,6 +25,9 @@ ROLE_LABEL = {
     BONUS: "bonus token",
     PLAIN: "plain step",
 }
+# Where a hybrid drafter's proposal came from (Iteration.sources); copied tokens get a dashed outline.
+SOURCE_LABEL = {"lookup": "copied by prompt lookup", "draft": "guessed by the draft model"}
+
 ROLE_HELP = {
     ACCEPTED: "a proposal the target kept",
     CORRECTION: "the target's own token after it rejected a proposal",
@@ -102,14 +105,16 @@ def token_tip(it: Iteration, j: int, greedy: bool, rejected_text: str | None = N
     lines.append(f"token {token}" + (f"  '{_quoted(token_text)}'" if token_text is not None else ""))
     accept = it.accept_prob
     if role == ACCEPTED:
-        lines.append(f"draft position {j + 1} of {len(it.proposed)} proposed (k={it.k})")
+        lines.append(f"draft position {j + 1} of {len(it.proposed)} proposed (k={it.k})"
+                     + (f", {SOURCE_LABEL.get(it.sources[j], it.sources[j])}" if it.sources else ""))
         if it.p is not None:
             lines.append(_prob_line(it, j, accept, greedy))
     elif role == CORRECTION:
         i = it.n_accepted
         shown = f" '{_quoted(rejected_text)}'" if rejected_text is not None else ""
         lines.append(f"replaces the rejected proposal at position {i + 1} of {len(it.proposed)}: "
-                     f"token {it.proposed[i]}{shown}")
+                     f"token {it.proposed[i]}{shown}"
+                     + (f" ({SOURCE_LABEL.get(it.sources[i], it.sources[i])})" if it.sources else ""))
         if it.p is not None and i < len(it.p):
             lines.append("rejected proposal: " + _prob_line(it, i, accept, greedy))
     elif role == BONUS:
@@ -171,7 +176,10 @@ class TokenRenderer:
         spans = []
         for j, (token, piece) in enumerate(zip(it.emitted, pieces)):
             tip = token_tip(it, j, self.greedy, rejected if it.roles[j] == CORRECTION else None, piece)
-            spans.append(_span(piece, self._cls(it.roles[j], token), tip, token))
+            cls = self._cls(it.roles[j], token)
+            if it.roles[j] == ACCEPTED and it.sources and it.sources[j] == "lookup":
+                cls += " lk"
+            spans.append(_span(piece, cls, tip, token))
         parity = "odd" if self.n_iterations % 2 else "even"
         self.n_iterations += 1
         end = _finish_mark(it.finished)
@@ -208,6 +216,8 @@ def legend_html() -> str:
         f"{html.escape(ROLE_LABEL[role])}</span>"
         for role in (ACCEPTED, CORRECTION, BONUS, PLAIN)
     )
+    chips += (f'<span class="tok acc lk" title="{html.escape(SOURCE_LABEL["lookup"], quote=True)} '
+              '(hybrid drafter)">copied by lookup</span>')
     return (f'<div class="legend">{chips}<span class="legend-note"><span class="it even">iter</span>'
             f'<span class="it odd">ations</span> alternate underlines \u00b7 hover a token for p(x), q(x), '
             f"min(1, p/q)</span></div>")

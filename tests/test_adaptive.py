@@ -1,0 +1,261 @@
+"""k per iteration (adaptive, transformers' heuristic) and the hybrid drafter, on tiny random models."""
+
+import numpy as np
+import pytest
+import torch
+
+from playground import lab
+from playground.adaptive import AdaptiveK, CostCurve, HeuristicK, make_controller, parse_k
+from playground.engine import FixedK, plain_generate, speculative_generate
+from playground.errors import PlaygroundError
+from playground.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+from playground.records import Iteration, Step, summarize
+from playground.rules import accept_sample
+from playground.sampling import SamplingConfig
+from tests.test_engine import PROMPTS, chi2
+from tests.tiny import tiny_model, tiny_pair
+
+
+def it(k, n_accepted, proposed=None):
+    """A minimal iteration record: k proposals, the first n_accepted accepted."""
+    proposed = tuple(range(k)) if proposed is None else proposed
+    emitted = tuple(proposed[:n_accepted]) + (99,)
+    return Iteration(index=0, k=k, proposed=proposed, n_accepted=n_accepted, emitted=emitted,
+                     roles=("accepted",) * n_accepted + ("correction",), draft_s=0, verify_s=0, rollback_s=0,
+                     elapsed_s=0)
+
+
+FLAT_CHEAP = CostCurve(c=0.05, v={n: 1.0 for n in range(1, 10)})
+
+
+def test_adaptive_drafts_deep_when_proposals_are_accepted_and_cheap():
+    ctl = AdaptiveK(FLAT_CHEAP, k_max=8)
+    for _ in range(10):
+        ctl.observe(it(8, 8))
+    assert ctl.next_k() == 8
+    assert all(a > 0.9 for a in ctl.estimates())
+
+
+def test_adaptive_stops_drafting_when_nothing_is_accepted_and_probes_again():
+    ctl = AdaptiveK(CostCurve(c=0.3, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 10)}), k_max=8, probe_every=3)
+    for _ in range(10):
+        ctl.observe(it(2, 0))
+    ks = []
+    for _ in range(8):
+        k = ctl.next_k()
+        ks.append(k)
+        ctl.observe(it(k, 0) if k else Iteration(0, 0, (), 0, (5,), ("plain",), 0, 0, 0, 0))
+    assert ks[:3] == [0, 0, 0]  # drafting cannot pay
+    assert 1 in ks[3:]  # ... but it looks again after probe_every plain steps
+
+
+def test_adaptive_follows_a_change_of_text_within_one_response():
+    """Prose (first draft position rejected) then JSON (everything accepted): k must rise."""
+    curve = CostCurve(c=0.2, v={1: 1.0, 2: 1.0, 3: 1.07, 4: 1.45, 5: 1.5, 6: 1.56, 7: 1.66, 8: 1.75, 9: 1.77})
+    ctl = AdaptiveK(curve, k_max=8)
+    for _ in range(10):
+        ctl.observe(it(2, 0))
+    low = ctl.next_k()
+    for _ in range(8):
+        ctl.observe(it(8, 8))
+    high = ctl.next_k()
+    assert low <= 1 < high
+
+
+def test_adaptive_uses_the_verify_cost_curve():
+    """Same acceptance, a verification cost that jumps after 3 tokens: k stops at 2, where a flat curve goes deeper."""
+    steep = CostCurve(c=0.05, v={1: 1.0, 2: 1.0, 3: 1.0, 4: 3.0, 5: 3.0, 6: 3.0, 7: 3.0, 8: 3.0, 9: 3.0})
+    a, b = AdaptiveK(steep), AdaptiveK(FLAT_CHEAP)
+    for ctl in (a, b):
+        for _ in range(10):
+            ctl.observe(it(8, 5))
+    assert a.next_k() == 2 and b.next_k() > 2
+
+
+def test_heuristic_is_transformers_schedule():
+    h = HeuristicK(start=3, k_max=6)
+    h.observe(it(3, 3))
+    assert h.next_k() == 5
+    h.observe(it(5, 5))
+    assert h.next_k() == 6  # capped
+    h.observe(it(6, 2))
+    assert h.next_k() == 5
+    for _ in range(10):
+        h.observe(it(h.next_k(), 0))
+    assert h.next_k() == 1
+
+
+def test_parse_and_make_controller():
+    assert parse_k("4") == 4 and parse_k(" Adaptive ") == "adaptive" and parse_k("heuristic") == "heuristic"
+    for bad in ("0", "17", "four", "", "2.5"):
+        with pytest.raises(PlaygroundError):
+            parse_k(bad)
+    assert isinstance(make_controller(3), FixedK)
+    assert isinstance(make_controller("heuristic"), HeuristicK)
+    with pytest.raises(PlaygroundError, match="calibration"):
+        make_controller("adaptive")
+    assert isinstance(make_controller("adaptive", FLAT_CHEAP), AdaptiveK)
+    with pytest.raises(PlaygroundError):
+        AdaptiveK(FLAT_CHEAP, decay=0)
+    with pytest.raises(PlaygroundError):
+        CostCurve(c=-1, v={1: 1.0})
+
+
+def controllers():
+    curve = CostCurve(c=0.25, v={n: 1.0 + 0.05 * (n - 1) for n in range(1, 10)})
+    return {"adaptive": lambda: AdaptiveK(curve, k_max=6), "heuristic": lambda: HeuristicK(start=2, k_max=8)}
+
+
+@pytest.mark.parametrize("name", ["adaptive", "heuristic"])
+@pytest.mark.parametrize("drafter", ["draft", "lookup", "hybrid"])
+def test_greedy_equals_plain_with_a_varying_k(target64, drafts64, name, drafter):
+    pair = tiny_pair(target64, drafts64["useful"])
+    for prompt in PROMPTS:
+        for n in (1, 7, 24):
+            proposer = {"draft": lambda: DraftModelProposer(pair.draft, "cpu", None),
+                        "lookup": lambda: PromptLookupProposer(),
+                        "hybrid": lambda: HybridProposer(DraftModelProposer(pair.draft, "cpu", None))}[drafter]()
+            recs = list(speculative_generate(pair, prompt, proposer=proposer, k=controllers()[name](),
+                                             max_new_tokens=n))
+            spec = [t for r in recs if isinstance(r, Iteration) for t in r.emitted]
+            plain = [r.token for r in plain_generate(pair, prompt, max_new_tokens=n) if isinstance(r, Step)]
+            assert spec == plain, (name, drafter, prompt, n)
+
+
+def test_adaptive_k_values_are_in_the_records(pair64):
+    ctl = controllers()["adaptive"]()
+    recs = list(speculative_generate(pair64, list(range(20, 45)), proposer=DraftModelProposer(pair64.draft, "cpu", None),
+                                     k=ctl, max_new_tokens=40))
+    its = [r for r in recs if isinstance(r, Iteration)]
+    # every iteration used what the controller chose (clipped only by the tokens still wanted)
+    assert [x.k for x in its[:-1]] == ctl.decisions[: len(its) - 1]
+    assert sum(summarize(recs).k_values.values()) == len(its)
+
+
+def test_hybrid_says_where_each_proposal_came_from(pair64):
+    prompt = [10, 11, 12, 13, 10, 11, 12, 13, 10, 11]  # "12 13" follows "10 11" earlier: lookup finds it
+    hybrid = HybridProposer(DraftModelProposer(pair64.draft, "cpu", None), min_ngram=2)
+    recs = list(speculative_generate(pair64, prompt, proposer=hybrid, k=3, max_new_tokens=20))
+    its = [r for r in recs if isinstance(r, Iteration) and r.proposed]
+    assert its[0].sources == ("lookup",) * len(its[0].proposed) and its[0].proposed[:2] == (12, 13)
+    assert all(s in ("lookup", "draft") for x in its for s in x.sources)
+    assert all(len(x.sources) == len(x.proposed) for x in its)
+
+
+@pytest.fixture(scope="module")
+def pair8():
+    target = tiny_model(vocab=8, seed=10, layers=1, hidden=16, scale=0.6)
+    draft = tiny_model(vocab=8, seed=11, layers=1, hidden=16, scale=0.6)
+    return tiny_pair(target, draft)
+
+
+def exact_joint3(target, prompt, sampling):
+    """The target's exact distribution of its first three sampled tokens, [V, V, V]."""
+    from playground.sampling import probabilities
+
+    v = target.config.vocab_size
+    with torch.no_grad():
+        p1 = probabilities(target(torch.tensor([prompt])).logits[0, -1:], sampling)[0]
+        p2 = probabilities(target(torch.tensor([prompt + [a] for a in range(v)])).logits[:, -1], sampling)
+        ctx3 = torch.tensor([prompt + [a, b] for a in range(v) for b in range(v)])
+        p3 = probabilities(target(ctx3).logits[:, -1], sampling).reshape(v, v, v)
+    return (p1[:, None, None] * p2[:, :, None] * p3).numpy()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["adaptive", "heuristic"])
+def test_sampling_with_a_varying_k_keeps_the_targets_distribution(pair8, name):
+    """Three tokens, so k changes between iterations in response to what was accepted. Power: the same
+    test with the wrong resample-from-target rule gave p = 4e-7 (adaptive, 6,000 runs, measured once)."""
+    sampling = SamplingConfig(do_sample=True)
+    prompt = [1, 5, 2]
+    counts = np.zeros((8, 8, 8), dtype=np.int64)
+    ks_seen = set()
+    for seed in range(6000):
+        s = SamplingConfig(do_sample=True, seed=seed)
+        recs = list(speculative_generate(pair8, prompt, proposer=DraftModelProposer(pair8.draft, "cpu", None),
+                                         k=controllers()[name](), sampling=s, max_new_tokens=3, rule=accept_sample))
+        toks = [t for r in recs if isinstance(r, Iteration) for t in r.emitted]
+        ks_seen.update(r.k for r in recs if isinstance(r, Iteration))
+        counts[toks[0], toks[1], toks[2]] += 1
+    assert len(ks_seen) >= 2  # k really varied
+    assert chi2(counts, exact_joint3(pair8.target, prompt, sampling)) > 0.001
+
+
+def test_speed_and_sweep_run_adaptive_and_heuristic_arms(pair64):
+    factory = lambda: DraftModelProposer(pair64.draft, pair64.device, pair64.vocab_size)  # noqa: E731
+    timing = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(), n_max=5, repeats=2, warmup=1)
+    res = lab.speed(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory, ks=(1, 2, "adaptive", "heuristic"), rounds=2,
+                    max_new_tokens=10, timing={"a": timing, "b": timing})  # one calibration per prompt
+    assert set(res["timing_by_prompt"]) == {"a", "b"}
+    rows = {r["k"]: r for r in res["table"]}
+    assert set(rows) == {1, 2, "adaptive", "heuristic"}
+    assert res["best_k"] in (1, 2)  # a fixed k, never the name of a schedule
+    assert sum(rows["adaptive"]["k_values"].values()) > 0
+    assert "predicted_empirical" in rows[2] and "miss_empirical" in rows[2]
+    assert {(r["prompt"], r["k"]) for r in res["by_prompt"]} == {(p, k) for p in "ab" for k in rows}
+    assert set(res["best_k_by_prompt"]) == {"a", "b"}
+    sw = lab.sweep(pair64, [1, 2, 3], factory, ks=(1, 2, 3), rounds=1, max_new_tokens=8, timing=timing)
+    assert [r["k"] for r in sw["table"]] == [1, 2, 3, "adaptive"]
+    assert all("break_even_alpha" in r for r in sw["table"] if isinstance(r["k"], int))
+    assert sw["predicted_best_k"] in range(0, 4)
+
+
+def test_the_token_view_marks_what_prompt_lookup_copied():
+    from playground.ui import render
+
+    hybrid = Iteration(index=0, k=3, proposed=(4, 5, 6), n_accepted=2, emitted=(4, 5, 9),
+                       roles=("accepted", "accepted", "correction"), draft_s=0, verify_s=0, rollback_s=0,
+                       elapsed_s=0, sources=("lookup", "lookup", "lookup"))
+    model = Iteration(index=1, k=2, proposed=(7, 8), n_accepted=2, emitted=(7, 8, 1),
+                      roles=("accepted", "accepted", "bonus"), draft_s=0, verify_s=0, rollback_s=0,
+                      elapsed_s=0, sources=("draft", "draft"))
+    out = render.records_html([hybrid, model])
+    assert out.count('class="tok acc lk"') == 2  # the two copied tokens kept; the model's are plain green
+    assert out.count('class="tok acc"') == 2
+    assert "copied by prompt lookup" in out and "guessed by the draft model" in out
+    assert "copied by lookup" in render.legend_html()
+
+
+def test_the_ui_runs_adaptive_and_heuristic_k_and_shows_the_choices():
+    """Through the handler the browser calls: adaptive k calibrates once (kept on the pair), every
+    iteration's k is in the record, the status says which k were chosen, and greedy output is unchanged."""
+    from playground.models import ModelPair
+    from playground.ui import handlers
+    from tests.test_ui_handlers import PROMPT, WORDS
+    from tests.tiny import perturbed, word_tokenizer
+
+    target = tiny_model(vocab=64, seed=0, dtype=torch.float32)
+    pair = ModelPair(target=target, tokenizer=word_tokenizer(WORDS), draft=perturbed(target, noise=0.015),
+                     eos_ids=frozenset({63}), target_name="tiny-target", draft_name="tiny-draft")
+    provider = handlers.PairProvider(pair=pair)
+    outs = {}
+    for mode in ("fixed", "adaptive", "heuristic"):
+        views = list(handlers.stream_run(provider, None, PROMPT, "", True, "draft", 3, "greedy", 1.0, 0, 1.0, 20, 0,
+                                         k_mode=mode))
+        final = views[-1]
+        run = final.session.run
+        assert run.finished and final.doc["config"]["k_mode"] == mode
+        outs[mode] = [t for r in run.records if isinstance(r, Iteration) for t in r.emitted]
+        if mode != "fixed":
+            assert f"k = {mode} (chosen: " in final.status
+            assert "k was chosen per iteration" in final.prediction
+    assert outs["adaptive"] == outs["fixed"] == outs["heuristic"]
+    assert any(key[0] == "cost-curve" for key in pair.resources)  # calibrated once, kept on the pair
+    with pytest.raises(PlaygroundError, match="k per iteration"):
+        list(handlers.stream_run(provider, None, PROMPT, "", True, "draft", 3, "greedy", 1.0, 0, 1.0, 20, 0,
+                                 k_mode="random"))
+
+
+def test_schedules_carry_their_state_from_run_to_run_when_given_a_memory(pair64):
+    memory: dict = {}
+    first = AdaptiveK(FLAT_CHEAP, k_max=8, memory=memory)
+    for _ in range(6):
+        first.observe(it(8, 8))
+    second = AdaptiveK(FLAT_CHEAP, k_max=8, memory=memory)
+    assert second.estimates() == first.estimates() and second.next_k() == 8
+    assert AdaptiveK(FLAT_CHEAP, k_max=8).estimates() != first.estimates()  # without memory: from the prior
+    h_memory: dict = {}
+    h = HeuristicK(start=3, memory=h_memory)
+    h.observe(it(3, 3))
+    assert HeuristicK(start=3, memory=h_memory).next_k() == 5 and HeuristicK(start=3).next_k() == 3
