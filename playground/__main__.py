@@ -518,7 +518,7 @@ def cmd_lab(args) -> int:
                                timing=timings, min_confidence=args.min_confidence, progress=progress)
         else:
             result = lab.sweep(pair, first_ids, factory, ks=ks, rounds=args.rounds, max_new_tokens=max_new,
-                               timing=timing, min_confidence=args.min_confidence, progress=progress)
+                               timing=timing, min_confidence=args.min_confidence, name=names[0], progress=progress)
         print(f"{cmd} ({setup}; greedy; {max_new} new tokens; {args.rounds} rounds of adjacent runs in rotating "
               f"order; ratio = speculative / plain tokens/s, prefill excluded; c = {timing.c:.2f})")
         print(f"  {'k':>9} {'median':>7} {'min-max':>13} {'alpha':>6} {'pred iid':>8} {'pred emp':>8}"
@@ -565,6 +565,10 @@ def cmd_lab(args) -> int:
         for row in result["table"]:
             print(f"  {row['arm']:28} {row['median_ratio']:5.2f}x [{row['min_ratio']:.2f}-{row['max_ratio']:.2f}] "
                   f"{row['median_tokens_per_s']:6.1f} tok/s  same output {row['outputs_equal']}/{row['n']}")
+        h2h = result.get("ours_vs_hf_assisted")
+        if h2h:
+            print(f"  ours / transformers' assisted generation, same draft and k = {args.k}, per round and prompt: "
+                  f"median {h2h['median']:.2f}x [{h2h['min']:.2f}-{h2h['max']:.2f}], n = {h2h['n']}")
     if args.out:
         result.setdefault("drafter", factory().describe())
         result.setdefault("command", "python -m playground " + shlex.join(args.argv))

@@ -331,7 +331,8 @@ def set_threads(threads: int | None) -> int:
 
 def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] = tuple(range(1, 9)), rounds: int = 2,
           max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY, timing: Timing | None = None,
-          adaptive: bool = True, min_confidence: float | None = None, progress: Progress = None) -> dict:
+          adaptive: bool = True, min_confidence: float | None = None, name: str = "prompt",
+          progress: Progress = None) -> dict:
     """k = 1..8 on one prompt: measured speed-up (adjacent runs) and predicted, break-even alpha, best k;
     with `adaptive`, the adaptive controller runs as one more arm of the same rounds."""
     from .engine import K_MAX
@@ -341,7 +342,7 @@ def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] =
         timing = calibrate(pair, prompt_ids, proposer_factory(), n_max=(K_MAX if adaptive else max(fixed)) + 1,
                            progress=(lambda f, m: _tick(progress, 0.2 * f, m)) if progress else None)
     arms = [*ks, "adaptive"] if adaptive and "adaptive" not in ks else list(ks)
-    result = speed(pair, {"prompt": prompt_ids}, proposer_factory, ks=arms, rounds=rounds,
+    result = speed(pair, {name: prompt_ids}, proposer_factory, ks=arms, rounds=rounds,
                    max_new_tokens=max_new_tokens, sampling=sampling, timing=timing, min_confidence=min_confidence,
                    progress=(lambda f, m: _tick(progress, 0.2 + 0.8 * f, m)) if progress else None)
     for row in result["table"]:
@@ -570,6 +571,14 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
     if pair.draft is not None:
         arms[f"ours draft k={k}"] = lambda ids: ours(ids, DraftModelProposer(pair.draft, pair.device, pair.vocab_size))
     arms[f"ours prompt-lookup k={k}"] = lambda ids: ours(ids, PromptLookupProposer(max_ngram))
+    from .models import EMBEDDED_NAME
+
+    if pair.target_name == EMBEDDED_NAME:  # our fastest drafter here, which transformers cannot run
+        from .llamacpp import llama_cpp_available
+        from .proposers import make_proposer
+
+        if llama_cpp_available()[0]:
+            arms[f"ours llama.cpp k={k}"] = lambda ids: ours(ids, make_proposer(pair, "llama.cpp"))
 
     names = list(arms)
     for ids in prompts.values():  # warm-up: one untimed pass of every arm
@@ -601,5 +610,17 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
         table.append({"arm": arm, "median_ratio": statistics.median(ratios), "min_ratio": min(ratios),
                       "max_ratio": max(ratios), "median_tokens_per_s": statistics.median(x["tokens_per_s"] for x in rows),
                       "outputs_equal": sum(x["same_output_as_hf_plain"] for x in rows), "n": len(rows)})
+    # The goal this benchmark checks: our loop against transformers' assisted generation with the same
+    # draft model and k, ratio taken within each round and prompt.
+    head_to_head = []
+    for r in range(rounds):
+        for pname in prompts:
+            by = {x["arm"]: x for x in runs if x["round"] == r and x["prompt"] == pname}
+            a, b = by.get(f"ours draft k={k}"), by.get(f"hf assisted k={k}")
+            if a and b:
+                head_to_head.append(a["tokens_per_s"] / b["tokens_per_s"])
+    vs_assisted = ({"median": statistics.median(head_to_head), "min": min(head_to_head), "max": max(head_to_head),
+                    "n": len(head_to_head)} if head_to_head else None)
     return {"experiment": "peers", "environment": environment(pair), "k": k, "rounds": rounds,
+            "ours_vs_hf_assisted": vs_assisted,
             "max_new_tokens": max_new_tokens, "timed": "end to end, prefill included", "table": table, "runs": runs}

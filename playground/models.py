@@ -325,9 +325,13 @@ def _hub_problem(repo_id: str, error: BaseException) -> str | None:
 def int8_copy(model: torch.nn.Module) -> torch.nn.Module:
     """A dynamically int8-quantized copy of a model's Linear layers (CPU only).
 
-    Measured here on the embedded target: greedy acceptance ~0.83, step cost ~0.5-0.6 of fp32
-    (MEASURED.md). torchao's int8 paths were slower than fp32 in eager mode on this CPU, so this uses
-    torch.ao's dynamic quantization, which torch marks deprecated; it is the one that pays here.
+    Why torch.ao's dynamic quantization, which torch marks deprecated, and not the maintained torchao:
+    measured 2026-11-30 on the embedded target (fp32, 2 threads, one-token step after a 330-token
+    prompt, median of 20): fp32 33.9 ms; torch.ao int8 dynamic 21.1 ms (c = 0.62, greedy alpha 0.87 at
+    k = 4 on tool_call); torchao 0.18 Int8WeightOnlyConfig 69.7 ms (c = 2.06) and
+    Int8DynamicActivationInt8WeightConfig 58.6 ms (c = 1.73): in eager mode on this CPU torchao's int8
+    is slower than the fp32 target, so it cannot draft. The maintained quantized draft for the embedded
+    target is the llama.cpp drafter (the Q4_1 GGUF, c ~ 0.3).
     """
     from torch.ao.quantization import quantize_dynamic
 

@@ -75,6 +75,8 @@ def test_bench_peers_runs_transformers_and_ours_side_by_side(target64, drafts64)
     assert {"hf plain", "hf assisted k=3", "hf assisted heuristic", "ours plain", "ours draft k=3"} <= arms
     # greedy everywhere: every arm reproduces transformers' own plain greedy output (float64 tiny models)
     assert all(row["outputs_equal"] == row["n"] for row in res["table"])
+    h2h = res["ours_vs_hf_assisted"]
+    assert h2h["n"] == 2 and h2h["min"] <= h2h["median"] <= h2h["max"]
 
 
 def test_bad_lab_arguments(dirs, capsys):
