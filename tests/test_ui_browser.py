@@ -70,6 +70,7 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     assert preset.kind in page.locator("#preset-info").inner_text()
     page.locator("#max-new input").fill("14")
     page.locator("#max-new input").press("Tab")
+    page.locator("#k-mode label", has_text="adaptive").click()  # k chosen per iteration by the cost model
 
     # run: tokens stream in as coloured spans; the counters move while it runs
     page.locator("#run-btn").click()
@@ -82,6 +83,7 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     n = spans.count()
     assert counter(page, "new_tokens") == f"{n} / 14"
     assert int(counter(page, "iterations")) >= 1 and counter(page, "tokens_per_s") != "\u2013"
+    assert "k = adaptive (chosen: " in page.locator("#status").inner_text()
     roles = page.eval_on_selector_all("#tokens .tok", "els => els.map(e => e.classList[1])")
     assert set(roles) <= {"acc", "cor", "bon", "pln"} and "acc" in roles
     accepted_bg = page.eval_on_selector("#tokens .tok.acc", "e => getComputedStyle(e).backgroundColor")
