@@ -565,10 +565,12 @@ def cmd_lab(args) -> int:
         for row in result["table"]:
             print(f"  {row['arm']:28} {row['median_ratio']:5.2f}x [{row['min_ratio']:.2f}-{row['max_ratio']:.2f}] "
                   f"{row['median_tokens_per_s']:6.1f} tok/s  same output {row['outputs_equal']}/{row['n']}")
-        h2h = result.get("ours_vs_hf_assisted")
-        if h2h:
-            print(f"  ours / transformers' assisted generation, same draft and k = {args.k}, per round and prompt: "
-                  f"median {h2h['median']:.2f}x [{h2h['min']:.2f}-{h2h['max']:.2f}], n = {h2h['n']}")
+        for key, what in (("ours_vs_hf_assisted", "drafting all k"), ("ours_vs_hf_assisted_conf",
+                                                                        "both stopping below confidence 0.4")):
+            h2h = result.get(key)
+            if h2h:
+                print(f"  ours / transformers' assisted generation, same draft, k = {args.k}, {what}, per round and "
+                      f"prompt: median {h2h['median']:.2f}x [{h2h['min']:.2f}-{h2h['max']:.2f}], n = {h2h['n']}")
     if args.out:
         result.setdefault("drafter", factory().describe())
         result.setdefault("command", "python -m playground " + shlex.join(args.argv))

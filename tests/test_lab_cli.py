@@ -72,11 +72,13 @@ def test_bench_peers_runs_transformers_and_ours_side_by_side(target64, drafts64)
     pair = tiny_pair(target64, drafts64["useful"])
     res = lab.peers(pair, {"a": [1, 2, 3]}, k=3, rounds=2, max_new_tokens=10)
     arms = {row["arm"] for row in res["table"]}
-    assert {"hf plain", "hf assisted k=3", "hf assisted heuristic", "ours plain", "ours draft k=3"} <= arms
+    assert {"hf plain", "hf assisted k=3", "hf assisted k=3 conf 0.4", "hf assisted heuristic", "ours plain",
+            "ours draft k=3", "ours draft k=3 conf 0.4"} <= arms
     # greedy everywhere: every arm reproduces transformers' own plain greedy output (float64 tiny models)
     assert all(row["outputs_equal"] == row["n"] for row in res["table"])
-    h2h = res["ours_vs_hf_assisted"]
-    assert h2h["n"] == 2 and h2h["min"] <= h2h["median"] <= h2h["max"]
+    for key in ("ours_vs_hf_assisted", "ours_vs_hf_assisted_conf"):
+        h2h = res[key]
+        assert h2h["n"] == 2 and h2h["min"] <= h2h["median"] <= h2h["max"]
 
 
 def test_bad_lab_arguments(dirs, capsys):
