@@ -105,13 +105,19 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     assert shot.stat().st_size > 20_000
     assert not errors, errors
 
+    # Back to a fixed k for the rest: adaptive k drafts 16 at a time, and the Stop check below needs a run
+    # that is still going when Stop is pressed (the tool-call answer ends at ~26 tokens).
+    page.locator("#k-mode label", has_text="fixed k").click()
+
     # Compare with plain: the speculative run again, then plain decoding right after; the measured ratio shows
     page.locator("#compare-btn").click()
     page.wait_for_function("document.querySelector('#status').innerText.startsWith('Compared')")
     prediction = page.locator("#prediction").inner_text()
     assert "measured" in prediction and "\u00d7" in prediction and "prefill excluded" in prediction
 
-    # Stop cancels a long run and frees the worker: the next event is served at once
+    # Stop cancels a long run and frees the worker: the next event is served at once. A story opening as
+    # raw text, so the run does not end at an early end-of-sequence before Stop is pressed.
+    page.locator("#prompt textarea").fill("Once upon a time, in a small village by the sea, there lived")
     page.locator("#max-new input").fill("400")
     page.locator("#max-new input").press("Tab")
     page.locator("#run-btn").click()
