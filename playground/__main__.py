@@ -364,7 +364,9 @@ def format_summary(s, setup: str) -> str:
         pos = " ".join("-" if a is None else f"{a:.2f}" for a in s.per_position_acceptance)
         lines.append(f"  acceptance by draft position {pos}")
     if len(s.k_values) > 1:  # an adaptive or heuristic k: how often each k was chosen (k = 0: a plain step)
-        lines.append("  k chosen per iteration (k:count) " + ", ".join(f"{k}:{n}" for k, n in s.k_values.items()))
+        from .adaptive import describe_choices
+
+        lines.append(f"  k chosen per iteration (k\u00d7iterations) {describe_choices(s.k_values)}")
     total = s.decode_s or 1.0
     lines.append(f"  time: drafting {s.draft_s:.3f} s ({100 * s.draft_s / total:.0f}%), verification {s.verify_s:.3f} s "
                  f"({100 * s.verify_s / total:.0f}%), rollback {s.rollback_s:.4f} s ({100 * s.rollback_s / total:.1f}%), "
@@ -528,7 +530,9 @@ def cmd_lab(args) -> int:
             iid, emp = row.get("predicted_iid"), row.get("predicted_empirical")
             tail = ""
             if isinstance(row["k"], str):  # adaptive / heuristic: how often each k was chosen
-                tail = "  k chosen: " + " ".join(f"{k}x{n}" for k, n in row.get("k_values", {}).items())
+                from .adaptive import describe_choices
+
+                tail = "  k chosen: " + describe_choices(row.get("k_values", {}))
             elif cmd == "sweep":
                 tail = f"  {'never' if be is None else format(be, '.2f')}"
             print(f"  {row['k']:>9} {row['median_ratio']:7.2f} {row['min_ratio']:6.2f}-{row['max_ratio']:<6.2f} "

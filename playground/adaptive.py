@@ -102,10 +102,6 @@ class AdaptiveK:
         pooled, w = self.alpha(), self.position_weight
         return [(a + pooled * w) / (r + w) for r, a in zip(self.reached, self.accepted)]
 
-    def scores(self) -> list[tuple[int, float]]:
-        """(k, predicted speed-up over plain) for k = 0..k_max, from the current estimates."""
-        return list(self._choice().table)
-
     def _choice(self):
         return cost.best_k(self.estimates(), self.curve.c, self.curve.v, k_max=self.k_max, overhead=self.curve.overhead)
 
@@ -196,6 +192,11 @@ def make_controller(setting: int | str, curve: CostCurve | None = None, k_max: i
         return HeuristicK(memory=memory)
     raise PlaygroundError(f"unknown k setting {setting!r}; give an integer 1..{K_MAX}, 'adaptive' or 'heuristic'")
 
+
+
+def describe_choices(k_values) -> str:
+    """How often each k was chosen ({k: iterations}, keys int or str): '2×1 16×5' (k = 0 is a plain step)."""
+    return " ".join(f"{k}\u00d7{n}" for k, n in sorted(k_values.items(), key=lambda kv: int(kv[0])))
 
 
 def calibrated_curve(pair, prompt_ids, proposer, repeats: int = 5, progress=None) -> CostCurve:

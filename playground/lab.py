@@ -240,7 +240,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
             "table": table, "best_k": best["k"], "by_prompt": by_prompt, "best_k_by_prompt": {
                 name: _best_fixed([r for r in by_prompt if r["prompt"] == name])["k"] for name in prompts},
             "drift": drift, "runs": runs,
-            "timing": timing_of(next(iter(prompts))).to_dict() if timing_of(next(iter(prompts))) else None,
+            "timing": first.to_dict() if (first := timing_of(next(iter(prompts)))) else None,
             "timing_by_prompt": {n: timing[n].to_dict() for n in prompts if n in timing}
             if isinstance(timing, dict) else None}
 

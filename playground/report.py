@@ -41,6 +41,12 @@ def _fmt(x, spec=".2f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _cells(doc: dict) -> tuple[dict, list[str]]:
+    """A speed / sweep result's rows by (prompt, k), and its prompts in order."""
+    rows = doc.get("by_prompt") or [{"prompt": "prompt", **r} for r in doc["table"]]
+    return {(r["prompt"], r["k"]): r for r in rows}, doc.get("prompts") or sorted({r["prompt"] for r in rows})
+
+
 def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
     """Prompt x k: measured median ratio (empirical prediction); then best fixed k, adaptive and heuristic
     beside it, end to end at the best k, and alpha."""
@@ -49,9 +55,7 @@ def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
     ks = doc["ks"]
     fixed = [k for k in ks if isinstance(k, int)]
     schedules = [k for k in ks if not isinstance(k, int)]
-    rows = doc.get("by_prompt") or [{"prompt": "prompt", **r} for r in doc["table"]]
-    by = {(r["prompt"], r["k"]): r for r in rows}
-    prompts = doc.get("prompts") or sorted({r["prompt"] for r in rows})
+    by, prompts = _cells(doc)
     head = ["preset", *(_label(k) for k in fixed), "best fixed k", *schedules, "end to end at best k", "alpha at best k"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in prompts:
@@ -73,9 +77,7 @@ def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
 def misses_markdown(doc: dict) -> str:
     """How far the empirical prediction missed the measured ratio, per prompt and k (measured - predicted)."""
     ks = [k for k in doc["ks"] if isinstance(k, int)]
-    rows = doc.get("by_prompt") or [{"prompt": "prompt", **r} for r in doc["table"]]
-    by = {(r["prompt"], r["k"]): r for r in rows}
-    prompts = doc.get("prompts") or sorted({r["prompt"] for r in rows})
+    by, prompts = _cells(doc)
     head = ["preset", *(_label(k) for k in ks), "within 0.05"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in prompts:

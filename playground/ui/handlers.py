@@ -364,7 +364,9 @@ def _k_text(req: RunRequest, summary=None) -> str:
         return str(req.k)
     if summary is None or not summary.k_values:
         return req.k_mode
-    return f"{req.k_mode} (chosen: " + " ".join(f"{k}\u00d7{n}" for k, n in summary.k_values.items()) + ")"
+    from ..adaptive import describe_choices
+
+    return f"{req.k_mode} (chosen: {describe_choices(summary.k_values)})"
 
 
 def _controller(pair, ids, proposer, req: RunRequest, session: Session):
@@ -1061,8 +1063,9 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
                      f"{result['predicted_best_k']}.")
     for r in table:
         if not isinstance(r["k"], int):  # the adaptive arm of the same rounds
-            chosen = " ".join(f"{k}\u00d7{n}" for k, n in (r.get("k_values") or {}).items())
-            lines.append(f"Adaptive k (chosen per iteration: {chosen}): {r['median_ratio']:.2f}\u00d7, "
+            from ..adaptive import describe_choices
+
+            lines.append(f"Adaptive k (chosen per iteration: {describe_choices(r.get('k_values') or {})}): {r['median_ratio']:.2f}\u00d7, "
                          f"{r['median_ratio'] / best['median_ratio']:.0%} of the best fixed k.")
     losing = [r["k"] for r in table if r["median_ratio"] < 1.0]
     if losing:
