@@ -17,7 +17,7 @@ a CPU is not flat (a pass over 4 tokens cost 1.45 target steps here, over 3 toke
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from . import cost
@@ -28,44 +28,69 @@ from .records import Iteration
 
 @dataclass(frozen=True)
 class CostCurve:
-    """What the controller needs from a calibration: c and v(n) (see cost.py)."""
+    """What the controller needs from a calibration: c and v(n) (see cost.py), and per proposal source
+    its own drafting cost where a drafter has several (the hybrid: prompt lookup costs almost nothing,
+    its model drafter c per token)."""
 
     c: float
     v: Mapping[int, float]
     overhead: float = 0.0  # the drafter's fixed cost per call, in target steps (paid only when k > 0)
+    sources: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # source -> (c, overhead)
 
     @classmethod
     def from_timing(cls, timing) -> "CostCurve":
-        return cls(c=timing.c, v=dict(timing.v), overhead=getattr(timing, "overhead", 0.0))
+        return cls(c=timing.c, v=dict(timing.v), overhead=getattr(timing, "overhead", 0.0),
+                   sources=dict(getattr(timing, "source_costs", {}) or {}))
 
     def __post_init__(self):
         if not self.c >= 0:
             raise PlaygroundError(f"the draft cost ratio c must be >= 0, got {self.c}")
+        for name, (c, o) in self.sources.items():
+            if not (c >= 0 and o >= 0):
+                raise PlaygroundError(f"the {name} source's costs must be >= 0, got c={c}, overhead={o}")
+
+    def for_source(self, source: str | None) -> tuple[float, float]:
+        """(c, overhead) of a proposal from `source`; the drafter's own when it has no separate figure."""
+        return self.sources.get(source, (self.c, self.overhead)) if source is not None else (self.c, self.overhead)
 
 
 class AdaptiveK:
-    """k = argmax over 0..k_max of E(k) / (k*c + v(k+1) + o), per-position acceptance estimated online.
+    """k maximising expected tokens per unit of time, from per-position acceptance estimated online.
+
+    Steady state: k = argmax over 0..k_max of E(k) / (k*c + v(k+1) + o). Within two iterations of the
+    length limit (and at most `horizon` tokens) the choice is the k that finishes the remaining tokens
+    soonest in expectation (`cost.best_k_finite`), so the last iterations do not draft past the end
+    and leave a few tokens for a whole extra iteration.
 
     Estimates: decayed counts of proposals evaluated and accepted, pooled over positions (one rate,
     alpha) and per position; every iteration multiplies all counts by `decay`, so about 1 / (1 - decay)
     recent iterations dominate. Each position's rate is shrunk towards the pooled alpha with the weight
-    of `position_weight` observations (see `estimates`). When the model says k = 0 (drafting cannot
-    pay), nothing new would ever be observed; so after `probe_every` plain steps in a row the controller
-    spends one iteration on k = 1 to look again.
+    of `position_weight` observations (see `estimates`). A drafter with several sources (the hybrid's
+    lookup and model) gets one set of estimates and one cost per source, and the engine says which
+    source the next proposal will come from.
+
+    When the model says k = 0 (drafting cannot pay), nothing new would ever be observed; so after
+    `probe_every` plain steps in a row the controller spends one iteration on k = 1 to look again. A
+    probe that does not change the verdict doubles the wait (up to `probe_max`), so a drafter that
+    cannot pay on this text costs little (measured: with a fixed wait of 4 the int8 draft's probes held
+    prose at 0.90x plain); as soon as drafting pays again, the wait goes back to `probe_every`.
     """
 
     name = "adaptive"
 
     def __init__(self, curve: CostCurve, k_max: int = K_MAX, decay: float = 0.9, prior: float = 0.9,
                  prior_weight: float = 0.5, position_weight: float = 2.0, probe_every: int = 4,
+                 probe_max: int = 32, carry: float = 2.0, horizon: int = 2 * (K_MAX + 1),
                  memory: dict | None = None):
         check_k(k_max)
         if not 0.0 < decay <= 1.0:
             raise PlaygroundError(f"decay must be in (0, 1], got {decay}")
         if not 0.0 <= prior <= 1.0:
             raise PlaygroundError(f"the prior acceptance must be in [0, 1], got {prior}")
-        if probe_every < 1:
-            raise PlaygroundError(f"probe_every must be >= 1, got {probe_every}")
+        if not 1 <= probe_every <= probe_max:
+            raise PlaygroundError(f"need 1 <= probe_every <= probe_max, got {probe_every}, {probe_max}")
+        if carry < 0:
+            raise PlaygroundError(f"carry must be >= 0, got {carry}")
         self.curve = curve
         self.k_max = k_max
         self.decay = decay
@@ -73,24 +98,40 @@ class AdaptiveK:
         self.prior_weight = prior_weight
         self.position_weight = position_weight
         self.probe_every = probe_every
-        self.reached = [0.0] * k_max
-        self.accepted = [0.0] * k_max
+        self.probe_max = probe_max
+        self.horizon = horizon
+        # Decayed counts per proposal source (None: a drafter with one source): [reached, accepted].
+        self.counts: dict[str | None, tuple[list[float], list[float]]] = {}
         # `memory`: a dict kept by the caller across runs on one pair and drafter (a browser tab, a lab
-        # arm). The estimates start where the last run left them, as transformers' "heuristic" schedule
-        # keeps its k from one generate() call to the next; the forgetting still lets a new text move them.
+        # arm). A run starts from the last one's estimates, as transformers' "heuristic" schedule keeps
+        # its k from one generate() call to the next, but with the weight of at most `carry`
+        # observations per position: a new prompt is new text, and its first iterations should move
+        # the estimates quickly (measured: carried in full, prose's low acceptance kept the int8 draft
+        # from drafting on a code edit for 46 of its 57 iterations, where drafting paid).
         self.memory = memory
         saved = memory.get("adaptive") if memory is not None else None
-        if saved is not None and len(saved[0]) == k_max:
-            self.reached, self.accepted = list(saved[0]), list(saved[1])
+        if isinstance(saved, dict):
+            for source, (reached, accepted) in saved.items():
+                if len(reached) == k_max:
+                    scale = min(1.0, carry / reached[0]) if reached[0] > 0 else 1.0
+                    self.counts[source] = ([r * scale for r in reached], [a * scale for a in accepted])
         self.plain_run = 0
+        self.probe_wait = probe_every
+        self._probed = False
         self.decisions: list[int] = []
 
-    def alpha(self) -> float:
-        """The pooled acceptance rate: accepted / evaluated proposals (decayed), shrunk towards `prior`."""
-        return (sum(self.accepted) + self.prior * self.prior_weight) / (sum(self.reached) + self.prior_weight)
+    def _counts(self, source: str | None):
+        if source not in self.counts:
+            self.counts[source] = ([0.0] * self.k_max, [0.0] * self.k_max)
+        return self.counts[source]
 
-    def estimates(self) -> list[float]:
-        """Current per-position acceptance estimates a_1..a_k_max.
+    def alpha(self, source: str | None = None) -> float:
+        """The pooled acceptance rate: accepted / evaluated proposals (decayed), shrunk towards `prior`."""
+        reached, accepted = self._counts(source)
+        return (sum(accepted) + self.prior * self.prior_weight) / (sum(reached) + self.prior_weight)
+
+    def estimates(self, source: str | None = None) -> list[float]:
+        """Current per-position acceptance estimates a_1..a_k_max (of proposals from `source`).
 
         Each position's own rate, shrunk towards the pooled alpha. A deep position is reached far less
         often than the first, so its own count is small and one rejection there would, unpooled, say
@@ -99,16 +140,31 @@ class AdaptiveK:
         observations insist. A position not reached lately drifts back to alpha as its counts decay,
         which is also what makes the controller look deeper again.
         """
-        pooled, w = self.alpha(), self.position_weight
-        return [(a + pooled * w) / (r + w) for r, a in zip(self.reached, self.accepted)]
+        pooled, w = self.alpha(source), self.position_weight
+        reached, accepted = self._counts(source)
+        return [(a + pooled * w) / (r + w) for r, a in zip(reached, accepted)]
 
-    def _choice(self):
-        return cost.best_k(self.estimates(), self.curve.c, self.curve.v, k_max=self.k_max, overhead=self.curve.overhead)
+    def choice(self, remaining: int | None = None, source: str | None = None) -> cost.KChoice:
+        """What the cost model says now (before probing): the k and its predicted speed-up."""
+        c, overhead = self.curve.for_source(source)
+        estimates = self.estimates(source)
+        steady = cost.best_k(estimates, c, self.curve.v, k_max=self.k_max, overhead=overhead)
+        # Near the length limit (within two iterations of the steady choice) plan the finish instead. When
+        # drafting cannot pay in the steady state it cannot near the end either, so k = 0 stands.
+        if steady.k == 0 or remaining is None or remaining > min(self.horizon, 2 * (steady.k + 1)):
+            return steady
+        return cost.best_k_finite(estimates, c, self.curve.v, remaining, k_max=min(self.k_max, remaining - 1),
+                                  overhead=overhead)
 
-    def next_k(self) -> int:
-        k = self._choice().k
-        if k == 0 and self.plain_run >= self.probe_every:
-            k = 1
+    def next_k(self, remaining: int | None = None, source: str | None = None) -> int:
+        k = self.choice(remaining, source).k
+        if k > 0:
+            self.probe_wait = self.probe_every
+        elif self._probed:  # the last probe did not change the verdict: wait longer before the next
+            self.probe_wait = min(2 * self.probe_wait, self.probe_max)
+        self._probed = False
+        if k == 0 and self.plain_run >= self.probe_wait and (remaining is None or remaining > 1):
+            k, self._probed = 1, True
         self.decisions.append(k)
         return k
 
@@ -116,14 +172,17 @@ class AdaptiveK:
         self.plain_run = self.plain_run + 1 if not iteration.proposed else 0
         if not iteration.proposed:
             return  # a plain step (or a drafter with nothing to say) tells nothing about acceptance
-        self.reached = [r * self.decay for r in self.reached]
-        self.accepted = [a * self.decay for a in self.accepted]
-        for i in range(iteration.evaluated):
-            self.reached[i] += 1.0
+        source = iteration.sources[0] if iteration.sources else None
+        reached, accepted = self._counts(source)
+        for i in range(self.k_max):
+            reached[i] *= self.decay
+            accepted[i] *= self.decay
+        for i in range(min(iteration.evaluated, self.k_max)):
+            reached[i] += 1.0
             if i < iteration.n_accepted:
-                self.accepted[i] += 1.0
+                accepted[i] += 1.0
         if self.memory is not None:
-            self.memory["adaptive"] = (list(self.reached), list(self.accepted))
+            self.memory["adaptive"] = {s: (list(r), list(a)) for s, (r, a) in self.counts.items()}
 
     def __repr__(self) -> str:
         return f"AdaptiveK(k_max={self.k_max}, c={self.curve.c:.3f}, decay={self.decay})"
@@ -147,7 +206,7 @@ class HeuristicK:
         self.k = min(memory.get("heuristic", start) if memory is not None else start, k_max)
         self.k_max = k_max
 
-    def next_k(self) -> int:
+    def next_k(self, remaining: int | None = None, source: str | None = None) -> int:
         return self.k
 
     def observe(self, iteration: Iteration) -> None:

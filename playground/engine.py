@@ -29,9 +29,13 @@ K_MAX = 16
 
 
 class KController(Protocol):
-    """Chooses k for each iteration; sees every iteration's record. `FixedK` is the plain setting."""
+    """Chooses k for each iteration; sees every iteration's record. `FixedK` is the plain setting.
 
-    def next_k(self) -> int: ...
+    next_k is told how many tokens the run may still emit and, for a drafter with several sources
+    (the hybrid), where the next proposal will come from (`Proposer.next_source`); both may be None.
+    """
+
+    def next_k(self, remaining: int | None = None, source: str | None = None) -> int: ...
 
     def observe(self, iteration: Iteration) -> None: ...
 
@@ -40,7 +44,7 @@ class FixedK:
     def __init__(self, k: int):
         self.k = k
 
-    def next_k(self) -> int:
+    def next_k(self, remaining: int | None = None, source: str | None = None) -> int:
         return self.k
 
     def observe(self, iteration: Iteration) -> None:
@@ -133,7 +137,8 @@ def speculative_generate(
     while produced < max_new_tokens:
         remaining = max_new_tokens - produced
         # Proposals beyond remaining - 1 could never be emitted; k = 0 is a plain step.
-        k_i = max(0, min(int(controller.next_k()), remaining - 1))
+        source = proposer.next_source(committed) if remaining > 1 else None
+        k_i = max(0, min(int(controller.next_k(remaining=remaining, source=source)), remaining - 1))
 
         # 1. propose
         t_a = clock.now()

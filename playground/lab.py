@@ -48,6 +48,9 @@ class Timing:
     context_tokens: int
     raw: dict = field(default_factory=dict)
     draft_call_s: float = 0.0  # what a propose() costs beyond k per-token steps (catching up, set-up)
+    # A drafter with several proposal sources (the hybrid): the seconds per token and per call of each
+    # source other than the model drafter timed above, e.g. {"lookup": (0.0, 0.0002)}.
+    source_s: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def c(self) -> float:
@@ -62,16 +65,37 @@ class Timing:
         """The drafter's fixed cost per iteration, in target steps."""
         return self.draft_call_s / self.target_step_s
 
-    def predict(self, alpha_or_positions, k: int, new_tokens: int | None = None) -> float:
+    @property
+    def source_costs(self) -> dict[str, tuple[float, float]]:
+        """Per proposal source, (c, overhead) in target steps; "draft" is the model drafter."""
+        out = {name: (step / self.target_step_s, call / self.target_step_s) for name, (step, call) in self.source_s.items()}
+        if out:
+            out.setdefault("draft", (self.c, self.overhead))
+        return out
+
+    def mixed(self, source_iterations: dict[str, int] | None) -> tuple[float, float]:
+        """(c, overhead) averaged over the sources a run's proposing iterations came from."""
+        costs = self.source_costs
+        counts = {s: n for s, n in (source_iterations or {}).items() if s in costs and n > 0}
+        if not costs or not counts:
+            return self.c, self.overhead
+        total = sum(counts.values())
+        return (sum(costs[s][0] * n for s, n in counts.items()) / total,
+                sum(costs[s][1] * n for s, n in counts.items()) / total)
+
+    def predict(self, alpha_or_positions, k: int, new_tokens: int | None = None,
+                source_iterations: dict[str, int] | None = None) -> float:
         """Predicted speed-up over plain decoding: iid alpha or per-position acceptance (empirical).
-        With `new_tokens`, for a run of that length (its last iterations clipped as the loop clips them)."""
+        With `new_tokens`, for a run of that length (its last iterations clipped as the loop clips them).
+        With `source_iterations` ({source: proposing iterations}), a hybrid's cost is the mix of its sources'."""
+        c, overhead = self.mixed(source_iterations)
         if new_tokens is not None:
             positions = ([alpha_or_positions] if isinstance(alpha_or_positions, (int, float))
                          else alpha_or_positions)
-            return cost.predicted_speedup_finite(positions, k, self.c, self.v, new_tokens, self.overhead)
+            return cost.predicted_speedup_finite(positions, k, c, self.v, new_tokens, overhead)
         if isinstance(alpha_or_positions, (int, float)):
-            return cost.predicted_speedup(alpha_or_positions, k, self.c, self.v, self.overhead)
-        return cost.predicted_speedup_empirical(alpha_or_positions, k, self.c, self.v, self.overhead)
+            return cost.predicted_speedup(alpha_or_positions, k, c, self.v, overhead)
+        return cost.predicted_speedup_empirical(alpha_or_positions, k, c, self.v, overhead)
 
     def to_dict(self) -> dict:
         return {
@@ -83,6 +107,8 @@ class Timing:
             "overhead": self.overhead,
             "v": {str(n): x for n, x in self.v.items()},
             "context_tokens": self.context_tokens,
+            "source_s": {name: list(x) for name, x in self.source_s.items()},
+            "source_costs": {name: list(x) for name, x in self.source_costs.items()},
             "raw": self.raw,
         }
 
@@ -96,9 +122,10 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     thread pools) each side runs slower right after the other than back to back: timing them apart
     predicted speed-ups 20-30% too high here. Every n gets the same context; the drafter alternates
     between propose(1) and propose(4), and its per-token cost is the slope, its fixed cost per call
-    the rest of propose(1).
+    the rest of propose(1). A hybrid drafter is timed by its sources: its model drafter as above, its
+    prompt lookup apart (a search of the context, no model), so that each source has its own cost.
     """
-    from .proposers import RunContext
+    from .proposers import HybridProposer, RunContext, lookup
 
     clock = Clock.for_pair(pair)
     prompt = [int(t) for t in prompt_ids]
@@ -107,6 +134,9 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     base = len(lm)
     filler = prompt[-n_max:] if len(prompt) >= n_max else (prompt * n_max)[:n_max]
     ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset())
+    hybrid = proposer if isinstance(proposer, HybridProposer) else None
+    if hybrid is not None:
+        proposer = hybrid.model
     proposer.begin(prompt, ctx)
     samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
     drafts: dict[int, list[float]] = {1: [], 4: []}
@@ -145,11 +175,22 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     verify = {n: statistics.median(xs) for n, xs in samples.items()}
     one, four = statistics.median(drafts[1]), statistics.median(drafts[4])
     per_token = max(0.0, (four - one) / 3)
+    source_s = {}
+    if hybrid is not None:
+        # A lookup's cost is its search, whatever k: one number per call (in the run it is made once per
+        # iteration, for next_source, and reused by propose).
+        searches = []
+        for _ in range(warmup + repeats):
+            t0 = clock.now()
+            lookup(prompt, 16, hybrid.max_ngram, hybrid.min_ngram)
+            searches.append(clock.now() - t0)
+        source_s["lookup"] = (0.0, statistics.median(searches[warmup:]))
     return Timing(
         target_step_s=statistics.median(plain),
         verify_s=verify,
         draft_step_s=per_token,
         draft_call_s=max(0.0, one - per_token),
+        source_s=source_s,
         context_tokens=len(prompt),
         raw={"target_pass_s": {str(n): xs for n, xs in samples.items()}, "plain_step_s": plain,
              "draft_propose_s": {str(k): xs for k, xs in drafts.items()},
@@ -222,6 +263,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
                     "draft_s": s.draft_s, "verify_s": s.verify_s, "rollback_s": s.rollback_s,
                     "decode_s": s.decode_s, "plain_decode_s": p.decode_s,
                     "k_values": {str(kk): n for kk, n in s.k_values.items()},
+                    "source_iterations": s.source_iterations,
                     "prefill_s": s.prefill_s, "plain_prefill_s": p.prefill_s,
                 })
     table = [_speed_row(k, [x for x in runs if x["k"] == k], timing_of) for k in ks]
@@ -276,12 +318,14 @@ def _speed_row(k: int, runs: list[dict], timing_of: Callable[[str], Timing | Non
     elif rows and timing_of(rows[0]["prompt"]) is not None and row["alpha"] is not None:
         # iid: the seed chapter's steady-state formula from the median alpha. empirical: each run's
         # per-position acceptance, for a run of its length (see cost.predicted_speedup_finite), median.
-        row["predicted_iid"] = statistics.median(timing_of(x["prompt"]).predict(row["alpha"], k) for x in rows)
+        row["predicted_iid"] = statistics.median(timing_of(x["prompt"]).predict(row["alpha"], k, source_iterations=
+                                                 x.get("source_iterations")) for x in rows)
         preds = []
         for x in rows:
             positions = _reached(x["per_position"])
             if positions:
-                preds.append(timing_of(x["prompt"]).predict(positions, k, new_tokens=x["new_tokens"]))
+                preds.append(timing_of(x["prompt"]).predict(positions, k, new_tokens=x["new_tokens"],
+                                                            source_iterations=x.get("source_iterations")))
         row["predicted_empirical"] = statistics.median(preds) if preds else None
         if row["predicted_empirical"] is not None:
             row["miss_empirical"] = row["median_ratio"] - row["predicted_empirical"]

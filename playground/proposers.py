@@ -33,6 +33,7 @@ class Proposal:
 
 
 EMPTY = Proposal(())
+LOOKUP_MAX = 16  # the longest lookup continuation kept (the loop's K_MAX)
 
 
 @dataclass
@@ -63,6 +64,11 @@ class Proposer(ABC):
 
     def rollback(self, tokens: Sequence[int]) -> None:
         pass
+
+    def next_source(self, tokens: Sequence[int]) -> str | None:
+        """Where the next proposal for `tokens` would come from, for a drafter with several sources
+        (their costs differ, so k is chosen per source); None for a drafter with one."""
+        return None
 
     def describe(self) -> str:
         return self.name
@@ -175,16 +181,30 @@ class HybridProposer(Proposer):
         self.min_ngram = min_ngram
         self.uses_draft_model = model.uses_draft_model
         self.name = name or f"hybrid (lookup + {model.name})"
+        self._found: tuple | None = None
 
     def describe(self) -> str:
         return f"hybrid: prompt lookup (n-gram {self.min_ngram}..{self.max_ngram}) else {self.model.describe()}"
 
     def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         super().begin(prompt_ids, ctx)
+        self._found = None
         self.model.begin(prompt_ids, ctx)
 
+    def _lookup(self, tokens: Sequence[int]) -> list[int]:
+        """The lookup continuation (up to K_MAX tokens), kept for the `tokens` it was found for, so that
+        next_source and the propose after it search once. Which match is found does not depend on k, so
+        the continuation for k is this one's first k tokens."""
+        key = (len(tokens), tuple(tokens[-self.max_ngram:]))
+        if self._found is None or self._found[0] != key:
+            self._found = (key, lookup(tokens, LOOKUP_MAX, self.max_ngram, self.min_ngram))
+        return self._found[1]
+
+    def next_source(self, tokens: Sequence[int]) -> str:
+        return "lookup" if self._lookup(tokens) else "draft"
+
     def propose(self, tokens: Sequence[int], k: int) -> Proposal:
-        found = lookup(tokens, k, self.max_ngram, self.min_ngram)
+        found = self._lookup(tokens)[:k]
         if found:
             for i, x in enumerate(found):
                 if x in self.ctx.stop_ids:

@@ -114,6 +114,7 @@ class RunSummary:
     rollback_s: float = 0.0
     overhead_s: float = 0.0  # decode time not inside draft, verify or rollback (the loop's own work)
     k_values: dict[int, int] = field(default_factory=dict)  # how many iterations used each k
+    source_iterations: dict[str, int] = field(default_factory=dict)  # proposing iterations per source (hybrid)
     roles: dict[str, int] = field(default_factory=dict)
     finished: str | None = None
     median_iteration_s: float | None = None
@@ -205,6 +206,7 @@ def summarize(records: Iterable[Record]) -> RunSummary:
         rollback_s=rollback_s,
         overhead_s=max(0.0, decode_s - draft_s - verify_s - rollback_s),
         k_values=dict(sorted(Counter(it.k for it in iterations).items())),
+        source_iterations=dict(Counter(it.sources[0] for it in drafting if it.sources)),
         roles=dict(roles),
         finished=iterations[-1].finished,
         median_iteration_s=statistics.median(it.seconds for it in iterations),

@@ -253,9 +253,115 @@ def test_schedules_carry_their_state_from_run_to_run_when_given_a_memory(pair64)
     for _ in range(6):
         first.observe(it(8, 8))
     second = AdaptiveK(FLAT_CHEAP, k_max=8, memory=memory)
-    assert second.estimates() == first.estimates() and second.next_k() == 8
-    assert AdaptiveK(FLAT_CHEAP, k_max=8).estimates() != first.estimates()  # without memory: from the prior
+    assert second.next_k() == 8 and all(a > 0.95 for a in second.estimates())
+    assert AdaptiveK(FLAT_CHEAP, k_max=8).estimates() != second.estimates()  # without memory: from the prior
+    # A run that rejected everything carries over, but only with the weight of `carry` observations:
+    # a new text that is accepted moves the next run back to drafting within a few iterations.
+    costly = CostCurve(c=0.5, v={n: 1.0 for n in range(1, 18)})
+    memory = {}
+    rejecting = AdaptiveK(costly, k_max=8, memory=memory)
+    for _ in range(30):
+        rejecting.observe(it(2, 0))
+    assert AdaptiveK(costly, k_max=8).next_k() > 0  # fresh: the prior says drafting pays
+    after = AdaptiveK(costly, k_max=8, memory=memory, carry=2.0)
+    assert after.next_k() == 0 and after.counts[None][0][0] == pytest.approx(2.0)
+    for _ in range(3):
+        after.observe(it(1, 1))
+    assert after.next_k() > 0
     h_memory: dict = {}
     h = HeuristicK(start=3, memory=h_memory)
     h.observe(it(3, 3))
     assert HeuristicK(start=3, memory=h_memory).next_k() == 5 and HeuristicK(start=3).next_k() == 3
+
+
+def test_a_probe_that_changes_nothing_doubles_the_wait_for_the_next():
+    ctl = AdaptiveK(CostCurve(c=0.6, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}), k_max=8,
+                    probe_every=4, probe_max=16)
+    for _ in range(10):
+        ctl.observe(it(2, 0))
+    ks = []
+    for _ in range(80):
+        k = ctl.next_k()
+        ks.append(k)
+        ctl.observe(it(k, 0) if k else Iteration(0, 0, (), 0, (5,), ("plain",), 0, 0, 0, 0))
+    probes = [i for i, k in enumerate(ks) if k]
+    gaps = [b - a - 1 for a, b in zip(probes, probes[1:])]
+    assert probes[0] == 4 and gaps[:3] == [8, 16, 16]  # 4 plain steps, then 8, then capped at 16
+    # as soon as drafting pays again the wait is back to probe_every
+    for _ in range(20):
+        ctl.observe(it(1, 1))
+    assert ctl.next_k() > 0 and ctl.probe_wait == 4
+
+
+def test_each_proposal_source_has_its_own_cost_and_acceptance():
+    """The hybrid's lookup is free and here always right, its model drafter costly and here often
+    wrong: k is deep for a lookup and plain for the model, from one controller."""
+    curve = CostCurve(c=0.6, v={n: 1.0 + 0.05 * (n - 1) for n in range(1, 18)}, overhead=0.1,
+                      sources={"lookup": (0.0, 0.01)})
+    ctl = AdaptiveK(curve)
+    for _ in range(10):
+        ctl.observe(Iteration(0, 16, tuple(range(16)), 16, tuple(range(17)), ("accepted",) * 16 + ("bonus",),
+                              0, 0, 0, 0, sources=("lookup",) * 16))
+        ctl.observe(Iteration(0, 2, (1, 2), 0, (3,), ("correction",), 0, 0, 0, 0, sources=("draft",) * 2))
+    assert ctl.next_k(source="lookup") == 16
+    assert ctl.next_k(source="draft") == 0
+    assert ctl.estimates("lookup")[0] > 0.9 > 0.3 > ctl.estimates("draft")[0]
+    assert curve.for_source("draft") == (0.6, 0.1) and curve.for_source(None) == (0.6, 0.1)
+    with pytest.raises(PlaygroundError, match="lookup"):
+        CostCurve(c=0.5, v={1: 1.0}, sources={"lookup": (-1.0, 0.0)})
+
+
+def test_near_the_length_limit_adaptive_plans_the_finish():
+    """Everything accepted, a cheap draft, verification cost rising in n: the steady choice is 16, but
+    with 20 tokens left one iteration of 16 leaves 3 for a second one; the plan covers 20 in two
+    passes that cost less, and with 10 left it drafts exactly 9 (one pass finishes)."""
+    v = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}
+    ctl = AdaptiveK(CostCurve(c=0.05, v=v))
+    for _ in range(10):
+        ctl.observe(it(16, 16))
+    assert ctl.next_k() == 16 and ctl.next_k(remaining=500) == 16
+    assert ctl.next_k(remaining=10) == 9
+    k20 = ctl.next_k(remaining=20)
+    assert k20 < 16
+    assert ctl.next_k(remaining=1) == 0
+
+
+def test_the_engine_tells_the_controller_what_is_left_and_where_the_next_proposal_comes_from(pair64):
+    class Recording(FixedK):
+        def __init__(self):
+            super().__init__(3)
+            self.calls = []
+
+        def next_k(self, remaining=None, source=None):
+            self.calls.append((remaining, source))
+            return 3
+
+    prompt = [10, 11, 12, 13, 10, 11, 12, 13, 10, 11]
+    ctl = Recording()
+    recs = list(speculative_generate(pair64, prompt, proposer=HybridProposer(DraftModelProposer(pair64.draft, "cpu", None)),
+                                     k=ctl, max_new_tokens=12))
+    its = [r for r in recs if isinstance(r, Iteration)]
+    assert ctl.calls[0] == (12, "lookup")  # "10 11" occurred before
+    left = 12
+    for (remaining, source), x in zip(ctl.calls, its):
+        assert remaining == left
+        if x.proposed and remaining > 1:
+            assert x.sources[0] == source  # the hint was what propose then did
+        left -= len(x.emitted)
+    assert summarize(recs).source_iterations.get("lookup", 0) >= 1
+
+
+def test_calibrating_a_hybrid_times_its_sources_apart(pair64):
+    hybrid = HybridProposer(DraftModelProposer(pair64.draft, "cpu", None))
+    timing = lab.calibrate(pair64, [1, 2, 3, 4, 1, 2, 3], hybrid, n_max=5, repeats=2, warmup=1)
+    costs = timing.source_costs
+    assert set(costs) == {"lookup", "draft"}
+    assert costs["lookup"][0] == 0.0 and costs["lookup"][1] < costs["draft"][0] + costs["draft"][1]
+    assert costs["draft"] == (timing.c, timing.overhead) and timing.c > 0.05  # the model, not lookup
+    assert CostCurve.from_timing(timing).for_source("lookup") == costs["lookup"]
+    # a hybrid run's prediction mixes the sources' costs by how often each proposed
+    only_draft = timing.predict([0.9], 4, source_iterations={"draft": 5})
+    only_lookup = timing.predict([0.9], 4, source_iterations={"lookup": 5})
+    mixed = timing.predict([0.9], 4, source_iterations={"draft": 5, "lookup": 5})
+    assert only_draft < mixed < only_lookup
+    assert "lookup" in timing.to_dict()["source_costs"]

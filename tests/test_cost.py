@@ -106,3 +106,23 @@ def test_finite_run_clips_its_last_iterations_like_the_loop():
     assert cost.predicted_speedup_finite([0.9], 6, 0.2, None, 20) < cost.predicted_speedup_empirical([0.9], 6, 0.2)
     with pytest.raises(ValueError):
         cost.predicted_speedup_finite([0.9], 4, 0.2, None, 0)
+
+
+def test_finite_horizon_choice_by_hand():
+    from playground.cost import best_k_finite
+
+    flat = {n: 1.0 for n in range(1, 18)}
+    # one token left: only a plain step can emit it
+    assert best_k_finite([1.0], 0.1, flat, 1).k == 0
+    # all accepted, free draft, flat verification: one pass finishes r tokens with k = r - 1
+    assert best_k_finite([1.0], 0.0, flat, 6, k_max=8).k == 5
+    # nothing accepted: plain steps, and the expected cost of r tokens is r
+    choice = best_k_finite([0.0], 0.3, flat, 5, k_max=8)
+    assert choice.k == 0 and dict(choice.table)[0] == pytest.approx(1.0)
+    # by hand: r = 2, alpha = 0.5, c = 0.5, flat v. k = 0: 1 + T(1) = 2. k = 1: 1.5 + 0.5 * T(1) = 2.0 ... tie,
+    # so the smaller k; with alpha = 0.6, k = 1 costs 1.5 + 0.4 * 1 = 1.9 < 2
+    assert best_k_finite([0.5], 0.5, flat, 2).k == 0
+    assert best_k_finite([0.6], 0.5, flat, 2).k == 1
+    assert dict(best_k_finite([0.6], 0.5, flat, 2).table)[1] == pytest.approx(2 / 1.9)
+    with pytest.raises(ValueError):
+        best_k_finite([0.5], 0.5, flat, 0)
