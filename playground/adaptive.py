@@ -70,8 +70,8 @@ class AdaptiveK:
     source the next proposal will come from.
 
     When the model says k = 0 (drafting cannot pay), nothing new would ever be observed; so after
-    `probe_every` plain steps in a row the controller spends one iteration on k = 1 to look again. A
-    probe that does not change the verdict doubles the wait (up to `probe_max`), so a drafter that
+    `probe_every` plain steps in a row the controller spends one iteration drafting (see `_probe_k`) to look again. A
+    probe that is turned down and does not change the verdict doubles the wait (up to `probe_max`), so a drafter that
     cannot pay on this text costs little (measured: with a fixed wait of 4 the int8 draft's probes held
     prose at 0.90x plain); as soon as drafting pays again, the wait goes back to `probe_every`.
     """
@@ -79,8 +79,8 @@ class AdaptiveK:
     name = "adaptive"
 
     def __init__(self, curve: CostCurve, k_max: int = K_MAX, decay: float = 0.9, prior: float = 0.9,
-                 prior_weight: float = 0.5, position_weight: float = 2.0, probe_every: int = 4,
-                 probe_max: int = 32, carry: float = 2.0, horizon: int = 2 * (K_MAX + 1),
+                 prior_weight: float = 2.0, position_weight: float = 4.0, probe_every: int = 4,
+                 probe_max: int = 32, carry: float = 1.0, horizon: int = 2 * (K_MAX + 1),
                  memory: dict | None = None):
         check_k(k_max)
         if not 0.0 < decay <= 1.0:
@@ -117,7 +117,7 @@ class AdaptiveK:
                     self.counts[source] = ([r * scale for r in reached], [a * scale for a in accepted])
         self.plain_run = 0
         self.probe_wait = probe_every
-        self._probed = False
+        self._probed: bool | str = False  # False, "sent" (a probe is out) or "rejected" (it was turned down)
         self.decisions: list[int] = []
 
     def _counts(self, source: str | None):
@@ -156,20 +156,31 @@ class AdaptiveK:
         return cost.best_k_finite(estimates, c, self.curve.v, remaining, k_max=min(self.k_max, remaining - 1),
                                   overhead=overhead)
 
+    def _probe_k(self, source: str | None) -> int:
+        """The k of a probe: the one that would pay best if acceptance were the prior's. With a draft
+        whose k = 1 cannot pay at any plausible acceptance (the int8 copy: c = 0.6, one proposal for
+        about 1.9 steps), a k = 1 probe only costs; the k it would switch to is what needs testing."""
+        c, overhead = self.curve.for_source(source)
+        return max(1, cost.best_k(self.prior, c, self.curve.v, k_max=self.k_max, overhead=overhead).k)
+
     def next_k(self, remaining: int | None = None, source: str | None = None) -> int:
         k = self.choice(remaining, source).k
         if k > 0:
             self.probe_wait = self.probe_every
-        elif self._probed:  # the last probe did not change the verdict: wait longer before the next
+        elif self._probed == "rejected":  # the last probe was turned down and the verdict stands: wait longer
             self.probe_wait = min(2 * self.probe_wait, self.probe_max)
         self._probed = False
         if k == 0 and self.plain_run >= self.probe_wait and (remaining is None or remaining > 1):
-            k, self._probed = 1, True
+            k, self._probed = self._probe_k(source), "sent"
+            if remaining is not None:
+                k = min(k, remaining - 1)
         self.decisions.append(k)
         return k
 
     def observe(self, iteration: Iteration) -> None:
         self.plain_run = self.plain_run + 1 if not iteration.proposed else 0
+        if self._probed and iteration.n_accepted < len(iteration.proposed):
+            self._probed = "rejected"
         if not iteration.proposed:
             return  # a plain step (or a drafter with nothing to say) tells nothing about acceptance
         source = iteration.sources[0] if iteration.sources else None

@@ -46,7 +46,8 @@ def test_adaptive_stops_drafting_when_nothing_is_accepted_and_probes_again():
         ks.append(k)
         ctl.observe(it(k, 0) if k else Iteration(0, 0, (), 0, (5,), ("plain",), 0, 0, 0, 0))
     assert ks[:3] == [0, 0, 0]  # drafting cannot pay
-    assert 1 in ks[3:]  # ... but it looks again after probe_every plain steps
+    assert ks[3] == 4  # ... but it looks again after probe_every plain steps, at the k that pays at the prior
+    assert ks[3] == ctl._probe_k(None)
 
 
 def test_adaptive_follows_a_change_of_text_within_one_response():
@@ -287,6 +288,17 @@ def test_a_probe_that_changes_nothing_doubles_the_wait_for_the_next():
     probes = [i for i, k in enumerate(ks) if k]
     gaps = [b - a - 1 for a, b in zip(probes, probes[1:])]
     assert probes[0] == 4 and gaps[:3] == [8, 16, 16]  # 4 plain steps, then 8, then capped at 16
+    # a probe that was accepted does not lengthen the wait, even when one is not enough to change the verdict
+    patient = AdaptiveK(CostCurve(c=0.6, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}), k_max=8, probe_every=4)
+    for _ in range(30):
+        patient.observe(it(2, 0))
+    for _ in range(4):
+        assert patient.next_k() == 0
+        patient.observe(Iteration(0, 0, (), 0, (5,), ("plain",), 0, 0, 0, 0))
+    k = patient.next_k()
+    assert k > 0
+    patient.observe(it(k, k))
+    assert patient.next_k() == 0 and patient.probe_wait == 4
     # as soon as drafting pays again the wait is back to probe_every
     for _ in range(20):
         ctl.observe(it(1, 1))
