@@ -80,7 +80,7 @@ class AdaptiveK:
 
     def __init__(self, curve: CostCurve, k_max: int = K_MAX, decay: float = 0.9, prior: float = 0.9,
                  prior_weight: float = 2.0, position_weight: float = 4.0, probe_every: int = 4,
-                 probe_max: int = 32, carry: float = 1.0, horizon: int = 2 * (K_MAX + 1),
+                 probe_max: int = 32, horizon: int = 2 * (K_MAX + 1), optimism: float = 1.0,
                  memory: dict | None = None):
         check_k(k_max)
         if not 0.0 < decay <= 1.0:
@@ -89,8 +89,8 @@ class AdaptiveK:
             raise PlaygroundError(f"the prior acceptance must be in [0, 1], got {prior}")
         if not 1 <= probe_every <= probe_max:
             raise PlaygroundError(f"need 1 <= probe_every <= probe_max, got {probe_every}, {probe_max}")
-        if carry < 0:
-            raise PlaygroundError(f"carry must be >= 0, got {carry}")
+        if optimism < 0:
+            raise PlaygroundError(f"optimism must be >= 0, got {optimism}")
         self.curve = curve
         self.k_max = k_max
         self.decay = decay
@@ -100,21 +100,19 @@ class AdaptiveK:
         self.probe_every = probe_every
         self.probe_max = probe_max
         self.horizon = horizon
+        self.optimism = optimism
         # Decayed counts per proposal source (None: a drafter with one source): [reached, accepted].
         self.counts: dict[str | None, tuple[list[float], list[float]]] = {}
         # `memory`: a dict kept by the caller across runs on one pair and drafter (a browser tab, a lab
-        # arm). A run starts from the last one's estimates, as transformers' "heuristic" schedule keeps
-        # its k from one generate() call to the next, but with the weight of at most `carry`
-        # observations per position: a new prompt is new text, and its first iterations should move
-        # the estimates quickly (measured: carried in full, prose's low acceptance kept the int8 draft
-        # from drafting on a code edit for 46 of its 57 iterations, where drafting paid).
+        # arm). The last run's acceptance per source becomes this run's prior (with the prior's weight,
+        # `prior_weight` observations), as transformers' "heuristic" schedule keeps its k from one
+        # generate() call to the next: a drafter that was accepted throughout starts deep (a 33-token
+        # JSON answer is 3-4 iterations, and starting at k = 5 cost one of them), and a new text moves the
+        # estimate within a few iterations. Carried as counts instead, prose's low acceptance kept the int8
+        # draft from drafting on a code edit for 46 of its 57 iterations, where drafting paid.
         self.memory = memory
         saved = memory.get("adaptive") if memory is not None else None
-        if isinstance(saved, dict):
-            for source, (reached, accepted) in saved.items():
-                if len(reached) == k_max:
-                    scale = min(1.0, carry / reached[0]) if reached[0] > 0 else 1.0
-                    self.counts[source] = ([r * scale for r in reached], [a * scale for a in accepted])
+        self.priors: dict[str | None, float] = dict(saved) if isinstance(saved, dict) else {}
         self.plain_run = 0
         self.probe_wait = probe_every
         self._probed: bool | str = False  # False, "sent" (a probe is out) or "rejected" (it was turned down)
@@ -128,7 +126,8 @@ class AdaptiveK:
     def alpha(self, source: str | None = None) -> float:
         """The pooled acceptance rate: accepted / evaluated proposals (decayed), shrunk towards `prior`."""
         reached, accepted = self._counts(source)
-        return (sum(accepted) + self.prior * self.prior_weight) / (sum(reached) + self.prior_weight)
+        prior = self.priors.get(source, self.prior)
+        return (sum(accepted) + prior * self.prior_weight) / (sum(reached) + self.prior_weight)
 
     def estimates(self, source: str | None = None) -> list[float]:
         """Current per-position acceptance estimates a_1..a_k_max (of proposals from `source`).
@@ -149,6 +148,19 @@ class AdaptiveK:
         c, overhead = self.curve.for_source(source)
         estimates = self.estimates(source)
         steady = cost.best_k(estimates, c, self.curve.v, k_max=self.k_max, overhead=overhead)
+        if steady.k == 0 and self.optimism > 0:
+            # Optimism under uncertainty: k = 0 observes nothing, so a verdict reached on a few
+            # observations would stand untested. Decide on the acceptance one standard error above the
+            # estimate (of the first position, from its decayed count): a handful of rejections still
+            # stops drafting, a few acceptances near break-even keep it going.
+            reached = self._counts(source)[0][0] + self.prior_weight
+            a1 = estimates[0]
+            bonus = self.optimism * (a1 * (1.0 - a1) / reached) ** 0.5
+            hopeful = [min(1.0, a + bonus) for a in estimates]
+            # ... at no more than a probe's k: the hope is that drafting pays, not that it pays deep.
+            steady = cost.best_k(hopeful, c, self.curve.v, k_max=self._probe_k(source), overhead=overhead)
+            if steady.k > 0:
+                return steady
         # Near the length limit (within two iterations of the steady choice) plan the finish instead. When
         # drafting cannot pay in the steady state it cannot near the end either, so k = 0 stands.
         if steady.k == 0 or remaining is None or remaining > min(self.horizon, 2 * (steady.k + 1)):
@@ -193,7 +205,7 @@ class AdaptiveK:
             if i < iteration.n_accepted:
                 accepted[i] += 1.0
         if self.memory is not None:
-            self.memory["adaptive"] = {s: (list(r), list(a)) for s, (r, a) in self.counts.items()}
+            self.memory["adaptive"] = {**self.priors, **{s: self.alpha(s) for s in self.counts}}
 
     def __repr__(self) -> str:
         return f"AdaptiveK(k_max={self.k_max}, c={self.curve.c:.3f}, decay={self.decay})"

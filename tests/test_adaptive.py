@@ -256,16 +256,17 @@ def test_schedules_carry_their_state_from_run_to_run_when_given_a_memory(pair64)
     second = AdaptiveK(FLAT_CHEAP, k_max=8, memory=memory)
     assert second.next_k() == 8 and all(a > 0.95 for a in second.estimates())
     assert AdaptiveK(FLAT_CHEAP, k_max=8).estimates() != second.estimates()  # without memory: from the prior
-    # A run that rejected everything carries over, but only with the weight of `carry` observations:
-    # a new text that is accepted moves the next run back to drafting within a few iterations.
+    # The last run's acceptance is the next run's prior, with the prior's weight: a run that rejected
+    # everything starts the next at k = 0, and a new text that is accepted moves it back within a few iterations.
     costly = CostCurve(c=0.5, v={n: 1.0 for n in range(1, 18)})
     memory = {}
     rejecting = AdaptiveK(costly, k_max=8, memory=memory)
     for _ in range(30):
         rejecting.observe(it(2, 0))
-    assert AdaptiveK(costly, k_max=8).next_k() > 0  # fresh: the prior says drafting pays
-    after = AdaptiveK(costly, k_max=8, memory=memory, carry=2.0)
-    assert after.next_k() == 0 and after.counts[None][0][0] == pytest.approx(2.0)
+    assert memory["adaptive"][None] < 0.2  # 10 decayed rejections against the prior (0.9, weight 2)
+    assert AdaptiveK(costly, k_max=8).next_k() > 0  # fresh: the prior (0.9) says drafting pays
+    after = AdaptiveK(costly, k_max=8, memory=memory, optimism=0)
+    assert after.next_k() == 0 and after.alpha() == pytest.approx(memory["adaptive"][None])
     for _ in range(3):
         after.observe(it(1, 1))
     assert after.next_k() > 0
