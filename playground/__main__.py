@@ -164,6 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except Exception:  # a bug, not bad input: keep the traceback for a report, with secrets scrubbed
+        import traceback
+
+        from .envinfo import redact
+
+        print(redact(traceback.format_exc()), file=sys.stderr, end="")
+        print("error: an unexpected failure (a bug in the playground, not in your input); the traceback above "
+              "has secret values redacted and can be pasted into a report", file=sys.stderr)
+        return 1
 
 
 def _load(args, quiet=False):

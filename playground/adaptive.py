@@ -104,15 +104,19 @@ class AdaptiveK:
         # Decayed counts per proposal source (None: a drafter with one source): [reached, accepted].
         self.counts: dict[str | None, tuple[list[float], list[float]]] = {}
         # `memory`: a dict kept by the caller across runs on one pair and drafter (a browser tab, a lab
-        # arm). The last run's acceptance per source becomes this run's prior (with the prior's weight,
+        # arm). The last run's acceptance per source sets this run's prior (with the prior's weight,
         # `prior_weight` observations), as transformers' "heuristic" schedule keeps its k from one
         # generate() call to the next: a drafter that was accepted throughout starts deep (a 33-token
         # JSON answer is 3-4 iterations, and starting at k = 5 cost one of them), and a new text moves the
         # estimate within a few iterations. Carried as counts instead, prose's low acceptance kept the int8
         # draft from drafting on a code edit for 46 of its 57 iterations, where drafting paid.
         self.memory = memory
+        # The last run was another prompt, so its acceptance is halfway to `prior`, not the prior itself
+        # (measured with the int8 draft: taken whole, 0.97 after a code edit made the next prompt's first
+        # iteration draft 8, and its rejection cost a JSON answer 13% of its time).
         saved = memory.get("adaptive") if memory is not None else None
-        self.priors: dict[str | None, float] = dict(saved) if isinstance(saved, dict) else {}
+        self.priors: dict[str | None, float] = (
+            {source: (alpha + prior) / 2 for source, alpha in saved.items()} if isinstance(saved, dict) else {})
         self.plain_run = 0
         self.probe_wait = probe_every
         self._probed: bool | str = False  # False, "sent" (a probe is out) or "rejected" (it was turned down)
@@ -205,7 +209,7 @@ class AdaptiveK:
             if i < iteration.n_accepted:
                 accepted[i] += 1.0
         if self.memory is not None:
-            self.memory["adaptive"] = {**self.priors, **{s: self.alpha(s) for s in self.counts}}
+            self.memory["adaptive"] = {**(self.memory.get("adaptive") or {}), **{s: self.alpha(s) for s in self.counts}}
 
     def __repr__(self) -> str:
         return f"AdaptiveK(k_max={self.k_max}, c={self.curve.c:.3f}, decay={self.decay})"

@@ -487,3 +487,17 @@ def test_an_unknown_or_disallowed_model_id_is_refused_before_loading(monkeypatch
     menu = handlers.PairProvider(spec=handlers.PairSpec.from_env({}), cache=handlers.PairCache())
     with pytest.raises(PlaygroundError, match="unknown model pair"):
         handlers.select_pair(menu, None, target)
+
+
+def test_an_unexpected_cli_failure_keeps_its_traceback_with_secrets_redacted(secret_env, capsys, monkeypatch):
+    import playground.__main__ as cli_main
+
+    def broken():
+        raise RuntimeError(f"something broke near {SECRET}")
+
+    monkeypatch.setattr(cli_main, "cmd_presets", broken)
+    assert main(["presets"]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" in err and "RuntimeError: something broke near <redacted>" in err
+    assert "unexpected failure" in err
+    assert_clean(out + err)
