@@ -81,7 +81,7 @@ class AdaptiveK:
     def __init__(self, curve: CostCurve, k_max: int = K_MAX, decay: float = 0.9, prior: float = 0.9,
                  prior_weight: float = 2.0, position_weight: float = 4.0, probe_every: int = 4,
                  probe_max: int = 32, horizon: int = 2 * (K_MAX + 1), optimism: float = 1.0,
-                 memory: dict | None = None):
+                 growth: float = 2.0, memory: dict | None = None):
         check_k(k_max)
         if not 0.0 < decay <= 1.0:
             raise PlaygroundError(f"decay must be in (0, 1], got {decay}")
@@ -91,6 +91,8 @@ class AdaptiveK:
             raise PlaygroundError(f"need 1 <= probe_every <= probe_max, got {probe_every}, {probe_max}")
         if optimism < 0:
             raise PlaygroundError(f"optimism must be >= 0, got {optimism}")
+        if growth < 1:
+            raise PlaygroundError(f"growth must be >= 1, got {growth}")
         self.curve = curve
         self.k_max = k_max
         self.decay = decay
@@ -111,12 +113,14 @@ class AdaptiveK:
         # estimate within a few iterations. Carried as counts instead, prose's low acceptance kept the int8
         # draft from drafting on a code edit for 46 of its 57 iterations, where drafting paid.
         self.memory = memory
-        # The last run was another prompt, so its acceptance is halfway to `prior`, not the prior itself
-        # (measured with the int8 draft: taken whole, 0.97 after a code edit made the next prompt's first
-        # iteration draft 8, and its rejection cost a JSON answer 13% of its time).
         saved = memory.get("adaptive") if memory is not None else None
-        self.priors: dict[str | None, float] = (
-            {source: (alpha + prior) / 2 for source, alpha in saved.items()} if isinstance(saved, dict) else {})
+        self.priors: dict[str | None, float] = dict(saved) if isinstance(saved, dict) else {}
+        # Depth grows by at most `growth` times the last k that drafted, plus one: the deep positions'
+        # estimates are extrapolated from the shallow ones until a draft reaches them, and a draft's
+        # acceptance falls with depth more than a single rate says (measured with the int8 draft: after
+        # a run of accepted k = 2 the estimate asked for k = 15 on a code edit, rejected early).
+        self.growth = growth
+        self.last_k: dict[str | None, int] = {}
         self.plain_run = 0
         self.probe_wait = probe_every
         self._probed: bool | str = False  # False, "sent" (a probe is out) or "rejected" (it was turned down)
@@ -181,6 +185,8 @@ class AdaptiveK:
 
     def next_k(self, remaining: int | None = None, source: str | None = None) -> int:
         k = self.choice(remaining, source).k
+        if source in self.last_k:
+            k = min(k, int(self.growth * self.last_k[source]) + 1)
         if k > 0:
             self.probe_wait = self.probe_every
         elif self._probed == "rejected":  # the last probe was turned down and the verdict stands: wait longer
@@ -200,6 +206,7 @@ class AdaptiveK:
         if not iteration.proposed:
             return  # a plain step (or a drafter with nothing to say) tells nothing about acceptance
         source = iteration.sources[0] if iteration.sources else None
+        self.last_k[source] = iteration.k
         reached, accepted = self._counts(source)
         for i in range(self.k_max):
             reached[i] *= self.decay
