@@ -415,5 +415,10 @@ def test_depth_grows_by_at_most_twice_the_last_k_plus_one():
     free = AdaptiveK(FLAT_CHEAP, growth=100.0)
     free.observe(it(2, 2))
     assert free.next_k() == 16
+    # a source that costs nothing per token is not ramped
+    lookup = AdaptiveK(CostCurve(c=0.05, v={n: 1.0 for n in range(1, 18)}, sources={"lookup": (0.0, 0.0)}))
+    lookup.observe(Iteration(0, 2, (1, 2), 2, (1, 2, 3), ("accepted", "accepted", "bonus"), 0, 0, 0, 0,
+                             sources=("lookup", "lookup")))
+    assert lookup.next_k(source="lookup") == 16
     with pytest.raises(PlaygroundError, match="growth"):
         AdaptiveK(FLAT_CHEAP, growth=0.5)
