@@ -25,6 +25,19 @@ def it(k, n_accepted, proposed=None):
                      elapsed_s=0)
 
 
+PLAIN_STEP = Iteration(0, 0, (), 0, (5,), ("plain",), 0, 0, 0, 0)
+
+
+def run_rejected(ctl, n):
+    """n iterations in which every proposal is rejected; the k the controller chose each time."""
+    ks = []
+    for _ in range(n):
+        k = ctl.next_k()
+        ks.append(k)
+        ctl.observe(it(k, 0) if k else PLAIN_STEP)
+    return ks
+
+
 FLAT_CHEAP = CostCurve(c=0.05, v={n: 1.0 for n in range(1, 10)})
 
 
@@ -40,11 +53,7 @@ def test_adaptive_stops_drafting_when_nothing_is_accepted_and_probes_again():
     ctl = AdaptiveK(CostCurve(c=0.3, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 10)}), k_max=8, probe_every=3)
     for _ in range(10):
         ctl.observe(it(2, 0))
-    ks = []
-    for _ in range(8):
-        k = ctl.next_k()
-        ks.append(k)
-        ctl.observe(it(k, 0) if k else Iteration(0, 0, (), 0, (5,), ("plain",), 0, 0, 0, 0))
+    ks = run_rejected(ctl, 8)
     assert ks[:3] == [0, 0, 0]  # drafting cannot pay
     assert ks[3] == 4  # ... but it looks again after probe_every plain steps, at the k that pays at the prior
     assert ks[3] == ctl._probe_k(None)
@@ -282,11 +291,7 @@ def test_a_probe_that_changes_nothing_doubles_the_wait_for_the_next():
                     probe_every=4, probe_max=16)
     for _ in range(10):
         ctl.observe(it(2, 0))
-    ks = []
-    for _ in range(80):
-        k = ctl.next_k()
-        ks.append(k)
-        ctl.observe(it(k, 0) if k else Iteration(0, 0, (), 0, (5,), ("plain",), 0, 0, 0, 0))
+    ks = run_rejected(ctl, 80)
     probes = [i for i, k in enumerate(ks) if k]
     gaps = [b - a - 1 for a, b in zip(probes, probes[1:])]
     assert probes[0] == 4 and gaps[:3] == [8, 16, 16]  # 4 plain steps, then 8, then capped at 16
@@ -296,7 +301,7 @@ def test_a_probe_that_changes_nothing_doubles_the_wait_for_the_next():
         patient.observe(it(2, 0))
     for _ in range(4):
         assert patient.next_k() == 0
-        patient.observe(Iteration(0, 0, (), 0, (5,), ("plain",), 0, 0, 0, 0))
+        patient.observe(PLAIN_STEP)
     k = patient.next_k()
     assert k > 0
     patient.observe(it(k, k))
