@@ -123,6 +123,7 @@ class AdaptiveK:
         # and the ramp cost the hybrid's code edit 7.0x -> 5.8x.
         self.growth = growth
         self.last_k: dict[str | None, int] = {}
+        self._probe_ks: dict[str | None, int] = {}
         self.plain_run = 0
         self.probe_wait = probe_every
         self._probed: bool | str = False  # False, "sent" (a probe is out) or "rejected" (it was turned down)
@@ -182,8 +183,11 @@ class AdaptiveK:
         """The k of a probe: the one that would pay best if acceptance were the prior's. With a draft
         whose k = 1 cannot pay at any plausible acceptance (the int8 copy: c = 0.6, one proposal for
         about 1.9 steps), a k = 1 probe only costs; the k it would switch to is what needs testing."""
-        c, overhead = self.curve.for_source(source)
-        return max(1, cost.best_k(self.prior, c, self.curve.v, k_max=self.k_max, overhead=overhead).k)
+        if source not in self._probe_ks:  # depends on the curve and the source only
+            c, overhead = self.curve.for_source(source)
+            self._probe_ks[source] = max(1, cost.best_k(self.prior, c, self.curve.v, k_max=self.k_max,
+                                                        overhead=overhead).k)
+        return self._probe_ks[source]
 
     def next_k(self, remaining: int | None = None, source: str | None = None) -> int:
         k = self.choice(remaining, source).k

@@ -33,6 +33,8 @@ def verify_cost(v: VerifyCost, n: int) -> float:
         return 1.0
     if callable(v):
         return float(v(n))
+    if isinstance(v, Mapping) and n in v:  # the usual case, without copying the table
+        return float(v[n])
     table = dict(v) if isinstance(v, Mapping) else {i + 1: x for i, x in enumerate(v)}
     if not table:
         return 1.0

@@ -137,11 +137,11 @@ def speculative_generate(
     while produced < max_new_tokens:
         remaining = max_new_tokens - produced
         # Proposals beyond remaining - 1 could never be emitted; k = 0 is a plain step.
+        # 1. propose (the drafting time includes choosing k, and the hybrid's lookup that says which
+        # source the proposal will come from; propose reuses that lookup)
+        t_a = clock.now()
         source = proposer.next_source(committed) if remaining > 1 else None
         k_i = max(0, min(int(controller.next_k(remaining=remaining, source=source)), remaining - 1))
-
-        # 1. propose
-        t_a = clock.now()
         proposal = proposer.propose(committed, k_i) if k_i > 0 else EMPTY
         proposal = _clip(proposal, k_i)
         t_b = clock.now()

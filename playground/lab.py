@@ -125,7 +125,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     the rest of propose(1). A hybrid drafter is timed by its sources: its model drafter as above, its
     prompt lookup apart (a search of the context, no model), so that each source has its own cost.
     """
-    from .proposers import HybridProposer, RunContext, lookup
+    from .proposers import LOOKUP_MAX, HybridProposer, RunContext, lookup
 
     clock = Clock.for_pair(pair)
     prompt = [int(t) for t in prompt_ids]
@@ -182,7 +182,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
         searches = []
         for _ in range(warmup + repeats):
             t0 = clock.now()
-            lookup(prompt, 16, hybrid.max_ngram, hybrid.min_ngram)
+            lookup(prompt, LOOKUP_MAX, hybrid.max_ngram, hybrid.min_ngram)
             searches.append(clock.now() - t0)
         source_s["lookup"] = (0.0, statistics.median(searches[warmup:]))
     return Timing(
@@ -673,7 +673,7 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
                 a, b = by.get(ours_arm), by.get(hf_arm)
                 if a and b:
                     xs.append(a["tokens_per_s"] / b["tokens_per_s"])
-        return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)} if xs else None
+        return _spread(xs) if xs else None
 
     vs_assisted = head_to_head(f"ours draft k={k}", f"hf assisted k={k}")
     vs_assisted_conf = head_to_head(f"ours draft k={k} conf 0.4", f"hf assisted k={k} conf 0.4")

