@@ -13,6 +13,9 @@ import platform
 import sys
 
 import torch
+import transformers
+
+from . import __version__
 
 SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL")
 # Variables that change what a measurement means (threads, devices, the playground's own settings).
@@ -73,10 +76,6 @@ def cpu_name() -> str:
 
 
 def environment(pair=None) -> dict:
-    import transformers
-
-    from . import __version__
-
     env = {
         "playground": __version__,
         "python": sys.version.split()[0],

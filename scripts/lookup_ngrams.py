@@ -19,11 +19,12 @@ from typing import Sequence
 
 import torch
 
-from playground.engine import speculative_generate
-from playground.pairs import choose_pair, load_choice
-from playground.presets import load_presets
-from playground.proposers import EMPTY, Proposal, PromptLookupProposer, lookup
-from playground.records import Iteration, summarize
+from playground.core.engine import speculative_generate
+from playground.pairs.registry import choose_pair, load_choice
+from playground.inputs.presets import load_presets
+from playground.core.proposal import EMPTY, Proposal
+from playground.drafters.proposers import PromptLookupProposer, lookup
+from playground.core.records import Iteration, summarize
 
 
 class EarliestLookup(PromptLookupProposer):

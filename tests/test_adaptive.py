@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from playground import lab
-from playground.adaptive import AdaptiveK, CostCurve, HeuristicK, make_controller, parse_k
-from playground.engine import FixedK, plain_generate, speculative_generate
+from playground.drafters.adaptive import AdaptiveK, CostCurve, HeuristicK, make_controller, parse_k
+from playground.core.engine import FixedK, plain_generate, speculative_generate
 from playground.errors import PlaygroundError
-from playground.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
-from playground.records import Iteration, Step, summarize
-from playground.rules import accept_sample
-from playground.sampling import SamplingConfig
+from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+from playground.core.records import Iteration, Step, summarize
+from playground.core.rules import accept_sample
+from playground.core.sampling import SamplingConfig
 from tests.test_engine import PROMPTS, chi2
 from tests.tiny import tiny_model, tiny_pair
 
@@ -161,7 +161,7 @@ def pair8():
 
 def exact_joint3(target, prompt, sampling):
     """The target's exact distribution of its first three sampled tokens, [V, V, V]."""
-    from playground.sampling import probabilities
+    from playground.core.sampling import probabilities
 
     v = target.config.vocab_size
     with torch.no_grad():
@@ -230,7 +230,7 @@ def test_the_token_view_marks_what_prompt_lookup_copied():
 def test_the_ui_runs_adaptive_and_heuristic_k_and_shows_the_choices():
     """Through the handler the browser calls: adaptive k calibrates once (kept on the pair), every
     iteration's k is in the record, the status says which k were chosen, and greedy output is unchanged."""
-    from playground.models import ModelPair
+    from playground.pairs.models import ModelPair
     from playground.ui import handlers
     from tests.test_ui_handlers import PROMPT, WORDS
     from tests.tiny import perturbed, word_tokenizer
@@ -251,7 +251,7 @@ def test_the_ui_runs_adaptive_and_heuristic_k_and_shows_the_choices():
             assert f"k = {mode} (chosen: " in final.status
             assert "k was chosen per iteration" in final.prediction
     assert outs["adaptive"] == outs["fixed"] == outs["heuristic"]
-    assert any(key[0] == "cost-curve" for key in pair.resources)  # calibrated once, kept on the pair
+    assert len(provider.calibrations) == 1  # calibrated once, kept for the pair
     with pytest.raises(PlaygroundError, match="k per iteration"):
         list(handlers.stream_run(provider, None, PROMPT, "", True, "draft", 3, "greedy", 1.0, 0, 1.0, 20, 0,
                                  k_mode="random"))

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from playground import cost
+from playground.core import cost
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
@@ -109,7 +109,7 @@ def test_finite_run_clips_its_last_iterations_like_the_loop():
 
 
 def test_finite_horizon_choice_by_hand():
-    from playground.cost import best_k_finite
+    from playground.core.cost import best_k_finite
 
     flat = {n: 1.0 for n in range(1, 18)}
     # one token left: only a plain step can emit it

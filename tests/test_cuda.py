@@ -12,14 +12,15 @@ import os
 import pytest
 import torch
 
-from playground import models
-from playground.clock import Clock
-from playground.engine import plain_generate, speculative_generate
+from playground.pairs import loading as models  # the loading functions, patched and called by name
+from playground.core.clock import Clock
+from playground.core.engine import plain_generate, speculative_generate
 from playground.errors import PlaygroundError
-from playground.models import ModelPair, load_pair, memory_report, resolve_device_map, resolve_dtype
-from playground.proposers import DraftModelProposer
-from playground.records import Iteration, Step, summarize
-from playground.sampling import SamplingConfig
+from playground.pairs.models import ModelPair, memory_report, resolve_device_map, resolve_dtype
+from playground.pairs.loading import load_pair
+from playground.drafters.proposers import DraftModelProposer
+from playground.core.records import Iteration, Step, summarize
+from playground.core.sampling import SamplingConfig
 from tests.test_models import save
 from tests.tiny import tiny_model, tiny_pair
 

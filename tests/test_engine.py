@@ -7,25 +7,14 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-import playground.engine as engine
-from playground.cached import CachedLM
-from playground.engine import plain_generate, speculative_generate
+import playground.core.engine as engine
+from playground.core.cached import CachedLM
+from playground.core.engine import plain_generate, speculative_generate
 from playground.errors import PlaygroundError
-from playground.proposers import DraftModelProposer, PromptLookupProposer, lookup
-from playground.records import (
-    ACCEPTED,
-    BONUS,
-    CORRECTION,
-    PLAIN,
-    Iteration,
-    Prefill,
-    Step,
-    record_from_dict,
-    record_to_dict,
-    summarize,
-)
-from playground.rules import accept_keep_draft, accept_resample_target
-from playground.sampling import SamplingConfig
+from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer, lookup
+from playground.core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step, record_from_dict, record_to_dict, summarize
+from playground.core.rules import accept_keep_draft, accept_resample_target
+from playground.core.sampling import SamplingConfig
 from tests.tiny import tiny_model, tiny_pair
 
 PROMPTS = [
@@ -237,7 +226,7 @@ def test_sampling_run_is_reproducible_and_depends_on_the_seed(pair64):
 
 def exact_joint(target, prompt, sampling):
     """The target's exact distribution of the first two new tokens, under the sampling warpers."""
-    from playground.sampling import probabilities
+    from playground.core.sampling import probabilities
 
     vocab = target.config.vocab_size
     with torch.no_grad():

@@ -18,16 +18,17 @@ from pathlib import Path
 import pytest
 import torch
 
-import playground.models
-import playground.presets
-from playground.__main__ import main
+import playground.pairs.registry
+import playground.inputs.presets
+from playground.cli import main
 from playground.envinfo import environment, recorded_variables, redact
 from playground.errors import PlaygroundError
 from playground.limits import Limits
-from playground.models import ModelPair, check_vocab
-from playground.presets import check_output, get_preset, load_preset, load_presets
-from playground.proposers import lookup
-from playground.text import check_prompt_text, encode_prompt, read_prompt_file
+from playground.pairs.models import ModelPair
+from playground.pairs.loading import check_vocab
+from playground.inputs.presets import check_output, get_preset, load_preset, load_presets
+from playground.drafters.proposers import lookup
+from playground.inputs.text import check_prompt_text, encode_prompt, read_prompt_file
 from playground.ui import handlers
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
@@ -52,7 +53,7 @@ def cli_pair(monkeypatch, word_pair):
         asked.append((target, draft))
         return word_pair
 
-    monkeypatch.setattr(playground.models, "load_pair", fake_load)
+    monkeypatch.setattr(playground.pairs.registry, "load_pair", fake_load)
     return asked
 
 
@@ -277,14 +278,14 @@ def preset_dir(tmp_path, monkeypatch):
     for name, (text, _) in BAD_PRESETS.items():
         (tmp_path / f"{name}.json").write_text(text, encoding="utf-8")
     (tmp_path / "raw_json.json").write_text(json.dumps(RAW_JSON_PRESET), encoding="utf-8")
-    monkeypatch.setattr(playground.presets, "PRESETS_DIR", tmp_path)
+    monkeypatch.setattr(playground.inputs.presets, "PRESETS_DIR", tmp_path)
     return tmp_path
 
 
 def test_malformed_preset_files_are_named_with_the_field_and_the_rest_still_load(preset_dir, capsys, cli_pair,
                                                                                provider):
     for name, (_, message) in BAD_PRESETS.items():
-        with pytest.raises(playground.presets.PresetError) as e:
+        with pytest.raises(playground.inputs.presets.PresetError) as e:
             load_preset(preset_dir / f"{name}.json")
         assert f"{name}.json" in str(e.value) and message in str(e.value)
         assert message in cli_error(capsys, "--preset", name)
@@ -328,7 +329,7 @@ def test_a_draft_whose_vocabulary_differs_is_refused_naming_the_first_mismatch(t
     capsys.readouterr()  # (save_pretrained's progress bars)
     message = "vocabularies differ: token 'w0' is id 0 in the"
     with pytest.raises(PlaygroundError, match=message):
-        playground.models.load_pair(str(target_dir), str(draft_dir), device="cpu", dtype="float32", progress=None)
+        playground.pairs.loading.load_pair(str(target_dir), str(draft_dir), device="cpu", dtype="float32", progress=None)
     with pytest.raises(PlaygroundError, match="vocabularies differ"):
         check_vocab(word_tokenizer(WORDS), word_tokenizer(WORDS, extra=("w99",)))
     assert message in cli_error(capsys, "--prompt", PROMPT, "--target", str(target_dir), "--draft", str(draft_dir),
@@ -471,13 +472,13 @@ def test_the_ui_never_shows_logs_or_exports_a_secret(secret_env, provider, caplo
     ("/etc", "the target '/etc' is a local path not allowed: no model folders are configured"),
 ])
 def test_an_unknown_or_disallowed_model_id_is_refused_before_loading(monkeypatch, capsys, target, message):
-    import playground.pairs as pairs
+    import playground.pairs.registry as pairs
 
     monkeypatch.setattr(pairs, "hub_token", lambda: None)  # no token, nothing cached, no network
     monkeypatch.setattr(pairs, "is_cached", lambda repo_id: False)
     for name in ("PLAYGROUND_ALLOW_ANY_MODEL", "PLAYGROUND_MODEL_ROOTS", "PLAYGROUND_PAIR"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(playground.models, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
+    monkeypatch.setattr(playground.pairs.registry, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
     assert message in cli_error(capsys, "--prompt", PROMPT, "--target", target, "--draft", "none")
     ui = handlers.PairProvider(spec=handlers.PairSpec(target, None, "cpu", "float32"), cache=handlers.PairCache())
     with pytest.raises(PlaygroundError) as e:
@@ -490,7 +491,7 @@ def test_an_unknown_or_disallowed_model_id_is_refused_before_loading(monkeypatch
 
 
 def test_an_unexpected_cli_failure_keeps_its_traceback_with_secrets_redacted(secret_env, capsys, monkeypatch):
-    import playground.__main__ as cli_main
+    import playground.cli.entry as cli_main
 
     def broken():
         raise RuntimeError(f"something broke near {SECRET}")

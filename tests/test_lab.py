@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from playground import lab
-from playground.proposers import DraftModelProposer, PromptLookupProposer
+from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
 from tests.tiny import tiny_model, tiny_pair
 
 
@@ -74,11 +74,11 @@ def test_divergence_verdicts_on_a_real_gap_and_a_tie(pair64):
     with torch.no_grad():
         row = pair64.target(torch.tensor([ctx])).logits[0, -1]
     order = torch.argsort(row, descending=True).tolist()
-    clear = lab._recompute(pair64, ctx, order[0], order[-1], multi=3)
+    clear = lab.quality._recompute(pair64, ctx, order[0], order[-1], multi=3)
     assert clear["verdict"] == "bug" and clear["gaps"]["full prefill"] > 0
-    same = lab._recompute(pair64, ctx, order[0], order[0], multi=3)
+    same = lab.quality._recompute(pair64, ctx, order[0], order[0], multi=3)
     assert same["verdict"] == "near-tie"
-    assert lab._spacing(1.0, torch.float32) == pytest.approx(2 ** -23)
+    assert lab.quality._spacing(1.0, torch.float32) == pytest.approx(2 ** -23)
 
 
 @pytest.mark.slow

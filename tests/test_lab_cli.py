@@ -5,7 +5,7 @@ import json
 import pytest
 
 from playground import lab
-from playground.__main__ import main
+from playground.cli import main
 from tests.test_models import save
 from tests.tiny import tiny_model, tiny_pair
 

@@ -26,13 +26,13 @@ except Exception as e:  # not installed, or a build that does not load
         allow_module_level=True,
     )
 
-from playground.engine import plain_generate, speculative_generate  # noqa: E402
+from playground.core.engine import plain_generate, speculative_generate  # noqa: E402
 from playground.errors import PlaygroundError  # noqa: E402
-from playground.llamacpp import LlamaCppProposer, llama_cpp_available  # noqa: E402
-from playground.models import load_pair  # noqa: E402
-from playground.proposers import RunContext  # noqa: E402
-from playground.records import Iteration  # noqa: E402
-from playground.sampling import GREEDY, SamplingConfig, probabilities  # noqa: E402
+from playground.drafters.llamacpp import LlamaCppProposer, llama_cpp_available  # noqa: E402
+from playground.pairs.loading import load_pair  # noqa: E402
+from playground.core.proposal import RunContext  # noqa: E402
+from playground.core.records import Iteration  # noqa: E402
+from playground.core.sampling import GREEDY, SamplingConfig, probabilities  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -251,9 +251,9 @@ STRESS = textwrap.dedent(
     else:
         import llama_cpp
         import torch
-    from playground.llamacpp import LlamaCppProposer, openmp_runtimes
-    from playground.proposers import RunContext
-    from playground.sampling import GREEDY, SamplingConfig
+    from playground.drafters.llamacpp import LlamaCppProposer, openmp_runtimes
+    from playground.core.proposal import RunContext
+    from playground.core.sampling import GREEDY, SamplingConfig
 
     rng = random.Random(0)
     drafter = LlamaCppProposer()  # refuses a process where torch and llama.cpp got two OpenMP runtimes

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from playground.limits import Limits
-from playground.models import ModelPair
+from playground.pairs.models import ModelPair
 from playground.ui import handlers
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 

@@ -6,12 +6,13 @@ import json
 import pytest
 import torch
 
-from playground import models
-from playground.engine import plain_generate, speculative_generate
+from playground.pairs import loading as models  # the loading functions, patched and called by name
+from playground.core.engine import plain_generate, speculative_generate
 from playground.errors import PlaygroundError
-from playground.models import ModelPair, check_vocab, int8_copy, load_pair, resolve_dtype, resolve_device
-from playground.proposers import make_proposer
-from playground.records import Iteration, Step, summarize
+from playground.pairs.models import ModelPair, resolve_dtype, resolve_device
+from playground.pairs.loading import check_vocab, int8_copy, load_pair
+from playground.drafters.registry import make_proposer
+from playground.core.records import Iteration, Step, summarize
 from tests.tiny import tiny_model, word_tokenizer
 
 WORDS = [f"w{i}" for i in range(63)]  # + "<eos>" = 64 tokens
@@ -145,7 +146,7 @@ def test_embedded_pair_loads_from_the_cache(embedded):
 @pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["draft", "lookup"])
 def test_embedded_greedy_speculative_equals_plain(embedded, drafter):
-    from playground.text import encode_prompt
+    from playground.inputs.text import encode_prompt
 
     for shape, text in SHAPES.items():
         ids = encode_prompt(embedded.tokenizer, text)

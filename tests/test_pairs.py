@@ -7,19 +7,12 @@ policy refuses before any load is tried.
 import pytest
 import torch
 
-from playground import models, pairs
-from playground.__main__ import main
+from playground.pairs import loading as models
+from playground.pairs import hub
+from playground.pairs import registry as pairs
+from playground.cli import main
 from playground.errors import PlaygroundError
-from playground.pairs import (
-    PAIRS,
-    ModelPolicy,
-    PairChoice,
-    check_access,
-    choose_pair,
-    get_pair_spec,
-    load_choice,
-    parse_custom,
-)
+from playground.pairs.registry import PAIRS, ModelPolicy, PairChoice, check_access, choose_pair, get_pair_spec, load_choice, parse_custom
 from tests.test_models import save
 
 SECRET = "hf_playgroundTestSecret123"
@@ -128,14 +121,14 @@ def test_local_paths_only_inside_the_model_roots(tmp_path):
     (["speed", "--pair", "nope"], "unknown model pair"),
 ])
 def test_cli_refuses_disallowed_models_before_loading(monkeypatch, capsys, no_hub, argv, message):
-    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
+    monkeypatch.setattr(pairs, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
 
 
 def test_cli_gated_pair_without_a_token_says_how(monkeypatch, capsys, no_hub):
-    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
+    monkeypatch.setattr(pairs, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
     assert main(["info", "--pair", "llama-3.2-3b"]) == 2
     err = capsys.readouterr().err
     assert "gated model" in err and "no Hugging Face token is set" in err and "HF_TOKEN" in err
@@ -179,7 +172,7 @@ def test_hub_failures_are_clear_messages_without_the_token(monkeypatch, which):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     monkeypatch.setenv("HF_TOKEN", SECRET)
-    monkeypatch.setattr(pairs, "hub_token", lambda: SECRET)
+    monkeypatch.setattr(hub, "hub_token", lambda: SECRET)
     cls = AutoTokenizer if which == "tokenizer" else AutoModelForCausalLM
 
     def load():
@@ -214,8 +207,8 @@ def test_access_check_needs_no_network(monkeypatch, no_hub):
 
 def test_load_choice_says_it_downloads_and_passes_the_placement(monkeypatch, no_hub):
     calls, said = [], []
-    monkeypatch.setattr(pairs, "_offline", lambda: False)
-    monkeypatch.setattr(models, "load_pair", lambda *a, **k: calls.append((a, k)) or "pair")
+    monkeypatch.setattr(pairs, "offline", lambda: False)
+    monkeypatch.setattr(pairs, "load_pair", lambda *a, **k: calls.append((a, k)) or "pair")
     choice = choose_pair(pair="qwen2.5-7b", device="cuda", device_map="auto", env={})
     assert load_choice(choice, progress=said.append) == "pair"
     assert [m.split(" into ")[0] for m in said] == ["Downloading Qwen/Qwen2.5-7B-Instruct",
@@ -228,7 +221,7 @@ def test_load_choice_says_it_downloads_and_passes_the_placement(monkeypatch, no_
 def test_nothing_sets_trust_remote_code():
     from pathlib import Path
 
-    source = "\n".join(p.read_text() for p in Path(pairs.__file__).parent.rglob("*.py"))
+    source = "\n".join(p.read_text() for p in Path(pairs.__file__).parents[1].rglob("*.py"))
     assert "trust_remote_code=" not in source
 
 
@@ -248,7 +241,7 @@ def test_app_spec_from_the_environment():
 def test_app_refuses_a_disallowed_pair_at_load_without_network(monkeypatch, no_hub):
     from playground.ui import handlers
 
-    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
+    monkeypatch.setattr(pairs, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
     provider = handlers.PairProvider(spec=handlers.PairSpec("someone/model", None, "cpu", "float32"),
                                      cache=handlers.PairCache())
     with pytest.raises(PlaygroundError, match="not a model of a named pair"):

@@ -9,18 +9,7 @@ from pathlib import Path
 import pytest
 
 from playground.errors import PlaygroundError
-from playground.presets import (
-    KINDS,
-    PRESETS_DIR,
-    OutputCheck,
-    Preset,
-    PresetError,
-    check_output,
-    extract_json,
-    get_preset,
-    load_preset,
-    load_presets,
-)
+from playground.inputs.presets import KINDS, PRESETS_DIR, OutputCheck, Preset, PresetError, check_output, extract_json, get_preset, load_preset, load_presets
 
 SHIPPED = load_presets()
 JSON_PRESETS = sorted(name for name, p in SHIPPED.items() if p.output_format != "text")
@@ -291,7 +280,7 @@ def test_extract_json_takes_an_array_and_the_json_fence():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from playground.models import ensure_embedded_safetensors, load_tokenizer
+    from playground.pairs.loading import ensure_embedded_safetensors, load_tokenizer
 
     return load_tokenizer(ensure_embedded_safetensors(progress=lambda *a: None))
 
@@ -325,7 +314,7 @@ def test_chat_preset_needs_a_chat_template():
 
 @pytest.fixture(scope="module")
 def pair():
-    from playground.models import load_pair
+    from playground.pairs.loading import load_pair
 
     return load_pair(draft=None, progress=lambda *a: None)
 
@@ -333,8 +322,8 @@ def pair():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", JSON_PRESETS)
 def test_greedy_output_of_the_embedded_model_validates(pair, name):
-    from playground.engine import plain_generate
-    from playground.records import Step
+    from playground.core.engine import plain_generate
+    from playground.core.records import Step
 
     preset = SHIPPED[name]
     records = plain_generate(pair, preset.prompt_ids(pair.tokenizer), max_new_tokens=preset.max_new_tokens)

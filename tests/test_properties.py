@@ -18,12 +18,12 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import playground.engine as engine
-from playground.cached import CachedLM
-from playground.engine import plain_generate, speculative_generate
-from playground.proposers import DraftModelProposer, PromptLookupProposer, lookup
-from playground.records import Iteration, Step
-from playground.sampling import SamplingConfig
+import playground.core.engine as engine
+from playground.core.cached import CachedLM
+from playground.core.engine import plain_generate, speculative_generate
+from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer, lookup
+from playground.core.records import Iteration, Step
+from playground.core.sampling import SamplingConfig
 from tests.tiny import tiny_pair
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from playground.__main__ import main
+from playground.cli import main
 from playground.errors import PlaygroundError
-from playground.models import ensure_embedded_safetensors, load_tokenizer
-from playground.text import encode_prompt, token_pieces
+from playground.pairs.loading import ensure_embedded_safetensors, load_tokenizer
+from playground.inputs.text import encode_prompt, token_pieces
 
 
 @pytest.fixture(scope="module")

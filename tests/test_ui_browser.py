@@ -54,7 +54,7 @@ def page(browser, tmp_path):
 
 
 def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page, tmp_path):
-    from playground.presets import get_preset
+    from playground.inputs.presets import get_preset
 
     preset = get_preset("tool_call")
     errors = []
@@ -145,7 +145,7 @@ def tiny_app_url(launch_app):
 
     import torch
 
-    from playground.models import ModelPair
+    from playground.pairs.models import ModelPair
     from playground.ui import build_ui
     from playground.ui.handlers import PairProvider
     from tests.tiny import perturbed, tiny_model, word_tokenizer

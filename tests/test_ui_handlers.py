@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from playground.errors import PlaygroundError
-from playground.models import ModelPair
-from playground.presets import OutputCheck, get_preset
-from playground.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step, summarize
-from playground.text import token_pieces
+from playground.pairs.models import ModelPair
+from playground.inputs.presets import OutputCheck, get_preset
+from playground.core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step, summarize
+from playground.inputs.text import token_pieces
 from playground.ui import charts, handlers, render
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
@@ -265,7 +265,7 @@ def test_pair_spec_from_environment():
     assert names[0] == "auto" and "lookup" in names and "draft" not in names  # no draft model in this pair
     assert "llama.cpp" not in names  # the llama.cpp drafter drafts for the embedded target only
     embedded = [name for _, name in handlers.PairProvider(spec=handlers.PairSpec()).drafter_choices()]
-    from playground.proposers import DRAFTERS
+    from playground.drafters.registry import DRAFTERS
 
     assert embedded == ["auto", *DRAFTERS]
 
@@ -291,7 +291,7 @@ def test_run_streams_views_and_ends_with_the_run_record(provider, word_pair):
     with open(final.download) as f:
         assert json.load(f)["summary"] == doc["summary"]
     # greedy speculative output equals plain greedy output
-    from playground.engine import plain_generate
+    from playground.core.engine import plain_generate
 
     ids = word_pair.tokenizer(PROMPT)["input_ids"]
     plain = [r.token for r in plain_generate(word_pair, ids, max_new_tokens=24) if isinstance(r, Step)]
@@ -320,16 +320,16 @@ def worker_ends(name: str, timeout: float = 10.0) -> bool:
 
 
 def test_stopping_a_run_stops_the_engine_thread(provider, monkeypatch):
-    import playground.engine
+    import playground.core.engine
 
-    real = playground.engine.speculative_generate
+    real = playground.core.engine.speculative_generate
 
     def slowed(*args, **kwargs):  # tiny models are fast: make sure the run is still going when we stop it
         for rec in real(*args, **kwargs):
             time.sleep(0.02)
             yield rec
 
-    monkeypatch.setattr(playground.engine, "speculative_generate", slowed)
+    monkeypatch.setattr(playground.core.engine, "speculative_generate", slowed)
     gen = handlers.stream_run(provider, None, PROMPT, "", True, "draft", 2, "greedy", 1, 0, 1, 200, 0)
     session = None
     for view in gen:

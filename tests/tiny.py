@@ -7,7 +7,7 @@ import copy
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from playground.models import ModelPair
+from playground.pairs.models import ModelPair
 
 
 def tiny_model(vocab: int = 64, seed: int = 0, layers: int = 2, hidden: int = 32, scale: float = 0.5,

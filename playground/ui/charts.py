@@ -14,7 +14,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from ..records import Iteration, RunSummary
+from ..core.records import Iteration, RunSummary
 
 COLOURS = {
     "draft": "#6366f1",  # indigo

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import PlaygroundError
+from ..lab.calibration import CalibrationStore
 from . import charts
 from .render import TokenRenderer
 
@@ -62,7 +63,7 @@ class PairSpec:
     def from_env(cls, env=None, pair: str | None = None, custom: tuple | None = None) -> "PairSpec":
         """The environment's pair; or the named `pair`, or a `custom` (target, draft), chosen in the app, with
         the environment's device, dtype and device map."""
-        from ..pairs import choose_pair
+        from ..pairs.registry import choose_pair
 
         env = os.environ if env is None else env
         if pair is None and custom is None:
@@ -79,7 +80,7 @@ class PairSpec:
     @property
     def choice(self) -> str:
         """Its value in the app's pair menu: the pair's name, or 'TARGET, DRAFT'."""
-        from ..pairs import pair_name_of
+        from ..pairs.registry import pair_name_of
 
         return self.name or pair_name_of(self.target, self.draft) or f"{self.target}, {self.draft or 'none'}"
 
@@ -94,6 +95,7 @@ class PairCache:
     def __init__(self, load=None, max_pairs: int | None = None):
         self._lock = threading.Lock()
         self._pairs: dict[PairSpec, Any] = {}
+        self._calibrations: dict[PairSpec, CalibrationStore] = {}  # kept while the pair is loaded
         self._load = load
         # At most this many pairs stay loaded (least recently used goes first): two hub pairs may not fit one
         # GPU together. PLAYGROUND_MAX_LOADED_PAIRS, default 1.
@@ -113,17 +115,24 @@ class PairCache:
             if pair is None:
                 load = self._load
                 if load is None:  # the policy and gated-model checks, then models.load_pair
-                    from ..pairs import load_checked as load
+                    from ..pairs.registry import load_checked as load
                 if len(self._pairs) >= self._max_pairs:
                     while len(self._pairs) >= self._max_pairs:
-                        self._pairs.pop(next(iter(self._pairs)))
-                    from ..models import release_memory
+                        dropped = next(iter(self._pairs))
+                        self._pairs.pop(dropped)
+                        self._calibrations.pop(dropped, None)
+                    from ..pairs.models import release_memory
 
                     release_memory()  # a run still holding the dropped pair keeps it until it ends
                 extra = {"device_map": spec.device_map} if spec.device_map else {}
                 pair = load(spec.target, spec.draft, device=spec.device, dtype=spec.dtype, progress=progress, **extra)
             self._pairs[spec] = pair  # most recently used last
             return pair
+
+    def calibrations(self, spec: PairSpec) -> CalibrationStore:
+        """The cost curves measured on this pair, shared by every tab (see lab.CalibrationStore)."""
+        with self._lock:
+            return self._calibrations.setdefault(spec, CalibrationStore())
 
 
 PAIRS = PairCache()
@@ -136,6 +145,7 @@ class PairProvider:
         self.spec = spec or PairSpec.from_env()
         self._pair = pair
         self._cache = cache or PAIRS
+        self._own_calibrations = CalibrationStore() if pair is not None else None
 
     def loaded(self) -> bool:
         return self._pair is not None or self._cache.loaded(self.spec)
@@ -155,7 +165,7 @@ class PairProvider:
     def spec_for(self, value) -> PairSpec:
         """The spec of a pair-menu value: a named pair, this provider's own choice, or a typed 'TARGET, DRAFT'
         (only with PLAYGROUND_ALLOW_ANY_MODEL=1; paths only inside PLAYGROUND_MODEL_ROOTS)."""
-        from ..pairs import ALLOW_ANY_ENV, PAIRS, ModelPolicy, parse_custom
+        from ..pairs.registry import ALLOW_ANY_ENV, PAIRS, ModelPolicy, parse_custom
 
         if not isinstance(value, str) or not value.strip():
             raise PlaygroundError(f"choose a model pair: one of {', '.join(PAIRS)}")
@@ -179,6 +189,11 @@ class PairProvider:
         return self._cache.get(self.spec, progress)
 
     @property
+    def calibrations(self) -> CalibrationStore:
+        """The pair's calibrations, shared by the tabs that use it."""
+        return self._own_calibrations if self._pair is not None else self._cache.calibrations(self.spec)
+
+    @property
     def has_draft(self) -> bool:
         if self._pair is not None:
             return self._pair.draft is not None
@@ -191,7 +206,7 @@ class PairProvider:
     @property
     def embedded_target(self) -> bool:
         if self._pair is not None:
-            from ..models import EMBEDDED_NAME
+            from ..pairs.models import EMBEDDED_NAME
 
             return self._pair.target_name == EMBEDDED_NAME
         return self.spec.target == "embedded"
@@ -200,7 +215,7 @@ class PairProvider:
         """(label, name): 'auto' first (playground.proposers.default_drafter picks at run time), then each
         drafter in playground.proposers.DRAFTERS this pair can use. Availability that needs an import
         (llama-cpp-python) is checked when a run asks for it, with a message saying how to install it."""
-        from ..proposers import DRAFTERS
+        from ..drafters.registry import DRAFTERS
 
         out = [(AUTO_LABEL, "auto")]
         for name, what in DRAFTERS.items():
@@ -326,11 +341,11 @@ def parse_request(prompt, preset, chat, drafter, k, decoding, temperature, top_k
                   k_mode: str | None = "fixed") -> tuple[RunRequest, Any]:
     """Raw control values -> (RunRequest, SamplingConfig); raises PlaygroundError with what to fix.
     `limits` (a playground.limits.Limits) default to the environment's, read now."""
-    from ..engine import check_k
+    from ..core.engine import check_k
     from ..limits import Limits
-    from ..proposers import DRAFTERS
-    from ..sampling import SamplingConfig
-    from ..text import check_prompt_text
+    from ..drafters.registry import DRAFTERS
+    from ..core.sampling import SamplingConfig
+    from ..inputs.text import check_prompt_text
 
     limits = limits or Limits.from_env()
     check_prompt_text(prompt, limits.max_prompt_chars)
@@ -364,30 +379,32 @@ def _k_text(req: RunRequest, summary=None) -> str:
         return str(req.k)
     if summary is None or not summary.k_values:
         return req.k_mode
-    from ..adaptive import describe_choices
+    from ..drafters.adaptive import describe_choices
 
     return f"{req.k_mode} (chosen: {describe_choices(summary.k_values)})"
 
 
-def _controller(pair, ids, proposer, req: RunRequest, session: Session):
+def _controller(pair, ids, proposer, req: RunRequest, session: Session, store=None):
     """The k setting as the loop takes it. Adaptive k needs the cost curve of this pair, drafter and prompt:
-    the session's own calibration when it reaches far enough, else a short one (kept on the pair)."""
-    from ..adaptive import CostCurve, calibrated_curve, make_controller
-    from ..engine import K_MAX
+    the session's own calibration when it reaches far enough, else the pair's for this context length
+    (`store`, a lab.CalibrationStore shared by every tab), calibrated briefly the first time."""
+    from ..drafters.adaptive import CostCurve, make_controller
+    from ..lab.calibration import calibrated_curve
+    from ..core.engine import K_MAX
 
     if req.k_mode == "fixed":
         return req.k
     curve = None
     if req.k_mode == "adaptive":
         timing = session.timing_for(proposer.describe(), prompt_key(ids), K_MAX + 1)
-        curve = CostCurve.from_timing(timing) if timing is not None else calibrated_curve(pair, ids, proposer,
+        curve = CostCurve.from_timing(timing) if timing is not None else calibrated_curve(pair, ids, proposer, store,
                                                                                           repeats=3)
     return make_controller(req.k_mode, curve, memory=session.k_memory.setdefault(proposer.describe(), {}))
 
 
 def _check_prompt_ids(pair, ids, max_new_tokens: int, limits) -> None:
     """The encoded prompt within this playground's token limit and, with the new tokens, the target's context."""
-    from ..engine import check_request
+    from ..core.engine import check_request
 
     limits.check_prompt_tokens(len(ids))
     check_request(pair, ids, max_new_tokens)
@@ -395,13 +412,13 @@ def _check_prompt_ids(pair, ids, max_new_tokens: int, limits) -> None:
 
 def resolve_prompt(pair, req: RunRequest):
     """(prompt ids, preset or None). The preset's exact ids when the box still holds its text unchanged."""
-    from ..text import encode_prompt
+    from ..inputs.text import encode_prompt
 
     if pair.tokenizer is None:
         raise PlaygroundError("this model pair has no tokenizer, so a text prompt cannot be encoded")
     preset = None
     if req.preset:
-        from ..presets import get_preset
+        from ..inputs.presets import get_preset
 
         preset = get_preset(req.preset)
         try:
@@ -617,7 +634,7 @@ def _ratio(a, b):
 
 def prediction_markdown(session: Session) -> str:
     """Predicted speed-up (cost model + calibration) beside the measured one, saying how each was measured."""
-    from ..cost import break_even_alpha, verify_cost
+    from ..core.cost import break_even_alpha, verify_cost
 
     run = session.run
     lines = ["#### Predicted against measured"]
@@ -675,7 +692,7 @@ def prediction_markdown(session: Session) -> str:
 
 def run_document(run: RunResult, timing=None) -> dict:
     """The run as JSON: records, summary, environment and config (what the Download button saves)."""
-    from ..records import record_to_dict
+    from ..core.records import record_to_dict
 
     from ..envinfo import redact
 
@@ -729,7 +746,7 @@ def save_document(doc: dict, stem: str = "run") -> str:
 
 
 def _figures(records, summary) -> dict:
-    from ..records import Iteration
+    from ..core.records import Iteration
 
     its = [r for r in records if isinstance(r, Iteration)]
     return {"time": charts.time_split_figure(its), "positions": charts.acceptance_by_position_figure(summary),
@@ -786,7 +803,7 @@ class StoppedView:
 
 def stopped_view(session: Session | None) -> StoppedView:
     """What to show after a Stop (nothing when the last event was not stopped)."""
-    from ..records import summarize
+    from ..core.records import summarize
 
     what = session.stopped if session is not None else None
     if what is None:
@@ -813,12 +830,12 @@ def stream_run(provider: PairProvider, session: Session | None, prompt, preset, 
                temperature, top_k, top_p, max_new_tokens, seed, progress: Progress = None,
                limits=None, k_mode: str | None = "fixed") -> Iterator[RunView]:
     """Speculative decoding of the prompt, streamed: token HTML and counters as records arrive, charts throttled."""
-    from ..engine import speculative_generate
+    from ..core.engine import speculative_generate
     from ..envinfo import describe_setup, environment
-    from ..presets import check_output
+    from ..inputs.presets import check_output
     from ..limits import Limits
-    from ..proposers import make_proposer
-    from ..records import Iteration, summarize
+    from ..drafters.registry import make_proposer
+    from ..core.records import Iteration, summarize
 
     limits = limits or Limits.from_env()
     drafters = [name for _, name in provider.drafter_choices()]
@@ -849,8 +866,8 @@ def stream_run(provider: PairProvider, session: Session | None, prompt, preset, 
 
     def work(emit, stopped):
         if req.k_mode == "adaptive":
-            phase[0] = "calibrating the cost model for adaptive k (once per pair and drafter)"
-        controller = _controller(pair, ids, proposer, req, session)
+            phase[0] = "calibrating the cost model for adaptive k (once per pair, drafter and context length)"
+        controller = _controller(pair, ids, proposer, req, session, provider.calibrations)
         phase[0] = "prefill"
         gen = speculative_generate(pair, ids, proposer=proposer, k=controller, sampling=sampling,
                                    max_new_tokens=req.max_new_tokens)
@@ -921,8 +938,8 @@ class CompareView:
 def stream_compare(provider: PairProvider, session: Session | None, progress: Progress = None) -> Iterator[CompareView]:
     """Plain decoding of the last run's prompt and length, right after it; the measured ratio beside the prediction."""
     from ..envinfo import describe_setup
-    from ..engine import plain_generate
-    from ..records import summarize
+    from ..core.engine import plain_generate
+    from ..core.records import summarize
 
     run = session.run
     if run is None or not run.finished:
@@ -980,9 +997,9 @@ def stream_calibrate(provider: PairProvider, session: Session | None, prompt, pr
     """Time the target over n = 1..max(9, k+1) tokens and the drafter per token on the current prompt.
 
     The result (a lab.Timing) is cached in the session per drafter and prompt."""
-    from ..lab import calibrate
+    from ..lab.calibration import calibrate
     from ..limits import Limits
-    from ..proposers import make_proposer
+    from ..drafters.registry import make_proposer
 
     limits = limits or Limits.from_env()
     drafters = [name for _, name in provider.drafter_choices()]
@@ -1063,7 +1080,7 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
                      f"{result['predicted_best_k']}.")
     for r in table:
         if not isinstance(r["k"], int):  # the adaptive arm of the same rounds
-            from ..adaptive import describe_choices
+            from ..drafters.adaptive import describe_choices
 
             lines.append(f"Adaptive k (chosen per iteration: {describe_choices(r.get('k_values') or {})}): {r['median_ratio']:.2f}\u00d7, "
                          f"{r['median_ratio'] / best['median_ratio']:.0%} of the best fixed k.")
@@ -1083,7 +1100,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, prompt, preset
     """k = 1..k_max on the current prompt: measured and predicted speed-up against k, break-even, best k."""
     from ..envinfo import describe_setup
     from ..limits import Limits
-    from ..proposers import make_proposer
+    from ..drafters.registry import make_proposer
 
     drafters = [name for _, name in provider.drafter_choices()]
     k_max = _integer(k_max, "largest k")
@@ -1107,7 +1124,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, prompt, preset
     ks = list(range(1, k_max + 1))
     timing = session.timing_for(name, key, k_max + 1)
     if sweep_fn is None:
-        from ..lab import sweep as sweep_fn
+        from ..lab.speed import sweep as sweep_fn
 
     def factory():
         return make_proposer(pair, req.drafter)
@@ -1137,7 +1154,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, prompt, preset
 
 def timing_from_dict(d: dict):
     """A lab.Timing back from its to_dict() form (the sweep returns it that way); None if it does not fit."""
-    from ..lab import Timing
+    from ..lab.calibration import Timing
 
     try:
         return Timing(target_step_s=float(d["target_step_s"]),
@@ -1163,7 +1180,7 @@ class PresetView:
 
 def preset_choices(directory=None) -> tuple[list[tuple[str, str]], list[str]]:
     """Dropdown choices (label, name), with a first entry for the user's own prompt; and any preset errors."""
-    from ..presets import load_presets
+    from ..inputs.presets import load_presets
 
     presets, errors = load_presets(directory, strict=False)
     choices = [("your own prompt (no preset)", "")]
@@ -1175,7 +1192,7 @@ def load_preset(provider: PairProvider, name, current_prompt: str = "", progress
                 session: Session | None = None) -> PresetView:
     """Fill the prompt box with the exact text the model sees for a preset (with the tokenizer of the pair the
     tab chose), and its max new tokens."""
-    from ..presets import get_preset
+    from ..inputs.presets import get_preset
 
     provider = provider.for_session(session)
     if not name:
@@ -1207,7 +1224,7 @@ class PairView:
 def pair_choices(provider: PairProvider) -> tuple[list[tuple[str, str]], str, bool]:
     """The pair menu: (label, value) per named pair (the app's own pair first if it is a custom one), the
     current value, and whether other models may be typed in (PLAYGROUND_ALLOW_ANY_MODEL=1)."""
-    from ..pairs import PAIRS, ModelPolicy
+    from ..pairs.registry import PAIRS, ModelPolicy
 
     if provider.fixed:  # an app built around one loaded pair (tests, embedding): nothing to choose
         name = provider.get().target_name
@@ -1221,7 +1238,7 @@ def pair_choices(provider: PairProvider) -> tuple[list[tuple[str, str]], str, bo
 
 def pair_info(provider: PairProvider) -> str:
     """One line under the pair menu: what the chosen pair is, and whether it is loaded yet."""
-    from ..pairs import PAIRS
+    from ..pairs.registry import PAIRS
 
     if provider.fixed:
         p = provider.get()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 from typing import Iterable, Sequence
 
-from ..records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
+from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
 
 REPLACEMENT = "\ufffd"
 

@@ -11,7 +11,10 @@ not UTF-8, or holding control characters is a PlaygroundError that says where.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Sequence
+
+from ..errors import PlaygroundError
 
 REPLACEMENT = "\ufffd"
 
@@ -56,8 +59,6 @@ def check_prompt_text(text, max_chars: int | None = None) -> str:
     """A prompt as typed, pasted or sent through the API: non-empty, within `max_chars`, valid Unicode that
     encodes as UTF-8 (no lone surrogates, which is how Python carries undecodable bytes from argv) and free
     of control characters other than tab and newline. Returns the text unchanged; raises PlaygroundError."""
-    from .errors import PlaygroundError
-
     if not isinstance(text, str) or not text.strip():
         raise PlaygroundError("the prompt is empty: type something, or pick a preset")
     if max_chars is not None and len(text) > max_chars:
@@ -81,10 +82,6 @@ def check_prompt_text(text, max_chars: int | None = None) -> str:
 def read_prompt_file(path: str, max_chars: int) -> str:
     """A prompt from a file ('-': standard input), strictly UTF-8; reads at most what `max_chars` could need,
     so a huge or endless file (/dev/zero) is refused, not read."""
-    import sys
-
-    from .errors import PlaygroundError
-
     limit = 4 * max_chars  # a UTF-8 character is at most 4 bytes
     where = "standard input" if path == "-" else f"the prompt file {path!r}"
     try:

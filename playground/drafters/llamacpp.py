@@ -31,10 +31,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .cached import common_prefix
-from .errors import PlaygroundError
-from .proposers import EMPTY, Proposal, Proposer, RunContext
-from .sampling import probabilities
+from ..core.cached import common_prefix
+from ..errors import PlaygroundError
+from ..core.proposal import EMPTY, Proposal, Proposer, RunContext
+from ..core.sampling import probabilities
+from ..pairs.loading import embedded_gguf_path
 
 # The version scripts/install_llama_cpp.sh installs and this module was written and tested against.
 PINNED_VERSION = "0.3.36"
@@ -91,7 +92,7 @@ def openmp_runtimes() -> dict[str, str | None]:
     Both link the soname libgomp.so.1 (torch's wheel bundles its own copy under that name), so the
     dynamic loader gives them ONE runtime, whichever was loaded first; this is what tests check.
     """
-    import llama_cpp
+    import llama_cpp  # optional and heavy: only where llama-cpp-python is installed (_import_llama_cpp has run)
 
     libs = {
         "torch": Path(torch.__file__).parent / "lib" / "libtorch_cpu.so",
@@ -148,8 +149,6 @@ class LlamaCppProposer(Proposer):
         self._ll = _import_llama_cpp()
         ll = self._ll
         if gguf_path is None:
-            from .models import embedded_gguf_path
-
             gguf_path = embedded_gguf_path()
         path = Path(gguf_path)
         if not path.is_file():

@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from . import cost
-from .engine import K_MAX, check_k
-from .errors import PlaygroundError
-from .records import Iteration
+from ..core import cost
+from ..core.engine import K_MAX, FixedK, check_k
+from ..errors import PlaygroundError
+from ..core.records import Iteration
 
 
 @dataclass(frozen=True)
@@ -279,8 +279,6 @@ def make_controller(setting: int | str, curve: CostCurve | None = None, k_max: i
                     memory: dict | None = None):
     """An int gives FixedK; 'adaptive' needs the pair's cost curve; 'heuristic' starts where
     transformers does (20), capped at the loop's K_MAX (16)."""
-    from .engine import FixedK
-
     if isinstance(setting, int) and not isinstance(setting, bool):
         return FixedK(check_k(setting))
     if setting == "adaptive":
@@ -292,19 +290,6 @@ def make_controller(setting: int | str, curve: CostCurve | None = None, k_max: i
     raise PlaygroundError(f"unknown k setting {setting!r}; give an integer 1..{K_MAX}, 'adaptive' or 'heuristic'")
 
 
-
 def describe_choices(k_values) -> str:
     """How often each k was chosen ({k: iterations}, keys int or str): '2×1 16×5' (k = 0 is a plain step)."""
     return " ".join(f"{k}\u00d7{n}" for k, n in sorted(k_values.items(), key=lambda kv: int(kv[0])))
-
-
-def calibrated_curve(pair, prompt_ids, proposer, repeats: int = 5, progress=None) -> CostCurve:
-    """The cost curve of this pair and drafter, calibrated once (a few seconds: `lab.calibrate` with few
-    repeats) and kept in `pair.resources`, so later adaptive runs on the pair reuse it."""
-    from .lab import calibrate
-
-    key = ("cost-curve", proposer.describe())
-    if key not in pair.resources:
-        timing = calibrate(pair, prompt_ids, proposer, n_max=K_MAX + 1, repeats=repeats, warmup=2, progress=progress)
-        pair.resources[key] = CostCurve.from_timing(timing)
-    return pair.resources[key]

@@ -1,77 +1,15 @@
-"""Where guesses come from.
-
-A proposer is a small object with one life per run:
-  begin(prompt_ids, ctx)   prefill whatever state it keeps (a draft model's cache)
-  propose(tokens, k)       up to k proposed next tokens for the committed `tokens`, with the
-                           proposer's distribution q over each (None when proposals are deterministic)
-  rollback(tokens)         after verification: forget everything not in the new committed `tokens`
-A new drafting method is a new proposer, never a new loop (transformers' CandidateGenerator shape).
-"""
+"""The proposers that ship: a draft model, prompt lookup, and the hybrid of the two (the interface they
+implement is playground.core.proposal; llama.cpp is playground.drafters.llamacpp)."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 
-from .cached import CachedLM, common_prefix
-from .sampling import SamplingConfig, probabilities
-
-
-@dataclass(frozen=True)
-class Proposal:
-    tokens: tuple[int, ...]
-    # The proposer's distribution at each proposed position, [len(tokens), V], as sampled from
-    # (warped like the target's). None for a deterministic proposer: q is then a point mass.
-    q: torch.Tensor | None = None
-    sources: tuple[str, ...] | None = None
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-
-EMPTY = Proposal(())
-LOOKUP_MAX = 16  # the longest lookup continuation kept (the loop's K_MAX)
-
-
-@dataclass
-class RunContext:
-    """What a proposer needs to know about the run it serves."""
-
-    sampling: SamplingConfig
-    generator: torch.Generator
-    stop_ids: frozenset[int] = field(default_factory=frozenset)
-    # Stop drafting early, after a token the drafter itself gave less than this probability (as
-    # transformers' assistant_confidence_threshold does); None drafts all k.
-    min_confidence: float | None = None
-
-    def confident(self, probs: torch.Tensor, token: int) -> bool:
-        """Whether drafting may go on after `token`, drawn from (or the argmax of) `probs`."""
-        return self.min_confidence is None or float(probs[token]) >= self.min_confidence
-
-
-class Proposer(ABC):
-    name: str = "proposer"
-    uses_draft_model: bool = False
-
-    def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
-        self.ctx = ctx
-
-    @abstractmethod
-    def propose(self, tokens: Sequence[int], k: int) -> Proposal: ...
-
-    def rollback(self, tokens: Sequence[int]) -> None:
-        pass
-
-    def next_source(self, tokens: Sequence[int]) -> str | None:
-        """Where the next proposal for `tokens` would come from, for a drafter with several sources
-        (their costs differ, so k is chosen per source); None for a drafter with one."""
-        return None
-
-    def describe(self) -> str:
-        return self.name
+from ..core.cached import CachedLM, common_prefix
+from ..core.proposal import EMPTY, LOOKUP_MAX, Proposal, Proposer, RunContext
+from ..core.sampling import probabilities
 
 
 class DraftModelProposer(Proposer):
@@ -216,60 +154,3 @@ class HybridProposer(Proposer):
 
     def rollback(self, tokens: Sequence[int]) -> None:
         self.model.rollback(tokens)
-
-
-DRAFTERS = {
-    "llama.cpp": "the target's own GGUF run by llama.cpp (embedded target only; needs llama-cpp-python)",
-    "draft": "the pair's draft model (for the embedded target: an int8 copy of its weights)",
-    "lookup": "prompt lookup: copy what followed the latest match of the last n tokens (no model)",
-    "hybrid": "prompt lookup where the last tokens occurred before, else the best model drafter",
-}
-
-
-def default_drafter(pair) -> tuple[str, str]:
-    """The best drafter this pair can use here, and why: llama.cpp for the embedded target when it is
-    installed (measured fastest on CPU), else the pair's draft model, else prompt lookup."""
-    from .models import EMBEDDED_NAME
-
-    if pair.target_name == EMBEDDED_NAME:
-        from .llamacpp import llama_cpp_available
-
-        ok, why = llama_cpp_available()
-        if ok:
-            return "llama.cpp", "the embedded GGUF in llama.cpp"
-        fallback = "draft" if pair.draft is not None else "lookup"
-        return fallback, f"llama.cpp drafter unavailable ({why}); using {fallback}"
-    if pair.draft is not None:
-        return "draft", "the pair's draft model"
-    return "lookup", "no draft model loaded"
-
-
-def make_proposer(pair, drafter: str = "draft", max_ngram: int = 3) -> Proposer:
-    """A proposer of the named kind for this pair (see DRAFTERS). Proposers keep no state across runs
-    (`begin` resets them), so the llama.cpp one, whose load costs a second, is built once per pair."""
-    from .errors import PlaygroundError
-
-    if drafter == "auto":
-        drafter = default_drafter(pair)[0]
-    if drafter == "hybrid":
-        inner = default_drafter(pair)[0]
-        if inner == "lookup":
-            raise PlaygroundError("the hybrid drafter needs a model drafter (llama.cpp or a draft model), "
-                                  "and this pair has neither")
-        return HybridProposer(make_proposer(pair, inner, max_ngram=max_ngram), max_ngram=max_ngram)
-    if drafter == "draft":
-        if pair.draft is None:
-            raise PlaygroundError("this model pair has no draft model; choose the 'lookup' drafter or load a draft")
-        return DraftModelProposer(pair.draft, pair.device, pair.vocab_size, name=pair.draft_name or "draft")
-    if drafter == "lookup":
-        return PromptLookupProposer(max_ngram=max_ngram)
-    if drafter == "llama.cpp":
-        from .llamacpp import LlamaCppProposer
-        from .models import EMBEDDED_NAME
-
-        if pair.target_name != EMBEDDED_NAME:
-            raise PlaygroundError("the llama.cpp drafter runs the embedded GGUF, so it drafts for the embedded target only")
-        if "llama.cpp" not in pair.resources:
-            pair.resources["llama.cpp"] = LlamaCppProposer(pair.tokenizer, vocab_size=pair.vocab_size)
-        return pair.resources["llama.cpp"]
-    raise PlaygroundError(f"unknown drafter {drafter!r}; choose one of auto, {', '.join(DRAFTERS)}")

@@ -18,7 +18,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from .errors import PlaygroundError
+from ..errors import PlaygroundError
 
 
 @dataclass(frozen=True)

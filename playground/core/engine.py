@@ -12,18 +12,20 @@ holds a prefix of the committed tokens and catches up at its next propose.
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
 
 import torch
 
 from .cached import CachedLM
 from .clock import Clock
-from .errors import PlaygroundError
-from .models import ModelPair
-from .proposers import EMPTY, Proposal, Proposer, RunContext
+from ..errors import PlaygroundError
+from .proposal import EMPTY, Proposal, Proposer, RunContext
 from .records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
 from .rules import SampleRule, Verdict, accept_greedy, accept_sample
 from .sampling import GREEDY, SamplingConfig, choose, probabilities
+
+if TYPE_CHECKING:  # annotations only: the loop reads a loaded pair's fields and loads nothing itself
+    from ..pairs.models import ModelPair
 
 K_MAX = 16
 

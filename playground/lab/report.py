@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import PlaygroundError
+from ..errors import PlaygroundError
 
 
 def load_result(path: str | Path) -> dict:

@@ -26,9 +26,9 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 
-from .errors import PlaygroundError
+from ..errors import PlaygroundError
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
 
 KINDS = ("tool_call", "react", "json", "sql", "code_edit", "quote", "code", "prose")
 OUTPUT_FORMATS = ("json", "react", "text")

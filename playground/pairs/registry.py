@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from .errors import PlaygroundError
+from ..errors import PlaygroundError
+from .hub import gated_message, hub_cache_dir, hub_token, is_cached, offline
+from .loading import load_pair
 from .models import EMBEDDED, INT8
 
 KEYWORDS = frozenset({EMBEDDED, INT8})
@@ -193,60 +195,12 @@ def parse_custom(text: str) -> tuple[str, str | None]:
     return parts[0], (_draft_value(parts[1]) if len(parts) == 2 else None)
 
 
-# --- the hub: tokens, gated models, the cache -------------------------------------------------------------
-
-
-def hub_token() -> str | None:
-    """The Hugging Face token huggingface_hub would send (HF_TOKEN, or the saved login). Never printed."""
-    try:
-        from huggingface_hub import get_token
-
-        return get_token()
-    except Exception:  # an OIDC exchange that failed, an unreadable token file: as if none were set
-        return os.environ.get("HF_TOKEN") or None
-
-
-def is_cached(repo_id: str) -> bool:
-    """Whether a hub model's config is already in the local Hugging Face cache (no network)."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
-    except Exception:
-        return False
-
-
-def hub_cache_dir() -> str:
-    try:
-        from huggingface_hub import constants
-
-        return str(constants.HF_HUB_CACHE)
-    except Exception:
-        return "the Hugging Face cache"
-
-
-def gated_message(repo_id: str, token_set: bool) -> str:
-    why = ("the token set (HF_TOKEN or a saved login) has no access to it" if token_set
-           else "no Hugging Face token is set")
-    return (f"{repo_id!r} is a gated model and {why}: ask for access at https://huggingface.co/{repo_id}, then set "
-            f"HF_TOKEN to a token with read access (docker run -e HF_TOKEN ...)")
-
-
 def check_access(choice: PairChoice) -> None:
     """Before any download: a gated model that is not cached needs a token (checked locally, no network)."""
     gated = {i for p in PAIRS.values() if p.gated for i in p.hub_ids} & {choice.target, choice.draft}
     for repo_id in sorted(gated):
         if not is_cached(repo_id) and not hub_token():
             raise PlaygroundError(gated_message(repo_id, token_set=False))
-
-
-def _offline() -> bool:
-    try:
-        from huggingface_hub import constants
-
-        return bool(constants.HF_HUB_OFFLINE)
-    except Exception:
-        return False
 
 
 def _remote_ids(choice: PairChoice) -> list[str]:
@@ -257,12 +211,10 @@ def load_choice(choice: PairChoice, progress: Callable[[str], None] | None = pri
                 policy: ModelPolicy | None = None):
     """Check a choice (policy, gated access) and load it with models.load_pair; hub models download into the
     Hugging Face cache on first use, with huggingface_hub's progress bars."""
-    from .models import load_pair
-
     check_choice(choice, policy)
     check_access(choice)
     for repo_id in _remote_ids(choice):
-        if progress and not is_cached(repo_id) and not _offline():
+        if progress and not is_cached(repo_id) and not offline():
             progress(f"Downloading {repo_id} into {hub_cache_dir()} (first use; later starts read it from there) ...")
     return load_pair(choice.target, choice.draft, device=choice.device, dtype=choice.dtype, progress=progress,
                      device_map=choice.device_map)

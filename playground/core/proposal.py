@@ -1,0 +1,74 @@
+"""Where guesses come from.
+
+A proposer is a small object with one life per run:
+  begin(prompt_ids, ctx)   prefill whatever state it keeps (a draft model's cache)
+  propose(tokens, k)       up to k proposed next tokens for the committed `tokens`, with the
+                           proposer's distribution q over each (None when proposals are deterministic)
+  rollback(tokens)         after verification: forget everything not in the new committed `tokens`
+A new drafting method is a new proposer, never a new loop (transformers' CandidateGenerator shape).
+"""
+
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from .sampling import SamplingConfig
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: tuple[int, ...]
+    # The proposer's distribution at each proposed position, [len(tokens), V], as sampled from
+    # (warped like the target's). None for a deterministic proposer: q is then a point mass.
+    q: torch.Tensor | None = None
+    sources: tuple[str, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+EMPTY = Proposal(())
+LOOKUP_MAX = 16  # the longest lookup continuation kept (the loop's K_MAX)
+
+
+@dataclass
+class RunContext:
+    """What a proposer needs to know about the run it serves."""
+
+    sampling: SamplingConfig
+    generator: torch.Generator
+    stop_ids: frozenset[int] = field(default_factory=frozenset)
+    # Stop drafting early, after a token the drafter itself gave less than this probability (as
+    # transformers' assistant_confidence_threshold does); None drafts all k.
+    min_confidence: float | None = None
+
+    def confident(self, probs: torch.Tensor, token: int) -> bool:
+        """Whether drafting may go on after `token`, drawn from (or the argmax of) `probs`."""
+        return self.min_confidence is None or float(probs[token]) >= self.min_confidence
+
+
+class Proposer(ABC):
+    name: str = "proposer"
+    uses_draft_model: bool = False
+
+    def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal: ...
+
+    def rollback(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def next_source(self, tokens: Sequence[int]) -> str | None:
+        """Where the next proposal for `tokens` would come from, for a drafter with several sources
+        (their costs differ, so k is chosen per source); None for a drafter with one."""
+        return None
+
+    def describe(self) -> str:
+        return self.name

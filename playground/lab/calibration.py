@@ -1,0 +1,238 @@
+"""Timing calibration: the step costs (c, v(n), the drafter's cost per call) the cost model needs,
+measured the way the loop runs them."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..core import cost
+from ..core.cached import CachedLM
+from ..core.clock import Clock
+from ..core.proposal import RunContext
+from ..core.engine import K_MAX
+from ..core.sampling import GREEDY
+from ..drafters.adaptive import CostCurve
+from ..drafters.proposers import LOOKUP_MAX, HybridProposer, lookup
+from .common import Progress, spread, tick
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Step costs measured in one calibration: what the cost model needs (c, v(n) and the drafter's
+    fixed cost per call)."""
+
+    target_step_s: float  # median target pass over 1 new token, back to back as plain decoding runs
+    verify_s: dict[int, float]  # median target pass over n new tokens right after a draft, n = 1..n_max
+    draft_step_s: float  # median per-token cost of the drafter (slope of propose(k) time in k)
+    context_tokens: int
+    raw: dict = field(default_factory=dict)
+    draft_call_s: float = 0.0  # what a propose() costs beyond k per-token steps (catching up, set-up)
+    # A drafter with several proposal sources (the hybrid): the seconds per token and per call of each
+    # source other than the model drafter timed above, e.g. {"lookup": (0.0, 0.0002)}.
+    source_s: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def c(self) -> float:
+        return self.draft_step_s / self.target_step_s
+
+    @property
+    def v(self) -> dict[int, float]:
+        return {n: s / self.target_step_s for n, s in self.verify_s.items()}
+
+    @property
+    def overhead(self) -> float:
+        """The drafter's fixed cost per iteration, in target steps."""
+        return self.draft_call_s / self.target_step_s
+
+    @property
+    def source_costs(self) -> dict[str, tuple[float, float]]:
+        """Per proposal source, (c, overhead) in target steps; "draft" is the model drafter."""
+        out = {name: (step / self.target_step_s, call / self.target_step_s) for name, (step, call) in self.source_s.items()}
+        if out:
+            out.setdefault("draft", (self.c, self.overhead))
+        return out
+
+    def mixed(self, source_iterations: dict[str, int] | None) -> tuple[float, float]:
+        """(c, overhead) averaged over the sources a run's proposing iterations came from."""
+        costs = self.source_costs
+        counts = {s: n for s, n in (source_iterations or {}).items() if s in costs and n > 0}
+        if not costs or not counts:
+            return self.c, self.overhead
+        total = sum(counts.values())
+        return (sum(costs[s][0] * n for s, n in counts.items()) / total,
+                sum(costs[s][1] * n for s, n in counts.items()) / total)
+
+    def predict(self, alpha_or_positions, k: int, new_tokens: int | None = None,
+                source_iterations: dict[str, int] | None = None) -> float:
+        """Predicted speed-up over plain decoding: iid alpha or per-position acceptance (empirical).
+        With `new_tokens`, for a run of that length (its last iterations clipped as the loop clips them).
+        With `source_iterations` ({source: proposing iterations}), a hybrid's cost is the mix of its sources'."""
+        c, overhead = self.mixed(source_iterations)
+        if new_tokens is not None:
+            positions = ([alpha_or_positions] if isinstance(alpha_or_positions, (int, float))
+                         else alpha_or_positions)
+            return cost.predicted_speedup_finite(positions, k, c, self.v, new_tokens, overhead)
+        if isinstance(alpha_or_positions, (int, float)):
+            return cost.predicted_speedup(alpha_or_positions, k, c, self.v, overhead)
+        return cost.predicted_speedup_empirical(alpha_or_positions, k, c, self.v, overhead)
+
+    def to_dict(self) -> dict:
+        return {
+            "target_step_s": self.target_step_s,
+            "verify_s": {str(n): s for n, s in self.verify_s.items()},
+            "draft_step_s": self.draft_step_s,
+            "draft_call_s": self.draft_call_s,
+            "c": self.c,
+            "overhead": self.overhead,
+            "v": {str(n): x for n, x in self.v.items()},
+            "context_tokens": self.context_tokens,
+            "source_s": {name: list(x) for name, x in self.source_s.items()},
+            "source_costs": {name: list(x) for name, x in self.source_costs.items()},
+            "raw": self.raw,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Timing | None":
+        """A Timing back from its `to_dict()` form (a saved result, the sweep's JSON); None if it does not fit."""
+        try:
+            return cls(target_step_s=float(d["target_step_s"]),
+                       verify_s={int(n): float(s) for n, s in d["verify_s"].items()},
+                       draft_step_s=float(d["draft_step_s"]), context_tokens=int(d["context_tokens"]),
+                       raw=dict(d.get("raw") or {}), draft_call_s=float(d.get("draft_call_s", 0.0)),
+                       source_s={k: (float(a), float(b)) for k, (a, b) in (d.get("source_s") or {}).items()})
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+
+def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats: int = 12, warmup: int = 3,
+              progress: Progress = None) -> Timing:
+    """Time the target over n = 1..n_max new tokens after a real prompt, and the drafter per call and token.
+
+    The two are timed in the alternation the loop has (draft, then a target pass, then both roll
+    back), because on a CPU that shares its cores between two runtimes (torch's and llama.cpp's
+    thread pools) each side runs slower right after the other than back to back: timing them apart
+    predicted speed-ups 20-30% too high here. Every n gets the same context; the drafter alternates
+    between propose(1) and propose(4), and its per-token cost is the slope, its fixed cost per call
+    the rest of propose(1). A hybrid drafter is timed by its sources: its model drafter as above, its
+    prompt lookup apart (a search of the context, no model), so that each source has its own cost.
+    """
+    clock = Clock.for_pair(pair)
+    prompt = [int(t) for t in prompt_ids]
+    lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    lm.feed(prompt[:-1], last_only=True)
+    base = len(lm)
+    filler = prompt[-n_max:] if len(prompt) >= n_max else (prompt * n_max)[:n_max]
+    ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset())
+    hybrid = proposer if isinstance(proposer, HybridProposer) else None
+    if hybrid is not None:
+        proposer = hybrid.model
+    proposer.begin(prompt, ctx)
+    samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+    drafts: dict[int, list[float]] = {1: [], 4: []}
+    total = (warmup + repeats) * n_max
+    done = 0
+    for rep in range(warmup + repeats):
+        for n in range(1, n_max + 1):
+            kd = 1 if (n + rep) % 2 else 4
+            # Two unseen tokens, as after an iteration whose proposals were all accepted (the drafter
+            # never ran its own last proposal, and the bonus token is new): what a call costs at high alpha.
+            proposer.rollback(prompt[:-1])
+            t0 = clock.now()
+            proposer.propose(prompt, kd)
+            t1 = clock.now()
+            proposer.rollback(prompt)
+            t2 = clock.now()
+            lm.feed(filler[:n])
+            t3 = clock.now()
+            lm.crop(base)
+            if rep >= warmup:
+                samples[n].append(t3 - t2)
+                drafts[kd].append(t1 - t0)
+            done += 1
+            tick(progress, done / total, f"timing the target over {n} tokens and the drafter")
+    # Plain decoding's step, timed as plain decoding runs: target passes back to back, nothing in
+    # between. It is the unit of the cost model (what a token costs without speculation), and it is
+    # cheaper than a pass right after the drafter ran (here by 5-8%), which the v(n) above include.
+    plain = []
+    for rep in range(warmup + repeats):
+        t0 = clock.now()
+        lm.feed(filler[:1])
+        t1 = clock.now()
+        lm.crop(base)
+        if rep >= warmup:
+            plain.append(t1 - t0)
+    verify = {n: statistics.median(xs) for n, xs in samples.items()}
+    one, four = statistics.median(drafts[1]), statistics.median(drafts[4])
+    per_token = max(0.0, (four - one) / 3)
+    source_s = {}
+    if hybrid is not None:
+        # A lookup's cost is its search, whatever k: one number per call (in the run it is made once per
+        # iteration, for next_source, and reused by propose).
+        searches = []
+        for _ in range(warmup + repeats):
+            t0 = clock.now()
+            lookup(prompt, LOOKUP_MAX, hybrid.max_ngram, hybrid.min_ngram)
+            searches.append(clock.now() - t0)
+        source_s["lookup"] = (0.0, statistics.median(searches[warmup:]))
+    return Timing(
+        target_step_s=statistics.median(plain),
+        verify_s=verify,
+        draft_step_s=per_token,
+        draft_call_s=max(0.0, one - per_token),
+        source_s=source_s,
+        context_tokens=len(prompt),
+        raw={"target_pass_s": {str(n): xs for n, xs in samples.items()}, "plain_step_s": plain,
+             "draft_propose_s": {str(k): xs for k, xs in drafts.items()},
+             "target_spread": {str(n): spread(xs) for n, xs in samples.items()}},
+    )
+
+
+class CalibrationStore:
+    """The cost curves of one loaded pair, one per drafter and context-length bucket, reused by every run.
+
+    A step's cost depends on the model, the drafter and how long the context is, not on what the context
+    says, so one calibration serves every prompt whose length falls in the same bucket (powers of two from
+    64 tokens). Shared by every browser tab on the pair (the app keeps one store per loaded pair) and safe
+    to share: a lock guards the table, and a curve, once stored, is never changed.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._curves: dict[tuple[str, int], CostCurve] = {}
+
+    @staticmethod
+    def bucket(context_tokens: int) -> int:
+        """The smallest power of two >= the context length, at least 64."""
+        b = 64
+        while b < context_tokens:
+            b *= 2
+        return b
+
+    def get(self, drafter: str, context_tokens: int) -> CostCurve | None:
+        with self._lock:
+            return self._curves.get((drafter, self.bucket(context_tokens)))
+
+    def put(self, drafter: str, context_tokens: int, curve: CostCurve) -> None:
+        with self._lock:
+            self._curves[(drafter, self.bucket(context_tokens))] = curve
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._curves)
+
+
+def calibrated_curve(pair, prompt_ids, proposer, store: CalibrationStore | None = None, repeats: int = 5,
+                     progress: Progress = None) -> CostCurve:
+    """The cost curve of this pair and drafter at this context length: from `store` when it holds one, else a
+    short calibration (`calibrate` with few repeats, a few seconds), kept in `store` for the next run."""
+    drafter = proposer.describe()
+    curve = store.get(drafter, len(prompt_ids)) if store is not None else None
+    if curve is None:
+        timing = calibrate(pair, prompt_ids, proposer, n_max=K_MAX + 1, repeats=repeats, warmup=2, progress=progress)
+        curve = CostCurve.from_timing(timing)
+        if store is not None:
+            store.put(drafter, len(prompt_ids), curve)
+    return curve

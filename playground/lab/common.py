@@ -1,0 +1,37 @@
+"""Helpers every experiment shares: progress ticks, spreads, the rotating run order, thread budget."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Sequence
+
+import torch
+
+Progress = Callable[[float, str], None] | None
+
+
+def tick(progress: Progress, fraction: float, message: str) -> None:
+    if progress is not None:
+        progress(min(1.0, max(0.0, fraction)), message)
+
+
+def spread(xs: Sequence[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def rotated(arms: list[str], shift: int) -> list[str]:
+    """The arms in an order that moves by one from round to round (and prompt to prompt), so drift on
+    a shared machine does not always hit the same arm."""
+    shift %= len(arms)
+    return arms[shift:] + arms[:shift]
+
+
+def now_stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def set_threads(threads: int | None) -> int:
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()

