@@ -1,28 +1,38 @@
 """k per iteration (adaptive, transformers' heuristic) and the hybrid drafter, on tiny random models."""
 
+import dataclasses
+import itertools
+
 import numpy as np
 import pytest
 import torch
 
 from playground import lab
-from playground.drafters.adaptive import AdaptiveK, CostCurve, HeuristicK, make_controller, parse_k
-from playground.core.engine import FixedK, plain_generate, speculative_generate
-from playground.errors import PlaygroundError
-from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+from playground.core.engine import K_MAX, FixedK, plain_generate, speculative_generate
 from playground.core.records import Iteration, Step, summarize
 from playground.core.rules import accept_sample
 from playground.core.sampling import SamplingConfig
+from playground.drafters.adaptive import (
+    AdaptiveK,
+    AdaptiveSettings,
+    CostCurve,
+    HeuristicK,
+    make_controller,
+    parse_k,
+)
+from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+from playground.errors import PlaygroundError
 from tests.test_engine import PROMPTS, chi2
 from tests.tiny import tiny_model, tiny_pair
 
 
-def it(k, n_accepted, proposed=None):
-    """A minimal iteration record: k proposals, the first n_accepted accepted."""
+def it(k, n_accepted, proposed=None, source=None):
+    """A minimal iteration record: k proposals, the first n_accepted accepted (all from `source`, if given)."""
     proposed = tuple(range(k)) if proposed is None else proposed
     emitted = tuple(proposed[:n_accepted]) + (99,)
     return Iteration(index=0, k=k, proposed=proposed, n_accepted=n_accepted, emitted=emitted,
                      roles=("accepted",) * n_accepted + ("correction",), draft_s=0, verify_s=0, rollback_s=0,
-                     elapsed_s=0)
+                     elapsed_s=0, sources=(source,) * len(proposed) if source is not None else None)
 
 
 PLAIN_STEP = Iteration(0, 0, (), 0, (5,), ("plain",), 0, 0, 0, 0)
@@ -50,7 +60,8 @@ def test_adaptive_drafts_deep_when_proposals_are_accepted_and_cheap():
 
 
 def test_adaptive_stops_drafting_when_nothing_is_accepted_and_probes_again():
-    ctl = AdaptiveK(CostCurve(c=0.3, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 10)}), k_max=8, probe_every=3)
+    ctl = AdaptiveK(CostCurve(c=0.3, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 10)}), k_max=8,
+                    settings=AdaptiveSettings(probe_every=3))
     for _ in range(10):
         ctl.observe(it(2, 0))
     ks = run_rejected(ctl, 8)
@@ -106,7 +117,7 @@ def test_parse_and_make_controller():
         make_controller("adaptive")
     assert isinstance(make_controller("adaptive", FLAT_CHEAP), AdaptiveK)
     with pytest.raises(PlaygroundError):
-        AdaptiveK(FLAT_CHEAP, decay=0)
+        AdaptiveK(FLAT_CHEAP, settings=AdaptiveSettings(decay=0))
     with pytest.raises(PlaygroundError):
         CostCurve(c=-1, v={1: 1.0})
 
@@ -193,7 +204,9 @@ def test_sampling_with_a_varying_k_keeps_the_targets_distribution(pair8, name):
 
 
 def test_speed_and_sweep_run_adaptive_and_heuristic_arms(pair64):
-    factory = lambda: DraftModelProposer(pair64.draft, pair64.device, pair64.vocab_size)  # noqa: E731
+    def factory():
+        return DraftModelProposer(pair64.draft, pair64.device, pair64.vocab_size)
+
     timing = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(), n_max=5, repeats=2, warmup=1)
     res = lab.speed(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory, ks=(1, 2, "adaptive", "heuristic"), rounds=2,
                     max_new_tokens=10, timing={"a": timing, "b": timing})  # one calibration per prompt
@@ -208,7 +221,7 @@ def test_speed_and_sweep_run_adaptive_and_heuristic_arms(pair64):
     sw = lab.sweep(pair64, [1, 2, 3], factory, ks=(1, 2, 3), rounds=1, max_new_tokens=8, timing=timing)
     assert [r["k"] for r in sw["table"]] == [1, 2, 3, "adaptive"]
     assert all("break_even_alpha" in r for r in sw["table"] if isinstance(r["k"], int))
-    assert sw["predicted_best_k"] in range(0, 4)
+    assert sw["predicted_best_k"] in range(4)
 
 
 def test_the_token_view_marks_what_prompt_lookup_copied():
@@ -232,7 +245,7 @@ def test_the_ui_runs_adaptive_and_heuristic_k_and_shows_the_choices():
     iteration's k is in the record, the status says which k were chosen, and greedy output is unchanged."""
     from playground.pairs.models import ModelPair
     from playground.ui import handlers
-    from tests.test_ui_handlers import PROMPT, WORDS
+    from tests.test_ui_handlers import WORDS, request
     from tests.tiny import perturbed, word_tokenizer
 
     target = tiny_model(vocab=64, seed=0, dtype=torch.float32)
@@ -241,8 +254,7 @@ def test_the_ui_runs_adaptive_and_heuristic_k_and_shows_the_choices():
     provider = handlers.PairProvider(pair=pair)
     outs = {}
     for mode in ("fixed", "adaptive", "heuristic"):
-        views = list(handlers.stream_run(provider, None, PROMPT, "", True, "draft", 3, "greedy", 1.0, 0, 1.0, 20, 0,
-                                         k_mode=mode))
+        views = list(handlers.stream_run(provider, None, request(provider, max_new_tokens=20, k_mode=mode)))
         final = views[-1]
         run = final.session.run
         assert run.finished and final.doc["config"]["k_mode"] == mode
@@ -253,8 +265,7 @@ def test_the_ui_runs_adaptive_and_heuristic_k_and_shows_the_choices():
     assert outs["adaptive"] == outs["fixed"] == outs["heuristic"]
     assert len(provider.calibrations) == 1  # calibrated once, kept for the pair
     with pytest.raises(PlaygroundError, match="k per iteration"):
-        list(handlers.stream_run(provider, None, PROMPT, "", True, "draft", 3, "greedy", 1.0, 0, 1.0, 20, 0,
-                                 k_mode="random"))
+        list(handlers.stream_run(provider, None, request(provider, max_new_tokens=20, k_mode="random")))
 
 
 def test_schedules_carry_their_state_from_run_to_run_when_given_a_memory(pair64):
@@ -275,7 +286,7 @@ def test_schedules_carry_their_state_from_run_to_run_when_given_a_memory(pair64)
         rejecting.observe(it(2, 0))
     assert memory["adaptive"][None] < 0.2  # 10 decayed rejections against the prior (0.9, weight 2)
     assert AdaptiveK(costly, k_max=8).next_k() > 0  # fresh: the prior (0.9) says drafting pays
-    after = AdaptiveK(costly, k_max=8, memory=memory, optimism=0)
+    after = AdaptiveK(costly, k_max=8, memory=memory, settings=AdaptiveSettings(optimism=0))
     assert after.next_k() == 0 and after.alpha() == pytest.approx(memory["adaptive"][None])
     for _ in range(3):
         after.observe(it(1, 1))
@@ -288,15 +299,16 @@ def test_schedules_carry_their_state_from_run_to_run_when_given_a_memory(pair64)
 
 def test_a_probe_that_changes_nothing_doubles_the_wait_for_the_next():
     ctl = AdaptiveK(CostCurve(c=0.6, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}), k_max=8,
-                    probe_every=4, probe_max=16)
+                    settings=AdaptiveSettings(probe_every=4, probe_max=16))
     for _ in range(10):
         ctl.observe(it(2, 0))
     ks = run_rejected(ctl, 80)
     probes = [i for i, k in enumerate(ks) if k]
-    gaps = [b - a - 1 for a, b in zip(probes, probes[1:])]
+    gaps = [b - a - 1 for a, b in itertools.pairwise(probes)]
     assert probes[0] == 4 and gaps[:3] == [8, 16, 16]  # 4 plain steps, then 8, then capped at 16
     # a probe that was accepted does not lengthen the wait, even when one is not enough to change the verdict
-    patient = AdaptiveK(CostCurve(c=0.6, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}), k_max=8, probe_every=4)
+    patient = AdaptiveK(CostCurve(c=0.6, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}), k_max=8,
+                        settings=AdaptiveSettings(probe_every=4))
     for _ in range(30):
         patient.observe(it(2, 0))
     for _ in range(4):
@@ -324,7 +336,7 @@ def test_each_proposal_source_has_its_own_cost_and_acceptance():
         ctl.observe(Iteration(0, 2, (1, 2), 0, (3,), ("correction",), 0, 0, 0, 0, sources=("draft",) * 2))
     assert ctl.next_k(source="lookup") == 16
     assert ctl.next_k(source="draft") == 0
-    assert ctl.estimates("lookup")[0] > 0.9 > 0.3 > ctl.estimates("draft")[0]
+    assert ctl.estimates("lookup")[0] > 0.9 and ctl.estimates("draft")[0] < 0.3
     assert curve.for_source("draft") == (0.6, 0.1) and curve.for_source(None) == (0.6, 0.1)
     with pytest.raises(PlaygroundError, match="lookup"):
         CostCurve(c=0.5, v={1: 1.0}, sources={"lookup": (-1.0, 0.0)})
@@ -390,19 +402,20 @@ def test_optimism_tests_a_verdict_of_k_0_reached_on_few_observations():
     """Near break-even on two observations, one standard error of optimism drafts (at no more than a
     probe's k) where the bare estimate would not; thirty rejections are no longer a matter of hope."""
     curve = CostCurve(c=0.6, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}, overhead=0.1)
-    hopeful, bare = AdaptiveK(curve, optimism=1.0), AdaptiveK(curve, optimism=0.0)
+    hopeful = AdaptiveK(curve, settings=AdaptiveSettings(optimism=1.0))
+    bare = AdaptiveK(curve, settings=AdaptiveSettings(optimism=0.0))
     for ctl in (hopeful, bare):
         ctl.observe(it(2, 1))
         ctl.observe(it(2, 1))
     assert bare.next_k() == 0
     k = hopeful.next_k()
     assert 0 < k <= hopeful._probe_k(None)
-    sure = AdaptiveK(curve, optimism=1.0)
+    sure = AdaptiveK(curve, settings=AdaptiveSettings(optimism=1.0))
     for _ in range(30):
         sure.observe(it(2, 0))
     assert sure.next_k() == 0
     with pytest.raises(PlaygroundError, match="optimism"):
-        AdaptiveK(curve, optimism=-1)
+        AdaptiveK(curve, settings=AdaptiveSettings(optimism=-1))
 
 
 def test_depth_grows_by_at_most_twice_the_last_k_plus_one():
@@ -417,7 +430,7 @@ def test_depth_grows_by_at_most_twice_the_last_k_plus_one():
         ks.append(k)
         ctl.observe(it(k, k))
     assert ks == [5, 11, 16]
-    free = AdaptiveK(FLAT_CHEAP, growth=100.0)
+    free = AdaptiveK(FLAT_CHEAP, settings=AdaptiveSettings(growth=100.0))
     free.observe(it(2, 2))
     assert free.next_k() == 16
     # a source that costs nothing per token is not ramped
@@ -426,4 +439,104 @@ def test_depth_grows_by_at_most_twice_the_last_k_plus_one():
                              sources=("lookup", "lookup")))
     assert lookup.next_k(source="lookup") == 16
     with pytest.raises(PlaygroundError, match="growth"):
-        AdaptiveK(FLAT_CHEAP, growth=0.5)
+        AdaptiveK(FLAT_CHEAP, settings=AdaptiveSettings(growth=0.5))
+
+
+# AdaptiveK's keyword defaults before its tuning constants became AdaptiveSettings (up to commit f5fa9ac:
+# AdaptiveK(curve, k_max=16, decay=0.9, ..., growth=2.0, memory=None)).
+PREVIOUS_DEFAULTS = {"decay": 0.9, "prior": 0.9, "prior_weight": 2.0, "position_weight": 4.0, "probe_every": 4,
+                     "probe_max": 32, "horizon": 34, "optimism": 1.0, "growth": 2.0}
+
+
+def test_the_settings_defaults_are_the_controllers_former_defaults():
+    defaults = AdaptiveSettings()
+    assert dataclasses.asdict(defaults) == PREVIOUS_DEFAULTS
+    assert all(type(getattr(defaults, name)) is type(value) for name, value in PREVIOUS_DEFAULTS.items())
+    ctl = AdaptiveK(FLAT_CHEAP)
+    assert ctl.settings == defaults and ctl.k_max == K_MAX == 16
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        defaults.decay = 0.5  # type: ignore[misc]
+    for bad in ({"prior": 1.5}, {"probe_every": 0}, {"probe_every": 8, "probe_max": 4}):
+        with pytest.raises(PlaygroundError):
+            AdaptiveSettings(**bad)
+
+
+# A draft with a per-token cost and a verification cost rising in n, plus a free lookup source.
+SCRIPT_CURVE = CostCurve(c=0.3, v={n: 1.0 + 0.06 * (n - 1) for n in range(1, 18)}, overhead=0.05,
+                         sources={"lookup": (0.0, 0.01)})
+# (iterations, source, proposals accepted per iteration, at most k): acceptance (the ramp), rejections (k = 0,
+# optimism and probes), partial acceptance, a free source drafting deep, a long rejection (the probe wait
+# doubling, up to probe_max), acceptance again; then the finish (planned within the horizon).
+SCRIPT = [(4, None, K_MAX), (12, None, 0), (10, None, K_MAX), (6, None, 1), (8, "lookup", K_MAX), (5, None, 2),
+          (70, None, 0), (3, "lookup", 3), (30, None, K_MAX)]
+
+
+def scripted_choices(ctl, phases=SCRIPT, finish=60):
+    """The k `ctl` chooses through `phases`, then through a finish of `finish` tokens with every proposal
+    accepted (the remaining count passed, so the finish is planned), as a string of ints."""
+    ks = []
+    for n, source, accepted in phases:
+        for _ in range(n):
+            k = ctl.next_k(source=source)
+            ks.append(k)
+            ctl.observe(it(k, min(k, accepted), source=source) if k else PLAIN_STEP)
+    left = finish
+    while left > 0:
+        k = ctl.next_k(remaining=left)
+        ks.append(k)
+        step = it(k, k) if k else PLAIN_STEP
+        ctl.observe(step)
+        left -= len(step.emitted)
+    return " ".join(map(str, ks))
+
+
+# Recorded from AdaptiveK at commit f5fa9ac (keyword knobs) on SCRIPT_CURVE: two runs sharing one memory
+# (the second starts from the first's acceptance), and the memory after them.
+GOLDEN_DEFAULT = (
+    ('4 9 16 16 16 12 8 6 4 3 2 2 4 4 3 2 2 3 2 2 2 3 3 4 4 5 6 5 4 3 2 2 12 16 16 16 16 16 16 16 1 1 2 2 3 2 '
+     '2 2 2 1 1 1 1 1 1 1 1 1 1 0 0 0 0 4 0 0 0 0 0 0 0 0 4 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 4 0 0 0 0 0 0 0 0 '
+     '0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 16 16 16 0 0 0 0 4 1 2 1 1 2 2 2 2 3 3 4 4 5 6 7 8 9 10 12 13 15 16 16 '
+     '16 16 16 16 13 11'),
+    ('16 16 16 16 16 16 10 7 5 4 3 2 2 4 4 4 2 4 2 2 3 3 4 4 5 6 7 5 4 4 3 2 16 16 16 16 16 16 16 16 1 2 2 3 2 '
+     '2 2 2 2 2 1 1 1 1 2 1 1 1 1 0 0 0 0 4 0 0 0 0 0 0 0 0 4 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 4 0 0 0 0 0 0 0 '
+     '0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 16 16 16 0 0 0 0 4 1 2 1 1 2 2 2 3 3 4 4 5 6 7 8 9 10 12 14 16 16 16 '
+     '16 16 16 16 16 13 11'),
+    {None: 0.9967341897097726, 'lookup': 0.9648703937924455},
+)
+GOLDEN_OTHER = (
+    ('2 3 5 6 8 5 3 2 2 1 0 0 2 0 0 0 0 2 2 2 2 3 4 5 6 7 8 6 4 2 1 1 5 12 16 16 16 16 16 16 2 3 2 2 2 3 2 2 2 '
+     '1 1 0 0 2 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 '
+     '0 0 2 0 0 0 0 0 0 0 0 2 0 0 16 16 16 0 0 2 0 0 2 1 2 2 3 3 4 5 6 7 8 10 11 13 14 16 16 16 16 16 16 16 16 '
+     '16 16 16 16 16 8'),
+    ('16 16 16 16 16 15 8 5 3 2 2 2 0 0 2 0 0 0 0 2 1 2 3 4 5 7 9 6 3 2 1 1 15 16 16 16 16 16 16 16 2 3 2 2 3 '
+     '2 2 2 2 1 2 1 0 0 2 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 '
+     '0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 16 16 16 0 0 2 0 0 2 2 2 3 4 5 7 9 12 16 16 16 16 16 16 16 16 16 16 '
+     '16 16 16 16 16 16 16 16 16 8'),
+    {None: 0.9994219562975826, 'lookup': 0.9430469337571097},
+)
+OTHER_SETTINGS = {"decay": 0.8, "prior": 0.7, "prior_weight": 3.0, "position_weight": 2.0, "probe_every": 2,
+                  "probe_max": 8, "horizon": 12, "optimism": 0.5, "growth": 1.5}
+
+
+@pytest.mark.parametrize("settings, golden", [(None, GOLDEN_DEFAULT), (AdaptiveSettings(), GOLDEN_DEFAULT),
+                                              (AdaptiveSettings(**OTHER_SETTINGS), GOLDEN_OTHER)],
+                         ids=["no-settings", "default-settings", "other-settings"])
+def test_settings_choose_exactly_as_the_keyword_knobs_did(settings, golden):
+    memory: dict = {}
+
+    def make():
+        if settings is None:
+            return AdaptiveK(SCRIPT_CURVE, memory=memory)
+        return AdaptiveK(SCRIPT_CURVE, settings=settings, memory=memory)
+
+    first, second, remembered = golden
+    assert scripted_choices(make()) == first
+    assert scripted_choices(make()) == second
+    assert memory["adaptive"] == pytest.approx(remembered, rel=1e-12)
+
+
+def test_no_settings_and_default_settings_agree_at_every_step():
+    a, b = AdaptiveK(SCRIPT_CURVE), AdaptiveK(SCRIPT_CURVE, settings=AdaptiveSettings())
+    assert scripted_choices(a) == scripted_choices(b)
+    assert a.decisions == b.decisions and a.counts == b.counts and a.probe_wait == b.probe_wait
+    assert all(a.estimates(s) == b.estimates(s) for s in (None, "lookup"))

@@ -1,29 +1,36 @@
 """Choosing k per iteration: the cost-model controller and transformers' heuristic schedule.
 
-Both are `KController`s for `speculative_generate` (next_k before an iteration, observe after it);
-the k each iteration used is in its record, so the UI and the lab can show the decisions.
+Both are `KController`s for `speculative_generate`: `next_k(remaining, source)` before an iteration,
+`observe(iteration)` after it. The k each iteration used is in its record, so the UI and the lab can
+show the decisions.
 
-`AdaptiveK` maximises expected tokens per unit of time. From the cost model (cost.py): with per-position
-acceptance a_1..a_k (a_i = P(proposal i accepted | 1..i-1 accepted)), an iteration emits
-E(k) = 1 + sum_j prod_{i<=j} a_i tokens for k*c + v(k+1) target steps, and a plain step (k = 0)
-emits 1 token for v(1) = 1. The a_i are running estimates with exponential forgetting, so the choice
-follows the text: a Thought in prose, then a JSON tool call, within one response. c and v(n) come from
-a timing calibration (`lab.calibrate`) of this pair and drafter.
+`AdaptiveK` chooses the k in 0..k_max that maximises expected tokens per unit of time under the cost
+model of cost.py (unit: one plain target step). With per-position acceptance a_1..a_k, where
+a_i = P(proposal i accepted | proposals 1..i-1 accepted), an iteration that drafts k proposals emits
 
-Written by hand (no library offers it): transformers' schedules (constant, heuristic) and
-confidence thresholds look at acceptance only, never at what verification of n tokens costs, which on
-a CPU is not flat (a pass over 4 tokens cost 1.45 target steps here, over 3 tokens 1.07).
+    E(k) = 1 + sum_{j=1..k} prod_{i<=j} a_i   tokens   for   k*c + v(k+1) + o   target steps
+
+(c: one draft step; v(n): one target pass over n tokens; o: the drafter's fixed cost per call), and a
+plain step (k = 0) emits 1 token for 1 step. c, v and o come from a timing calibration of the pair and
+drafter (`lab.calibrate`, read through `CostCurve`); the a_i are estimated online with exponential
+forgetting, so k follows the text as it changes within one response (prose, then a JSON tool call).
+`AdaptiveSettings` holds the controller's tuning constants.
+
+Schedules that look at acceptance only (transformers' constant and heuristic schedules, confidence
+thresholds) cannot account for v(n): when a pass over more tokens costs more, which depends on the
+model and the hardware and is what the calibration measures, the best k is smaller than acceptance
+alone suggests.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from ..core import cost
 from ..core.engine import K_MAX, FixedK, check_k
-from ..errors import PlaygroundError
 from ..core.records import Iteration
+from ..errors import PlaygroundError
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class CostCurve:
     sources: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # source -> (c, overhead)
 
     @classmethod
-    def from_timing(cls, timing) -> "CostCurve":
+    def from_timing(cls, timing) -> CostCurve:
         return cls(c=timing.c, v=dict(timing.v), overhead=getattr(timing, "overhead", 0.0),
                    sources=dict(getattr(timing, "source_costs", {}) or {}))
 
@@ -54,78 +61,101 @@ class CostCurve:
         return self.sources.get(source, (self.c, self.overhead)) if source is not None else (self.c, self.overhead)
 
 
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """`AdaptiveK`'s tuning constants (see its docstring for the rule each one enters)."""
+
+    decay: float = 0.9
+    """Forgetting per drafting iteration, in (0, 1]: counts are multiplied by it (memory ~ 1 / (1 - decay))."""
+    prior: float = 0.9
+    """Acceptance, in [0, 1], assumed before any observation (unless `memory` has one); probes use its best k."""
+    prior_weight: float = 2.0
+    """Weight of the prior in the pooled rate alpha, in observed proposals (a pseudo-count)."""
+    position_weight: float = 4.0
+    """Weight of alpha in each position's estimate, in observations of that position (a pseudo-count)."""
+    probe_every: int = 4
+    """Plain steps in a row after which a verdict of k = 0 is tested by one drafting iteration (>= 1)."""
+    probe_max: int = 32
+    """Longest wait between probes, in plain steps; the wait doubles after each rejected probe (>= probe_every)."""
+    horizon: int = 2 * (K_MAX + 1)
+    """Most tokens left at which the finish is planned (`cost.best_k_finite`) instead of the steady choice."""
+    optimism: float = 1.0
+    """Standard errors of a_1 added to every estimate when the steady choice is k = 0 (0: off)."""
+    growth: float = 2.0
+    """Depth ramp (>= 1): a source with a per-token cost drafts at most int(growth * its last k) + 1."""
+
+    def __post_init__(self):
+        if not 0.0 < self.decay <= 1.0:
+            raise PlaygroundError(f"decay must be in (0, 1], got {self.decay}")
+        if not 0.0 <= self.prior <= 1.0:
+            raise PlaygroundError(f"the prior acceptance must be in [0, 1], got {self.prior}")
+        if not 1 <= self.probe_every <= self.probe_max:
+            raise PlaygroundError(f"need 1 <= probe_every <= probe_max, got {self.probe_every}, {self.probe_max}")
+        if self.optimism < 0:
+            raise PlaygroundError(f"optimism must be >= 0, got {self.optimism}")
+        if self.growth < 1:
+            raise PlaygroundError(f"growth must be >= 1, got {self.growth}")
+
+
+DEFAULT_SETTINGS = AdaptiveSettings()
+
+
 class AdaptiveK:
     """k maximising expected tokens per unit of time, from per-position acceptance estimated online.
 
-    Steady state: k = argmax over 0..k_max of E(k) / (k*c + v(k+1) + o). Within two iterations of the
-    length limit (and at most `horizon` tokens) the choice is the k that finishes the remaining tokens
-    soonest in expectation (`cost.best_k_finite`), so the last iterations do not draft past the end
-    and leave a few tokens for a whole extra iteration.
+    Estimates, per proposal source (the engine says which source the next proposal comes from; a
+    drafter with one source has source None), from decayed counts reached_i and accepted_i of position
+    i's proposals that were evaluated and accepted. After every drafting iteration all counts are
+    multiplied by `decay`, then each evaluated position adds 1 to reached_i and each accepted one 1 to
+    accepted_i. Pooled over positions, shrunk towards the prior p with weight w_p = `prior_weight`:
+        alpha = (sum_i accepted_i + p * w_p) / (sum_i reached_i + w_p)
+    and each position shrunk towards alpha with weight w = `position_weight` (see `estimates`):
+        a_i = (accepted_i + alpha * w) / (reached_i + w).
+    Iterations without proposals (plain steps) leave the counts unchanged.
 
-    Estimates: decayed counts of proposals evaluated and accepted, pooled over positions (one rate,
-    alpha) and per position; every iteration multiplies all counts by `decay`, so about 1 / (1 - decay)
-    recent iterations dominate. Each position's rate is shrunk towards the pooled alpha with the weight
-    of `position_weight` observations (see `estimates`). A drafter with several sources (the hybrid's
-    lookup and model) gets one set of estimates and one cost per source, and the engine says which
-    source the next proposal will come from.
+    Choice (`choice`), with c, o the source's costs from the `CostCurve`:
+      1. steady state: k* = argmax over 0..k_max of E(k) / (k*c + v(k+1) + o), ties to the smaller k;
+      2. optimism, when k* = 0 and `optimism` > 0: add `optimism` standard errors of a_1,
+         sqrt(a_1 (1 - a_1) / (reached_1 + w_p)), to every a_i (capped at 1) and take the argmax over
+         0..probe k; a k > 0 found so is the choice;
+      3. finish, when k* > 0 and the tokens left r satisfy r <= min(`horizon`, 2 (k* + 1)): the k in
+         0..min(k_max, r - 1) that emits the r tokens at the least expected cost (`cost.best_k_finite`),
+         so the last iterations do not draft past the end or leave a few tokens for a whole extra pass.
+    Then (`next_k`):
+      4. depth ramp: for a source that has drafted before and costs c > 0 per proposal,
+         k <= int(`growth` * last k) + 1, so the deep positions, whose estimates come from alpha until a
+         draft reaches them, are reached before they are relied on; a source with c = 0 (prompt lookup)
+         pays only for the verification of a long guess and is not ramped;
+      5. probing: k = 0 observes nothing, so after `probe_wait` plain steps in a row the controller
+         drafts one iteration at the probe k (the best k at acceptance `prior`, at least 1; clipped to
+         r - 1, and none when r <= 1). `probe_wait` starts at `probe_every`, doubles (up to `probe_max`)
+         when a probe had a proposal rejected and the next choice is still k = 0, and returns to
+         `probe_every` whenever the choice is k > 0.
 
-    When the model says k = 0 (drafting cannot pay), nothing new would ever be observed; so after
-    `probe_every` plain steps in a row the controller spends one iteration drafting (see `_probe_k`) to look again. A
-    probe that is turned down and does not change the verdict doubles the wait (up to `probe_max`), so a drafter that
-    cannot pay on this text costs little (measured: with a fixed wait of 4 the int8 draft's probes held
-    prose at 0.90x plain); as soon as drafting pays again, the wait goes back to `probe_every`.
+    Memory: `memory` is a dict the caller keeps across runs on one pair and drafter (a browser tab, a
+    lab arm). After every drafting iteration memory["adaptive"][source] = alpha(source); a new
+    controller given that dict uses it as the source's prior p, in the way transformers' "heuristic"
+    schedule keeps its k between generate() calls. Only the rate carries over, not the counts: it
+    weighs as w_p observations, so a new text's own observations outweigh it within a few iterations.
     """
 
     name = "adaptive"
 
-    def __init__(self, curve: CostCurve, k_max: int = K_MAX, decay: float = 0.9, prior: float = 0.9,
-                 prior_weight: float = 2.0, position_weight: float = 4.0, probe_every: int = 4,
-                 probe_max: int = 32, horizon: int = 2 * (K_MAX + 1), optimism: float = 1.0,
-                 growth: float = 2.0, memory: dict | None = None):
+    def __init__(self, curve: CostCurve, k_max: int = K_MAX, settings: AdaptiveSettings = DEFAULT_SETTINGS,
+                 memory: dict | None = None):
         check_k(k_max)
-        if not 0.0 < decay <= 1.0:
-            raise PlaygroundError(f"decay must be in (0, 1], got {decay}")
-        if not 0.0 <= prior <= 1.0:
-            raise PlaygroundError(f"the prior acceptance must be in [0, 1], got {prior}")
-        if not 1 <= probe_every <= probe_max:
-            raise PlaygroundError(f"need 1 <= probe_every <= probe_max, got {probe_every}, {probe_max}")
-        if optimism < 0:
-            raise PlaygroundError(f"optimism must be >= 0, got {optimism}")
-        if growth < 1:
-            raise PlaygroundError(f"growth must be >= 1, got {growth}")
         self.curve = curve
         self.k_max = k_max
-        self.decay = decay
-        self.prior = prior
-        self.prior_weight = prior_weight
-        self.position_weight = position_weight
-        self.probe_every = probe_every
-        self.probe_max = probe_max
-        self.horizon = horizon
-        self.optimism = optimism
+        self.settings = settings
         # Decayed counts per proposal source (None: a drafter with one source): [reached, accepted].
         self.counts: dict[str | None, tuple[list[float], list[float]]] = {}
-        # `memory`: a dict kept by the caller across runs on one pair and drafter (a browser tab, a lab
-        # arm). The last run's acceptance per source sets this run's prior (with the prior's weight,
-        # `prior_weight` observations), as transformers' "heuristic" schedule keeps its k from one
-        # generate() call to the next: a drafter that was accepted throughout starts deep (a 33-token
-        # JSON answer is 3-4 iterations, and starting at k = 5 cost one of them), and a new text moves the
-        # estimate within a few iterations. Carried as counts instead, prose's low acceptance kept the int8
-        # draft from drafting on a code edit for 46 of its 57 iterations, where drafting paid.
         self.memory = memory
         saved = memory.get("adaptive") if memory is not None else None
-        self.priors: dict[str | None, float] = dict(saved) if isinstance(saved, dict) else {}
-        # Depth grows by at most `growth` times the last k that drafted, plus one: the deep positions'
-        # estimates are extrapolated from the shallow ones until a draft reaches them, and a draft's
-        # acceptance falls with depth more than a single rate says (measured with the int8 draft: after
-        # a run of accepted k = 2 the estimate asked for k = 15 on a code edit, rejected early). Not for
-        # a source that costs nothing per token (lookup): there a long guess costs only its verification,
-        # and the ramp cost the hybrid's code edit 7.0x -> 5.8x.
-        self.growth = growth
-        self.last_k: dict[str | None, int] = {}
+        self.priors: dict[str | None, float] = dict(saved) if isinstance(saved, dict) else {}  # source -> p
+        self.last_k: dict[str | None, int] = {}  # source -> k of its last drafting iteration (the ramp)
         self._probe_ks: dict[str | None, int] = {}
-        self.plain_run = 0
-        self.probe_wait = probe_every
+        self.plain_run = 0  # plain steps in a row
+        self.probe_wait = settings.probe_every
         self._probed: bool | str = False  # False, "sent" (a probe is out) or "rejected" (it was turned down)
         self.decisions: list[int] = []
 
@@ -135,38 +165,38 @@ class AdaptiveK:
         return self.counts[source]
 
     def alpha(self, source: str | None = None) -> float:
-        """The pooled acceptance rate: accepted / evaluated proposals (decayed), shrunk towards `prior`."""
+        """The pooled acceptance rate: accepted / evaluated proposals (decayed), shrunk towards the prior."""
         reached, accepted = self._counts(source)
-        prior = self.priors.get(source, self.prior)
-        return (sum(accepted) + prior * self.prior_weight) / (sum(reached) + self.prior_weight)
+        prior, weight = self.priors.get(source, self.settings.prior), self.settings.prior_weight
+        return (sum(accepted) + prior * weight) / (sum(reached) + weight)
 
     def estimates(self, source: str | None = None) -> list[float]:
         """Current per-position acceptance estimates a_1..a_k_max (of proposals from `source`).
 
-        Each position's own rate, shrunk towards the pooled alpha. A deep position is reached far less
-        often than the first, so its own count is small and one rejection there would, unpooled, say
-        "never draft this deep" for the next ten iterations (measured: the controller then sat at k = 2-5
-        on JSON where k = 16 paid most); pooled, a position departs from alpha only when its own
-        observations insist. A position not reached lately drifts back to alpha as its counts decay,
-        which is also what makes the controller look deeper again.
+        Each position's own rate, shrunk towards the pooled alpha. A position is evaluated only when all
+        before it were accepted, so a deep position's count is small; shrunk, one rejection at a position
+        not reached before gives a_i = alpha * w / (w + 1) (w = `position_weight`), not 0, and a_i departs
+        from alpha only as its own observations accumulate. A position not reached lately drifts back to
+        alpha as its counts decay, which lets the controller draft deeper again.
         """
-        pooled, w = self.alpha(source), self.position_weight
+        pooled, w = self.alpha(source), self.settings.position_weight
         reached, accepted = self._counts(source)
         return [(a + pooled * w) / (r + w) for r, a in zip(reached, accepted)]
 
     def choice(self, remaining: int | None = None, source: str | None = None) -> cost.KChoice:
-        """What the cost model says now (before probing): the k and its predicted speed-up."""
+        """What the cost model says now (rules 1-3, before the ramp and probing): the k and its predicted speed-up."""
+        s = self.settings
         c, overhead = self.curve.for_source(source)
         estimates = self.estimates(source)
         steady = cost.best_k(estimates, c, self.curve.v, k_max=self.k_max, overhead=overhead)
-        if steady.k == 0 and self.optimism > 0:
-            # Optimism under uncertainty: k = 0 observes nothing, so a verdict reached on a few
-            # observations would stand untested. Decide on the acceptance one standard error above the
-            # estimate (of the first position, from its decayed count): a handful of rejections still
-            # stops drafting, a few acceptances near break-even keep it going.
-            reached = self._counts(source)[0][0] + self.prior_weight
+        if steady.k == 0 and s.optimism > 0:
+            # Optimism under uncertainty: decide on the acceptance `optimism` standard errors above the
+            # estimate (of the first position, from its decayed count plus the prior's weight). The
+            # error shrinks as observations accumulate, so many rejections still give k = 0, and a
+            # verdict near break-even reached on a few observations is tested by drafting.
+            reached = self._counts(source)[0][0] + s.prior_weight
             a1 = estimates[0]
-            bonus = self.optimism * (a1 * (1.0 - a1) / reached) ** 0.5
+            bonus = s.optimism * (a1 * (1.0 - a1) / reached) ** 0.5
             hopeful = [min(1.0, a + bonus) for a in estimates]
             # ... at no more than a probe's k: the hope is that drafting pays, not that it pays deep.
             steady = cost.best_k(hopeful, c, self.curve.v, k_max=self._probe_k(source), overhead=overhead)
@@ -174,29 +204,30 @@ class AdaptiveK:
                 return steady
         # Near the length limit (within two iterations of the steady choice) plan the finish instead. When
         # drafting cannot pay in the steady state it cannot near the end either, so k = 0 stands.
-        if steady.k == 0 or remaining is None or remaining > min(self.horizon, 2 * (steady.k + 1)):
+        if steady.k == 0 or remaining is None or remaining > min(s.horizon, 2 * (steady.k + 1)):
             return steady
         return cost.best_k_finite(estimates, c, self.curve.v, remaining, k_max=min(self.k_max, remaining - 1),
                                   overhead=overhead)
 
     def _probe_k(self, source: str | None) -> int:
-        """The k of a probe: the one that would pay best if acceptance were the prior's. With a draft
-        whose k = 1 cannot pay at any plausible acceptance (the int8 copy: c = 0.6, one proposal for
-        about 1.9 steps), a k = 1 probe only costs; the k it would switch to is what needs testing."""
+        """The k of a probe: the best k at acceptance `prior` (at least 1). A probe tests the k the
+        controller would switch to; with a costly draft k = 1 may not pay at any acceptance, and a
+        k = 1 probe would then only cost."""
         if source not in self._probe_ks:  # depends on the curve and the source only
             c, overhead = self.curve.for_source(source)
-            self._probe_ks[source] = max(1, cost.best_k(self.prior, c, self.curve.v, k_max=self.k_max,
+            self._probe_ks[source] = max(1, cost.best_k(self.settings.prior, c, self.curve.v, k_max=self.k_max,
                                                         overhead=overhead).k)
         return self._probe_ks[source]
 
     def next_k(self, remaining: int | None = None, source: str | None = None) -> int:
+        s = self.settings
         k = self.choice(remaining, source).k
-        if source in self.last_k and self.curve.for_source(source)[0] > 0:  # a free source (lookup) risks little
-            k = min(k, int(self.growth * self.last_k[source]) + 1)
+        if source in self.last_k and self.curve.for_source(source)[0] > 0:  # rule 4; a free source is not ramped
+            k = min(k, int(s.growth * self.last_k[source]) + 1)
         if k > 0:
-            self.probe_wait = self.probe_every
+            self.probe_wait = s.probe_every
         elif self._probed == "rejected":  # the last probe was turned down and the verdict stands: wait longer
-            self.probe_wait = min(2 * self.probe_wait, self.probe_max)
+            self.probe_wait = min(2 * self.probe_wait, s.probe_max)
         self._probed = False
         if k == 0 and self.plain_run >= self.probe_wait and (remaining is None or remaining > 1):
             k, self._probed = self._probe_k(source), "sent"
@@ -214,9 +245,10 @@ class AdaptiveK:
         source = iteration.sources[0] if iteration.sources else None
         self.last_k[source] = iteration.k
         reached, accepted = self._counts(source)
+        decay = self.settings.decay
         for i in range(self.k_max):
-            reached[i] *= self.decay
-            accepted[i] *= self.decay
+            reached[i] *= decay
+            accepted[i] *= decay
         for i in range(min(iteration.evaluated, self.k_max)):
             reached[i] += 1.0
             if i < iteration.n_accepted:
@@ -225,7 +257,7 @@ class AdaptiveK:
             self.memory["adaptive"] = {**(self.memory.get("adaptive") or {}), **{s: self.alpha(s) for s in self.counts}}
 
     def __repr__(self) -> str:
-        return f"AdaptiveK(k_max={self.k_max}, c={self.curve.c:.3f}, decay={self.decay})"
+        return f"AdaptiveK(k_max={self.k_max}, c={self.curve.c:.3f}, decay={self.settings.decay})"
 
 
 class HeuristicK:
@@ -271,7 +303,8 @@ def parse_k(text: str) -> int | str:
     try:
         k = int(t)
     except ValueError:
-        raise PlaygroundError(f"k must be an integer from 1 to {K_MAX}, 'adaptive' or 'heuristic', got {text!r}") from None
+        raise PlaygroundError(
+            f"k must be an integer from 1 to {K_MAX}, 'adaptive' or 'heuristic', got {text!r}") from None
     return check_k(k)
 
 
