@@ -61,8 +61,8 @@ RUN pip install --no-cache-dir /tmp/wheels/llama_cpp_python-*.whl \
     && rm -rf /tmp/wheels
 
 COPY app.py app.py
+# The presets are package data (playground/presets/), so this copies them too.
 COPY playground/ playground/
-COPY presets/ presets/
 
 # A numeric non-root user (runs under Kubernetes' runAsNonRoot too); it owns the Hugging Face cache volume
 # and the embedded model's dequantized copy, made here once so a container starts in seconds.
@@ -71,7 +71,7 @@ RUN groupadd --gid 10001 playground \
     && mkdir -p /data/hf /opt/cache \
     && chown -R 10001:10001 /data /opt/cache
 USER 10001:10001
-RUN python -c "from playground.models import ensure_embedded_safetensors as e; e(progress=None)"
+RUN python -c "from playground.pairs.loading import ensure_embedded_safetensors as e; e(progress=None)"
 
 VOLUME ["/data/hf"]
 EXPOSE 7860

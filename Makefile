@@ -1,10 +1,11 @@
 # make app   set up (first time) and start the playground
-# make test  set up (first time) and run the whole test suite (what CI runs)
+# make lint  set up (first time) and run ruff (pyproject.toml's [tool.ruff])
+# make test  set up (first time), lint, then run the whole test suite (what CI runs)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup app demo test test-fast
+.PHONY: setup app demo lint test test-fast
 setup: $(STAMP)
 
 $(STAMP): requirements.txt requirements-dev.txt scripts/setup.sh scripts/install_llama_cpp.sh scripts/install_browser.sh
@@ -17,8 +18,11 @@ app: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m playground generate --preset $(or $(PRESET),tool_call) --k $(or $(K),4) --compare-plain
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: lint
 	$(PY) -m pytest
 
-test-fast: $(STAMP)
+test-fast: lint
 	$(PY) -m pytest -m "not slow"

