@@ -5,6 +5,7 @@ import torch
 
 from playground import lab
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
+from playground.lab.calibration import pass_lengths
 from tests.tiny import tiny_model, tiny_pair
 
 
@@ -17,11 +18,22 @@ def test_calibrate_measures_every_pass_length(pair64):
     assert set(t.verify_s) == {1, 2, 3, 4, 5}
     # the unit is plain decoding's step, timed back to back; v(1) is a one-token pass right after a draft
     assert t.target_step_s == sorted(t.raw["plain_step_s"])[1] > 0 and len(t.raw["plain_step_s"]) == 3
-    assert t.v[1] == t.verify_s[1] / t.target_step_s
+    assert t.v_measured[1] == t.verify_s[1] / t.target_step_s
+    # the curve predictions use is monotone except where a drop is significant (lab.fit.fit_verify)
+    fit = t.verify_fit
+    assert fit is not None and fit.measured == pytest.approx(t.v_measured)
+    drops = {n for n, _ in fit.drops}
+    assert all(t.v[n] <= t.v[n + 1] + 1e-12 for n in range(1, 5) if n not in drops)
     assert t.draft_step_s >= 0 and t.c == t.draft_step_s / t.target_step_s
     assert all(len(xs) == 3 for xs in t.raw["target_pass_s"].values())
     assert 0.0 < t.predict(0.8, 3) and t.predict([0.9, 0.8, 0.7], 3) > 0
     assert set(t.to_dict()) >= {"c", "v", "target_step_s", "draft_step_s", "raw"}
+
+
+def test_calibration_times_every_short_pass_and_a_few_long_ones():
+    assert pass_lengths(9) == list(range(1, 10))
+    assert pass_lengths(17) == [*range(1, 10), 12, 17]
+    assert pass_lengths(3) == [1, 2, 3]
 
 
 def test_calibrate_leaves_a_model_free_drafter_nearly_free(pair64):

@@ -12,11 +12,11 @@ Speed is only ever compared in adjacent runs: plain and speculative runs alterna
 from round to round, ratios are taken within a round, and medians over rounds are quoted with their spread.
 """
 
-from .calibration import CalibrationStore, Timing, calibrate, calibrated_curve
+from .calibration import CalibrationStore, Timing, calibrate, calibrated_curve, calibrated_timing
 from .common import now_stamp, set_threads
 from .peers import peers
 from .quality import acceptance, distribution, divergence
 from .speed import speed, sweep
 
-__all__ = ["CalibrationStore", "Timing", "acceptance", "calibrate", "calibrated_curve", "distribution",
+__all__ = ["CalibrationStore", "Timing", "acceptance", "calibrate", "calibrated_curve", "calibrated_timing", "distribution",
            "divergence", "now_stamp", "peers", "set_threads", "speed", "sweep"]

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import statistics
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..core import cost
 from ..core.cached import CachedLM
 from ..core.clock import Clock
-from ..core.proposal import RunContext
 from ..core.engine import K_MAX
+from ..core.proposal import RunContext
 from ..core.sampling import GREEDY
 from ..drafters.adaptive import CostCurve
 from ..drafters.proposers import LOOKUP_MAX, HybridProposer, lookup
 from .common import Progress, spread, tick
+from .fit import VerifyFit, fit_verify
+from .trust import Verdict, check_calibration
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,25 @@ class Timing:
 
     @property
     def v(self) -> dict[int, float]:
+        """v(n) to predict with: the monotone fit of the timed passes (lab.fit.fit_verify), which keeps a drop
+        only where the samples show it is real; the medians as measured when no samples were kept."""
+        fit = self.verify_fit
+        return fit.v if fit is not None else self.v_measured
+
+    @property
+    def v_measured(self) -> dict[int, float]:
         return {n: s / self.target_step_s for n, s in self.verify_s.items()}
+
+    @property
+    def verify_fit(self) -> VerifyFit | None:
+        samples = {int(n): xs for n, xs in (self.raw.get("target_pass_s") or {}).items() if xs}
+        if not samples or set(samples) != set(self.verify_s):
+            return None
+        return fit_verify(samples, self.target_step_s)
+
+    @property
+    def trust(self) -> Verdict:
+        return Verdict.of(check_calibration(self))
 
     @property
     def overhead(self) -> float:
@@ -88,6 +108,9 @@ class Timing:
             "c": self.c,
             "overhead": self.overhead,
             "v": {str(n): x for n, x in self.v.items()},
+            "v_measured": {str(n): x for n, x in self.v_measured.items()},
+            "verify_fit": fit.to_dict() if (fit := self.verify_fit) is not None else None,
+            "trust": self.trust.to_dict(),
             "context_tokens": self.context_tokens,
             "source_s": {name: list(x) for name, x in self.source_s.items()},
             "source_costs": {name: list(x) for name, x in self.source_costs.items()},
@@ -95,7 +118,7 @@ class Timing:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Timing | None":
+    def from_dict(cls, d: dict) -> Timing | None:
         """A Timing back from its `to_dict()` form (a saved result, the sweep's JSON); None if it does not fit."""
         try:
             return cls(target_step_s=float(d["target_step_s"]),
@@ -105,6 +128,12 @@ class Timing:
                        source_s={k: (float(a), float(b)) for k, (a, b) in (d.get("source_s") or {}).items()})
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
+
+
+def pass_lengths(n_max: int) -> list[int]:
+    """The pass lengths a calibration times: every n up to 9 (where kernels switch and v(n) can be uneven),
+    then 12 and n_max (v grows smoothly there, and the cost model interpolates between them)."""
+    return sorted(set(range(1, min(n_max, 9) + 1)) | ({12} if n_max > 12 else set()) | {n_max})
 
 
 def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats: int = 12, warmup: int = 3,
@@ -118,6 +147,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     between propose(1) and propose(4), and its per-token cost is the slope, its fixed cost per call
     the rest of propose(1). A hybrid drafter is timed by its sources: its model drafter as above, its
     prompt lookup apart (a search of the context, no model), so that each source has its own cost.
+    Passes are timed at the lengths of `pass_lengths(n_max)`; the cost model interpolates between them.
     """
     clock = Clock.for_pair(pair)
     prompt = [int(t) for t in prompt_ids]
@@ -130,12 +160,13 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     if hybrid is not None:
         proposer = hybrid.model
     proposer.begin(prompt, ctx)
-    samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+    lengths = pass_lengths(n_max)
+    samples: dict[int, list[float]] = {n: [] for n in lengths}
     drafts: dict[int, list[float]] = {1: [], 4: []}
-    total = (warmup + repeats) * n_max
+    total = (warmup + repeats) * len(lengths)
     done = 0
     for rep in range(warmup + repeats):
-        for n in range(1, n_max + 1):
+        for n in lengths:
             kd = 1 if (n + rep) % 2 else 4
             # Two unseen tokens, as after an iteration whose proposals were all accepted (the drafter
             # never ran its own last proposal, and the bonus token is new): what a call costs at high alpha.
@@ -191,17 +222,18 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
 
 
 class CalibrationStore:
-    """The cost curves of one loaded pair, one per drafter and context-length bucket, reused by every run.
+    """The calibrations of one loaded pair, one per drafter and context-length bucket, reused by every run.
 
     A step's cost depends on the model, the drafter and how long the context is, not on what the context
     says, so one calibration serves every prompt whose length falls in the same bucket (powers of two from
     64 tokens). Shared by every browser tab on the pair (the app keeps one store per loaded pair) and safe
-    to share: a lock guards the table, and a curve, once stored, is never changed.
+    to share: a lock guards the table, and a Timing, once stored, is never changed (a longer calibration of
+    the same bucket replaces it whole).
     """
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._curves: dict[tuple[str, int], CostCurve] = {}
+        self._timings: dict[tuple[str, int], Timing] = {}
 
     @staticmethod
     def bucket(context_tokens: int) -> int:
@@ -211,28 +243,37 @@ class CalibrationStore:
             b *= 2
         return b
 
-    def get(self, drafter: str, context_tokens: int) -> CostCurve | None:
+    def get(self, drafter: str, context_tokens: int, n_needed: int = 1) -> Timing | None:
+        """The stored calibration of this drafter and bucket if it timed passes of at least `n_needed` tokens."""
         with self._lock:
-            return self._curves.get((drafter, self.bucket(context_tokens)))
+            t = self._timings.get((drafter, self.bucket(context_tokens)))
+        return t if t is not None and max(t.verify_s) >= n_needed else None
 
-    def put(self, drafter: str, context_tokens: int, curve: CostCurve) -> None:
+    def put(self, drafter: str, timing: Timing) -> None:
         with self._lock:
-            self._curves[(drafter, self.bucket(context_tokens))] = curve
+            self._timings[(drafter, self.bucket(timing.context_tokens))] = timing
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._curves)
+            return len(self._timings)
+
+
+def calibrated_timing(pair, prompt_ids, proposer, store: CalibrationStore | None = None, n_needed: int = K_MAX + 1,
+                      repeats: int = 5, warmup: int = 2, progress: Progress = None) -> tuple[Timing, bool]:
+    """A calibration of this pair and drafter at this context length reaching passes of `n_needed` tokens:
+    the stored one when `store` holds it, else a short one (kept in `store`). Returns (timing, reused)."""
+    drafter = proposer.describe()
+    found = store.get(drafter, len(prompt_ids), n_needed) if store is not None else None
+    if found is not None:
+        return found, True
+    timing = calibrate(pair, prompt_ids, proposer, n_max=n_needed, repeats=repeats, warmup=warmup, progress=progress)
+    if store is not None:
+        store.put(drafter, timing)
+    return timing, False
 
 
 def calibrated_curve(pair, prompt_ids, proposer, store: CalibrationStore | None = None, repeats: int = 5,
                      progress: Progress = None) -> CostCurve:
-    """The cost curve of this pair and drafter at this context length: from `store` when it holds one, else a
-    short calibration (`calibrate` with few repeats, a few seconds), kept in `store` for the next run."""
-    drafter = proposer.describe()
-    curve = store.get(drafter, len(prompt_ids)) if store is not None else None
-    if curve is None:
-        timing = calibrate(pair, prompt_ids, proposer, n_max=K_MAX + 1, repeats=repeats, warmup=2, progress=progress)
-        curve = CostCurve.from_timing(timing)
-        if store is not None:
-            store.put(drafter, len(prompt_ids), curve)
-    return curve
+    """The cost curve adaptive k needs (passes up to K_MAX + 1 tokens), through `calibrated_timing`."""
+    timing, _ = calibrated_timing(pair, prompt_ids, proposer, store, K_MAX + 1, repeats=repeats, progress=progress)
+    return CostCurve.from_timing(timing)

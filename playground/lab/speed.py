@@ -4,17 +4,18 @@ each figure; the k sweep of one prompt."""
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..core import cost
 from ..core.engine import K_MAX, plain_generate, speculative_generate
-from ..core.records import summarize
+from ..core.records import Iteration, summarize
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
 from ..envinfo import environment
-from .calibration import Timing, calibrate
+from .calibration import Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
-
+from .fit import explain_cell
+from .trust import MachineMonitor, Verdict, check_calibration, check_drift, check_rounds, check_spread, recommend
 
 # --- speed: plain against speculative, in adjacent runs ----------------------------------------------
 
@@ -24,10 +25,15 @@ def _run_plain(pair, prompt, sampling, max_new):
 
 
 def _run_spec(pair, prompt, proposer_factory, k, sampling, max_new, timing=None, min_confidence=None, memory=None):
+    """The run's summary and its iterations as compact rows (k, accepted, emitted, draft_s, verify_s,
+    rollback_s): what lab.fit needs to fit the step costs the loop really paid."""
     curve = CostCurve.from_timing(timing) if timing is not None else None
     controller = make_controller(k, curve, memory=memory)
-    return summarize(speculative_generate(pair, prompt, proposer=proposer_factory(), k=controller, sampling=sampling,
-                                          max_new_tokens=max_new, record_probs=False, min_confidence=min_confidence))
+    records = list(speculative_generate(pair, prompt, proposer=proposer_factory(), k=controller, sampling=sampling,
+                                        max_new_tokens=max_new, record_probs=False, min_confidence=min_confidence))
+    rows = [[it.k, it.n_accepted, len(it.emitted), it.draft_s, it.verify_s, it.rollback_s]
+            for it in records if isinstance(it, Iteration)]
+    return summarize(records), rows
 
 
 def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int | str] = (1, 2, 3, 4, 6),
@@ -52,18 +58,19 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     runs = []
     total = rounds * len(prompts) * len(arms)
     done = 0
+    monitor = MachineMonitor().__enter__()
     for r in range(rounds):
         for p_index, (name, prompt) in enumerate(prompts.items()):
             order = rotated(arms, r + p_index)
-            results = {}
+            results, iterations = {}, {}
             for arm in order:
                 if arm == "plain":
-                    s = _run_plain(pair, prompt, sampling, max_new_tokens)
+                    results[arm] = _run_plain(pair, prompt, sampling, max_new_tokens)
                 else:
                     setting = arm[2:]
-                    s = _run_spec(pair, prompt, proposer_factory, int(setting) if setting.isdigit() else setting,
-                                  sampling, max_new_tokens, timing_of(name), min_confidence, memories[arm])
-                results[arm] = s
+                    results[arm], iterations[arm] = _run_spec(
+                        pair, prompt, proposer_factory, int(setting) if setting.isdigit() else setting, sampling,
+                        max_new_tokens, timing_of(name), min_confidence, memories[arm])
                 done += 1
                 tick(progress, done / total, f"round {r + 1}/{rounds}, {name}: {arm}")
             for k in ks:
@@ -81,7 +88,11 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
                     "k_values": {str(kk): n for kk, n in s.k_values.items()},
                     "source_iterations": s.source_iterations,
                     "prefill_s": s.prefill_s, "plain_prefill_s": p.prefill_s,
+                    "iterations": iterations[f"k={k}"],
                 })
+    load = monitor.stop()
+    for x in runs:
+        x["predicted_empirical"] = _run_prediction(x, timing_of(x["prompt"]))
     table = [_speed_row(k, [x for x in runs if x["k"] == k], timing_of) for k in ks]
     by_prompt = [{"prompt": name, **_speed_row(k, [x for x in runs if x["k"] == k and x["prompt"] == name], timing_of)}
                  for name in prompts for k in ks]
@@ -91,8 +102,14 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
         lo, hi = min(plain_speeds), max(plain_speeds)
         drift[name] = {"plain_tokens_per_s": plain_speeds, "spread": (hi - lo) / hi if hi else 0.0,
                        "flagged": hi > 0 and (hi - lo) / hi > drift_warning}
+    overall = Verdict.of(check_rounds(rounds), load.findings(),
+                         *(check_drift(name, drift[name]["plain_tokens_per_s"]) for name in prompts),
+                         *(check_calibration(t) for name in prompts if (t := timing_of(name)) is not None))
+    for row in table + by_prompt:
+        _judge(row, [x for x in runs if x["k"] == row["k"] and row.get("prompt") in (None, x["prompt"])], overall)
     best = _best_fixed(table)
-    return {"experiment": "speed", "environment": environment(pair), "ks": list(ks), "rounds": rounds,
+    return {"experiment": "speed", "trust": overall.to_dict(), "machine": load.to_dict(),
+            **recommend(best["k"], Verdict.of(overall, Verdict.from_dict(best["trust"]))), "environment": environment(pair), "ks": list(ks), "rounds": rounds,
             "max_new_tokens": max_new_tokens, "sampling": sampling.describe(), "prompts": list(prompts),
             "min_confidence": min_confidence,
             "table": table, "best_k": best["k"], "by_prompt": by_prompt, "best_k_by_prompt": {
@@ -136,16 +153,32 @@ def _speed_row(k: int, runs: list[dict], timing_of: Callable[[str], Timing | Non
         # per-position acceptance, for a run of its length (see cost.predicted_speedup_finite), median.
         row["predicted_iid"] = statistics.median(timing_of(x["prompt"]).predict(row["alpha"], k, source_iterations=
                                                  x.get("source_iterations")) for x in rows)
-        preds = []
-        for x in rows:
-            positions = _reached(x["per_position"])
-            if positions:
-                preds.append(timing_of(x["prompt"]).predict(positions, k, new_tokens=x["new_tokens"],
-                                                            source_iterations=x.get("source_iterations")))
+        preds = [x["predicted_empirical"] for x in rows if x.get("predicted_empirical") is not None]
         row["predicted_empirical"] = statistics.median(preds) if preds else None
         if row["predicted_empirical"] is not None:
             row["miss_empirical"] = row["median_ratio"] - row["predicted_empirical"]
     return row
+
+
+def _run_prediction(run: dict, timing: Timing | None) -> float | None:
+    """The empirical prediction for one fixed-k run: its per-position acceptance, for a run of its length."""
+    positions = _reached(run["per_position"])
+    if timing is None or not isinstance(run["k"], int) or not positions:
+        return None
+    return timing.predict(positions, run["k"], new_tokens=run["new_tokens"],
+                          source_iterations=run.get("source_iterations"))
+
+
+def _judge(row: dict, runs: list[dict], overall: Verdict) -> None:
+    """The cell's verdict (its spread, on top of what holds for the whole experiment) and, for a fixed k,
+    its miss split into step costs, acceptance model and overhead (lab.fit)."""
+    ratios = [x["ratio"] for x in runs if x["ratio"] is not None]
+    label = f"k={row['k']}" + (f" on {row['prompt']}" if row.get("prompt") else "")
+    row["trust"] = Verdict.of(overall, check_spread(label, ratios)).to_dict()
+    row["spread"] = (row["max_ratio"] - row["min_ratio"]) if runs else None
+    if isinstance(row["k"], int):
+        paired = [(x, x["predicted_empirical"]) for x in runs if x.get("predicted_empirical") is not None]
+        row["explained"] = explain_cell([x for x, _ in paired], row["k"], [p for _, p in paired]) if paired else None
 
 
 def _reached(per_position: Sequence[float | None]) -> list[float]:
@@ -179,13 +212,18 @@ def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] =
     """k = 1..8 on one prompt: measured speed-up (adjacent runs) and predicted, break-even alpha, best k;
     with `adaptive`, the adaptive controller runs as one more arm of the same rounds."""
     fixed = [k for k in ks if isinstance(k, int)]
-    if timing is None:  # adaptive may draft up to K_MAX: time verification that far
-        timing = calibrate(pair, prompt_ids, proposer_factory(), n_max=(K_MAX if adaptive else max(fixed)) + 1,
-                           progress=(lambda f, m: tick(progress, 0.2 * f, m)) if progress else None)
     arms = [*ks, "adaptive"] if adaptive and "adaptive" not in ks else list(ks)
+    n_max = (K_MAX if adaptive else max(fixed)) + 1  # adaptive may draft up to K_MAX: time verification that far
+    # The progress bar's share of each phase, in target passes (the unit both phases spend their time in):
+    # a calibration runs (warm-up + repeats) x lengths cycles of a draft and a pass; a run about one pass a token.
+    cal_passes = 0 if timing is not None else 2 * (3 + 12) * len(pass_lengths(n_max))
+    share = cal_passes / (cal_passes + rounds * (len(arms) + 1) * max_new_tokens)
+    if timing is None:
+        timing = calibrate(pair, prompt_ids, proposer_factory(), n_max=n_max,
+                           progress=(lambda f, m: tick(progress, share * f, m)) if progress else None)
     result = speed(pair, {name: prompt_ids}, proposer_factory, ks=arms, rounds=rounds,
                    max_new_tokens=max_new_tokens, sampling=sampling, timing=timing, min_confidence=min_confidence,
-                   progress=(lambda f, m: tick(progress, 0.2 + 0.8 * f, m)) if progress else None)
+                   progress=(lambda f, m: tick(progress, share + (1 - share) * f, m)) if progress else None)
     for row in result["table"]:
         if isinstance(row["k"], int):
             row["break_even_alpha"] = cost.break_even_alpha(row["k"], timing.c, timing.v, timing.overhead)

@@ -1,0 +1,156 @@
+"""Step costs as the loop paid them, and why a prediction missed.
+
+Every iteration record already carries its k and its drafting, verification and rollback seconds, so the run
+itself is a calibration: the drafter's cost is a line in k (a fixed cost per call plus a cost per token,
+least squares with standard errors), verification at k is a pass over k + 1 tokens, and the unit is the
+plain step of the adjacent plain run. A calibration timed outside the loop can differ from this (on some
+CPUs the drafter runs slower inside it, when the two thread pools hand the cores back and forth).
+
+Measured v(n) is noisy; a pass over more tokens cannot physically cost less unless the kernel changes,
+so `fit_verify` fits a monotone (isotonic) curve and keeps a measured drop only where the samples say it is
+real (Mann-Whitney U, p < 0.01), flagging it: that is the hardware, not noise.
+
+`explain_miss` splits measured - predicted into three parts that add up exactly, per run:
+  step costs    the prediction with the loop's own costs instead of the calibration's
+  acceptance    what the run really got per unit of drafting and verification time, against what the
+                acceptance model expected at those costs
+  overhead      time outside the three buckets (bookkeeping, the controller, Python) and rounding
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from scipy.optimize import isotonic_regression
+from scipy.stats import linregress, mannwhitneyu
+
+from ..core import cost
+
+SIGNIFICANT_P = 0.01
+
+
+@dataclass(frozen=True)
+class VerifyFit:
+    v: dict[int, float]  # the curve to predict with: monotone unless a drop is significant
+    measured: dict[int, float]  # medians as measured
+    drops: tuple[tuple[int, float], ...] = ()  # (n, p) where v(n + 1) < v(n) beyond noise: real hardware
+    flattened: tuple[int, ...] = ()  # n whose measured median the fit raised or lowered (noise)
+
+    def to_dict(self) -> dict:
+        return {"v": {str(n): x for n, x in self.v.items()}, "measured": {str(n): x for n, x in self.measured.items()},
+                "drops": [list(d) for d in self.drops], "flattened": list(self.flattened)}
+
+
+def fit_verify(samples: Mapping[int, Sequence[float]], unit_s: float) -> VerifyFit:
+    """v(n) from timed passes (seconds, per n) in units of `unit_s` (a plain step)."""
+    ns = sorted(n for n, xs in samples.items() if xs)
+    measured = {n: statistics.median(samples[n]) / unit_s for n in ns}
+    if len(ns) < 2:
+        return VerifyFit(dict(measured), measured)
+    drops = []
+    for a, b in pairwise(ns):
+        if measured[b] < measured[a] and len(samples[a]) >= 3 and len(samples[b]) >= 3:
+            p = mannwhitneyu(samples[a], samples[b], alternative="greater").pvalue
+            if p < SIGNIFICANT_P:
+                drops.append((a, float(p)))
+    if drops:  # real drops stay as measured; the stretches between them are fitted monotone
+        fitted: dict[int, float] = {}
+        cuts = [0] + [ns.index(a) + 1 for a, _ in drops] + [len(ns)]
+        for lo, hi in pairwise(cuts):
+            part = ns[lo:hi]
+            ys = isotonic_regression([measured[n] for n in part], weights=[len(samples[n]) for n in part]).x
+            fitted.update({n: float(y) for n, y in zip(part, ys)})
+    else:
+        ys = isotonic_regression([measured[n] for n in ns], weights=[len(samples[n]) for n in ns]).x
+        fitted = {n: float(y) for n, y in zip(ns, ys)}
+    flattened = tuple(n for n in ns if abs(fitted[n] - measured[n]) > 1e-9)
+    return VerifyFit(fitted, measured, tuple(drops), flattened)
+
+
+@dataclass(frozen=True)
+class LoopCosts:
+    """Costs fitted from iteration records, in plain steps of the adjacent plain run."""
+
+    unit_s: float
+    c: float  # the drafter's cost per proposed token
+    c_se: float | None
+    overhead: float  # its fixed cost per drafting call (plus rollback), per iteration that drafted
+    overhead_se: float | None
+    verify: VerifyFit
+    iterations: int
+
+    def to_dict(self) -> dict:
+        return {"unit_s": self.unit_s, "c": self.c, "c_se": self.c_se, "overhead": self.overhead,
+                "overhead_se": self.overhead_se, "verify": self.verify.to_dict(), "iterations": self.iterations}
+
+
+def fit_loop(iterations: Sequence[Sequence[float]], unit_s: float) -> LoopCosts | None:
+    """From compact iteration rows (k, n_accepted, n_emitted, draft_s, verify_s, rollback_s) of one or more runs.
+
+    Only iterations that proposed something count for the drafter (k = 0 is a plain step). None when nothing
+    was drafted or the unit is unknown."""
+    rows = [r for r in iterations if r[0] > 0]
+    if not rows or not unit_s or unit_s <= 0:
+        return None
+    ks = [float(r[0]) for r in rows]
+    draft = [(r[3] + r[5]) / unit_s for r in rows]  # a rollback is paid once per drafting iteration
+    if len(set(ks)) >= 2:
+        fit = linregress(ks, draft)
+        c, c_se = max(0.0, float(fit.slope)), float(fit.stderr)
+        overhead, overhead_se = max(0.0, float(fit.intercept)), float(fit.intercept_stderr)
+    else:  # one k: only the total per call is known; put it on the tokens, as the calibration's slope would
+        c, c_se, overhead, overhead_se = statistics.median(draft) / ks[0], None, 0.0, None
+    by_n: dict[int, list[float]] = {}
+    for r in rows:
+        by_n.setdefault(int(r[0]) + 1, []).append(r[4])
+    return LoopCosts(unit_s, c, c_se, overhead, overhead_se, fit_verify(by_n, unit_s), len(rows))
+
+
+def _predict(positions, k, c, v, new_tokens, overhead) -> float:
+    return cost.predicted_speedup_finite(positions, k, c, v, new_tokens, overhead)
+
+
+def explain_run(run: Mapping, k: int, predicted: float) -> dict | None:
+    """The miss of one fixed-k run (a row of lab.speed's runs, with its `iterations`), split in three parts
+    that add up to measured - predicted. None without what it needs."""
+    its = run.get("iterations")
+    plain_tokens = run.get("plain_new_tokens")
+    if not its or not plain_tokens or not run.get("plain_decode_s") or run.get("ratio") is None:
+        return None
+    unit = run["plain_decode_s"] / plain_tokens
+    fitted = fit_loop(its, unit)
+    positions = [a for a in run.get("per_position") or [] if a is not None]
+    if fitted is None or not positions:
+        return None
+    with_loop_costs = _predict(positions, k, fitted.c, fitted.verify.v, run["new_tokens"], fitted.overhead)
+    in_buckets = sum(r[3] + r[4] + r[5] for r in its)
+    bucket_ratio = (run["new_tokens"] / in_buckets) * unit if in_buckets > 0 else None
+    if bucket_ratio is None:
+        return None
+    measured = run["ratio"]
+    return {"measured": measured, "predicted": predicted,
+            "step_costs": with_loop_costs - predicted,
+            "acceptance": bucket_ratio - with_loop_costs,
+            "overhead": measured - bucket_ratio,
+            "outside_buckets_share": max(0.0, 1 - in_buckets / run["decode_s"]) if run.get("decode_s") else None,
+            "rollback_share": sum(r[5] for r in its) / run["decode_s"] if run.get("decode_s") else None,
+            "loop_costs": fitted.to_dict()}
+
+
+def explain_cell(runs: Sequence[Mapping], k: int, predictions: Sequence[float]) -> dict | None:
+    """Means over a cell's runs of each part of the miss (means, so the parts still add up to the mean miss)."""
+    parts = [p for r, pred in zip(runs, predictions) if (p := explain_run(r, k, pred)) is not None]
+    if not parts:
+        return None
+    mean = lambda key: statistics.fmean(p[key] for p in parts if p[key] is not None)
+    out = {key: mean(key) for key in ("measured", "predicted", "step_costs", "acceptance", "overhead")}
+    out["miss"] = out["measured"] - out["predicted"]
+    for key in ("outside_buckets_share", "rollback_share"):
+        vals = [p[key] for p in parts if p[key] is not None]
+        out[key] = statistics.median(vals) if vals else None
+    out["runs"] = len(parts)
+    out["loop_c"] = statistics.median(p["loop_costs"]["c"] for p in parts)
+    return out

@@ -1,0 +1,250 @@
+"""The trust verdict that travels with every figure: may this number be believed, and if not, why and what to do.
+
+A figure is untrustworthy when what it is made of moved more than the effect it claims: the plain run it is
+divided by drifted between rounds, the cell's own rounds disagree, the calibration behind its prediction is
+noisy or non-physical (a pass over n tokens cheaper than a plain step, or dearer than n of them; a drafter
+slower than the target), other processes took the cores while it was measured (two processes with spinning
+thread pools on a small machine slow each other several-fold), or there were too few rounds to see a spread
+at all. Each check gives a `Finding` with the numbers and the fix; a `Verdict` is trusted when no finding
+fails. A failed verdict never becomes a recommendation (see `recommend`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import psutil
+
+FAIL = "fail"
+WARN = "warn"
+
+
+@dataclass(frozen=True)
+class TrustLimits:
+    """Where a figure stops being trusted. Ratios are relative: (max - min) / median of the samples."""
+
+    drift: float = 0.15  # the plain run's speed between rounds of one prompt
+    cell_spread: float = 0.30  # one cell's measured ratio over its rounds (warn), twice that (fail)
+    calibration_noise: float = 0.25  # interquartile range / median of one calibration's timed passes (warn; 2x fails)
+    min_rounds: int = 3  # fewer rounds warn; one round fails (no spread can be seen)
+    other_cores: float = 0.25  # cores other processes kept busy on average while measuring (fail; half of it warns)
+    steal: float = 0.05  # share of CPU time the hypervisor took (fail)
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str  # drift, spread, rounds, calibration-noise, non-physical, slow-drafter, machine-load, steal
+    severity: str  # FAIL or WARN
+    message: str  # what was seen, with the numbers
+    fix: str  # what to do about it
+
+    def to_dict(self) -> dict:
+        return {"check": self.check, "severity": self.severity, "message": self.message, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def trusted(self) -> bool:
+        return not any(f.severity == FAIL for f in self.findings)
+
+    @property
+    def failures(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == FAIL)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == WARN)
+
+    def headline(self) -> str:
+        """One line: 'trusted', 'trusted, with warnings: ...' or 'UNTRUSTWORTHY: reason (fix: ...)'."""
+        if self.failures:
+            f = self.failures[0]
+            more = f" (+{len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
+            return f"UNTRUSTWORTHY: {f.message}{more} \u2014 fix: {f.fix}"
+        if self.warnings:
+            return "trusted, with warnings: " + "; ".join(f.message for f in self.warnings)
+        return "trusted"
+
+    def to_dict(self) -> dict:
+        return {"trusted": self.trusted, "headline": self.headline(),
+                "findings": [f.to_dict() for f in self.findings]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping | None) -> Verdict:
+        if not d:
+            return cls()
+        return cls(tuple(Finding(f["check"], f["severity"], f["message"], f["fix"]) for f in d.get("findings", ())))
+
+    @classmethod
+    def of(cls, *parts: Verdict | Iterable[Finding] | None) -> Verdict:
+        """All findings of the parts, each once, failures first."""
+        seen: dict[tuple, Finding] = {}
+        for part in parts:
+            items = part.findings if isinstance(part, Verdict) else (part or ())
+            for f in items:
+                seen.setdefault((f.check, f.message), f)
+        return cls(tuple(sorted(seen.values(), key=lambda f: f.severity != FAIL)))
+
+
+def _relative_spread(xs: Sequence[float]) -> float:
+    xs = [x for x in xs if x is not None]
+    if len(xs) < 2:
+        return 0.0
+    med = statistics.median(xs)
+    return (max(xs) - min(xs)) / med if med else 0.0
+
+
+def check_rounds(rounds: int, limits: TrustLimits = TrustLimits()) -> list[Finding]:
+    if rounds < 2:
+        return [Finding("rounds", FAIL, f"{rounds} round: a single run has no spread, so noise cannot be told "
+                        "from an effect", f"run at least {limits.min_rounds} rounds")]
+    if rounds < limits.min_rounds:
+        return [Finding("rounds", WARN, f"only {rounds} rounds", f"run {limits.min_rounds} or more rounds")]
+    return []
+
+
+def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustLimits = TrustLimits()) -> list[Finding]:
+    moved = _relative_spread(plain_tokens_per_s)
+    if moved > limits.drift:
+        return [Finding("drift", FAIL, f"plain decoding of {prompt} moved {moved:.0%} between rounds "
+                        f"({min(plain_tokens_per_s):.1f}-{max(plain_tokens_per_s):.1f} tokens/s), more than "
+                        f"{limits.drift:.0%}", "measure on a quiet machine, with more rounds")]
+    return []
+
+
+def check_spread(label: str, ratios: Sequence[float], limits: TrustLimits = TrustLimits()) -> list[Finding]:
+    s = _relative_spread(ratios)
+    if s > 2 * limits.cell_spread:
+        sev = FAIL
+    elif s > limits.cell_spread:
+        sev = WARN
+    else:
+        return []
+    return [Finding("spread", sev, f"{label}: its rounds spread {s:.0%} ({min(ratios):.2f}-{max(ratios):.2f}x)",
+                    "run more rounds on a quiet machine")]
+
+
+def check_calibration(timing, limits: TrustLimits = TrustLimits()) -> list[Finding]:
+    """A calibration (lab.calibration.Timing) whose costs are non-physical, noisy, or a drafter that cannot pay."""
+    out = []
+    c, v = timing.c, getattr(timing, "v_measured", timing.v)
+    if c >= 1.0:
+        out.append(Finding("slow-drafter", FAIL, f"the drafter costs c = {c:.2f} target steps per token: it is "
+                           "slower than the target, so drafting cannot pay", "use a faster drafter (llama.cpp, "
+                           "prompt lookup) or check the machine for other load"))
+    for n, x in sorted(v.items()):
+        if x < 0.7 or x > 1.5 * n + 0.5:
+            out.append(Finding("non-physical", FAIL, f"a target pass over {n} tokens measured {x:.2f} plain steps "
+                               f"(physical: about 1 to {n})", "recalibrate on a quiet machine"))
+            break
+    noisy = []
+    for n, xs in (timing.raw.get("target_pass_s") or {}).items():
+        if len(xs) >= 4:
+            q = statistics.quantiles(xs, n=4)
+            med = statistics.median(xs)
+            if med > 0:
+                noisy.append(((q[2] - q[0]) / med, int(n)))
+    if noisy:
+        worst, n = max(noisy)
+        if worst > limits.calibration_noise:
+            sev = FAIL if worst > 2 * limits.calibration_noise else WARN
+            out.append(Finding("calibration-noise", sev, f"the calibration's passes over {n} tokens spread "
+                               f"{worst:.0%} (interquartile range / median)", "recalibrate on a quiet machine"))
+    return out
+
+
+# --- the machine: other processes and the hypervisor ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    """What happened on the machine while something was measured."""
+
+    wall_s: float
+    other_cores: float  # cores kept busy by other processes, on average (system busy time minus ours)
+    steal: float  # share of CPU time taken by the hypervisor
+    cores: int
+    loadavg: float | None = None
+
+    def findings(self, limits: TrustLimits = TrustLimits()) -> list[Finding]:
+        out = []
+        if self.other_cores > limits.other_cores:
+            out.append(Finding("machine-load", FAIL, f"other processes kept {self.other_cores:.2f} of the "
+                               f"{self.cores} cores busy while this was measured", "stop the other work, or "
+                               "measure on a quiet machine (two thread pools on a few cores slow each other "
+                               "several-fold)"))
+        elif self.other_cores > limits.other_cores / 2:
+            out.append(Finding("machine-load", WARN, f"other processes used {self.other_cores:.2f} cores",
+                               "measure on a quiet machine"))
+        if self.steal > limits.steal:
+            out.append(Finding("steal", FAIL, f"the hypervisor took {self.steal:.0%} of CPU time (steal)",
+                               "measure on a machine that is not oversubscribed"))
+        return out
+
+    def to_dict(self) -> dict:
+        return {"wall_s": self.wall_s, "other_cores": self.other_cores, "steal": self.steal, "cores": self.cores,
+                "loadavg": self.loadavg}
+
+
+@dataclass
+class MachineMonitor:
+    """Measures other processes' CPU use over a window: system-wide busy CPU time minus this process's own
+    (all its threads: torch's and llama.cpp's pools), from psutil's counters; and the hypervisor's steal.
+
+        with MachineMonitor() as m:
+            ...measure...
+        m.load.findings()
+    """
+
+    load: MachineLoad | None = None
+    _start: tuple = field(default=(), repr=False)
+
+    @staticmethod
+    def _sample():
+        sys_t = psutil.cpu_times()
+        busy = sum(getattr(sys_t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+        total = busy + sum(getattr(sys_t, f, 0.0) for f in ("idle", "iowait", "steal"))
+        own = psutil.Process().cpu_times()
+        return time.perf_counter(), busy, total, getattr(sys_t, "steal", 0.0), own.user + own.system
+
+    def __enter__(self):
+        self._start = self._sample()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.load = self.stop()
+
+    def stop(self) -> MachineLoad:
+        t0, busy0, total0, steal0, own0 = self._start
+        t1, busy1, total1, steal1, own1 = self._sample()
+        wall = max(t1 - t0, 1e-9)
+        others = max(0.0, (busy1 - busy0) - (own1 - own0)) / wall
+        total = total1 - total0
+        try:
+            loadavg = psutil.getloadavg()[0]
+        except (AttributeError, OSError):
+            loadavg = None
+        self.load = MachineLoad(wall_s=wall, other_cores=others, steal=(steal1 - steal0) / total if total > 0 else 0.0,
+                                cores=psutil.cpu_count() or 1, loadavg=loadavg)
+        return self.load
+
+
+def machine_now(seconds: float = 0.5) -> MachineLoad:
+    """Other processes' CPU use over the next `seconds` (this process idle): a check before measuring."""
+    with MachineMonitor() as m:
+        time.sleep(seconds)
+    return m.load
+
+
+def recommend(k, verdict: Verdict) -> dict:
+    """A recommended k only from a trusted figure; otherwise none, with the reason and the fix."""
+    if verdict.trusted:
+        return {"recommended_k": k, "withheld": None}
+    f = verdict.failures[0]
+    return {"recommended_k": None, "withheld": f"{f.message} \u2014 fix: {f.fix}"}

@@ -1,0 +1,133 @@
+"""The trust verdict with injected faults: a drifting plain run, a noisy or non-physical calibration, a loaded
+machine (a busy process started here), too few rounds; a flagged result recommends no k."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from playground import lab
+from playground.drafters.proposers import DraftModelProposer
+from playground.lab.calibration import Timing
+from playground.lab.trust import (
+    FAIL,
+    WARN,
+    MachineLoad,
+    MachineMonitor,
+    Verdict,
+    check_calibration,
+    check_drift,
+    check_rounds,
+    check_spread,
+    recommend,
+)
+
+
+def factory(pair):
+    return lambda: DraftModelProposer(pair.draft, pair.device, pair.vocab_size)
+
+
+def timing(verify=None, c=0.3, samples=None) -> Timing:
+    verify = verify or {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.2}
+    unit = 0.01
+    return Timing(target_step_s=unit, verify_s={n: v * unit for n, v in verify.items()}, draft_step_s=c * unit,
+                  context_tokens=10, raw={"target_pass_s": samples or {}})
+
+
+@pytest.fixture
+def quiet(monkeypatch):
+    """The machine as a quiet one, whatever else runs while the suite does (a fault is injected explicitly)."""
+    monkeypatch.setattr(MachineMonitor, "stop", lambda self: MachineLoad(1.0, 0.0, 0.0, 2))
+
+
+def test_checks_pass_on_clean_figures():
+    clean = Verdict.of(check_rounds(3), check_drift("p", [30.0, 31.0, 30.5]), check_spread("k=2", [1.4, 1.45, 1.5]),
+                       check_calibration(timing(samples={1: [0.01, 0.0101, 0.0099, 0.01]})))
+    assert clean.trusted and clean.headline() == "trusted" and not clean.findings
+
+
+def test_each_fault_is_flagged_with_its_reason_and_fix():
+    cases = {
+        "rounds": check_rounds(1),
+        "drift": check_drift("tool_call", [30.0, 17.0, 29.0]),
+        "spread": check_spread("k=4", [0.21, 1.4, 1.5]),
+        "slow-drafter": check_calibration(timing(c=1.84)),
+        "non-physical": check_calibration(timing(verify={1: 1.0, 2: 6.6, 4: 3.4})),
+        "calibration-noise": check_calibration(timing(samples={3: [0.01, 0.03, 0.011, 0.04, 0.012, 0.05]})),
+        "machine-load": MachineLoad(5.0, other_cores=1.2, steal=0.0, cores=2).findings(),
+        "steal": MachineLoad(5.0, other_cores=0.0, steal=0.2, cores=2).findings(),
+    }
+    for check, findings in cases.items():
+        v = Verdict.of(findings)
+        assert not v.trusted, check
+        assert v.failures[0].check == check and v.failures[0].fix
+        assert v.headline().startswith("UNTRUSTWORTHY: ") and "fix:" in v.headline()
+        assert recommend(4, v)["recommended_k"] is None and recommend(4, v)["withheld"]
+    assert Verdict.of(check_rounds(2)).warnings[0].severity == WARN and Verdict.of(check_rounds(2)).trusted
+    assert recommend(4, Verdict.of(check_rounds(3)))["recommended_k"] == 4
+
+
+def test_a_verdict_round_trips_and_merges_failures_first():
+    v = Verdict.of(check_rounds(2), check_drift("p", [10.0, 20.0]))
+    assert [f.severity for f in v.findings] == [FAIL, WARN]
+    assert Verdict.from_dict(v.to_dict()) == v
+
+
+def test_a_busy_process_on_the_cores_is_seen():
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # let it start spinning
+        with MachineMonitor() as m:
+            time.sleep(1.5)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert m.load.other_cores > 0.5, m.load
+    finding = Verdict.of(m.load.findings())
+    assert not finding.trusted and finding.failures[0].check == "machine-load"
+
+
+def test_a_drifting_plain_run_makes_the_sweep_withhold_its_recommendation(pair64, quiet):
+    state = {"slow": False}
+    hook = pair64.target.register_forward_pre_hook(lambda *_: time.sleep(0.01) if state["slow"] else None)
+
+    def progress(fraction, message):  # the second round (and later) runs on a slowed target
+        state["slow"] = not message.startswith("round 1/")
+
+    try:
+        res = lab.sweep(pair64, [1, 2, 3], factory(pair64), ks=(1, 2), rounds=3, max_new_tokens=12,
+                        adaptive=False, timing=lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), n_max=3,
+                                                             repeats=3, warmup=1), progress=progress)
+    finally:
+        hook.remove()
+    assert res["drift"]["prompt"]["flagged"]
+    assert not res["trust"]["trusted"] and res["trust"]["findings"][0]["check"] == "drift"
+    assert res["recommended_k"] is None and "moved" in res["withheld"]
+    assert res["best_k"] in (1, 2)  # the measured best is still reported, as a measurement, not advice
+
+
+def test_a_noisy_calibration_makes_the_speed_table_untrustworthy(pair64, quiet):
+    noisy = timing(samples={2: [0.01, 0.05, 0.011, 0.06, 0.012, 0.04]})
+    res = lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=3, max_new_tokens=8, timing=noisy)
+    assert not res["trust"]["trusted"] and res["recommended_k"] is None
+    assert all(not row["trust"]["trusted"] for row in res["table"])
+    assert any(f["check"] == "calibration-noise" for f in res["trust"]["findings"])
+
+
+def test_a_clean_run_recommends_and_explains_each_cell(pair64, quiet):
+    t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), n_max=4, repeats=4, warmup=1)
+    res = lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10, timing=t)
+    for row in res["table"]:
+        assert "trust" in row and row["spread"] == pytest.approx(row["max_ratio"] - row["min_ratio"])
+        ex = row["explained"]
+        assert ex["runs"] == 3
+        # the three parts of the miss add up to it exactly (means over the cell's runs)
+        assert ex["step_costs"] + ex["acceptance"] + ex["overhead"] == pytest.approx(ex["miss"])
+        assert 0 <= ex["outside_buckets_share"] < 1 and 0 <= ex["rollback_share"] < 1
+    if res["trust"]["trusted"]:  # the tiny models' own timings may be noisy: then nothing is recommended
+        assert res["recommended_k"] == res["best_k"]
+    else:
+        assert res["recommended_k"] is None
