@@ -6,8 +6,9 @@ import pytest
 
 from playground import lab
 from playground.cli import main
+from playground.lab.report import divergence_table, experiment_text
 from tests.test_models import save
-from tests.tiny import tiny_model, tiny_pair
+from tests.tiny import tiny_pair
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +47,12 @@ def test_speed_and_sweep_commands(dirs, tmp_path, capsys, cmd):
 def test_report_rereads_a_saved_result_as_markdown(dirs, tmp_path, capsys):
     res = run(dirs, tmp_path, "speed", "--ks", "1,3,adaptive", "--rounds", "2", "--max-new-tokens", "6")
     assert res["command"].startswith("python -m playground speed --ks 1,3,adaptive") and res["drafter"]
-    capsys.readouterr()
+    live = capsys.readouterr().out
     assert main(["report", str(tmp_path / "result.json")]) == 0
     out = capsys.readouterr().out
+    # the command's per-prompt table is the report's: one function prints both
+    per_prompt = live.split("per prompt: measured (empirical prediction)")[1].strip().split("\n\n")[0]
+    assert per_prompt.startswith("| preset |") and per_prompt in out
     row = next(r for r in res["by_prompt"] if r["k"] == 3)
     # the table carries the file's own figures: measured (empirical prediction)
     assert f"{row['median_ratio']:.2f} ({row['predicted_empirical']:.2f})" in out
@@ -61,11 +65,37 @@ def test_report_rereads_a_saved_result_as_markdown(dirs, tmp_path, capsys):
     assert "no result file" in capsys.readouterr().err
 
 
-def test_acceptance_divergence_and_distribution_commands(dirs, tmp_path):
-    assert run(dirs, tmp_path, "acceptance", "--ks", "1,3", "--max-new-tokens", "8")["rows"]
-    assert run(dirs, tmp_path, "divergence", "--ks", "2", "--max-new-tokens", "8")["runs"] == 1
-    res = run(dirs, tmp_path, "distribution", "--draws", "200")
+def table_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def test_acceptance_divergence_and_distribution_commands(dirs, tmp_path, capsys):
+    def run_and_report(*argv):
+        res = run(dirs, tmp_path, *argv)
+        live = capsys.readouterr().out
+        assert main(["report", str(tmp_path / "result.json")]) == 0
+        # `report FILE` prints the tables the command printed when it finished
+        assert table_lines(capsys.readouterr().out) == table_lines(live)
+        return res, live
+
+    res, live = run_and_report("acceptance", "--ks", "1,3", "--max-new-tokens", "8")
+    assert res["rows"] and "| kind | k | alpha | tok/pass | iid | empir. | per position |" in live
+    res, live = run_and_report("divergence", "--ks", "2", "--max-new-tokens", "8")
+    assert res["runs"] == 1 and f"{res['diverged']} of 1 greedy runs differ from plain" in live
+    res, live = run_and_report("distribution", "--draws", "200")
     assert {r["rule"] for r in res["results"]} == {"exact", "resample-target (wrong)", "keep-draft (wrong)"}
+    assert len(table_lines(live)) == 2 + len(res["results"]) and "| prompt | seed | rule | p | TV(p, q) |" in live
+
+
+def test_a_divergence_case_is_one_table_row_even_with_a_pipe_in_the_token():
+    doc = {"experiment": "divergence", "runs": 2, "diverged": 1, "cases": [
+        {"prompt": "p", "k": 3, "position": 5, "plain_text": "a|b", "spec_text": " c", "verdict": "near-tie",
+         "gaps": {"prefill+1": 1e-6, "full prefill": -2e-6}, "dtype_spacing": 1.9e-6}]}
+    text = divergence_table(doc, "cpu")
+    assert text.startswith("divergence (cpu): 1 of 2 greedy runs differ from plain")
+    head, _, row = table_lines(text)
+    assert row == "| p | 3 | 5 | 'a\\|b' | ' c' | prefill+1 +1.00e-06, full prefill -2.00e-06 | 1.9e-06 | near-tie |"
+    assert row.replace("\\|", "").count("|") == head.count("|")
 
 
 def test_bench_peers_runs_transformers_and_ours_side_by_side(target64, drafts64):
@@ -79,6 +109,11 @@ def test_bench_peers_runs_transformers_and_ours_side_by_side(target64, drafts64)
     for key in ("ours_vs_hf_assisted", "ours_vs_hf_assisted_conf"):
         h2h = res[key]
         assert h2h["n"] == 2 and h2h["min"] <= h2h["median"] <= h2h["max"]
+    # what `bench-peers` prints: one row per arm, then ours against transformers' assisted generation
+    text = experiment_text(res, "cpu")
+    assert text.startswith("bench-peers (cpu; greedy; end to end incl. prefill")
+    assert len(table_lines(text)) == 2 + len(res["table"]) and "| hf plain | 1.00x | 1.00-1.00 |" in text
+    assert "same draft, k = 3, drafting all k, per round and prompt: median" in text
 
 
 def test_bad_lab_arguments(dirs, capsys):

@@ -1,13 +1,15 @@
 """Token pieces for display, prompt encoding, and the command line."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from playground.cli import main
+from playground.cli import main, run
 from playground.errors import PlaygroundError
-from playground.pairs.loading import ensure_embedded_safetensors, load_tokenizer
 from playground.inputs.text import encode_prompt, token_pieces
+from playground.pairs.loading import ensure_embedded_safetensors, load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +78,24 @@ def test_cli_generate_prints_coloured_tokens_and_a_summary(capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "\033[" in out and "summary (" in out and "torch threads" in out and "tokens/pass" in out
+
+
+def test_the_console_script_exits_with_mains_status(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["playground", "presets"])
+    with pytest.raises(SystemExit) as e:
+        run()
+    assert e.value.code == 0 and "json_extract" in capsys.readouterr().out
+
+
+def test_help_and_presets_do_not_load_the_model_stack():
+    code = ("import sys, contextlib, io\n"
+            "from playground.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n"
+            "        main(['--help'])\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "    assert main(['presets']) == 0\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

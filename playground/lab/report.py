@@ -1,11 +1,15 @@
-"""Markdown tables from saved lab results (`--out FILE`), so a figure in the README is re-read from the
-file that measured it, never copied by hand: `python -m playground report FILE`."""
+"""A lab result as text: the tables the lab commands print when they finish, and the Markdown report of a
+saved result (`python -m playground report FILE`), so a figure in the README is re-read from the file that
+measured it, never copied by hand. Every function here takes a result dict (what an experiment returns
+and `--out` saves) and returns text; the tables are Markdown, for the terminal and the README alike."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
+from ..drafters.adaptive import describe_choices
 from ..errors import PlaygroundError
 
 
@@ -41,10 +45,23 @@ def _fmt(x, spec=".2f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _text(value) -> str:
+    """Free text in a table cell: a '|' would end the cell."""
+    return str(value).replace("|", "\\|")
+
+
+def markdown_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def _cells(doc: dict) -> tuple[dict, list[str]]:
     """A speed / sweep result's rows by (prompt, k), and its prompts in order."""
     rows = doc.get("by_prompt") or [{"prompt": "prompt", **r} for r in doc["table"]]
     return {(r["prompt"], r["k"]): r for r in rows}, doc.get("prompts") or sorted({r["prompt"] for r in rows})
+
+
+# --- speed and sweep -------------------------------------------------------------------------------------
 
 
 def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
@@ -57,7 +74,7 @@ def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
     schedules = [k for k in ks if not isinstance(k, int)]
     by, prompts = _cells(doc)
     head = ["preset", *(_label(k) for k in fixed), "best fixed k", *schedules, "end to end at best k", "alpha at best k"]
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for name in prompts:
         cells = []
         for k in fixed:
@@ -69,9 +86,9 @@ def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
             r = by[(name, s)]
             sched.append(f"{r['median_ratio']:.2f} ({r['median_ratio'] / best['median_ratio']:.0%} of best)")
         label = f"{name} ({kinds[name]})" if kinds and name in kinds else name
-        out.append("| " + " | ".join([label, *cells, f"k={best['k']}: **{best['median_ratio']:.2f}x**", *sched,
-                                      f"{_fmt(best.get('median_e2e_ratio'))}x", _fmt(best.get("alpha"), ".3f")]) + " |")
-    return "\n".join(out)
+        rows.append([label, *cells, f"k={best['k']}: **{best['median_ratio']:.2f}x**", *sched,
+                     f"{_fmt(best.get('median_e2e_ratio'))}x", _fmt(best.get("alpha"), ".3f")])
+    return markdown_table(head, rows)
 
 
 def misses_markdown(doc: dict) -> str:
@@ -79,12 +96,111 @@ def misses_markdown(doc: dict) -> str:
     ks = [k for k in doc["ks"] if isinstance(k, int)]
     by, prompts = _cells(doc)
     head = ["preset", *(_label(k) for k in ks), "within 0.05"]
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for name in prompts:
-        misses = [by[(name, k)].get("miss_empirical") for k in ks]
+        cells = [by[(name, k)] for k in ks]
+        misses = [c.get("miss_empirical") for c in cells]
         within = sum(1 for m in misses if m is not None and abs(m) <= 0.05)
-        out.append("| " + " | ".join([name, *(_fmt(m, "+.2f") for m in misses), f"{within}/{len(ks)}"]) + " |")
-    return "\n".join(out)
+        shown = [f"{_fmt(m, '+.2f')} (\u00b1{_fmt(c.get('spread'))})" if c.get("spread") is not None
+                 else _fmt(m, "+.2f") for m, c in zip(misses, cells)]
+        rows.append([name, *shown, f"{within}/{len(ks)}"])
+    return markdown_table(head, rows)
+
+
+def _trust_cell(trust: dict | None) -> str:
+    if not trust:
+        return "-"
+    if not trust["trusted"]:
+        return "UNTRUSTED"
+    return "ok (warn)" if trust["findings"] else "ok"
+
+
+def verdict_lines(doc: dict) -> list[str]:
+    """The experiment's trust verdict, its findings, and the recommendation or why it was withheld."""
+    trust = doc.get("trust")
+    if not trust:
+        return []
+    lines = [f"trust: {trust['headline']}"]
+    lines += [f"  - {f['severity']}: {f['message']} (fix: {f['fix']})" for f in trust["findings"][1:]]
+    machine = doc.get("machine")
+    if machine:
+        lines.append(f"machine: other processes kept {machine['other_cores']:.2f} of {machine['cores']} cores busy "
+                     f"meanwhile; steal {machine['steal']:.0%}")
+    if doc.get("recommended_k") is not None:
+        lines.append(f"recommended k: {doc['recommended_k']}")
+    elif "recommended_k" in doc:
+        lines.append(f"no recommended k: {doc.get('withheld')}")
+    return lines
+
+
+def explained_markdown(doc: dict) -> str:
+    """Per prompt and fixed k: the miss (measured - predicted, means over rounds) split into step costs (the
+    loop's own against the calibration's), the acceptance model and the time outside the three buckets,
+    with the cell's spread and the loop's overhead and rollback shares of decoding time."""
+    ks = [k for k in doc["ks"] if isinstance(k, int)]
+    by, prompts = _cells(doc)
+    head = ["preset", "k", "miss", "spread", "step costs", "acceptance", "overhead", "outside buckets", "rollback",
+            "c in loop", "trust"]
+    rows = []
+    for name in prompts:
+        for k in ks:
+            r = by[(name, k)]
+            ex = r.get("explained")
+            if not ex:
+                continue
+            rows.append([name, str(k), f"{ex['miss']:+.2f}", _fmt(r.get("spread")), f"{ex['step_costs']:+.2f}",
+                         f"{ex['acceptance']:+.2f}", f"{ex['overhead']:+.2f}", _fmt(ex["outside_buckets_share"], ".1%"),
+                         _fmt(ex["rollback_share"], ".1%"), _fmt(ex["loop_c"]), _trust_cell(r.get("trust"))])
+    return markdown_table(head, rows)
+
+
+def k_table(doc: dict) -> str:
+    """One row per k over all prompts: median ratio and its spread, alpha, the two predictions; a sweep adds
+    the break-even alpha, an adaptive / heuristic arm how often each k was chosen."""
+    sweep = doc["experiment"] == "sweep"
+    schedules = any(not isinstance(row["k"], int) for row in doc["table"])
+    head = ["k", "median", "min-max", "alpha", "pred iid", "pred emp", "trust"]
+    head += (["break-even alpha"] if sweep else []) + (["k chosen: k\u00d7iterations"] if schedules else [])
+    rows = []
+    for row in doc["table"]:
+        fixed = isinstance(row["k"], int)
+        be = row.get("break_even_alpha")
+        cells = [str(row["k"]), f"{row['median_ratio']:.2f}", f"{row['min_ratio']:.2f}-{row['max_ratio']:.2f}",
+                 _fmt(row["alpha"], ".3f"), _fmt(row.get("predicted_iid")), _fmt(row.get("predicted_empirical")),
+                 _trust_cell(row.get("trust"))]
+        if sweep:
+            cells.append(("never" if be is None else f"{be:.2f}") if fixed else "-")
+        if schedules:
+            cells.append("-" if fixed else describe_choices(row.get("k_values", {})))
+        rows.append(cells)
+    return markdown_table(head, rows)
+
+
+def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> str:
+    """What `speed` and `sweep` print: the runs' conditions, the per-k table, the best k, per prompt (speed)
+    the prompt x k table, and the prompts whose plain speed drifted between rounds."""
+    cmd = doc["experiment"]
+    c = (doc.get("timing") or {}).get("c")
+    lines = [f"{cmd} ({setup}; greedy; {doc['max_new_tokens']} new tokens; {doc['rounds']} rounds of adjacent runs "
+             f"in rotating order; ratio = speculative / plain tokens/s, prefill excluded"
+             + ("" if c is None else f"; c = {c:.2f}") + ")", "", k_table(doc), ""]
+    lines.append(f"best k measured: {doc['best_k']}" + (f"; predicted: {doc['predicted_best_k']}"
+                                                         if "predicted_best_k" in doc else ""))
+    lines += verdict_lines(doc)
+    if cmd == "speed":
+        lines += ["", "per prompt: measured (empirical prediction)", "", speed_markdown(doc, kinds)]
+    if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
+        lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss)", "",
+                  explained_markdown(doc)]
+    drifted = [(name, d) for name, d in doc.get("drift", {}).items() if d.get("flagged")]
+    if drifted:
+        lines.append("")
+    lines += [f"note: plain speed on {name} moved {100 * d['spread']:.0f}% between rounds (machine drift)"
+              for name, d in drifted]
+    return "\n".join(lines)
+
+
+# --- timing ----------------------------------------------------------------------------------------------
 
 
 def timing_line(doc: dict) -> str:
@@ -95,18 +211,125 @@ def timing_line(doc: dict) -> str:
             + ", ".join(f"{x:.2f}" for _, x in sorted(v.items(), key=lambda kv: int(kv[0]))))
 
 
+def timing_table(doc: dict, setup: str) -> str:
+    """What `timing` prints: the step costs, then v(n) and the pass time over n tokens (median, min-max)."""
+    raw = doc.get("raw", {})
+    repeats = len(raw.get("target_pass_s", {}).get("1", []))
+    spreads = raw.get("target_spread", {})
+    lines = [f"timing ({setup}; context {doc['context_tokens']} tokens; medians of {repeats})",
+             (f"target step {1000 * doc['target_step_s']:.1f} ms, drafter per token "
+              f"{1000 * doc['draft_step_s']:.1f} ms (c = {doc['c']:.3f}) + {1000 * doc.get('draft_call_s', 0.0):.1f} ms "
+              "per call"), ""]
+    rows = []
+    for n, v in sorted(doc["v"].items(), key=lambda kv: int(kv[0])):
+        sp = spreads.get(str(n))
+        rows.append([str(n), f"{v:.2f}"] + (["-", "-"] if sp is None else [
+            f"{1000 * sp['median']:.1f}", f"{1000 * sp['min']:.1f}-{1000 * sp['max']:.1f}"]))
+    lines.append(markdown_table(["n", "v(n)", "pass over n, ms", "min-max, ms"], rows))
+    if doc["c"] > 1:
+        lines.append("\nWARNING: the drafter's step is slower than the target's: speculation cannot pay "
+                     "(is something paged out or sharing the cores?)")
+    return "\n".join(lines)
+
+
+# --- acceptance, divergence, distribution ----------------------------------------------------------------
+
+
+def acceptance_table(doc: dict, setup: str) -> str:
+    """Per kind and k, pooled over its prompts: alpha, tokens per pass measured and from the iid and
+    empirical models, and acceptance by draft position."""
+    rows = []
+    for row in doc["pooled"]:
+        if row["alpha"] is None:
+            continue
+        pos = " ".join("-" if a is None else f"{a:.2f}" for a in row["per_position"])
+        rows.append([_text(row["kind"]), str(row["k"]), f"{row['alpha']:.3f}", f"{row['tokens_per_pass']:.2f}",
+                     f"{row['tokens_per_pass_iid']:.2f}", _fmt(row["tokens_per_pass_empirical"]), pos])
+    head = ["kind", "k", "alpha", "tok/pass", "iid", "empir.", "per position"]
+    return f"acceptance ({setup}; greedy)\n\n" + markdown_table(head, rows)
+
+
+def divergence_table(doc: dict, setup: str) -> str:
+    """How many greedy runs differ from plain greedy and, per difference, the competing tokens' logit gaps
+    (plain's token minus speculative's) recomputed three ways, beside the dtype's spacing: near-tie or bug."""
+    lines = [f"divergence ({setup}): {doc['diverged']} of {doc['runs']} greedy runs differ from plain"]
+    rows = []
+    for c in doc["cases"]:
+        gaps = ", ".join(f"{w} {g:+.2e}" for w, g in c["gaps"].items())
+        rows.append([_text(c["prompt"]), str(c["k"]), str(c["position"]), _text(repr(c.get("plain_text"))),
+                     _text(repr(c.get("spec_text"))), gaps, f"{c['dtype_spacing']:.1e}", c["verdict"]])
+    if rows:
+        head = ["prompt", "k", "at token", "plain", "speculative", "logit gaps", "dtype spacing", "verdict"]
+        lines += ["", markdown_table(head, rows)]
+    return "\n".join(lines)
+
+
+def distribution_table(doc: dict, setup: str) -> str:
+    """Per context, seed and rule: the chi-square p-value of the first tokens against the target's
+    distribution, and TV(p, q) (where it is small no rule can be told apart)."""
+    rows = [[_text(r["prompt"]), str(r["seed"]), r["rule"], f"{r['p_value']:.3g}", _fmt(r["tv_distance_p_q"])]
+            for r in doc["results"]]
+    return (f"distribution ({setup}; {doc['draws']} draws per context, seed and rule)\n\n"
+            + markdown_table(["prompt", "seed", "rule", "p", "TV(p, q)"], rows))
+
+
+# --- bench-peers -----------------------------------------------------------------------------------------
+
+
+def peers_table(doc: dict, setup: str) -> str:
+    """Every arm's end-to-end speed as a ratio to transformers' plain generate, then ours against
+    transformers' assisted generation with the same draft and k, ratio taken within each round and prompt."""
+    rows = [[row["arm"], f"{row['median_ratio']:.2f}x", f"{row['min_ratio']:.2f}-{row['max_ratio']:.2f}",
+             f"{row['median_tokens_per_s']:.1f}", f"{row['outputs_equal']}/{row['n']}"] for row in doc["table"]]
+    lines = [f"bench-peers ({setup}; greedy; end to end incl. prefill; ratio to transformers' plain generate)", "",
+             markdown_table(["arm", "median", "min-max", "tokens/s", "same output"], rows)]
+    for key, what in (("ours_vs_hf_assisted", "drafting all k"),
+                      ("ours_vs_hf_assisted_conf", "both stopping below confidence 0.4")):
+        h2h = doc.get(key)
+        if h2h:
+            lines.append(f"ours / transformers' assisted generation, same draft, k = {doc['k']}, {what}, per round "
+                         f"and prompt: median {h2h['median']:.2f}x [{h2h['min']:.2f}-{h2h['max']:.2f}], n = {h2h['n']}")
+    return "\n".join(lines)
+
+
+# --- one entry for each experiment -----------------------------------------------------------------------
+
+
+TABLES = {"timing": timing_table, "acceptance": acceptance_table, "divergence": divergence_table,
+          "distribution": distribution_table, "peers": peers_table}
+
+
+def experiment_text(doc: dict, setup: str | None = None, kinds: dict[str, str] | None = None) -> str:
+    """The text a lab command prints for its result. `setup`: the line that goes with every figure
+    (default: the one the result's environment records); `kinds`: prompt name -> preset kind (speed)."""
+    experiment = doc.get("experiment")
+    setup = setup or _setup_line(doc)
+    if experiment in ("speed", "sweep"):
+        return speed_table(doc, setup, kinds)
+    if experiment not in TABLES:
+        raise PlaygroundError(f"no table for {experiment!r} results ({', '.join(['speed', 'sweep', *TABLES])})")
+    return TABLES[experiment](doc, setup)
+
+
 def report(path: str | Path) -> str:
+    """A saved result as Markdown. speed / sweep: the prompt x k table and how far the prediction missed;
+    timing: its step costs in one line; every other experiment: the table its command printed."""
     doc = load_result(path)
+    if doc["experiment"] not in ("speed", "sweep", "timing"):
+        return experiment_text(doc)
     lines = [f"{doc['experiment']} — {_setup_line(doc)}"]
     if doc["experiment"] in ("speed", "sweep"):
         if doc.get("timing"):
             lines.append(timing_line(doc))
-        lines += ["", speed_markdown(doc), "", "measured - empirical prediction:", "", misses_markdown(doc)]
+        lines += ["", speed_markdown(doc), "", "measured - empirical prediction (\u00b1 the cell's min-max spread):",
+                  "", misses_markdown(doc)]
+        if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
+            lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss):", "",
+                      explained_markdown(doc)]
+        lines += [""] + verdict_lines(doc) if doc.get("trust") else []
         flagged = [n for n, d in doc.get("drift", {}).items() if d.get("flagged")]
         if flagged:
             lines.append(f"\nplain speed drifted > 15% between rounds on: {', '.join(flagged)}")
-    elif doc["experiment"] == "timing":
-        lines.append(timing_line(doc))
     else:
-        raise PlaygroundError(f"no report for {doc['experiment']!r} results yet (speed, sweep, timing)")
+        lines.append(timing_line(doc))
     return "\n".join(lines)

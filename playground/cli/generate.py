@@ -1,0 +1,147 @@
+"""`generate`: speculative decoding of one prompt or preset, its tokens printed as they arrive (coloured
+by role: accepted, correction, bonus), then a summary; or, with --json, one JSON document of the run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..core.engine import check_request, plain_generate, speculative_generate
+from ..core.records import Iteration, RunSummary, summarize
+from ..core.sampling import SamplingConfig
+from ..document import RunConfig, run_document
+from ..drafters.adaptive import describe_choices, make_controller, parse_k
+from ..drafters.registry import make_proposer
+from ..envinfo import describe_setup, environment, redact
+from ..inputs.presets import check_output, get_preset
+from ..inputs.text import check_prompt_text, encode_prompt, read_prompt_file, token_pieces
+from ..lab import calibrated_curve
+from ..limits import Limits
+from .load import load_pair
+
+COLOURS = {"accepted": "\033[32m", "correction": "\033[1;31m", "bonus": "\033[1;36m", "plain": ""}
+RESET = "\033[0m"
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    # Every argument is checked before the pair loads (seconds), so a bad one fails at once.
+    k_setting = parse_k(args.k)
+    sampling = SamplingConfig(do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, seed=args.seed)
+    limits = Limits.from_env()
+    if args.max_new_tokens is not None:
+        limits.check_max_new_tokens(args.max_new_tokens)
+    if args.prompt_file is not None:
+        args.prompt = read_prompt_file(args.prompt_file, limits.max_prompt_chars)
+    if args.prompt is not None:
+        check_prompt_text(args.prompt, limits.max_prompt_chars)
+    preset = get_preset(args.preset) if args.preset is not None else None
+    pair = load_pair(args, quiet=args.json)
+    proposer = make_proposer(pair, args.drafter, max_ngram=args.max_ngram)
+    if preset is not None:
+        prompt_ids = preset.prompt_ids(pair.tokenizer)
+        default_new = preset.max_new_tokens
+    else:
+        prompt_ids = encode_prompt(pair.tokenizer, args.prompt, chat=not args.raw)
+        default_new = 64
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else min(default_new, limits.max_new_tokens)
+    limits.check_max_new_tokens(max_new)
+    limits.check_prompt_tokens(len(prompt_ids))
+    check_request(pair, prompt_ids, max_new)  # the target's context, before anything is printed
+
+    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+    out = sys.stdout
+    if not args.json:
+        print(f"# {redact(pair.target_name)} | drafter: {proposer.describe()} | k={args.k} | {sampling.describe()} | "
+              f"{describe_setup(pair)}", file=sys.stderr)
+        if colour:
+            print(f"# {_paint('accepted', 'accepted')}  {_paint('correction', 'correction')}  "
+                  f"{_paint('bonus', 'bonus')}  plain", file=sys.stderr)
+
+    curve = calibrated_curve(pair, prompt_ids, proposer) if k_setting == "adaptive" else None
+    controller = make_controller(k_setting, curve)
+    records = []
+    streamer = _Streamer(pair.tokenizer, colour, out) if not args.json else None
+    for rec in speculative_generate(pair, prompt_ids, proposer=proposer, k=controller, sampling=sampling,
+                                    min_confidence=args.min_confidence, max_new_tokens=max_new):
+        records.append(rec)
+        if streamer is not None and isinstance(rec, Iteration):
+            streamer.add(rec)
+    summary = summarize(records)
+    tokens = [t for r in records if isinstance(r, Iteration) for t in r.emitted]
+    text = pair.tokenizer.decode(tokens, skip_special_tokens=True)
+    check = check_output(preset, text) if preset is not None else None
+    plain_summary = None
+    if args.compare_plain:
+        plain_summary = summarize(plain_generate(pair, prompt_ids, sampling=sampling, max_new_tokens=max_new))
+
+    if args.json:
+        config = RunConfig(prompt_ids=prompt_ids, drafter=proposer.describe(), k=k_setting, sampling=sampling,
+                           max_new_tokens=max_new, prompt=args.prompt, preset=args.preset,
+                           chat_template=None if preset is not None else not args.raw,
+                           min_confidence=args.min_confidence, cost_curve=curve)
+        json.dump(run_document(config, records, environment(pair), text, summary=summary, setup=describe_setup(pair),
+                               check=check, plain_summary=plain_summary), out, indent=1)
+        out.write("\n")
+        return 0
+
+    out.write("\n\n")
+    print(format_summary(summary, describe_setup(pair)))
+    if check is not None:
+        verdict = "valid against the preset's schema" if check.schema_valid else (
+            "valid JSON" if check.is_json and check.schema_valid is None else "NOT valid")
+        print(f"output check: {verdict}" + (f" ({check.error})" if check.error else ""))
+    if plain_summary is not None:
+        ratio = summary.tokens_per_s / plain_summary.tokens_per_s if plain_summary.tokens_per_s else float("nan")
+        print(f"plain decoding, run right after: {plain_summary.tokens_per_s:.1f} tokens/s -> measured speed-up "
+              f"{ratio:.2f}x (one adjacent pair of runs, prefill excluded: a noisy figure on a shared machine)")
+    return 0
+
+
+def _paint(text: str, role: str) -> str:
+    c = COLOURS.get(role, "")
+    return f"{c}{text}{RESET}" if c else text
+
+
+class _Streamer:
+    """Prints each iteration's tokens as they arrive, coloured by role. The text is re-split into pieces
+    over all tokens so far (a character may span tokens); only the pieces not yet printed are written."""
+
+    def __init__(self, tokenizer, colour: bool, out):
+        self.tokenizer, self.colour, self.out = tokenizer, colour, out
+        self.tokens: list[int] = []
+        self.roles: list[str] = []
+        self.printed = 0
+
+    def add(self, it: Iteration) -> None:
+        self.tokens.extend(it.emitted)
+        self.roles.extend(it.roles)
+        pieces = token_pieces(self.tokenizer, self.tokens, skip_special_tokens=True)
+        for piece, role in zip(pieces[self.printed:], self.roles[self.printed:]):
+            self.out.write(_paint(piece, role) if self.colour else piece)
+        self.printed = len(pieces)
+        self.out.flush()
+
+
+def format_summary(s: RunSummary, setup: str) -> str:
+    lines = [f"summary ({setup}; prefill excluded from tokens/s)"]
+    lines.append(f"  new tokens {s.new_tokens} in {s.target_passes} target passes: {s.tokens_per_pass:.2f} tokens/pass, "
+                 f"{s.tokens_per_s:.1f} tokens/s, decode {s.decode_s:.2f} s, prefill {s.prefill_s:.2f} s")
+    if s.alpha is not None:
+        lines.append(f"  alpha {s.alpha:.3f} (accepted {s.accepted} of {s.proposed} proposed; alpha counts only "
+                     f"proposals the rule evaluated)")
+        hist = ", ".join(f"{n}:{c}" for n, c in s.accepted_length_histogram.items())
+        lines.append(f"  accepted per iteration (length:count) {hist}")
+        pos = " ".join("-" if a is None else f"{a:.2f}" for a in s.per_position_acceptance)
+        lines.append(f"  acceptance by draft position {pos}")
+    if len(s.k_values) > 1:  # an adaptive or heuristic k: how often each k was chosen (k = 0: a plain step)
+        lines.append(f"  k chosen per iteration (k\u00d7iterations) {describe_choices(s.k_values)}")
+    total = s.decode_s or 1.0
+    lines.append(f"  time: drafting {s.draft_s:.3f} s ({100 * s.draft_s / total:.0f}%), verification {s.verify_s:.3f} s "
+                 f"({100 * s.verify_s / total:.0f}%), rollback {s.rollback_s:.4f} s ({100 * s.rollback_s / total:.1f}%), "
+                 f"other {s.overhead_s:.3f} s")
+    roles = ", ".join(f"{k} {v}" for k, v in s.roles.items())
+    lines.append(f"  tokens by role: {roles}; finished by {s.finished}")
+    return "\n".join(lines)

@@ -1,0 +1,193 @@
+"""The lab commands (timing, acceptance, speed, sweep, divergence, distribution, bench-peers) and `report`.
+
+A lab command loads the pair, runs its experiment (playground.lab) on the presets or prompt given, prints
+the result's tables (playground.lab.report, the same code `report FILE` uses) and, with --out, saves the
+result as JSON with the drafter and the command line that produced it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..core.engine import K_MAX
+from ..core.sampling import SamplingConfig
+from ..drafters.adaptive import parse_k
+from ..drafters.registry import make_proposer
+from ..envinfo import describe_setup, environment, redact
+from ..errors import PlaygroundError
+from ..inputs.presets import get_preset, load_presets
+from ..inputs.text import encode_prompt
+from ..lab import acceptance, calibrate, distribution, divergence, peers, speed, sweep
+from ..lab.report import experiment_text, report
+from ..pairs.models import ModelPair
+from .load import load_pair
+
+# The k values each command runs when --ks is not given.
+DEFAULT_KS = {"timing": range(1, 9), "acceptance": (1, 2, 4, 8), "speed": (1, 2, 3, 4, 6), "sweep": range(1, 9),
+              "divergence": (1, 2, 3, 4, 6)}
+
+
+@dataclass
+class Job:
+    """One lab command's inputs: the pair, the k values, the prompts (name -> (kind, ids, max new tokens))."""
+
+    args: argparse.Namespace
+    pair: ModelPair
+    ks: tuple
+    prompts: dict[str, tuple[str, list[int], int]]
+    progress: Callable[[float, str], None]
+    memory: dict
+
+    def proposer(self):
+        """A new proposer of the drafter asked for (each run starts its own)."""
+        return make_proposer(self.pair, self.args.drafter, max_ngram=self.args.max_ngram)
+
+    @property
+    def ids(self) -> dict[str, list[int]]:
+        return {name: ids for name, (_, ids, _) in self.prompts.items()}
+
+    @property
+    def max_new(self) -> int:
+        return max(m for _, _, m in self.prompts.values())
+
+    @property
+    def fixed_ks(self) -> list[int]:
+        return [k for k in self.ks if isinstance(k, int)]
+
+
+def _timing(job: Job) -> dict:
+    t = calibrate(job.pair, next(iter(job.ids.values())), job.proposer(), n_max=max(job.fixed_ks) + 1,
+                  progress=job.progress)
+    return {"experiment": "timing", "environment": environment(job.pair), "memory": job.memory, **t.to_dict()}
+
+
+def _calibrations(job: Job, names: list[str]) -> dict:
+    """One calibration per prompt, on its own context (a longer one costs more per step on both sides), in
+    the first 30% of the progress bar. Verification is timed over up to max(k) + 1 tokens, or K_MAX + 1
+    when adaptive k runs (it may draft that far)."""
+    n_max = (K_MAX if job.args.command == "sweep" or "adaptive" in job.ks else max(job.fixed_ks)) + 1
+    share = 0.3 / len(names)
+    timings = {name: calibrate(job.pair, job.ids[name], job.proposer(), n_max=n_max, repeats=8,
+                               progress=lambda f, m, i=i, name=name: job.progress(share * (i + f), f"{name}: {m}"))
+               for i, name in enumerate(names)}
+    if any(t.c > 1 for t in timings.values()):
+        print("WARNING: the drafter's step is slower than the target's", file=sys.stderr)
+    return timings
+
+
+def _rest_of_bar(job: Job) -> Callable[[float, str], None]:
+    return lambda f, m: job.progress(0.3 + 0.7 * f, m)
+
+
+def _speed(job: Job) -> dict:
+    timings = _calibrations(job, list(job.ids))
+    return speed(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.max_new,
+                 timing=timings, min_confidence=job.args.min_confidence, progress=_rest_of_bar(job))
+
+
+def _sweep(job: Job) -> dict:
+    name, ids = next(iter(job.ids.items()))
+    timing = _calibrations(job, [name])[name]
+    return sweep(job.pair, ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.max_new,
+                 timing=timing, min_confidence=job.args.min_confidence, name=name, progress=_rest_of_bar(job))
+
+
+# command -> the experiment it runs, with the arguments it reads
+EXPERIMENTS: dict[str, Callable[[Job], dict]] = {
+    "timing": _timing,
+    "acceptance": lambda job: acceptance(job.pair, job.prompts, job.proposer, ks=job.ks, progress=job.progress),
+    "speed": _speed,
+    "sweep": _sweep,
+    "divergence": lambda job: divergence(job.pair, job.ids, job.proposer, ks=job.ks, max_new_tokens=job.max_new,
+                                         progress=job.progress),
+    "distribution": lambda job: distribution(job.pair, job.ids, job.proposer, sampling=SamplingConfig(do_sample=True),
+                                             draws=job.args.draws, progress=job.progress),
+    "bench-peers": lambda job: peers(job.pair, job.ids, k=job.args.k, rounds=job.args.rounds,
+                                     max_new_tokens=job.max_new, max_ngram=job.args.max_ngram, progress=job.progress),
+}
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    if args.rounds < 1:
+        raise PlaygroundError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.draws < 1:
+        raise PlaygroundError(f"--draws must be >= 1, got {args.draws}")
+    ks = _parse_ks(args.ks, DEFAULT_KS.get(args.command, ()))
+    if args.command not in ("speed", "sweep") and not all(isinstance(k, int) for k in ks):
+        raise PlaygroundError(f"{args.command} takes fixed k values only; adaptive and heuristic run in speed and sweep")
+    pair = load_pair(args)
+    drafter = make_proposer(pair, args.drafter, max_ngram=args.max_ngram).describe()  # a bad drafter fails here
+    prompts = _lab_prompts(pair, args)
+    setup = describe_setup(pair)
+    memory = pair.memory_report()
+    print(redact(f"# {pair.target_name} | drafter: {drafter} | {setup}"), file=sys.stderr)
+    print("# memory: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in memory.items()
+                                    if isinstance(v, int)), file=sys.stderr)
+    job = Job(args=args, pair=pair, ks=ks, prompts=prompts, progress=_progress_bar(), memory=memory)
+    result = EXPERIMENTS[args.command](job)
+    print(experiment_text(result, setup, kinds={name: kind for name, (kind, _, _) in prompts.items() if kind != name}))
+    if args.out:
+        result.setdefault("drafter", drafter)
+        result.setdefault("command", "python -m playground " + shlex.join(args.argv))
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    for i, path in enumerate(args.files):
+        print(("\n" if i else "") + report(path))
+    return 0
+
+
+def _lab_prompts(pair: ModelPair, args: argparse.Namespace) -> dict[str, tuple[str, list[int], int]]:
+    """name -> (kind, prompt ids, max new tokens): the prompt given, the presets named, or one preset per kind
+    (the first by name)."""
+    if args.prompt is not None:
+        return {"prompt": ("prompt", encode_prompt(pair.tokenizer, args.prompt), args.max_new_tokens or 64)}
+    if args.preset:
+        chosen = [get_preset(name) for name in args.preset]
+    else:
+        by_kind = {}
+        for preset in load_presets().values():
+            by_kind.setdefault(preset.kind, preset)
+        chosen = list(by_kind.values())
+    return {p.name: (p.kind, p.prompt_ids(pair.tokenizer), args.max_new_tokens or p.max_new_tokens) for p in chosen}
+
+
+def _parse_ks(text: str | None, default) -> tuple:
+    if text is None:
+        return tuple(default)
+    try:
+        ks = tuple(parse_k(x) for x in text.split(","))
+    except PlaygroundError:
+        raise PlaygroundError(f"--ks takes comma-separated k values (integers from 1 to 16, or adaptive / heuristic), "
+                              f"got {text!r}") from None
+    if not any(isinstance(k, int) for k in ks):
+        raise PlaygroundError(f"--ks needs at least one fixed k (an integer 1..16) besides adaptive/heuristic, got {text!r}")
+    return ks
+
+
+def _progress_bar() -> Callable[[float, str], None]:
+    """Progress on stderr: a bar redrawn in place on a terminal, else a line per 10%."""
+    tty = sys.stderr.isatty()
+    last = [-1]
+
+    def show(fraction: float, message: str) -> None:
+        pct = int(fraction * 100)
+        if tty:
+            bar = "#" * (pct // 4) + "." * (25 - pct // 4)
+            sys.stderr.write(f"\r[{bar}] {pct:3d}% {message[:60]:60}")
+            if fraction >= 1:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+        elif pct // 10 != last[0]:
+            last[0] = pct // 10
+            print(f"[{pct:3d}%] {message}", file=sys.stderr)
+
+    return show

@@ -1,0 +1,29 @@
+"""The model pair a command runs on, chosen by its --pair / --target / --draft / --device / --dtype /
+--device-map / --threads arguments and loaded with its progress and memory warnings on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+from ..errors import PlaygroundError
+from ..pairs.models import ModelPair
+from ..pairs.registry import choose_pair, load_choice
+
+
+def load_pair(args: argparse.Namespace, quiet: bool = False) -> ModelPair:
+    """The pair the arguments name; `quiet`: without the loading progress."""
+    if args.threads is not None:
+        if args.threads < 1:
+            raise PlaygroundError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    choice = choose_pair(pair=args.pair, target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
+                         device_map=args.device_map or os.environ.get("PLAYGROUND_DEVICE_MAP"))
+    say = (lambda m: print(m, file=sys.stderr)) if not quiet else None
+    pair = load_choice(choice, progress=say)
+    for warning in pair.memory_report().get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
+    return pair
