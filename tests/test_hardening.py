@@ -18,18 +18,20 @@ from pathlib import Path
 import pytest
 import torch
 
-import playground.pairs.registry
 import playground.inputs.presets
+import playground.pairs.registry
 from playground.cli import main
+from playground.drafters.proposers import lookup
 from playground.envinfo import environment, recorded_variables, redact
 from playground.errors import PlaygroundError
-from playground.limits import Limits
-from playground.pairs.models import ModelPair
-from playground.pairs.loading import check_vocab
 from playground.inputs.presets import check_output, get_preset, load_preset, load_presets
-from playground.drafters.proposers import lookup
-from playground.inputs.text import check_prompt_text, encode_prompt, read_prompt_file
-from playground.ui import handlers
+from playground.inputs.text import check_prompt_text, read_prompt_file
+from playground.limits import Limits
+from playground.pairs.loading import check_vocab
+from playground.pairs.models import ModelPair
+from playground.pairs.registry import PairChoice
+from playground.ui import handlers, serving
+from playground.ui.session import Session, parse_request, parse_sweep
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
 WORDS = [f"w{i}" for i in range(63)]  # + "<eos>" = 64 tokens
@@ -59,19 +61,21 @@ def cli_pair(monkeypatch, word_pair):
 
 @pytest.fixture
 def provider(word_pair):
-    return handlers.PairProvider(pair=word_pair)
+    return serving.PairProvider(pair=word_pair)
 
 
 UI_DEFAULTS = dict(prompt=PROMPT, preset="", chat=True, drafter="draft", k=3, decoding="greedy", temperature=1.0,
                    top_k=0, top_p=1.0, max_new_tokens=8, seed=0)
 
 
+def ui_request(provider, **changes):
+    """The request the app builds from the controls before an event (blocks.py), on the provider's drafters."""
+    return parse_request({**UI_DEFAULTS, **changes}, provider.drafter_names())
+
+
 def ui_run(provider, **changes):
-    """The run event's handler to the end (what /run and the Run button call)."""
-    a = {**UI_DEFAULTS, **changes}
-    return list(handlers.stream_run(provider, None, a["prompt"], a["preset"], a["chat"], a["drafter"], a["k"],
-                                    a["decoding"], a["temperature"], a["top_k"], a["top_p"], a["max_new_tokens"],
-                                    a["seed"]))
+    """The run event's handler to the end (what /run and the Run button call): the request, then the run."""
+    return list(handlers.stream_run(provider, None, ui_request(provider, **changes)))
 
 
 def cli(capsys, *argv) -> tuple[int, str, str]:
@@ -142,20 +146,23 @@ def test_bad_input_is_a_clear_error_in_the_ui_and_the_cli(capsys, cli_pair, prov
 
 def test_the_ui_keeps_the_prompt_and_shows_the_message_on_the_status_line(provider):
     """A bad request leaves the prompt box alone (it is not an output of /run) and says why on the status line."""
+    import inspect
+
     import gradio as gr
 
-    from playground.ui.blocks import _guarded
     from playground.ui import build_ui
 
     run = next(fn for fn in build_ui(provider).fns.values() if fn.api_name == "run")
     assert "prompt" not in [getattr(b, "elem_id", None) for b in run.outputs]
     assert "prompt" in [getattr(b, "elem_id", None) for b in run.inputs]
 
-    views = handlers.stream_run(provider, None, "w1\x00", "", True, "draft", 3, "greedy", 1, 0, 1, 8, 0)
+    # the app's own /run function, called as Gradio calls it: the session, the controls in order, the progress
+    names = [p for p in inspect.signature(run.fn).parameters if p not in ("session", "progress")]
+    values = {**UI_DEFAULTS, "prompt": "w1\x00", "k_mode": "fixed"}
     got = []
     with pytest.raises(gr.Error) as e:
-        for x in _guarded(views, lambda v: (v.status,), 3):
-            got.append(x)
+        for x in run.fn(None, *(values[name] for name in names), None):
+            got.append(x)  # noqa: PERF402 - one by one, so what came before the error is kept
     assert got[-1][0].startswith("\u26a0 the prompt contains a control character (U+0000)")
     assert "control character" in e.value.message
 
@@ -247,15 +254,14 @@ def test_sweep_size_is_limited(provider, monkeypatch):
     monkeypatch.setenv("PLAYGROUND_MAX_SWEEP_RUNS", "20")
     with pytest.raises(PlaygroundError, match=r"k = 1..8 over 3 round\(s\) is 27 runs .* at most 20 "
                                               r"\(PLAYGROUND_MAX_SWEEP_RUNS\)"):
-        next(handlers.stream_sweep(provider, None, PROMPT, "", True, "draft", "greedy", 1, 0, 1, 0, 8, 3, 8))
+        parse_sweep({**UI_DEFAULTS, "k_max": 8, "rounds": 3}, provider.drafter_names())
     # the UI's largest sweep (k up to 16, 5 rounds) fits the default
     Limits().check_sweep(16, 5)
 
 
 def test_calibrate_checks_the_prompt_against_the_context(provider):
     with pytest.raises(PlaygroundError, match="context holds 256"):
-        list(handlers.stream_calibrate(provider, handlers.Session(), LONG, "", True, "draft", 3, "greedy", 1, 0, 1,
-                                       8, 0, repeats=1, warmup=0))
+        list(handlers.stream_calibrate(provider, Session(), ui_request(provider, prompt=LONG), repeats=1, warmup=0))
 
 
 # --- presets: unknown, malformed, and output that is not what the preset asks for -------------------------------
@@ -334,8 +340,8 @@ def test_a_draft_whose_vocabulary_differs_is_refused_naming_the_first_mismatch(t
         check_vocab(word_tokenizer(WORDS), word_tokenizer(WORDS, extra=("w99",)))
     assert message in cli_error(capsys, "--prompt", PROMPT, "--target", str(target_dir), "--draft", str(draft_dir),
                                 "--device", "cpu")
-    spec = handlers.PairSpec(str(target_dir), str(draft_dir), "cpu", "float32")
-    ui = handlers.PairProvider(spec=spec, cache=handlers.PairCache())
+    choice = PairChoice(str(target_dir), str(draft_dir), "cpu", "float32")
+    ui = serving.PairProvider(choice=choice, cache=serving.PairCache())
     with pytest.raises(PlaygroundError, match=message):
         ui_run(ui)
 
@@ -456,8 +462,7 @@ def test_the_ui_never_shows_logs_or_exports_a_secret(secret_env, provider, caplo
                       RuntimeError(f"token {SECRET} rejected")):
             shown = []
             with pytest.raises(gr.Error) as e:
-                for x in _guarded(failing(error), lambda v: v, 2):
-                    shown.append(x)
+                shown.extend(_guarded(failing(error), lambda v: v, 2))  # what was shown before the error
             assert "redacted" in e.value.message and "<redacted>" in shown[-1][0]
             assert_clean(e.value.message + shown[-1][0])
     assert "rejected" in caplog.text  # the bug was logged, without the secret
@@ -480,23 +485,23 @@ def test_an_unknown_or_disallowed_model_id_is_refused_before_loading(monkeypatch
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(playground.pairs.registry, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
     assert message in cli_error(capsys, "--prompt", PROMPT, "--target", target, "--draft", "none")
-    ui = handlers.PairProvider(spec=handlers.PairSpec(target, None, "cpu", "float32"), cache=handlers.PairCache())
+    ui = serving.PairProvider(choice=PairChoice(target, None, "cpu", "float32"), cache=serving.PairCache())
     with pytest.raises(PlaygroundError) as e:
         ui_run(ui, drafter="lookup")
     assert message in str(e.value)
     # the app's pair menu: only named pairs can be picked unless PLAYGROUND_ALLOW_ANY_MODEL=1
-    menu = handlers.PairProvider(spec=handlers.PairSpec.from_env({}), cache=handlers.PairCache())
+    menu = serving.PairProvider(choice=serving.choice_from_env({}), cache=serving.PairCache())
     with pytest.raises(PlaygroundError, match="unknown model pair"):
         handlers.select_pair(menu, None, target)
 
 
 def test_an_unexpected_cli_failure_keeps_its_traceback_with_secrets_redacted(secret_env, capsys, monkeypatch):
-    import playground.cli.entry as cli_main
+    import playground.cli.info as cli_info
 
     def broken():
         raise RuntimeError(f"something broke near {SECRET}")
 
-    monkeypatch.setattr(cli_main, "cmd_presets", broken)
+    monkeypatch.setattr(cli_info, "cmd_presets", broken)
     assert main(["presets"]) == 1
     out, err = capsys.readouterr()
     assert "Traceback" in err and "RuntimeError: something broke near <redacted>" in err

@@ -27,7 +27,7 @@ import torch
 
 from playground.limits import Limits
 from playground.pairs.models import ModelPair
-from playground.ui import handlers
+from playground.ui import serving
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
 WORDS = [f"w{i}" for i in range(63)]
@@ -56,7 +56,7 @@ def slow_pair():
 def app(launch_app, slow_pair):
     from playground.ui import build_ui
 
-    demo = build_ui(handlers.PairProvider(pair=slow_pair), limits=Limits(queue_size=QUEUE_SIZE))
+    demo = build_ui(serving.PairProvider(pair=slow_pair), limits=Limits(queue_size=QUEUE_SIZE))
     return launch_app(demo), demo
 
 
@@ -83,7 +83,7 @@ def wait_for_workers(timeout: float) -> float:
 
 
 def device_lock_is_free() -> bool:
-    lock = handlers.device_lock("cpu")
+    lock = serving.device_lock("cpu")
     if lock.acquire(timeout=5):
         lock.release()
         return True
@@ -118,7 +118,7 @@ def test_eight_concurrent_clients_are_served_or_told_the_queue_is_full(app):
                 results[i] = ("served", time.perf_counter() - t0, status)
             except QueueError as e:
                 results[i] = ("rejected", time.perf_counter() - t0, str(e))
-            except Exception as e:  # anything else is a failure of the test
+            except Exception as e:  # noqa: BLE001 - anything else is a failure of the test, reported below
                 results[i] = ("failed", time.perf_counter() - t0, repr(e))
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(CLIENTS)]
@@ -209,7 +209,7 @@ def raw_run(http, url, demo, **changes):
     values = {"session": None, "prompt": PROMPT, "max_new_tokens": 8, **CONTROLS, **changes}
     # the event's inputs in order, named as the event function's parameters; any other control at its default
     names = [p for p in inspect.signature(fn.fn).parameters if p != "progress"]
-    data = [values[name] if name in values else block.value for name, block in zip(names, fn.inputs, strict=True)]
+    data = [values.get(name, block.value) for name, block in zip(names, fn.inputs, strict=True)]
     body = {"data": data, "fn_index": fn_index, "event_data": None, "trigger_id": None, "session_hash": session_hash}
     r = http.post(f"{url}gradio_api/queue/join", content=json.dumps(body), headers={"Content-Type": "application/json"})
     r.raise_for_status()
@@ -220,8 +220,8 @@ def raw_run(http, url, demo, **changes):
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(prompt="w1 \ud800"), "the prompt is not valid UTF-8 text: a lone surrogate U+D800 at character 3"),
-    (dict(decoding="sample", temperature=float("nan")), "temperature must be a finite number, got nan"),
+    ({"prompt": "w1 \ud800"}, "the prompt is not valid UTF-8 text: a lone surrogate U+D800 at character 3"),
+    ({"decoding": "sample", "temperature": float("nan")}, "temperature must be a finite number, got nan"),
 ])
 def test_what_only_a_raw_client_can_send_is_a_clear_error_too(app, client, changes, message):
     import httpx
@@ -235,18 +235,18 @@ def test_what_only_a_raw_client_can_send_is_a_clear_error_too(app, client, chang
 
 API_ROWS = [
     # our own checks
-    (dict(prompt="   "), "the prompt is empty"),
-    (dict(prompt="w1\x00w2"), "control character (U+0000) at character 2"),
-    (dict(prompt=" ".join(["w7"] * 250)), "context holds 256"),
-    (dict(k=2.5), "k must be a whole number"),
-    (dict(preset="no-such-preset"), "no-such-preset"),  # Gradio: not one of the dropdown's choices
+    ({"prompt": "   "}, "the prompt is empty"),
+    ({"prompt": "w1\x00w2"}, "control character (U+0000) at character 2"),
+    ({"prompt": " ".join(["w7"] * 250)}, "context holds 256"),
+    ({"k": 2.5}, "k must be a whole number"),
+    ({"preset": "no-such-preset"}, "no-such-preset"),  # Gradio: not one of the dropdown's choices
     # Gradio's own range checks of the components (each names the value and the bound)
-    (dict(max_new_tokens=5000), "greater than maximum"),
-    (dict(k=0), "less than minimum"),
-    (dict(decoding="sample", temperature=0.0), "less than minimum"),
-    (dict(decoding="sample", top_p=1.5), "greater than maximum"),
-    (dict(decoding="sample", top_k=-1), "less than minimum"),
-    (dict(seed=-1), "less than minimum"),
+    ({"max_new_tokens": 5000}, "greater than maximum"),
+    ({"k": 0}, "less than minimum"),
+    ({"decoding": "sample", "temperature": 0.0}, "less than minimum"),
+    ({"decoding": "sample", "top_p": 1.5}, "greater than maximum"),
+    ({"decoding": "sample", "top_k": -1}, "less than minimum"),
+    ({"seed": -1}, "less than minimum"),
 ]
 
 

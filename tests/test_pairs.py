@@ -7,12 +7,21 @@ policy refuses before any load is tried.
 import pytest
 import torch
 
-from playground.pairs import loading as models
-from playground.pairs import hub
-from playground.pairs import registry as pairs
 from playground.cli import main
 from playground.errors import PlaygroundError
-from playground.pairs.registry import PAIRS, ModelPolicy, PairChoice, check_access, choose_pair, get_pair_spec, load_choice, parse_custom
+from playground.pairs import hub
+from playground.pairs import loading as models
+from playground.pairs import registry as pairs
+from playground.pairs.registry import (
+    PAIRS,
+    ModelPolicy,
+    PairChoice,
+    check_access,
+    choose_pair,
+    get_pair_spec,
+    load_choice,
+    parse_custom,
+)
 from tests.test_models import save
 
 SECRET = "hf_playgroundTestSecret123"
@@ -228,34 +237,33 @@ def test_nothing_sets_trust_remote_code():
 # --- the app: the pair menu and the environment's pair -------------------------------------------------------
 
 
-def test_app_spec_from_the_environment():
-    from playground.ui.handlers import PairSpec
+def test_app_choice_from_the_environment():
+    from playground.ui.serving import choice_from_env, menu_value
 
-    spec = PairSpec.from_env({"PLAYGROUND_PAIR": "smollm2-1.7b", "PLAYGROUND_DEVICE": "cuda:0"})
-    assert (spec.target, spec.draft, spec.device, spec.name) == (
+    choice = choice_from_env({"PLAYGROUND_PAIR": "smollm2-1.7b", "PLAYGROUND_DEVICE": "cuda:0"})
+    assert (choice.target, choice.draft, choice.device, choice.name) == (
         "HuggingFaceTB/SmolLM2-1.7B-Instruct", "embedded", "cuda:0", "smollm2-1.7b")
-    assert PairSpec.from_env({}).choice == "embedded"
-    assert PairSpec.from_env({"PLAYGROUND_TARGET": "/m", "PLAYGROUND_DRAFT": "none"}).choice == "/m, none"
+    assert menu_value(choice_from_env({})) == "embedded"
+    assert menu_value(choice_from_env({"PLAYGROUND_TARGET": "/m", "PLAYGROUND_DRAFT": "none"})) == "/m, none"
 
 
 def test_app_refuses_a_disallowed_pair_at_load_without_network(monkeypatch, no_hub):
-    from playground.ui import handlers
+    from playground.ui.serving import PairCache, PairProvider, choice_from_env
 
     monkeypatch.setattr(pairs, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
-    provider = handlers.PairProvider(spec=handlers.PairSpec("someone/model", None, "cpu", "float32"),
-                                     cache=handlers.PairCache())
+    provider = PairProvider(choice=PairChoice("someone/model", None, "cpu", "float32"), cache=PairCache())
     with pytest.raises(PlaygroundError, match="not a model of a named pair"):
         provider.get()
-    gated = handlers.PairProvider(spec=handlers.PairSpec.from_env({"PLAYGROUND_PAIR": "llama-3.2-3b"}),
-                                  cache=handlers.PairCache())
+    gated = PairProvider(choice=choice_from_env({"PLAYGROUND_PAIR": "llama-3.2-3b"}), cache=PairCache())
     with pytest.raises(PlaygroundError, match="gated model"):
         gated.get()
 
 
 def test_pair_menu_selects_named_pairs_and_refuses_typed_ids(monkeypatch, no_hub):
     from playground.ui import handlers
+    from playground.ui.serving import PairCache, PairProvider, choice_from_env
 
-    provider = handlers.PairProvider(spec=handlers.PairSpec.from_env({}), cache=handlers.PairCache(load=None))
+    provider = PairProvider(choice=choice_from_env({}), cache=PairCache(load=None))
     choices, value, typed = handlers.pair_choices(provider)
     assert [v for _, v in choices] == list(PAIRS) and value == "embedded" and typed is False
 
@@ -263,7 +271,7 @@ def test_pair_menu_selects_named_pairs_and_refuses_typed_ids(monkeypatch, no_hub
     assert view.session.pair.target == "Qwen/Qwen2.5-7B-Instruct" and "~16 GB" in view.info
     drafters = [name for _, name in view.drafters]
     assert "draft" in drafters and "llama.cpp" not in drafters  # llama.cpp drafts for the embedded target only
-    assert provider.for_session(view.session).spec.name == "qwen2.5-7b"
+    assert provider.for_session(view.session).choice.name == "qwen2.5-7b"
     assert not provider.for_session(view.session).loaded()  # choosing loads nothing
     back = handlers.select_pair(provider, view.session, "embedded")
     assert back.session.pair is None and provider.for_session(back.session) is provider
@@ -275,34 +283,35 @@ def test_pair_menu_selects_named_pairs_and_refuses_typed_ids(monkeypatch, no_hub
     monkeypatch.setenv("PLAYGROUND_ALLOW_ANY_MODEL", "1")
     assert handlers.pair_choices(provider)[2] is True
     custom = handlers.select_pair(provider, None, "someone/model, none").session.pair
-    assert (custom.target, custom.draft, custom.name) == ("someone/model", None, "")
+    assert (custom.target, custom.draft, custom.name) == ("someone/model", None, None)  # no named pair
     with pytest.raises(PlaygroundError, match="local path"):  # roots still bound local paths
         handlers.select_pair(provider, None, "/etc, none")
 
 
 def test_pair_cache_keeps_at_most_max_pairs():
-    from playground.ui import handlers
+    from playground.ui.serving import PairCache
 
     loads = []
-    cache = handlers.PairCache(load=lambda t, d, **k: loads.append(t) or object(), max_pairs=1)
-    a, b = handlers.PairSpec("a", None), handlers.PairSpec("b", None)
+    cache = PairCache(load=lambda t, d, **k: loads.append(t) or object(), max_pairs=1)
+    a, b = PairChoice("a", None), PairChoice("b", None)
     cache.get(a)
     cache.get(b)
     assert not cache.loaded(a) and cache.loaded(b)
-    two = handlers.PairCache(load=lambda t, d, **k: loads.append(t) or object(), max_pairs=2)
+    two = PairCache(load=lambda t, d, **k: loads.append(t) or object(), max_pairs=2)
     two.get(a), two.get(b), two.get(a)  # a used last: b goes first
-    two.get(handlers.PairSpec("c", None))
+    two.get(PairChoice("c", None))
     assert two.loaded(a) and not two.loaded(b) and loads == ["a", "b", "a", "b", "c"]
 
 
 def test_build_ui_has_the_pair_menu_and_loads_nothing():
     pytest.importorskip("gradio")
-    from playground.ui import build_ui, handlers
+    from playground.ui import build_ui
+    from playground.ui.serving import PairCache, PairProvider, choice_from_env
 
     def refuse(*a, **k):
         raise AssertionError("build_ui must not load a model")
 
-    demo = build_ui(handlers.PairProvider(spec=handlers.PairSpec(), cache=handlers.PairCache(load=refuse)))
+    demo = build_ui(PairProvider(choice=choice_from_env({}), cache=PairCache(load=refuse)))
     public = {fn.api_name for fn in demo.fns.values() if fn.api_visibility == "public"}
     assert "select_pair" in public
     menu = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "pair")

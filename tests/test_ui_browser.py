@@ -147,7 +147,7 @@ def tiny_app_url(launch_app):
 
     from playground.pairs.models import ModelPair
     from playground.ui import build_ui
-    from playground.ui.handlers import PairProvider
+    from playground.ui.serving import PairProvider
     from tests.tiny import perturbed, tiny_model, word_tokenizer
 
     target = tiny_model(vocab=64, seed=0, dtype=torch.float32)

@@ -12,16 +12,20 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from playground.errors import PlaygroundError
-from playground.pairs.models import ModelPair
-from playground.inputs.presets import OutputCheck, get_preset
 from playground.core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step, summarize
+from playground.errors import PlaygroundError
+from playground.inputs.presets import OutputCheck, get_preset
 from playground.inputs.text import token_pieces
-from playground.ui import charts, handlers, render
+from playground.pairs.models import ModelPair
+from playground.pairs.registry import PairChoice
+from playground.ui import charts, handlers, panels, render, serving
+from playground.ui.session import Session, parse_request, parse_sweep
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
 WORDS = [f"w{i}" for i in range(63)]  # + "<eos>" = 64 tokens
 PROMPT = "w1 w2 w3 w4 w5 w1 w2 w3"
+CONTROLS = {"prompt": PROMPT, "preset": "", "chat": True, "drafter": "draft", "k": 3, "decoding": "greedy",
+            "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 24, "seed": 0}
 
 
 def it(index, proposed, n_accepted, emitted, roles, p=None, q=None, finished=None, k=None):
@@ -47,14 +51,25 @@ def word_pair():
 
 @pytest.fixture(scope="module")
 def provider(word_pair):
-    return handlers.PairProvider(pair=word_pair)
+    return serving.PairProvider(pair=word_pair)
+
+
+def request(provider, **changes):
+    """What blocks.py builds from the controls before an event: a validated RunRequest, with the drafters of the
+    provider's pair."""
+    return parse_request({**CONTROLS, **changes}, provider.drafter_names())
+
+
+def sweep_request(provider, k_max, rounds, max_new_tokens, drafter="draft"):
+    controls = {name: CONTROLS[name] for name in ("prompt", "preset", "chat", "decoding", "temperature", "top_k",
+                                                  "top_p", "seed")}
+    return parse_sweep({**controls, "drafter": drafter, "k_max": k_max, "rounds": rounds,
+                        "max_new_tokens": max_new_tokens}, provider.drafter_names())
 
 
 def run_to_end(provider, session=None, prompt=PROMPT, drafter="draft", k=3, decoding="greedy", max_new=24, **kw):
-    views = list(handlers.stream_run(provider, session, prompt, kw.get("preset", ""), kw.get("chat", True), drafter,
-                                     k, decoding, kw.get("temperature", 1.0), kw.get("top_k", 0),
-                                     kw.get("top_p", 1.0), max_new, kw.get("seed", 0)))
-    return views
+    req = request(provider, prompt=prompt, drafter=drafter, k=k, decoding=decoding, max_new_tokens=max_new, **kw)
+    return list(handlers.stream_run(provider, session, req))
 
 
 # --- render -------------------------------------------------------------------------------------------------
@@ -191,29 +206,29 @@ def test_sweep_chart_shows_measured_predicted_break_even_and_recommended_k():
 # --- input parsing ------------------------------------------------------------------------------------------
 
 
-ARGS = dict(prompt="hello", preset="", chat=True, drafter="draft", k=4, decoding="greedy", temperature=1.0, top_k=0,
-            top_p=1.0, max_new_tokens=16, seed=0)
+ARGS = {"prompt": "hello", "preset": "", "chat": True, "drafter": "draft", "k": 4, "decoding": "greedy",
+        "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 16, "seed": 0}
 
 
 def parse(**changes):
-    return handlers.parse_request(**{**ARGS, **changes})
+    return parse_request({**ARGS, **changes})
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(prompt="   "), "the prompt is empty"),
-    (dict(prompt=None), "the prompt is empty"),
-    (dict(k=0), "k must be from 1 to 16"),
-    (dict(k=17), "k must be from 1 to 16"),
-    (dict(k=2.5), "k must be a whole number"),
-    (dict(drafter="oracle"), "unknown drafter 'oracle'"),
-    (dict(decoding="beam"), "decoding must be 'greedy' or 'sample'"),
-    (dict(max_new_tokens=0), "max new tokens must be from 1"),
-    (dict(max_new_tokens=None), "max new tokens must be a whole number"),
-    (dict(decoding="sample", temperature=0), "temperature must be a finite number > 0"),
-    (dict(decoding="sample", temperature=float("nan")), "temperature must be a finite number"),
-    (dict(decoding="sample", top_p=0), "top-p must be in (0, 1]"),
-    (dict(decoding="sample", top_k=-1), "top-k must be an integer >= 0"),
-    (dict(seed=-3), "seed must be between 0"),
+    ({"prompt": "   "}, "the prompt is empty"),
+    ({"prompt": None}, "the prompt is empty"),
+    ({"k": 0}, "k must be from 1 to 16"),
+    ({"k": 17}, "k must be from 1 to 16"),
+    ({"k": 2.5}, "k must be a whole number"),
+    ({"drafter": "oracle"}, "unknown drafter 'oracle'"),
+    ({"decoding": "beam"}, "decoding must be 'greedy' or 'sample'"),
+    ({"max_new_tokens": 0}, "max new tokens must be from 1"),
+    ({"max_new_tokens": None}, "max new tokens must be a whole number"),
+    ({"decoding": "sample", "temperature": 0}, "temperature must be a finite number > 0"),
+    ({"decoding": "sample", "temperature": float("nan")}, "temperature must be a finite number"),
+    ({"decoding": "sample", "top_p": 0}, "top-p must be in (0, 1]"),
+    ({"decoding": "sample", "top_k": -1}, "top-k must be an integer >= 0"),
+    ({"seed": -3}, "seed must be between 0"),
 ])
 def test_bad_input_is_a_clear_playground_error(changes, message):
     with pytest.raises(PlaygroundError) as e:
@@ -222,19 +237,20 @@ def test_bad_input_is_a_clear_playground_error(changes, message):
 
 
 def test_control_values_from_the_browser_are_normalised():
-    req, sampling = parse(k=4.0, max_new_tokens=32.0, seed=7.0)
-    assert (req.k, req.max_new_tokens, req.seed) == (4, 32, 7) and sampling.greedy
+    req = parse(k=4.0, max_new_tokens=32.0, seed=7.0)
+    assert (req.k, req.max_new_tokens, req.sampling.seed) == (4, 32, 7) and req.sampling.greedy
     # sampling settings are ignored for greedy decoding, used when sampling
-    _, greedy = parse(temperature=0)
+    greedy = parse(temperature=0).sampling
     assert greedy.greedy
-    _, s = parse(decoding="sample", temperature=0.7, top_k=20.0, top_p=0.9, seed=3)
+    s = parse(decoding="sample", temperature=0.7, top_k=20.0, top_p=0.9, seed=3).sampling
     assert (s.do_sample, s.temperature, s.top_k, s.top_p, s.seed) == (True, 0.7, 20, 0.9, 3)
+    assert parse().k_mode == "fixed" and parse(k_mode="adaptive").k_mode == "adaptive"  # k_mode: "fixed" if unset
 
 
 # --- the pair loader ----------------------------------------------------------------------------------------
 
 
-def test_pair_cache_loads_once_per_spec_under_concurrency():
+def test_pair_cache_loads_once_per_pair_under_concurrency():
     calls = []
 
     def slow_load(target, draft, device, dtype, progress):
@@ -242,29 +258,52 @@ def test_pair_cache_loads_once_per_spec_under_concurrency():
         time.sleep(0.05)
         return object()
 
-    cache = handlers.PairCache(load=slow_load)
-    spec = handlers.PairSpec("t", None, "cpu", "float32")
+    cache = serving.PairCache(load=slow_load)
+    choice = PairChoice("t", None, "cpu", "float32")
     got = []
-    threads = [threading.Thread(target=lambda: got.append(cache.get(spec))) for _ in range(6)]
+    threads = [threading.Thread(target=lambda: got.append(cache.get(choice))) for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(calls) == 1 and len({id(g) for g in got}) == 1 and cache.loaded(spec)
-    cache.get(handlers.PairSpec("t", "int8", "cpu", "float32"))
+    assert len(calls) == 1 and len({id(g) for g in got}) == 1 and cache.loaded(choice)
+    cache.get(PairChoice("t", "int8", "cpu", "float32"))
     assert len(calls) == 2
 
 
-def test_pair_spec_from_environment():
-    assert handlers.PairSpec.from_env({}) == handlers.PairSpec("embedded", "int8", "auto", "auto")
-    spec = handlers.PairSpec.from_env({"PLAYGROUND_TARGET": "/m", "PLAYGROUND_DRAFT": "none",
-                                       "PLAYGROUND_DEVICE": "cpu", "PLAYGROUND_DTYPE": "bf16"})
-    assert spec == handlers.PairSpec("/m", None, "cpu", "bf16")
-    no_draft = handlers.PairProvider(spec=spec, cache=handlers.PairCache(load=None))
+def test_two_choices_differing_only_in_name_share_one_loaded_pair():
+    loads = []
+    cache = serving.PairCache(load=lambda t, d, **k: loads.append(t) or object(), max_pairs=1)
+    named = PairChoice("t", None, "cpu", "float32", name="a-name")
+    first = cache.get(named)
+    assert cache.get(PairChoice("t", None, "cpu", "float32")) is first and loads == ["t"]
+    assert cache.loaded(PairChoice("t", None, "cpu", "float32", name="another"))
+    assert cache.calibrations(named) is cache.calibrations(PairChoice("t", None, "cpu", "float32"))
+    provider = serving.PairProvider(choice=named, cache=cache)
+    assert provider.for_session(Session(pair=PairChoice("t", None, "cpu", "float32"))) is provider
+
+
+def test_the_cache_loads_through_the_policy_checked_loader(monkeypatch):
+    seen = []
+    monkeypatch.setattr(serving, "load_choice", lambda choice, progress: seen.append(choice) or "pair")
+    choice = PairChoice("t", "int8", "cpu", "float32", device_map="auto", name="x")
+    assert serving.PairCache().get(choice) == "pair" and seen == [choice]  # the choice itself, as it was given
+    kwargs = []
+    injected = serving.PairCache(load=lambda target, draft, **kw: kwargs.append((target, draft, kw)) or "p")
+    injected.get(choice)
+    assert kwargs == [("t", "int8", {"device": "cpu", "dtype": "float32", "progress": None, "device_map": "auto"})]
+
+
+def test_pair_choice_from_environment():
+    assert serving.choice_from_env({}) == PairChoice("embedded", "int8", "auto", "auto", name="embedded")
+    choice = serving.choice_from_env({"PLAYGROUND_TARGET": "/m", "PLAYGROUND_DRAFT": "none",
+                                      "PLAYGROUND_DEVICE": "cpu", "PLAYGROUND_DTYPE": "bf16"})
+    assert choice == PairChoice("/m", None, "cpu", "bf16")
+    no_draft = serving.PairProvider(choice=choice, cache=serving.PairCache(load=None))
     names = [name for _, name in no_draft.drafter_choices()]
     assert names[0] == "auto" and "lookup" in names and "draft" not in names  # no draft model in this pair
     assert "llama.cpp" not in names  # the llama.cpp drafter drafts for the embedded target only
-    embedded = [name for _, name in handlers.PairProvider(spec=handlers.PairSpec()).drafter_choices()]
+    embedded = [name for _, name in serving.PairProvider(choice=serving.choice_from_env({})).drafter_choices()]
     from playground.drafters.registry import DRAFTERS
 
     assert embedded == ["auto", *DRAFTERS]
@@ -308,7 +347,7 @@ def test_run_with_prompt_lookup_and_sampling(provider):
 
 def test_bad_input_fails_before_anything_runs(provider):
     with pytest.raises(PlaygroundError, match="the prompt is empty"):
-        next(handlers.stream_run(provider, None, "", "", True, "draft", 4, "greedy", 1, 0, 1, 16, 0))
+        next(handlers.stream_run(provider, None, request(provider, prompt="", k=4, max_new_tokens=16)))
     with pytest.raises(PlaygroundError, match="context holds 256"):
         run_to_end(provider, max_new=300)
 
@@ -330,7 +369,7 @@ def test_stopping_a_run_stops_the_engine_thread(provider, monkeypatch):
             yield rec
 
     monkeypatch.setattr(playground.core.engine, "speculative_generate", slowed)
-    gen = handlers.stream_run(provider, None, PROMPT, "", True, "draft", 2, "greedy", 1, 0, 1, 200, 0)
+    gen = handlers.stream_run(provider, None, request(provider, k=2, max_new_tokens=200))
     session = None
     for view in gen:
         session = view.session
@@ -353,7 +392,7 @@ def test_stopping_a_run_stops_the_engine_thread(provider, monkeypatch):
 
 def test_compare_needs_a_run_then_measures_plain_right_after(provider):
     with pytest.raises(PlaygroundError, match="no finished speculative run"):
-        list(handlers.stream_compare(provider, handlers.Session()))
+        list(handlers.stream_compare(provider, Session()))
     session = run_to_end(provider, max_new=20)[-1].session
     final = list(handlers.stream_compare(provider, session))[-1]
     run = session.run
@@ -366,15 +405,15 @@ def test_compare_needs_a_run_then_measures_plain_right_after(provider):
 
 def test_calibrate_is_cached_per_session_and_feeds_the_prediction(provider):
     session = run_to_end(provider, k=3, max_new=16)[-1].session
-    args = (PROMPT, "", True, "draft", 3, "greedy", 1, 0, 1, 16, 0)
-    views = list(handlers.stream_calibrate(provider, session, *args, repeats=2, warmup=1))
+    req = request(provider, k=3, max_new_tokens=16)
+    views = list(handlers.stream_calibrate(provider, session, req, repeats=2, warmup=1))
     assert views[-1].status.startswith("Calibrated") and len(session.timings) == 1
     timing = next(iter(session.timings.values()))
     assert sorted(timing.verify_s) == list(range(1, 10))
     assert "predicted, iid \u03b1" in views[-1].prediction and "per-position" in views[-1].prediction
     s = session.run.summary
     assert f"**{timing.predict(s.alpha, 3):.2f}\u00d7**" in views[-1].prediction
-    again = list(handlers.stream_calibrate(provider, session, *args, repeats=2, warmup=1))
+    again = list(handlers.stream_calibrate(provider, session, req, repeats=2, warmup=1))
     assert len(again) == 1 and "already cached" in again[0].status
 
 
@@ -390,8 +429,8 @@ def test_sweep_calls_lab_sweep_with_the_settings_and_reports_progress(provider):
             time.sleep(0.35)
         return json.loads(json.dumps(SWEEP_RESULT))
 
-    session = handlers.Session()
-    views = list(handlers.stream_sweep(provider, session, PROMPT, "", True, "lookup", "greedy", 1, 0, 1, 0, 4, 2, 24,
+    session = Session()
+    views = list(handlers.stream_sweep(provider, session, sweep_request(provider, 4, 2, 24, drafter="lookup"),
                                        sweep_fn=fake_sweep))
     assert seen["ks"] == [1, 2, 3, 4] and seen["rounds"] == 2 and seen["max_new"] == 24 and seen["timing"] is None
     assert seen["proposer"].startswith("prompt-lookup")
@@ -404,6 +443,17 @@ def test_sweep_calls_lab_sweep_with_the_settings_and_reports_progress(provider):
     assert session.sweep["best_k"] == 2 and len(session.timings) == 1  # the sweep's calibration is kept
 
 
+def test_sweep_runs_the_lab_sweep_by_default(provider, monkeypatch):
+    from playground.lab.speed import sweep as lab_sweep
+
+    assert handlers.sweep is lab_sweep
+    called = []
+    result = json.loads(json.dumps(SWEEP_RESULT))
+    monkeypatch.setattr(handlers, "sweep", lambda *a, **k: called.append(k["ks"]) or result)
+    final = list(handlers.stream_sweep(provider, Session(), sweep_request(provider, 2, 1, 8)))[-1]
+    assert called == [[1, 2]] and "recommended k = 2" in final.status
+
+
 def test_stopping_a_sweep_stops_the_worker(provider):
     stopped = threading.Event()
 
@@ -413,12 +463,11 @@ def test_stopping_a_sweep_stops_the_worker(provider):
             while True:
                 progress(0.5, "working")
                 time.sleep(0.02)
-        except handlers.Stopped:
+        except serving.Stopped:
             stopped.set()
             raise
 
-    gen = handlers.stream_sweep(provider, handlers.Session(), PROMPT, "", True, "draft", "greedy", 1, 0, 1, 0, 8, 1,
-                                16, sweep_fn=endless_sweep)
+    gen = handlers.stream_sweep(provider, Session(), sweep_request(provider, 8, 1, 16), sweep_fn=endless_sweep)
     for view in gen:
         if "%" in view.status:
             break
@@ -428,9 +477,9 @@ def test_stopping_a_sweep_stops_the_worker(provider):
 
 def test_sweep_rejects_bad_settings(provider):
     with pytest.raises(PlaygroundError, match="largest k"):
-        next(handlers.stream_sweep(provider, None, PROMPT, "", True, "draft", "greedy", 1, 0, 1, 0, 0, 2, 16))
+        sweep_request(provider, 0, 2, 16)
     with pytest.raises(PlaygroundError, match="rounds"):
-        next(handlers.stream_sweep(provider, None, PROMPT, "", True, "draft", "greedy", 1, 0, 1, 0, 8, 0, 16))
+        sweep_request(provider, 8, 0, 16)
 
 
 def test_presets_fill_the_prompt_or_say_why_not(provider):
@@ -451,14 +500,14 @@ def test_presets_fill_the_prompt_or_say_why_not(provider):
 
 def test_output_check_and_counters_html():
     preset = get_preset("tool_call")
-    assert "waiting" in handlers.check_html(preset, None)
-    ok = handlers.check_html(preset, OutputCheck(True, True, None))
+    assert "waiting" in panels.check_html(preset, None)
+    ok = panels.check_html(preset, OutputCheck(True, True, None))
     assert "valid JSON" in ok and "valid against the schema" in ok and "badge bad" not in ok
-    bad = handlers.check_html(preset, OutputCheck(True, False, "at $.name: 'x' is not one of <a>"))
+    bad = panels.check_html(preset, OutputCheck(True, False, "at $.name: 'x' is not one of <a>"))
     assert "not valid against the schema" in bad and "&lt;a&gt;" in bad
-    assert handlers.check_html(get_preset("story"), None) == ""
+    assert panels.check_html(get_preset("story"), None) == ""
     s = summarize(RECORDS)
-    c = handlers.counters_html(s, 10, running=False)
+    c = panels.counters_html(s, 10, running=False)
     for key, value in (("iterations", "3"), ("alpha", f"{s.alpha:.2f}"), ("tokens_per_pass", "2.00"),
                        ("new_tokens", "6 / 10")):
         assert f'data-counter="{key}"' in c and f'<div class="value">{value}</div>' in c
@@ -468,7 +517,7 @@ def test_build_ui_loads_no_model_and_names_every_event(word_pair):
     def refuse(*a, **k):
         raise AssertionError("build_ui must not load a model")
 
-    provider = handlers.PairProvider(spec=handlers.PairSpec(), cache=handlers.PairCache(load=refuse))
+    provider = serving.PairProvider(choice=serving.choice_from_env({}), cache=serving.PairCache(load=refuse))
     from playground.ui import build_ui
 
     demo = build_ui(provider)
@@ -479,6 +528,15 @@ def test_build_ui_loads_no_model_and_names_every_event(word_pair):
     assert all(fn.concurrency_limit == 1 for fn in device_events)
     assert demo._queue.max_size == 16
     assert not provider.loaded()
+    # the API's parameters are the controls, by name, in this order (gradio_client calls them so)
+    api = demo.get_api_info()["named_endpoints"]
+    run_names = ["prompt", "preset", "chat", "drafter", "k", "decoding", "temperature", "top_k", "top_p",
+                 "max_new_tokens", "seed"]
+    assert [p["parameter_name"] for p in api["/run"]["parameters"]] == [*run_names, "k_mode"]
+    assert [p["parameter_name"] for p in api["/calibrate"]["parameters"]] == run_names
+    assert [p["parameter_name"] for p in api["/sweep"]["parameters"]] == [
+        "prompt", "preset", "chat", "drafter", "decoding", "temperature", "top_k", "top_p", "seed", "k_max", "rounds",
+        "max_new_tokens"]
 
 
 def test_sweep_rows_say_when_a_k_never_pays():
@@ -486,10 +544,10 @@ def test_sweep_rows_say_when_a_k_never_pays():
                          "break_even_alpha": None},
                         {"k": 2, "median_ratio": 1.2, "min_ratio": 1.1, "max_ratio": 1.3, "alpha": 0.9,
                          "predicted_iid": 1.25, "break_even_alpha": 0.41234}]}
-    rows = handlers.sweep_rows(result)
+    rows = panels.sweep_rows(result)
     assert rows[0] == [1, 0.812, 0.8, 0.9, "\u2013", "\u2013", "\u2013", "never pays"]
     assert rows[1] == [2, 1.2, 1.1, 1.3, 0.9, 1.25, "\u2013", 0.412]
-    assert len(handlers.SWEEP_COLUMNS) == len(rows[0])
+    assert len(panels.SWEEP_COLUMNS) == len(rows[0])
 
 
 def test_event_errors_become_a_status_line_and_a_message_and_the_app_keeps_serving():
@@ -508,7 +566,7 @@ def test_event_errors_become_a_status_line_and_a_message_and_the_app_keeps_servi
     got = []
     with pytest.raises(gr.Error) as e:
         for x in _guarded(bad_input(), lambda v: v.upper(), 3):
-            got.append(x)
+            got.append(x)  # noqa: PERF402 - one by one, so what came before the error is kept
     assert got[0] == "FIRST" and got[1][0] == "\u26a0 k must be from 1 to 16, got <17>" and len(got[1]) == 3
     assert e.value.message == "k must be from 1 to 16, got &lt;17&gt;"  # gr.Error renders HTML: escaped
     with pytest.raises(gr.Error, match="internal error: KeyError"):
@@ -516,8 +574,8 @@ def test_event_errors_become_a_status_line_and_a_message_and_the_app_keeps_servi
 
 
 def test_one_device_lock_serialises_workers_even_after_a_stop():
-    lock = handlers.device_lock("cpu")
-    assert lock is handlers.device_lock("cpu") and lock is not handlers.device_lock("cuda:0")
+    lock = serving.device_lock("cpu")
+    assert lock is serving.device_lock("cpu") and lock is not serving.device_lock("cuda:0")
     order = []
 
     def slow(emit, stopped):
@@ -531,7 +589,7 @@ def test_one_device_lock_serialises_workers_even_after_a_stop():
         order.append("second runs")
 
     def consumer(work):
-        with handlers.Background(work, "lock-test", lock) as bg:
+        with serving.Background(work, "lock-test", lock) as bg:
             while not bg.finished:
                 bg.poll(0.05)
                 yield

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 
-from .blocks import build_ui, launch_kwargs
-from .handlers import PairProvider, PairSpec
+from .blocks import build_ui
+from .serving import PairProvider, choice_from_env
+from .theme import launch_kwargs
 
-__all__ = ["build_ui", "launch", "launch_kwargs", "server_name", "PairProvider", "PairSpec"]
+__all__ = ["PairProvider", "build_ui", "choice_from_env", "launch", "launch_kwargs", "server_name"]
 
 
 def server_name(env=None) -> str:

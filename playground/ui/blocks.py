@@ -1,5 +1,7 @@
-"""build_ui(): the components and their wiring. The work is in handlers.py; this file only maps
-handler views to component updates and PlaygroundError to a message the user sees.
+"""build_ui(): the components and their wiring. The work is in handlers.py; this file builds each event's
+request from its controls (session.parse_request / parse_sweep, the one place raw control values are read),
+maps handler views to component updates and PlaygroundError to a message the user sees. The look is in
+theme.py.
 
 Serving: one queue; every event that touches the model runs under one concurrency group per device
 (`concurrency_limit=1`, shared `concurrency_id`), the queue is bounded (PLAYGROUND_QUEUE_SIZE waiting events;
@@ -13,6 +15,7 @@ pairs (playground.pairs); it takes typed model ids only under PLAYGROUND_ALLOW_A
 from __future__ import annotations
 
 import html
+import inspect
 import logging
 import traceback
 
@@ -22,88 +25,15 @@ from ..envinfo import redact
 from ..errors import PlaygroundError
 from ..limits import Limits
 from . import charts, handlers
-from .handlers import PairProvider
+from .panels import LOADING_MESSAGE, SWEEP_COLUMNS, counters_html, pair_info, prediction_markdown
 from .render import EMPTY_TOKENS, legend_html
+from .serving import AUTO_HELP, PairProvider
+from .session import Session, parse_request, parse_sweep
 
 log = logging.getLogger(__name__)
 TITLE = "Speculative decoding playground"
-
-CSS = """
-.gradio-container { max-width: 1480px !important; }
-#header h1 { font-size: 1.45rem; margin: 0 0 2px 0; }
-#header p { margin: 0; color: var(--body-text-color-subdued); font-size: 0.92rem; }
-#status { font-size: 0.85rem; color: var(--body-text-color-subdued); min-height: 1.4em; flex: 1 1 0% !important;
-          min-width: 0 !important; }
-#status-row { align-items: center; gap: 8px; }
-#activity { min-height: 30px; flex: 0 0 120px !important; }
-#status p { margin: 0; }
-.legend { display: flex; flex-wrap: wrap; gap: 6px 14px; align-items: center; font-size: 0.8rem;
-          color: var(--body-text-color-subdued); margin: 2px 0 6px 0; }
-.legend .tok { padding: 1px 7px; }
-.legend-note { margin-left: 4px; }
-.legend .it::before { display: none; }
-#tokens { padding: 0 !important; }
-.token-box { font-family: var(--font-mono); font-size: 13.5px; line-height: 2.0; white-space: pre-wrap;
-             word-break: break-word; min-height: 110px; max-height: 460px; overflow-y: auto; padding: 12px 14px;
-             border: 1px solid var(--border-color-primary); border-radius: 10px;
-             background: var(--block-background-fill); color: var(--body-text-color); }
-#tokens .placeholder { color: var(--body-text-color-subdued); font-family: var(--font); font-style: italic; }
-.tok { border-radius: 3px; padding: 2px 0; cursor: default; }
-.tok.acc { background: #bbf7d0; color: #14532d; }
-.tok.cor { background: #fecaca; color: #7f1d1d; }
-.tok.bon { background: #bfdbfe; color: #1e3a8a; }
-.tok.pln { background: #e5e7eb; color: #1f2937; }
-.tok.lk { outline: 1px dashed #15803d; outline-offset: -1px; }
-.tok.special { font-style: italic; opacity: 0.75; }
-.tok:hover { outline: 1.5px solid #111827; outline-offset: 0; }
-.tok .nl { opacity: 0.45; font-size: 0.85em; }
-.it { padding-bottom: 1px; }
-.it.even { border-bottom: 2px solid #818cf8; }
-.it.odd { border-bottom: 2px solid #fbbf24; }
-.it::before { content: ""; display: inline-block; width: 1px; height: 1.05em; margin: 0 1px;
-              background: #94a3b8; vertical-align: -0.15em; opacity: 0.6; }
-.fin { margin-left: 6px; font-size: 0.75em; color: var(--body-text-color-subdued); font-family: var(--font); }
-.counters { display: grid; grid-template-columns: repeat(6, minmax(0, 1fr)); gap: 8px; }
-.counter { border: 1px solid var(--border-color-primary); border-radius: 10px; padding: 8px 10px;
-           background: var(--block-background-fill); }
-.counter .value { font-size: 1.35rem; font-weight: 650; font-variant-numeric: tabular-nums; line-height: 1.2; }
-.counter .label { font-size: 0.75rem; color: var(--body-text-color-subdued); }
-.counters.running .counter .value { color: var(--color-accent); }
-.counters-note { font-size: 0.75rem; color: var(--body-text-color-subdued); margin-top: 4px; }
-.check { font-size: 0.88rem; padding: 8px 10px; border-radius: 8px; border: 1px solid var(--border-color-primary); }
-.check .badge { display: inline-block; padding: 1px 8px; border-radius: 999px; font-size: 0.8rem; margin-left: 4px; }
-.badge.ok { background: #dcfce7; color: #166534; }
-.badge.bad { background: #fee2e2; color: #991b1b; }
-.badge.na { background: #f3f4f6; color: #4b5563; }
-.check-error { font-family: var(--font-mono), monospace; font-size: 0.8rem; color: #991b1b; margin-top: 4px; }
-#prediction h4 { margin: 4px 0 6px 0; }
-#prediction table { font-size: 0.86rem; border-collapse: collapse; width: auto; border: none !important; }
-#prediction tr { border: none !important; }
-#prediction th, #prediction td { border: none !important;
-                                 border-bottom: 1px solid var(--border-color-primary) !important;
-                                 padding: 4px 16px 4px 0 !important; background: none !important; }
-#prediction td:nth-child(2), #prediction th:nth-child(2) { text-align: right; }
-#prediction p { font-size: 0.8rem; color: var(--body-text-color-subdued); margin: 6px 0; }
-#controls .gr-group, #controls { gap: 8px; }
-.small-note { font-size: 0.78rem; color: var(--body-text-color-subdued); }
-@media (max-width: 900px) { .counters { grid-template-columns: repeat(3, minmax(0, 1fr)); } }
-"""
-
-
-def theme() -> gr.themes.Base:
-    # Local font stacks only: the playground must render offline (no web-font downloads).
-    return gr.themes.Default(
-        primary_hue="indigo",
-        secondary_hue="indigo",
-        neutral_hue="slate",
-        font=["Inter", "ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"],
-        font_mono=["JetBrains Mono", "ui-monospace", "SFMono-Regular", "Menlo", "DejaVu Sans Mono", "monospace"],
-    ).set(block_radius="10px", button_large_radius="8px")
-
-
-def launch_kwargs() -> dict:
-    """What launch() needs besides the app (Gradio 6 takes theme and css here, not in Blocks())."""
-    return {"theme": theme(), "css": CSS, "footer_links": ["api", "gradio"]}
+TRACK_PROGRESS = gr.Progress(track_tqdm=True)  # a marker: Gradio hands each call a tracker of its own
+DEFAULT_MAX_NEW = 64
 
 
 def _error(e: Exception) -> gr.Error:
@@ -125,7 +55,7 @@ def _guarded(views, to_outputs, n_outputs: int, status_first: bool = True):
         if status_first:
             yield (f"\u26a0 {redact(str(e))}", *([gr.skip()] * (n_outputs - 1)))
         raise _error(e) from None
-    except Exception as e:  # a bug, not bad input: say what happened, log the traceback
+    except Exception as e:  # noqa: BLE001 - a bug, not bad input: say what happened, log the traceback
         log.error("playground event failed\n%s", redact(traceback.format_exc()))
         message = redact(f"internal error: {type(e).__name__}: {e}")
         if status_first:
@@ -133,9 +63,30 @@ def _guarded(views, to_outputs, n_outputs: int, status_first: bool = True):
         raise gr.Error(html.escape(message), title="Something broke", print_exception=False) from None
 
 
+def _event(body, session: gr.State, controls: dict):
+    """An event function for `body(session, values, progress)`, where `values` is {name: value} for `controls`
+    ({API parameter name: component}), and the event's inputs ([session, *components]).
+
+    Gradio passes an event's inputs by position and names its API parameters after the function's, so the
+    function gets the signature (session, *names, progress): the names are written once, beside the components,
+    and the values reach the body as one mapping, never by position."""
+    names = list(controls)
+
+    def event(session, *values):
+        *values, progress = values  # Gradio passes its progress tracker where the signature puts it: last
+        yield from body(session, dict(zip(names, values, strict=True)), progress)
+
+    param = inspect.Parameter
+    event.__signature__ = inspect.Signature(
+        [param(name, param.POSITIONAL_OR_KEYWORD) for name in ("session", *names)]
+        + [param("progress", param.POSITIONAL_OR_KEYWORD, default=TRACK_PROGRESS)])
+    event.__name__, event.__qualname__, event.__doc__ = body.__name__, body.__qualname__, body.__doc__
+    return event, [session, *controls.values()]
+
+
 def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=None,
              calibrate_repeats: int = 12, limits: Limits | None = None) -> gr.Blocks:
-    """The playground's Blocks. Loads no model: the pair loads on first use (see handlers.PairCache).
+    """The playground's Blocks. Loads no model: the pair loads on first use (see serving.PairCache).
     `limits` default to the environment's (playground.limits), read here, once per app."""
     provider = provider or PairProvider()
     limits = limits or Limits.from_env()
@@ -144,10 +95,10 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
     preset_list, preset_errors = handlers.preset_choices(presets_dir)
     drafter_choices = provider.drafter_choices()
     pair_list, pair_value, pair_typed = handlers.pair_choices(provider)
-    spec = provider.spec
+    choice = provider.choice
 
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
-        session = gr.State(None)  # a handlers.Session, created by the first event of each tab
+        session = gr.State(None)  # a session.Session, created by the first event of each tab
 
         with gr.Column(elem_id="header"):
             gr.Markdown(
@@ -155,9 +106,9 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                 "A small drafter proposes *k* tokens, the target checks them in one pass, the acceptance rule "
                 "keeps a prefix. See which tokens were accepted, the acceptance rate \u03b1, where the time went, "
                 "and the cost model's predicted speed-up beside the measured one.  \n"
-                f"<span class='small-note'>Pair: target `{redact(spec.target)}`, "
-                f"draft `{redact(spec.draft or 'none')}`, "
-                f"device `{spec.device}`, dtype `{spec.dtype}` \u00b7 loaded once per process on first use.</span>"
+                f"<span class='small-note'>Pair: target `{redact(choice.target)}`, "
+                f"draft `{redact(choice.draft or 'none')}`, "
+                f"device `{choice.device}`, dtype `{choice.dtype}` \u00b7 loaded once per process on first use.</span>"
             )
             if preset_errors:
                 gr.Markdown("\n".join(f"- preset error: {html.escape(e)}" for e in preset_errors))
@@ -169,7 +120,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                                         allow_custom_value=pair_typed, filterable=True,
                                         info="Loads on the next run (hub pairs download once)"
                                         + ("; or type TARGET, DRAFT" if pair_typed else ""))
-                pair_note = gr.Markdown(handlers.pair_info(provider), elem_id="pair-info")
+                pair_note = gr.Markdown(pair_info(provider), elem_id="pair-info")
                 preset = gr.Dropdown(preset_list, value="", label="Preset", elem_id="preset",
                                      info="Fills the prompt with the exact text the model sees")
                 preset_info = gr.Markdown("Your own prompt: sent as one user turn of the chat template.",
@@ -178,14 +129,15 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                                     placeholder="Paste anything, or pick a preset above")
                 chat = gr.Checkbox(value=True, label="Wrap in the chat template (as one user turn)", elem_id="chat")
                 drafter = gr.Radio(drafter_choices, value=drafter_choices[0][1] if drafter_choices else None,
-                                   label="Drafter", info=handlers.AUTO_HELP, elem_id="drafter")
+                                   label="Drafter", info=AUTO_HELP, elem_id="drafter")
                 with gr.Row():
                     k = gr.Slider(1, 16, value=4, step=1, label="k (proposals per iteration)", elem_id="k")
-                    max_new = gr.Number(value=min(handlers.DEFAULT_MAX_NEW, limits.max_new_tokens), precision=0,
+                    max_new = gr.Number(value=min(DEFAULT_MAX_NEW, limits.max_new_tokens), precision=0,
                                         minimum=1, maximum=limits.max_new_tokens, label="Max new tokens",
                                         elem_id="max-new")
-                k_mode = gr.Radio([("fixed k", "fixed"), ("adaptive", "adaptive"), ("transformers' heuristic", "heuristic")],
-                                  value="fixed", label="k per iteration", elem_id="k-mode",
+                k_mode = gr.Radio([("fixed k", "fixed"), ("adaptive", "adaptive"),
+                                   ("transformers' heuristic", "heuristic")], value="fixed", label="k per iteration",
+                                  elem_id="k-mode",
                                   info="adaptive: the cost model picks k (0-16) each iteration from the acceptance "
                                        "so far (first use calibrates, a few seconds); heuristic: +2 after a fully "
                                        "accepted iteration, -1 otherwise")
@@ -221,7 +173,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                         gr.HTML(legend_html(), elem_id="legend")
                         tokens = gr.HTML(EMPTY_TOKENS, html_template='<div class="token-box">${value}</div>',
                                          elem_id="tokens", padding=False)
-                        counters = gr.HTML(handlers.counters_html(None, None, False), elem_id="counters")
+                        counters = gr.HTML(counters_html(None, None, False), elem_id="counters")
                         check = gr.HTML("", elem_id="check")
                         time_plot = gr.Plot(charts.empty_figure("Time per iteration (ms)"), show_label=False,
                                             elem_id="time-plot")
@@ -230,7 +182,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                                                show_label=False, elem_id="pos-plot")
                             alpha_plot = gr.Plot(charts.empty_figure("\u03b1 over iterations"), show_label=False,
                                                  elem_id="alpha-plot")
-                        prediction = gr.Markdown(handlers.prediction_markdown(handlers.Session()),
+                        prediction = gr.Markdown(prediction_markdown(Session()),
                                                  elem_id="prediction")
                         with gr.Row(equal_height=True):
                             with gr.Accordion("Run record (JSON)", open=False):
@@ -255,15 +207,25 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                         sweep_status = gr.Markdown("", elem_id="sweep-status")
                         sweep_plot = gr.Plot(charts.sweep_figure(None), show_label=False, elem_id="sweep-plot")
                         sweep_text = gr.Markdown("", elem_id="sweep-summary")
-                        sweep_table = gr.Dataframe(headers=handlers.SWEEP_COLUMNS, interactive=False,
+                        sweep_table = gr.Dataframe(headers=SWEEP_COLUMNS, interactive=False,
                                                    elem_id="sweep-table")
                         with gr.Accordion("Sweep result (JSON)", open=False):
                             sweep_json = gr.JSON(elem_id="sweep-json")
 
         # ---------------- events ----------------
-        controls = [prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p, max_new, seed]
+        # The controls each model event reads, by the names of its API parameters (gradio_client passes them by
+        # these names, or by position in this order).
+        run_controls = {"prompt": prompt, "preset": preset, "chat": chat, "drafter": drafter, "k": k,
+                        "decoding": decoding, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+                        "max_new_tokens": max_new, "seed": seed}
+        sweep_controls = {**{n: run_controls[n] for n in ("prompt", "preset", "chat", "drafter", "decoding",
+                                                          "temperature", "top_k", "top_p", "seed")},
+                          "k_max": k_max, "rounds": rounds, "max_new_tokens": sweep_new}
         run_outputs = [status, tokens, counters, time_plot, pos_plot, alpha_plot, check, prediction, run_json,
                        download, session]
+
+        def drafters_of(session):  # what a request may name: the drafters of the pair this tab chose
+            return provider.for_session(session).drafter_names()
 
         def run_outputs_of(v):
             figs = v.figures or {}
@@ -271,42 +233,51 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                     _skip(figs.get("positions")), _skip(figs.get("alpha")), _skip(v.check), _skip(v.prediction),
                     _skip(v.doc), _skip(v.download), v.session)
 
-        def run(session, prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p, max_new_tokens,
-                seed, k_mode="fixed", progress=gr.Progress(track_tqdm=True)):
+        def run(session, values, progress):
             """Speculative decoding of the prompt, streamed. Returns status, token HTML, counters, the three
             charts, the output check, the prediction panel, the run record (JSON) and its download.
             k_mode: "fixed" (k every iteration), "adaptive" or "heuristic" (k chosen per iteration)."""
-            views = handlers.stream_run(provider, session, prompt, preset, chat, drafter, k, decoding, temperature,
-                                        top_k, top_p, max_new_tokens, seed, progress, limits=limits, k_mode=k_mode)
-            yield from _guarded(views, run_outputs_of, len(run_outputs))
 
-        def compare(session, progress=gr.Progress()):
+            def views():
+                request = parse_request(values, drafters_of(session), limits)
+                yield from handlers.stream_run(provider, session, request, progress, limits=limits)
+
+            yield from _guarded(views(), run_outputs_of, len(run_outputs))
+
+        def compare(session, progress=TRACK_PROGRESS):
             """Plain decoding of the last run's prompt and length, right after it: the measured speed-up."""
             yield from _guarded(handlers.stream_compare(provider, session, progress),
                                 lambda v: (v.status, _skip(v.prediction), _skip(v.doc), _skip(v.download), v.session),
                                 5)
 
-        def calibrate(session, prompt, preset, chat, drafter, k, decoding, temperature, top_k, top_p,
-                      max_new_tokens, seed, progress=gr.Progress(track_tqdm=True)):
+        def calibrate(session, values, progress):
             """Time the target (v(n)) and the drafter (c) on the current prompt; cached for this session."""
-            views = handlers.stream_calibrate(provider, session, prompt, preset, chat, drafter, k, decoding,
-                                              temperature, top_k, top_p, max_new_tokens, seed, progress,
-                                              repeats=calibrate_repeats, limits=limits)
-            yield from _guarded(views, lambda v: (v.status, _skip(v.prediction), v.session), 3)
 
-        def sweep(session, prompt, preset, chat, drafter, decoding, temperature, top_k, top_p, seed, k_max,
-                  rounds, max_new_tokens, progress=gr.Progress(track_tqdm=True)):
+            def views():
+                request = parse_request(values, drafters_of(session), limits)
+                yield from handlers.stream_calibrate(provider, session, request, progress, repeats=calibrate_repeats,
+                                                     limits=limits)
+
+            yield from _guarded(views(), lambda v: (v.status, _skip(v.prediction), v.session), 3)
+
+        def sweep(session, values, progress):
             """Sweep k = 1..k_max on the current prompt: measured and predicted speed-up, recommended k."""
-            views = handlers.stream_sweep(provider, session, prompt, preset, chat, drafter, decoding, temperature,
-                                          top_k, top_p, seed, k_max, rounds, max_new_tokens, progress,
-                                          sweep_fn=sweep_fn, limits=limits)
-            yield from _guarded(views, lambda v: (v.status, _skip(v.figure), _skip(v.table), _skip(v.summary),
-                                                  _skip(v.doc), v.session), 6)
 
-        def load_preset(preset, prompt, session=None, progress=gr.Progress(track_tqdm=True)):
+            def views():
+                request = parse_sweep(values, drafters_of(session), limits)
+                yield from handlers.stream_sweep(provider, session, request, progress, sweep_fn=sweep_fn, limits=limits)
+
+            yield from _guarded(views(), lambda v: (v.status, _skip(v.figure), _skip(v.table), _skip(v.summary),
+                                                    _skip(v.doc), v.session), 6)
+
+        run_event, run_inputs = _event(run, session, {**run_controls, "k_mode": k_mode})
+        calibrate_event, calibrate_inputs = _event(calibrate, session, run_controls)
+        sweep_event, sweep_inputs = _event(sweep, session, sweep_controls)
+
+        def load_preset(preset, prompt, session=None, progress=TRACK_PROGRESS):
             """Fill the prompt box (and max new tokens) from a preset; describe it."""
             if preset and not provider.for_session(session).loaded():
-                yield gr.skip(), gr.skip(), gr.skip(), handlers.LOADING_MESSAGE
+                yield gr.skip(), gr.skip(), gr.skip(), LOADING_MESSAGE
 
             def views():
                 yield handlers.load_preset(provider, preset, prompt, progress, session=session)
@@ -337,19 +308,16 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
 
         # Progress and errors show on the status line only (an error would otherwise badge every output).
         on_status = {"show_progress": "minimal", "show_progress_on": [activity]}
-        run_ev = run_btn.click(run, [session, *controls, k_mode], run_outputs, api_name="run", **on_status,
-                               **device_events)
-        cmp_run_ev = compare_btn.click(run, [session, *controls, k_mode], run_outputs, api_visibility="private",
-                                       **on_status, **device_events)
+        run_ev = run_btn.click(run_event, run_inputs, run_outputs, api_name="run", **on_status, **device_events)
+        cmp_run_ev = compare_btn.click(run_event, run_inputs, run_outputs, api_visibility="private", **on_status,
+                                       **device_events)
         cmp_ev = cmp_run_ev.success(compare, [session], [status, prediction, run_json, download, session],
                                     api_name="compare", **on_status, **device_events)
-        cal_ev = calibrate_btn.click(calibrate, [session, *controls], [status, prediction, session],
+        cal_ev = calibrate_btn.click(calibrate_event, calibrate_inputs, [status, prediction, session],
                                      api_name="calibrate", **on_status, **device_events)
-        sweep_ev = sweep_btn.click(
-            sweep, [session, prompt, preset, chat, drafter, decoding, temperature, top_k, top_p, seed, k_max, rounds,
-                    sweep_new],
-            [sweep_status, sweep_plot, sweep_table, sweep_text, sweep_json, session], api_name="sweep",
-            show_progress="minimal", show_progress_on=[activity], **device_events)
+        sweep_ev = sweep_btn.click(sweep_event, sweep_inputs,
+                                   [sweep_status, sweep_plot, sweep_table, sweep_text, sweep_json, session],
+                                   api_name="sweep", **on_status, **device_events)
         preset.input(load_preset, [preset, prompt, session], [prompt, max_new, chat, preset_info],
                      api_name="load_preset", show_progress="minimal", show_progress_on=[preset_info],
                      concurrency_limit=4, concurrency_id="presets")

@@ -10,7 +10,7 @@ and charts are rebuilt while a run streams, on the same CPU (and GIL) the run is
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 

@@ -12,7 +12,7 @@ by a thin bar, so iteration boundaries are visible in the text itself.
 from __future__ import annotations
 
 import html
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
 

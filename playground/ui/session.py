@@ -1,0 +1,249 @@
+"""What one browser tab asks for and remembers.
+
+- `RunRequest` (and `SweepRequest`): the only thing that crosses from the layout (blocks.py) to the events
+  (handlers.py). `parse_request` / `parse_sweep` build one from the controls' raw values, by name, and are
+  where bad input is refused, with a `PlaygroundError` that says what to fix; an event trusts the request
+  it is given.
+- `encode_request` (`resolve_prompt`, then `check_prompt_ids`), `prompt_key`: a request's prompt as token
+  ids, within the limits.
+- `Session` (held per tab in a `gr.State`, never in module globals), the `RunResult` it keeps, and
+  `k_controller`: a request's k setting, with the adaptive state the session carries between runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.engine import K_MAX, check_k, check_request
+from ..core.sampling import SamplingConfig
+from ..drafters.adaptive import CostCurve, make_controller
+from ..drafters.registry import DRAFTERS
+from ..errors import PlaygroundError
+from ..inputs.presets import get_preset
+from ..inputs.text import check_prompt_text, encode_prompt
+from ..lab.calibration import CalibrationStore, calibrated_curve
+from ..limits import Limits
+from ..pairs.registry import PairChoice
+
+DECODINGS = ("greedy", "sample")
+K_MODES = {"fixed": "the k above, every iteration", "adaptive": "chosen per iteration by the cost model",
+           "heuristic": "transformers' heuristic schedule (+2 / -1)"}
+SWEEP_K_MAX = 16
+SWEEP_ROUNDS_MAX = 20
+
+
+# --- the request --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One speculative run as asked for, validated: what the run, compare and calibrate events read."""
+
+    prompt: str
+    preset: str | None
+    chat: bool
+    drafter: str
+    k: int
+    max_new_tokens: int
+    sampling: SamplingConfig
+    k_mode: str = "fixed"  # "fixed" (the k slider), "adaptive" or "heuristic" (k chosen per iteration)
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """A sweep of k = 1..k_max over `rounds` rounds, with the prompt, drafter and decoding of `run`."""
+
+    run: RunRequest
+    k_max: int
+    rounds: int
+
+
+def _integer(value, what: str) -> int:
+    if isinstance(value, bool):
+        raise PlaygroundError(f"{what} must be a whole number, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return _integer(float(value), what) if "." in value or "e" in value.lower() else int(value.strip())
+        except ValueError:
+            pass
+    raise PlaygroundError(f"{what} must be a whole number, got {value!r}")
+
+
+def _number(value, what: str) -> float:
+    if isinstance(value, bool) or value is None:
+        raise PlaygroundError(f"{what} must be a number, got {value!r}")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise PlaygroundError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(x):
+        raise PlaygroundError(f"{what} must be a finite number, got {value!r}")
+    return x
+
+
+def parse_request(controls: Mapping[str, Any], drafters: Sequence[str] | None = None,
+                  limits: Limits | None = None) -> RunRequest:
+    """The controls' raw values, by name (prompt, preset, chat, drafter, k, decoding, temperature, top_k,
+    top_p, max_new_tokens, seed, and k_mode: "fixed" when missing) -> a RunRequest; raises PlaygroundError with
+    what to fix. `drafters`: the names this pair offers (default: every drafter). `limits` (a
+    playground.limits.Limits) default to the environment's, read now."""
+    c = controls
+    limits = limits or Limits.from_env()
+    prompt, preset = c.get("prompt"), c.get("preset")
+    check_prompt_text(prompt, limits.max_prompt_chars)
+    if preset is not None and not isinstance(preset, str):
+        raise PlaygroundError(f"the preset must be a preset name, got {preset!r}")
+    known = list(drafters) if drafters is not None else list(DRAFTERS)
+    drafter = c.get("drafter")
+    if drafter not in known:
+        raise PlaygroundError(f"unknown drafter {drafter!r}; choose one of {', '.join(known)}")
+    k = check_k(_integer(c.get("k"), "k"))
+    k_mode = c.get("k_mode") or "fixed"
+    if k_mode not in K_MODES:
+        raise PlaygroundError(f"k per iteration must be one of {', '.join(K_MODES)}, got {k_mode!r}")
+    decoding = c.get("decoding")
+    if decoding not in DECODINGS:
+        raise PlaygroundError(f"decoding must be 'greedy' or 'sample', got {decoding!r}")
+    max_new = limits.check_max_new_tokens(_integer(c.get("max_new_tokens"), "max new tokens"))
+    seed = _integer(c.get("seed"), "seed")
+    sample = decoding == "sample"
+    sampling = SamplingConfig(do_sample=sample,
+                              temperature=_number(c.get("temperature"), "temperature") if sample else 1.0,
+                              top_k=_integer(c.get("top_k"), "top-k") if sample else 0,
+                              top_p=_number(c.get("top_p"), "top-p") if sample else 1.0, seed=seed)
+    return RunRequest(prompt=prompt, preset=preset or None, chat=bool(c.get("chat")), drafter=drafter, k=k,
+                      max_new_tokens=max_new, sampling=sampling, k_mode=k_mode)
+
+
+def parse_sweep(controls: Mapping[str, Any], drafters: Sequence[str] | None = None,
+                limits: Limits | None = None) -> SweepRequest:
+    """The sweep's controls (the run's but k and k_mode, plus k_max and rounds) -> a SweepRequest."""
+    k_max = _integer(controls.get("k_max"), "largest k")
+    if not 1 <= k_max <= SWEEP_K_MAX:
+        raise PlaygroundError(f"the largest k to sweep must be from 1 to {SWEEP_K_MAX}, got {k_max}")
+    rounds = _integer(controls.get("rounds"), "rounds")
+    if not 1 <= rounds <= SWEEP_ROUNDS_MAX:
+        raise PlaygroundError(f"rounds must be from 1 to {SWEEP_ROUNDS_MAX}, got {rounds}")
+    limits = limits or Limits.from_env()
+    limits.check_sweep(k_max, rounds)
+    run = parse_request({**controls, "k": 1, "k_mode": "fixed"}, drafters, limits)
+    return SweepRequest(run=run, k_max=k_max, rounds=rounds)
+
+
+# --- the request's prompt -----------------------------------------------------------------------------------
+
+
+def prompt_key(ids: Sequence[int]) -> str:
+    return hashlib.sha256(",".join(str(int(t)) for t in ids).encode()).hexdigest()[:16]
+
+
+def resolve_prompt(pair, req: RunRequest):
+    """(prompt ids, preset or None). The preset's exact ids when the box still holds its text unchanged."""
+    if pair.tokenizer is None:
+        raise PlaygroundError("this model pair has no tokenizer, so a text prompt cannot be encoded")
+    preset = None
+    if req.preset:
+        preset = get_preset(req.preset)
+        try:
+            if req.prompt == preset.prompt_text(pair.tokenizer):
+                return preset.prompt_ids(pair.tokenizer), preset
+        except PlaygroundError:
+            pass
+    return encode_prompt(pair.tokenizer, req.prompt, chat=req.chat), preset
+
+
+def check_prompt_ids(pair, ids, max_new_tokens: int, limits: Limits) -> None:
+    """The encoded prompt within this playground's token limit and, with the new tokens, the target's context."""
+    limits.check_prompt_tokens(len(ids))
+    check_request(pair, ids, max_new_tokens)
+
+
+def encode_request(pair, req: RunRequest, new_tokens: int, limits: Limits):
+    """(prompt ids, preset or None) of a request, checked to leave room for `new_tokens` after the prompt."""
+    ids, preset = resolve_prompt(pair, req)
+    check_prompt_ids(pair, ids, new_tokens, limits)
+    return ids, preset
+
+
+# --- per-session state --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    """One speculative run, as the session keeps it (records are the truth; the summary is derived)."""
+
+    request: RunRequest
+    prompt_ids: list[int]
+    drafter: str  # proposer.describe()
+    records: list
+    summary: Any  # RunSummary
+    text: str
+    preset: Any  # Preset | None
+    check: Any  # OutputCheck | None
+    setup: str
+    environment: dict
+    finished: bool  # False while streaming (or if it was stopped)
+    ended_at: float = 0.0  # time.perf_counter() when the last record arrived
+    plain: Any = None  # RunSummary of the plain run right after ("Compare with plain")
+    plain_gap_s: float | None = None  # seconds between the speculative run's end and the plain run's start
+    plain_setup: str | None = None
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return self.request.sampling
+
+    @property
+    def prompt_key(self) -> str:
+        return prompt_key(self.prompt_ids)
+
+    @property
+    def measured_speedup(self) -> float | None:
+        """Speculative tokens/s over the plain run's, once both exist (None when plain measured 0 tokens/s)."""
+        if self.plain is None or self.summary is None:
+            return None
+        return self.summary.tokens_per_s / self.plain.tokens_per_s if self.plain.tokens_per_s else None
+
+
+@dataclass
+class Session:
+    """Everything one browser tab remembers, held in a gr.State (never in module globals)."""
+
+    run: RunResult | None = None
+    timings: dict = field(default_factory=dict)  # (drafter, prompt_key) -> lab.Timing
+    sweep: dict | None = None
+    stopped: str | None = None  # which event the user stopped ("run", "compare", ...), until reported
+    pair: PairChoice | None = None  # the pair this tab chose in the pair menu (None: the app's default pair)
+    k_memory: dict = field(default_factory=dict)  # drafter -> adaptive / heuristic state carried between runs
+
+    def timing_for(self, drafter: str, ids_key: str, n_needed: int = 1):
+        t = self.timings.get((drafter, ids_key))
+        if t is not None and max(t.verify_s) >= n_needed:
+            return t
+        return None
+
+
+def new_session() -> Session:
+    return Session()
+
+
+def k_controller(request: RunRequest, pair, ids, proposer, session: Session, store: CalibrationStore | None = None):
+    """The request's k as the loop takes it: an int, or a controller choosing k per iteration. Adaptive k needs
+    the cost curve of this pair, drafter and prompt: the session's own calibration when it reaches far enough,
+    else the pair's for this context length (`store`, shared by every tab), calibrated briefly the first time.
+    The controller's state carries over between the session's runs (per drafter)."""
+    if request.k_mode == "fixed":
+        return request.k
+    curve = None
+    if request.k_mode == "adaptive":
+        timing = session.timing_for(proposer.describe(), prompt_key(ids), K_MAX + 1)
+        curve = CostCurve.from_timing(timing) if timing is not None else calibrated_curve(pair, ids, proposer, store,
+                                                                                          repeats=3)
+    return make_controller(request.k_mode, curve, memory=session.k_memory.setdefault(proposer.describe(), {}))

@@ -1,0 +1,83 @@
+"""How the app looks: its CSS and theme, and what `launch()` needs besides the app (Gradio 6 takes theme and
+css at launch, not in Blocks()). The classes are the ones render.py and panels.py write."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+CSS = """
+.gradio-container { max-width: 1480px !important; }
+#header h1 { font-size: 1.45rem; margin: 0 0 2px 0; }
+#header p { margin: 0; color: var(--body-text-color-subdued); font-size: 0.92rem; }
+#status { font-size: 0.85rem; color: var(--body-text-color-subdued); min-height: 1.4em; flex: 1 1 0% !important;
+          min-width: 0 !important; }
+#status-row { align-items: center; gap: 8px; }
+#activity { min-height: 30px; flex: 0 0 120px !important; }
+#status p { margin: 0; }
+.legend { display: flex; flex-wrap: wrap; gap: 6px 14px; align-items: center; font-size: 0.8rem;
+          color: var(--body-text-color-subdued); margin: 2px 0 6px 0; }
+.legend .tok { padding: 1px 7px; }
+.legend-note { margin-left: 4px; }
+.legend .it::before { display: none; }
+#tokens { padding: 0 !important; }
+.token-box { font-family: var(--font-mono); font-size: 13.5px; line-height: 2.0; white-space: pre-wrap;
+             word-break: break-word; min-height: 110px; max-height: 460px; overflow-y: auto; padding: 12px 14px;
+             border: 1px solid var(--border-color-primary); border-radius: 10px;
+             background: var(--block-background-fill); color: var(--body-text-color); }
+#tokens .placeholder { color: var(--body-text-color-subdued); font-family: var(--font); font-style: italic; }
+.tok { border-radius: 3px; padding: 2px 0; cursor: default; }
+.tok.acc { background: #bbf7d0; color: #14532d; }
+.tok.cor { background: #fecaca; color: #7f1d1d; }
+.tok.bon { background: #bfdbfe; color: #1e3a8a; }
+.tok.pln { background: #e5e7eb; color: #1f2937; }
+.tok.lk { outline: 1px dashed #15803d; outline-offset: -1px; }
+.tok.special { font-style: italic; opacity: 0.75; }
+.tok:hover { outline: 1.5px solid #111827; outline-offset: 0; }
+.tok .nl { opacity: 0.45; font-size: 0.85em; }
+.it { padding-bottom: 1px; }
+.it.even { border-bottom: 2px solid #818cf8; }
+.it.odd { border-bottom: 2px solid #fbbf24; }
+.it::before { content: ""; display: inline-block; width: 1px; height: 1.05em; margin: 0 1px;
+              background: #94a3b8; vertical-align: -0.15em; opacity: 0.6; }
+.fin { margin-left: 6px; font-size: 0.75em; color: var(--body-text-color-subdued); font-family: var(--font); }
+.counters { display: grid; grid-template-columns: repeat(6, minmax(0, 1fr)); gap: 8px; }
+.counter { border: 1px solid var(--border-color-primary); border-radius: 10px; padding: 8px 10px;
+           background: var(--block-background-fill); }
+.counter .value { font-size: 1.35rem; font-weight: 650; font-variant-numeric: tabular-nums; line-height: 1.2; }
+.counter .label { font-size: 0.75rem; color: var(--body-text-color-subdued); }
+.counters.running .counter .value { color: var(--color-accent); }
+.counters-note { font-size: 0.75rem; color: var(--body-text-color-subdued); margin-top: 4px; }
+.check { font-size: 0.88rem; padding: 8px 10px; border-radius: 8px; border: 1px solid var(--border-color-primary); }
+.check .badge { display: inline-block; padding: 1px 8px; border-radius: 999px; font-size: 0.8rem; margin-left: 4px; }
+.badge.ok { background: #dcfce7; color: #166534; }
+.badge.bad { background: #fee2e2; color: #991b1b; }
+.badge.na { background: #f3f4f6; color: #4b5563; }
+.check-error { font-family: var(--font-mono), monospace; font-size: 0.8rem; color: #991b1b; margin-top: 4px; }
+#prediction h4 { margin: 4px 0 6px 0; }
+#prediction table { font-size: 0.86rem; border-collapse: collapse; width: auto; border: none !important; }
+#prediction tr { border: none !important; }
+#prediction th, #prediction td { border: none !important;
+                                 border-bottom: 1px solid var(--border-color-primary) !important;
+                                 padding: 4px 16px 4px 0 !important; background: none !important; }
+#prediction td:nth-child(2), #prediction th:nth-child(2) { text-align: right; }
+#prediction p { font-size: 0.8rem; color: var(--body-text-color-subdued); margin: 6px 0; }
+#controls .gr-group, #controls { gap: 8px; }
+.small-note { font-size: 0.78rem; color: var(--body-text-color-subdued); }
+@media (max-width: 900px) { .counters { grid-template-columns: repeat(3, minmax(0, 1fr)); } }
+"""
+
+
+def theme() -> gr.themes.Base:
+    # Local font stacks only: the playground must render offline (no web-font downloads).
+    return gr.themes.Default(
+        primary_hue="indigo",
+        secondary_hue="indigo",
+        neutral_hue="slate",
+        font=["Inter", "ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"],
+        font_mono=["JetBrains Mono", "ui-monospace", "SFMono-Regular", "Menlo", "DejaVu Sans Mono", "monospace"],
+    ).set(block_radius="10px", button_large_radius="8px")
+
+
+def launch_kwargs() -> dict:
+    """What launch() needs besides the app (Gradio 6 takes theme and css here, not in Blocks())."""
+    return {"theme": theme(), "css": CSS, "footer_links": ["api", "gradio"]}
