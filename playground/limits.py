@@ -16,8 +16,8 @@ naming the variable, so a misconfigured app refuses to start instead of running 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Mapping
 
 from .errors import PlaygroundError
 
@@ -45,7 +45,7 @@ class Limits:
                 raise PlaygroundError(f"the limit {f.name} ({ENV_VARS[f.name]}) must be a whole number >= 1, got {v!r}")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Limits":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
         """The limits from the environment (unset or empty: the default)."""
         env = os.environ if env is None else env
         values = {}

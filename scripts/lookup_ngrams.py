@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 from playground.core.engine import speculative_generate
-from playground.pairs.registry import choose_pair, load_choice
-from playground.inputs.presets import load_presets
 from playground.core.proposal import EMPTY, Proposal
-from playground.drafters.proposers import PromptLookupProposer, lookup
 from playground.core.records import Iteration, summarize
+from playground.drafters.proposers import PromptLookupProposer, lookup
+from playground.inputs.presets import load_presets
+from playground.pairs.registry import choose_pair, load_choice
 
 
 class EarliestLookup(PromptLookupProposer):
@@ -34,7 +34,7 @@ class EarliestLookup(PromptLookupProposer):
         n_tokens = len(tokens)
         for n in range(min(self.max_ngram, n_tokens - 1), self.min_ngram - 1, -1):
             pattern = list(tokens[n_tokens - n:])
-            for start in range(0, n_tokens - n):
+            for start in range(n_tokens - n):
                 if list(tokens[start:start + n]) == pattern:
                     cont = list(tokens[start + n:start + n + k])
                     if cont:

@@ -25,7 +25,7 @@ def test_geometric_series_by_hand():
 
 def test_empirical_model_equals_iid_when_acceptance_is_iid():
     for alpha in (0.0, 0.3, 0.85, 1.0):
-        for k in range(0, 9):
+        for k in range(9):
             assert math.isclose(cost.expected_tokens_empirical([alpha] * 8, k), cost.expected_tokens(alpha, k))
 
 

@@ -12,15 +12,15 @@ import os
 import pytest
 import torch
 
-from playground.pairs import loading as models  # the loading functions, patched and called by name
 from playground.core.clock import Clock
 from playground.core.engine import plain_generate, speculative_generate
-from playground.errors import PlaygroundError
-from playground.pairs.models import ModelPair, memory_report, resolve_device_map, resolve_dtype
-from playground.pairs.loading import load_pair
-from playground.drafters.proposers import DraftModelProposer
 from playground.core.records import Iteration, Step, summarize
 from playground.core.sampling import SamplingConfig
+from playground.drafters.proposers import DraftModelProposer
+from playground.errors import PlaygroundError
+from playground.pairs import loading as models  # the loading functions, patched and called by name
+from playground.pairs.loading import load_pair
+from playground.pairs.models import ModelPair, memory_report, resolve_device_map, resolve_dtype
 from tests.test_models import save
 from tests.tiny import tiny_model, tiny_pair
 

@@ -1,20 +1,32 @@
 """The loop on tiny random models: exactness, cache alignment, boundaries, distribution, bad input."""
 
 import itertools
+from typing import ClassVar
 
 import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
 
-import playground.core.engine as engine
+from playground.core import engine
 from playground.core.cached import CachedLM
 from playground.core.engine import plain_generate, speculative_generate
-from playground.errors import PlaygroundError
-from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer, lookup
-from playground.core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step, record_from_dict, record_to_dict, summarize
+from playground.core.records import (
+    ACCEPTED,
+    BONUS,
+    CORRECTION,
+    PLAIN,
+    Iteration,
+    Prefill,
+    Step,
+    record_from_dict,
+    record_to_dict,
+    summarize,
+)
 from playground.core.rules import accept_keep_draft, accept_resample_target
 from playground.core.sampling import SamplingConfig
+from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer, lookup
+from playground.errors import PlaygroundError
 from tests.tiny import tiny_model, tiny_pair
 
 PROMPTS = [
@@ -86,7 +98,7 @@ def test_useless_draft_is_rejected_and_still_exact(target64, drafts64):
 class Recorder(CachedLM):
     """Every CachedLM the engine creates, so a test can look inside the target's cache."""
 
-    made: list = []
+    made: ClassVar[list] = []
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
@@ -134,7 +146,7 @@ def test_records_are_consistent(pair64):
             assert all(0 <= a <= 1 for a in it.accept_prob)
         else:  # the last token alone: a plain step, nothing to show
             assert it.k == 0 and it.p is None and it.roles == (PLAIN,)
-    assert all(a.elapsed_s <= b.elapsed_s for a, b in zip(its, its[1:]))
+    assert all(a.elapsed_s <= b.elapsed_s for a, b in itertools.pairwise(its))
     assert its[-1].finished == "length" and all(it.finished is None for it in its[:-1])
     # records survive a JSON round trip
     assert [record_from_dict(record_to_dict(r)) for r in recs] == recs

@@ -30,34 +30,30 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _walk(node, name: str, is_package: bool, modules: dict, top: bool, found: list) -> None:
+    """Collect (imported module, node, at module level) under `node`; TYPE_CHECKING blocks are left out."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and getattr(child.test, "id", None) == "TYPE_CHECKING":
+            continue  # annotations only: no import at run time
+        if isinstance(child, ast.ImportFrom):
+            target = _resolve(name, is_package, child)
+            candidates = [target] + [f"{target}.{a.name}" for a in child.names]
+            found.extend((c, child, top) for c in candidates if c in modules)
+            if not any(c in modules for c in candidates):
+                found.append((target, child, top))
+        elif isinstance(child, ast.Import):
+            found.extend((a.name, child, top) for a in child.names)
+        else:
+            inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            _walk(child, name, is_package, modules, inner, found)
+
+
 def _imports(modules: dict[str, Path]) -> dict[str, list[tuple[str, ast.stmt, bool]]]:
-    """module -> [(imported playground module, node, at module level)] (TYPE_CHECKING blocks left out)."""
+    """module -> [(imported module, node, at module level)]."""
     graph = {}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        is_package = path.name == "__init__.py"
-        found = []
-
-        def visit(node, top, parent_if_type_checking=False):
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.If) and getattr(child.test, "id", None) == "TYPE_CHECKING":
-                    continue  # annotations only: no import at run time
-                if isinstance(child, ast.ImportFrom):
-                    target = _resolve(name, is_package, child)
-                    candidates = [target] + [f"{target}.{a.name}" for a in child.names]
-                    for c in candidates:
-                        if c in modules:
-                            found.append((c, child, top))
-                    if not any(c in modules for c in candidates):
-                        found.append((target, child, top))
-                elif isinstance(child, ast.Import):
-                    for a in child.names:
-                        found.append((a.name, child, top))
-                else:
-                    inner_top = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-                    visit(child, inner_top)
-
-        visit(tree, True)
+        found: list = []
+        _walk(ast.parse(path.read_text(encoding="utf-8")), name, path.name == "__init__.py", modules, True, found)
         graph[name] = found
     return graph
 
@@ -75,8 +71,8 @@ def test_no_module_is_over_400_lines():
 def test_there_is_no_import_circle():
     edges = {m: sorted({t for t, _, _ in deps if t in MODULES and t != m}) for m, deps in GRAPH.items()}
     # A package's __init__ that re-exports its own modules is not a circle with them.
-    for m in edges:
-        edges[m] = [t for t in edges[m] if not m.startswith(t + ".")]
+    for m, targets in edges.items():
+        edges[m] = [t for t in targets if not m.startswith(t + ".")]
     state: dict[str, int] = {}
     stack: list[str] = []
 

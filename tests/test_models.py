@@ -6,13 +6,13 @@ import json
 import pytest
 import torch
 
-from playground.pairs import loading as models  # the loading functions, patched and called by name
 from playground.core.engine import plain_generate, speculative_generate
-from playground.errors import PlaygroundError
-from playground.pairs.models import ModelPair, resolve_dtype, resolve_device
-from playground.pairs.loading import check_vocab, int8_copy, load_pair
-from playground.drafters.registry import make_proposer
 from playground.core.records import Iteration, Step, summarize
+from playground.drafters.registry import make_proposer
+from playground.errors import PlaygroundError
+from playground.pairs import loading as models  # the loading functions, patched and called by name
+from playground.pairs.loading import check_vocab, int8_copy, load_pair
+from playground.pairs.models import ModelPair, resolve_device, resolve_dtype
 from tests.tiny import tiny_model, word_tokenizer
 
 WORDS = [f"w{i}" for i in range(63)]  # + "<eos>" = 64 tokens

@@ -13,17 +13,18 @@ two cores; `deadline=None` because a shared machine's timing is not what is test
 
 from __future__ import annotations
 
+from typing import ClassVar
 from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import playground.core.engine as engine
+from playground.core import engine
 from playground.core.cached import CachedLM
 from playground.core.engine import plain_generate, speculative_generate
-from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer, lookup
 from playground.core.records import Iteration, Step
 from playground.core.sampling import SamplingConfig
+from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer, lookup
 from tests.tiny import tiny_pair
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -34,7 +35,7 @@ VOCAB = 64
 class Recorder(CachedLM):
     """Every CachedLM the engine creates, so the test can look inside the target's cache."""
 
-    made: list = []
+    made: ClassVar[list] = []
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)

@@ -5,7 +5,14 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from playground.core.rules import Verdict, accept_greedy, accept_keep_draft, accept_resample_target, accept_sample, residual
+from playground.core.rules import (
+    Verdict,
+    accept_greedy,
+    accept_keep_draft,
+    accept_resample_target,
+    accept_sample,
+    residual,
+)
 
 # Six tokens; p and q disagree a lot (total variation 0.5), so a wrong rule has to show.
 P = torch.tensor([0.05, 0.10, 0.40, 0.05, 0.30, 0.10], dtype=torch.float64)

@@ -7,7 +7,7 @@ negative count of tokens to drop).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache

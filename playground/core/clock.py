@@ -34,7 +34,7 @@ class Clock:
         self._gpus = list(dict.fromkeys(d if d.index is not None else torch.device("cuda", _current()) for d in cuda))
 
     @classmethod
-    def for_pair(cls, pair) -> "Clock":
+    def for_pair(cls, pair) -> Clock:
         return cls(pair.device, getattr(pair, "devices", ()))
 
     def now(self) -> float:

@@ -12,13 +12,14 @@ holds a prefix of the committed tokens and catches up at its next propose.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from ..errors import PlaygroundError
 from .cached import CachedLM
 from .clock import Clock
-from ..errors import PlaygroundError
 from .proposal import EMPTY, Proposal, Proposer, RunContext
 from .records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
 from .rules import SampleRule, Verdict, accept_greedy, accept_sample

@@ -12,8 +12,8 @@ A new drafting method is a new proposer, never a new loop (transformers' Candida
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 

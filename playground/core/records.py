@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Literal
 
 # Role of each emitted token, in the order emitted.
 ACCEPTED = "accepted"  # a proposal the target kept

@@ -12,8 +12,8 @@ distribution experiment and its tests, which must be able to tell them apart fro
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 

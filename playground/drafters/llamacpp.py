@@ -25,16 +25,16 @@ import importlib.util
 import logging
 import os
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
 
 from ..core.cached import common_prefix
-from ..errors import PlaygroundError
 from ..core.proposal import EMPTY, Proposal, Proposer, RunContext
 from ..core.sampling import probabilities
+from ..errors import PlaygroundError
 from ..pairs.loading import embedded_gguf_path
 
 # The version scripts/install_llama_cpp.sh installs and this module was written and tested against.
@@ -50,7 +50,7 @@ def _import_llama_cpp():
     # The package's import installs a log callback that prints everything at INFO and above unless its
     # logger says otherwise; the playground wants llama.cpp's errors only.
     logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
-    import llama_cpp
+    import llama_cpp  # optional: installed only by scripts/install_llama_cpp.sh, so imported where it is used
 
     if not _backend_ready:
         llama_cpp.llama_backend_init()
@@ -64,7 +64,7 @@ def llama_cpp_available() -> tuple[bool, str]:
         return False, f"llama-cpp-python is not installed: {INSTALL_HINT}"
     try:
         llama_cpp = _import_llama_cpp()
-    except Exception as e:  # a broken build: missing shared library, wrong glibc, ...
+    except Exception as e:  # noqa: BLE001  a broken build: missing shared library, wrong glibc, ...
         return False, f"llama-cpp-python is installed but does not load ({type(e).__name__}: {e}); {INSTALL_HINT}"
     version = getattr(llama_cpp, "__version__", "?")
     if not any(field[0] == "use_extra_bufts" for field in llama_cpp.llama_model_params._fields_):
@@ -74,7 +74,7 @@ def llama_cpp_available() -> tuple[bool, str]:
         )
     try:
         runtimes = openmp_runtimes()
-    except Exception:  # a diagnostic only: never a reason to refuse
+    except Exception:  # noqa: BLE001  a diagnostic only: never a reason to refuse
         runtimes = {}
     if runtimes.get("torch") and runtimes.get("llama.cpp") and runtimes["torch"] != runtimes["llama.cpp"]:
         return False, (
@@ -108,7 +108,7 @@ def openmp_runtimes() -> dict[str, str | None]:
 
     def runtime_of(path: Path) -> str | None:
         try:  # dlsym on a library's handle searches it and its dependencies: the runtime it is bound to
-            fn = getattr(ctypes.CDLL(str(path)), "omp_get_max_threads")
+            fn = ctypes.CDLL(str(path)).omp_get_max_threads
         except (OSError, AttributeError):
             return None
         addr = ctypes.cast(fn, ctypes.c_void_p).value

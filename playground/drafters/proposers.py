@@ -3,7 +3,7 @@ implement is playground.core.proposal; llama.cpp is playground.drafters.llamacpp
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -10,7 +10,6 @@ from ..pairs.models import EMBEDDED_NAME
 from .llamacpp import LlamaCppProposer, llama_cpp_available
 from .proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 
-
 DRAFTERS = {
     "llama.cpp": "the target's own GGUF run by llama.cpp (embedded target only; needs llama-cpp-python)",
     "draft": "the pair's draft model (for the embedded target: an int8 copy of its weights)",

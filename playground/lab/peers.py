@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -68,9 +68,8 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
         arms[f"ours draft k={k} conf 0.4"] = lambda ids: ours(
             ids, DraftModelProposer(pair.draft, pair.device, pair.vocab_size), min_confidence=0.4)
     arms[f"ours prompt-lookup k={k}"] = lambda ids: ours(ids, PromptLookupProposer(max_ngram))
-    if pair.target_name == EMBEDDED_NAME:  # our fastest drafter here, which transformers cannot run
-        if llama_cpp_available()[0]:
-            arms[f"ours llama.cpp k={k}"] = lambda ids: ours(ids, make_proposer(pair, "llama.cpp"))
+    if pair.target_name == EMBEDDED_NAME and llama_cpp_available()[0]:  # ours fastest, which transformers cannot run
+        arms[f"ours llama.cpp k={k}"] = lambda ids: ours(ids, make_proposer(pair, "llama.cpp"))
 
     names = list(arms)
     for ids in prompts.values():  # warm-up: one untimed pass of every arm

@@ -3,7 +3,7 @@ the target's distribution on real models."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from scipy.stats import chisquare
@@ -17,7 +17,6 @@ from ..core.rules import SAMPLING_RULES
 from ..core.sampling import GREEDY, SamplingConfig, probabilities
 from ..envinfo import environment
 from .common import Progress, tick
-
 
 # --- acceptance: alpha per output shape and k --------------------------------------------------------
 

@@ -6,15 +6,19 @@ from __future__ import annotations
 import os
 
 from huggingface_hub import constants, get_token, try_to_load_from_cache
-from huggingface_hub.errors import (GatedRepoError, LocalEntryNotFoundError, OfflineModeIsEnabled,
-                                    RepositoryNotFoundError)
+from huggingface_hub.errors import (
+    GatedRepoError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+)
 
 
 def hub_token() -> str | None:
     """The Hugging Face token huggingface_hub would send (HF_TOKEN, or the saved login). Never printed."""
     try:
         return get_token()
-    except Exception:  # an OIDC exchange that failed, an unreadable token file: as if none were set
+    except Exception:  # noqa: BLE001  an OIDC exchange that failed, an unreadable token file: as if none were set
         return os.environ.get("HF_TOKEN") or None
 
 
@@ -22,14 +26,14 @@ def is_cached(repo_id: str) -> bool:
     """Whether a hub model's config is already in the local Hugging Face cache (no network)."""
     try:
         return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
-    except Exception:
+    except Exception:  # noqa: BLE001  a local question about the hub: any failure means 'no'
         return False
 
 
 def hub_cache_dir() -> str:
     try:
         return str(constants.HF_HUB_CACHE)
-    except Exception:
+    except Exception:  # noqa: BLE001  a local question about the hub: any failure means 'no'
         return "the Hugging Face cache"
 
 
@@ -43,7 +47,7 @@ def gated_message(repo_id: str, token_set: bool) -> str:
 def offline() -> bool:
     try:
         return bool(constants.HF_HUB_OFFLINE)
-    except Exception:
+    except Exception:  # noqa: BLE001  a local question about the hub: any failure means 'no'
         return False
 
 

@@ -18,9 +18,18 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import PlaygroundError
 from .hub import hub_problem
-from .models import (EMBEDDED, EMBEDDED_GGUF, EMBEDDED_NAME, EMBEDDED_PACKAGE, INT8, ModelPair, first_device,
-                     resolve_device, resolve_device_map, resolve_dtype)
-
+from .models import (
+    EMBEDDED,
+    EMBEDDED_GGUF,
+    EMBEDDED_NAME,
+    EMBEDDED_PACKAGE,
+    INT8,
+    ModelPair,
+    first_device,
+    resolve_device,
+    resolve_device_map,
+    resolve_dtype,
+)
 
 # --- the embedded model ----------------------------------------------------------------------
 

@@ -9,9 +9,8 @@ Nothing here runs at import time; nothing here ever passes `trust_remote_code`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import gc
+from dataclasses import dataclass, field
 
 import psutil
 import torch

@@ -22,9 +22,9 @@ more than one GPU when the device has no index), PLAYGROUND_ALLOW_ANY_MODEL, PLA
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from ..errors import PlaygroundError
 from .hub import gated_message, hub_cache_dir, hub_token, is_cached, offline
@@ -98,7 +98,7 @@ class ModelPolicy:
     roots: tuple[Path, ...] = ()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "ModelPolicy":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ModelPolicy:
         env = os.environ if env is None else env
         allow = env.get(ALLOW_ANY_ENV, "").strip().lower() in TRUE
         roots = tuple(Path(r).expanduser().resolve() for r in env.get(ROOTS_ENV, "").split(os.pathsep) if r.strip())
