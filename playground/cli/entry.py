@@ -7,6 +7,7 @@
   timing, acceptance, speed, sweep, divergence, distribution, bench-peers
              the lab's experiments, their tables printed and (--out) their results saved as JSON
   report     Markdown tables from saved results
+  whatif     the cost model's predicted speed-up per k for a given alpha, c and v(n); no model runs
 
 Every figure printed names its threads, dtype and device. --json prints machine-readable records.
 This module holds the parser and the dispatch; each command lives in its own module (generate, info, lab).
@@ -89,7 +90,23 @@ def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
     sub.add_parser("pairs", help="list the named model pairs (--pair NAME) and which other models may be loaded")
     info = sub.add_parser("info", help="load the pair and print what it is, its memory and the environment")
     _add_pair_args(info)
+    _add_whatif_parser(sub)
     return parser
+
+
+def _add_whatif_parser(sub) -> None:
+    p = sub.add_parser("whatif", help="predicted speed-up per k from alpha, c and v(n), without running a model")
+    acc = p.add_mutually_exclusive_group(required=True)
+    acc.add_argument("--alpha", type=float, help="iid acceptance rate in [0, 1]")
+    acc.add_argument("--positions", help="per-position acceptance, comma-separated (e.g. 0.95,0.9,0.8,0.7)")
+    p.add_argument("--c", type=float, default=None, help="the drafter's cost per token in target steps")
+    p.add_argument("--overhead", type=float, default=None, help="the drafter's cost per call in target steps")
+    p.add_argument("--v", default=None, help="verification cost per pass length, e.g. 1:1.0,2:1.05,4:1.6 "
+                                            "(default: flat, or the calibration's)")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="take c, the cost per call and v(n) from a saved timing, speed or sweep result (--out)")
+    p.add_argument("--ks", default=",".join(map(str, range(1, 17))), help="k values (default 1..16)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 LAB_COMMANDS = ("timing", "acceptance", "speed", "sweep", "divergence", "distribution", "bench-peers")
@@ -173,6 +190,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from . import lab  # on use (see the docstring)
 
         return lab.cmd_report(args) if args.command == "report" else lab.cmd_lab(args)
+    if args.command == "whatif":
+        from . import whatif  # on use (see the docstring)
+
+        return whatif.cmd_whatif(args)
     from . import generate  # on use (see the docstring)
 
     return generate.cmd_generate(args)
