@@ -129,3 +129,15 @@ def test_bad_lab_arguments(dirs, capsys):
     assert main(["acceptance", "--target", dirs[0], "--draft", "none", "--drafter", "lookup", "--prompt", "w1", "--ks",
                  "2,adaptive"]) == 2
     assert "fixed k values only" in capsys.readouterr().err
+
+
+def test_speed_and_acceptance_sample_when_asked(dirs, tmp_path, capsys):
+    res = run(dirs, tmp_path, "speed", "--ks", "2", "--rounds", "2", "--max-new-tokens", "6", "--sample",
+              "--temperature", "0.7", "--top-p", "0.9", "--seed", "3")
+    assert res["sampling"] == "sample T=0.7 top-p=0.9 seed=3"
+    assert "sample T=0.7 top-p=0.9 seed=3" in capsys.readouterr().out  # the table's header names the decoding
+    acc = run(dirs, tmp_path, "acceptance", "--ks", "2", "--max-new-tokens", "6", "--sample", "--top-k", "5")
+    assert "top-k=5" in acc["sampling"]
+    assert main(["speed", "--sample", "--temperature", "0", "--target", dirs[0], "--draft", dirs[1],
+                 "--device", "cpu", "--prompt", "w1 w2"]) == 2
+    assert "temperature" in capsys.readouterr().err

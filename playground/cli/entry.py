@@ -45,6 +45,20 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
                    help="torch threads (default: torch's own choice); plain and speculative runs get the same")
 
 
+def _add_sampling_args(p: argparse.ArgumentParser, name: str) -> None:
+    """--greedy / --sample and the warpers, as `generate` takes them (distribution always samples)."""
+    if name != "distribution":
+        mode = p.add_mutually_exclusive_group()
+        mode.add_argument("--greedy", dest="sample", action="store_false", help="greedy decoding (default)")
+        mode.add_argument("--sample", dest="sample", action="store_true",
+                          help="sampling with the exact rule (the target's distribution is kept)")
+    p.set_defaults(sample=name == "distribution")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    p.add_argument("--seed", type=int, default=0)
+
+
 def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -146,6 +160,8 @@ def _add_lab_parsers(sub) -> None:
         if name != "timing" and name != "distribution":
             p.add_argument("--max-new-tokens", type=int, default=None,
                            help="default: each preset's own (64 for a prompt)")
+        if name in ("speed", "sweep", "acceptance", "distribution"):
+            _add_sampling_args(p, name)
         if name == "distribution":
             p.add_argument("--draws", type=int, default=20_000, help="draws per context, seed and rule")
         p.add_argument("--out", help="write the JSON result here")

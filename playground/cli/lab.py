@@ -79,6 +79,12 @@ def _calibrations(job: Job, names: list[str]) -> dict:
     return timings
 
 
+def _sampling(args: argparse.Namespace) -> SamplingConfig:
+    """The decoding a lab command was asked for (--greedy / --sample and the warpers); checked by SamplingConfig."""
+    return SamplingConfig(do_sample=args.sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          seed=args.seed)
+
+
 def _rest_of_bar(job: Job) -> Callable[[float, str], None]:
     return lambda f, m: job.progress(0.3 + 0.7 * f, m)
 
@@ -86,25 +92,26 @@ def _rest_of_bar(job: Job) -> Callable[[float, str], None]:
 def _speed(job: Job) -> dict:
     timings = _calibrations(job, list(job.ids))
     return speed(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.max_new,
-                 timing=timings, min_confidence=job.args.min_confidence, progress=_rest_of_bar(job))
+                 sampling=_sampling(job.args), timing=timings, min_confidence=job.args.min_confidence, progress=_rest_of_bar(job))
 
 
 def _sweep(job: Job) -> dict:
     name, ids = next(iter(job.ids.items()))
     timing = _calibrations(job, [name])[name]
     return sweep(job.pair, ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.max_new,
-                 timing=timing, min_confidence=job.args.min_confidence, name=name, progress=_rest_of_bar(job))
+                 sampling=_sampling(job.args), timing=timing, min_confidence=job.args.min_confidence, name=name, progress=_rest_of_bar(job))
 
 
 # command -> the experiment it runs, with the arguments it reads
 EXPERIMENTS: dict[str, Callable[[Job], dict]] = {
     "timing": _timing,
-    "acceptance": lambda job: acceptance(job.pair, job.prompts, job.proposer, ks=job.ks, progress=job.progress),
+    "acceptance": lambda job: acceptance(job.pair, job.prompts, job.proposer, ks=job.ks, sampling=_sampling(job.args),
+                                         progress=job.progress),
     "speed": _speed,
     "sweep": _sweep,
     "divergence": lambda job: divergence(job.pair, job.ids, job.proposer, ks=job.ks, max_new_tokens=job.max_new,
                                          progress=job.progress),
-    "distribution": lambda job: distribution(job.pair, job.ids, job.proposer, sampling=SamplingConfig(do_sample=True),
+    "distribution": lambda job: distribution(job.pair, job.ids, job.proposer, sampling=_sampling(job.args),
                                              draws=job.args.draws, progress=job.progress),
     "bench-peers": lambda job: peers(job.pair, job.ids, k=job.args.k, rounds=job.args.rounds,
                                      max_new_tokens=job.max_new, max_ngram=job.args.max_ngram, progress=job.progress),

@@ -181,7 +181,7 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
     the prompt x k table, and the prompts whose plain speed drifted between rounds."""
     cmd = doc["experiment"]
     c = (doc.get("timing") or {}).get("c")
-    lines = [f"{cmd} ({setup}; greedy; {doc['max_new_tokens']} new tokens; {doc['rounds']} rounds of adjacent runs "
+    lines = [f"{cmd} ({setup}; {doc.get('sampling') or 'greedy'}; {doc['max_new_tokens']} new tokens; {doc['rounds']} rounds of adjacent runs "
              f"in rotating order; ratio = speculative / plain tokens/s, prefill excluded"
              + ("" if c is None else f"; c = {c:.2f}") + ")", "", k_table(doc), ""]
     lines.append(f"best k measured: {doc['best_k']}" + (f"; predicted: {doc['predicted_best_k']}"
@@ -246,7 +246,7 @@ def acceptance_table(doc: dict, setup: str) -> str:
         rows.append([_text(row["kind"]), str(row["k"]), f"{row['alpha']:.3f}", f"{row['tokens_per_pass']:.2f}",
                      f"{row['tokens_per_pass_iid']:.2f}", _fmt(row["tokens_per_pass_empirical"]), pos])
     head = ["kind", "k", "alpha", "tok/pass", "iid", "empir.", "per position"]
-    return f"acceptance ({setup}; greedy)\n\n" + markdown_table(head, rows)
+    return f"acceptance ({setup}; {doc.get('sampling') or 'greedy'})\n\n" + markdown_table(head, rows)
 
 
 def divergence_table(doc: dict, setup: str) -> str:
