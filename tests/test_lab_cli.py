@@ -141,3 +141,16 @@ def test_speed_and_acceptance_sample_when_asked(dirs, tmp_path, capsys):
     assert main(["speed", "--sample", "--temperature", "0", "--target", dirs[0], "--draft", dirs[1],
                  "--device", "cpu", "--prompt", "w1 w2"]) == 2
     assert "temperature" in capsys.readouterr().err
+
+
+def test_timing_at_several_batch_sizes(dirs, tmp_path, capsys):
+    res = run(dirs, tmp_path, "timing", "--ks", "1,2", "--batch", "1,4")
+    rows = res["batch"]["rows"]
+    assert [r["batch"] for r in rows] == [1, 4] and all(set(r["v"]) == {"1", "2", "3"} for r in rows)
+    assert all(r["v"]["1"] == 1.0 and 0 <= r["free_up_to_k"] <= 2 for r in rows)
+    assert set(res["batch"]["predictions"]["by_batch"]) == {"1", "4"}
+    out = capsys.readouterr().out
+    assert "| B | step, ms |" in out and "The loop runs batch 1" in out and "trust:" in out
+    assert main(["timing", "--batch", "0,2", "--target", dirs[0], "--draft", dirs[1], "--device", "cpu",
+                 "--prompt", "w1 w2"]) == 2
+    assert "batch sizes" in capsys.readouterr().err

@@ -144,12 +144,19 @@ def _add_lab_parsers(sub) -> None:
         p.add_argument("--drafter", default="auto", help="auto, llama.cpp, draft, lookup or hybrid")
         p.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
         # Each command gets only the options it reads; the others keep their defaults.
-        p.set_defaults(ks=None, k=4, rounds=3, max_new_tokens=None, draws=20_000, min_confidence=None)
+        p.set_defaults(ks=None, k=4, rounds=3, max_new_tokens=None, draws=20_000, min_confidence=None, batch=None,
+                       alpha=0.8)
         if name in ("timing", "acceptance", "speed", "sweep", "divergence"):
             p.add_argument("--ks", default=None, help=(
                 "comma-separated k values" + (", or adaptive / heuristic (k chosen per iteration)"
                                               if name in ("speed", "sweep") else "")
                 + ("; timing measures passes over up to max(k) + 1 tokens" if name == "timing" else "")))
+        if name == "timing":
+            p.add_argument("--batch", default=None, metavar="B,B,...",
+                           help="also time the target's pass over B sequences x n tokens at each batch size "
+                                "(e.g. 1,2,4,8): v(n) per batch and the k up to which verification stays nearly free")
+            p.add_argument("--alpha", type=float, default=0.8,
+                           help="the acceptance rate the --batch predictions assume (default 0.8)")
         if name == "bench-peers":
             p.add_argument("--k", type=int, default=4, help="proposals per iteration for every arm")
         if name in ("speed", "sweep", "bench-peers"):

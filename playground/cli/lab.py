@@ -22,6 +22,7 @@ from ..errors import PlaygroundError
 from ..inputs.presets import get_preset, load_presets
 from ..inputs.text import encode_prompt
 from ..lab import acceptance, calibrate, distribution, divergence, peers, speed, sweep
+from ..lab.batch import batch_predictions, batch_timing
 from ..lab.report import experiment_text, report
 from ..pairs.models import ModelPair
 from .load import load_pair
@@ -60,9 +61,30 @@ class Job:
 
 
 def _timing(job: Job) -> dict:
-    t = calibrate(job.pair, next(iter(job.ids.values())), job.proposer(), n_max=max(job.fixed_ks) + 1,
-                  progress=job.progress)
-    return {"experiment": "timing", "environment": environment(job.pair), "memory": job.memory, **t.to_dict()}
+    ids = next(iter(job.ids.values()))
+    n_max = max(job.fixed_ks) + 1
+    batches = _parse_batches(job.args.batch)
+    share = 1.0 if not batches else 0.4
+    t = calibrate(job.pair, ids, job.proposer(), n_max=n_max, progress=lambda f, m: job.progress(share * f, m))
+    result = {"experiment": "timing", "environment": environment(job.pair), "memory": job.memory, **t.to_dict()}
+    if batches:
+        b = batch_timing(job.pair, ids, batches, n_max=n_max, progress=lambda f, m: job.progress(0.4 + 0.6 * f, m))
+        b["predictions"] = {"alpha": job.args.alpha, "c": t.c, "by_batch": batch_predictions(
+            b, t.c, job.args.alpha, t.overhead, ks=range(1, n_max))}
+        result["batch"] = b
+    return result
+
+
+def _parse_batches(text: str | None) -> list[int]:
+    if not text:
+        return []
+    try:
+        batches = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise PlaygroundError(f"--batch is comma-separated batch sizes, e.g. 1,2,4,8, got {text!r}") from None
+    if any(not 1 <= b <= 64 for b in batches):
+        raise PlaygroundError(f"batch sizes must be from 1 to 64, got {batches}")
+    return batches
 
 
 def _calibrations(job: Job, names: list[str]) -> dict:

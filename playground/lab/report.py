@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..drafters.adaptive import describe_choices
 from ..errors import PlaygroundError
+from .batch import batch_table
 
 
 def load_result(path: str | Path) -> dict:
@@ -229,6 +230,14 @@ def timing_table(doc: dict, setup: str) -> str:
     if doc["c"] > 1:
         lines.append("\nWARNING: the drafter's step is slower than the target's: speculation cannot pay "
                      "(is something paged out or sharing the cores?)")
+    fit = doc.get("verify_fit") or {}
+    if fit.get("drops"):
+        lines.append("\nv(n) drops where the samples say it is real (the hardware, not noise): "
+                     + ", ".join(f"v({n + 1}) < v({n}) (p = {p:.1g})" for n, p in fit["drops"]))
+    if doc.get("trust"):
+        lines.append(f"\ntrust: {doc['trust']['headline']}")
+    if doc.get("batch"):
+        lines += ["", batch_table(doc["batch"], setup)]
     return "\n".join(lines)
 
 

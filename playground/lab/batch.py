@@ -1,0 +1,102 @@
+"""Verification at batch > 1: the target's pass over B sequences x n new tokens, and what it does to k.
+
+At batch 1 a pass over a few tokens costs little more than over one, because a decoding step is bound by
+reading the weights, not by arithmetic; with B sequences in the batch the same pass does B times the
+arithmetic per weight read, so verification stops being nearly free at a smaller n. This measures it: for each
+B, the pass over n = 1..n_max new tokens per sequence after a shared prompt (B copies, one KV cache of batch
+B), relative to that batch's own one-token step, v_B(n); and the k at which v_B(k + 1) first exceeds a
+threshold (1.25 by default: verification no longer nearly free).
+
+The loop itself runs batch 1 (one request); batched serving with speculation is measured on vLLM (the
+serving-engine backend), where continuous batching mixes requests. The prediction per B here assumes the
+drafter's cost per token relative to the target's step stays what the batch-1 calibration measured: the
+drafter is timed at batch 1 only.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from ..core.clock import Clock
+from ..envinfo import environment
+from .common import Progress, spread, tick
+from .whatif import whatif
+
+NEARLY_FREE = 1.25
+
+
+@torch.inference_mode()
+def batch_timing(pair, prompt_ids: Sequence[int], batches: Sequence[int] = (1, 2, 4, 8), n_max: int = 9,
+                 repeats: int = 8, warmup: int = 2, threshold: float = NEARLY_FREE, progress: Progress = None) -> dict:
+    """v_B(n) for every B in `batches` and n = 1..n_max, medians of `repeats` timed passes (after `warmup`)."""
+    clock = Clock.for_pair(pair)
+    prompt = [int(t) for t in prompt_ids]
+    filler = (prompt * n_max)[-n_max:]
+    rows, total, done = [], len(batches) * (warmup + repeats) * n_max, 0
+    for b in batches:
+        cache = DynamicCache(config=pair.target.config)
+        ids = torch.tensor([prompt[:-1]] * b, device=pair.device)
+        pair.target(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+        samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+        for rep in range(warmup + repeats):
+            for n in range(1, n_max + 1):
+                x = torch.tensor([filler[:n]] * b, device=pair.device)
+                t0 = clock.now()
+                pair.target(input_ids=x, cache=cache, use_cache=True)
+                t1 = clock.now()
+                cache.crop(-n)  # transformers 5: crop takes the number of tokens to drop, negated
+                if rep >= warmup:
+                    samples[n].append(t1 - t0)
+                done += 1
+                tick(progress, done / total, f"batch {b}: a pass over {n} tokens per sequence")
+        step = statistics.median(samples[1])
+        v = {n: statistics.median(xs) / step for n, xs in samples.items()}
+        free_until = 0
+        for n in range(2, n_max + 1):  # verifying k proposals is a pass over k + 1 tokens
+            if v[n] > threshold:
+                break
+            free_until = n - 1
+        rows.append({"batch": b, "step_s": step, "step_per_sequence_s": step / b, "v": v,
+                     "free_up_to_k": free_until,
+                     "spread": {n: spread(xs) for n, xs in samples.items()}})
+    return {"experiment": "batch", "environment": environment(pair), "context_tokens": len(prompt),
+            "batches": list(batches), "n_max": n_max, "repeats": repeats, "threshold": threshold, "rows": rows}
+
+
+def batch_predictions(result: dict, c: float, alpha: float, overhead: float = 0.0,
+                      ks: Sequence[int] = tuple(range(1, 9))) -> dict[int, dict]:
+    """Predicted speed-up per k at each batch, through the what-if path (the cost model), with v_B(n)."""
+    out = {}
+    for row in result["rows"]:
+        v = {int(n): x for n, x in row["v"].items()}
+        doc = whatif(c, alpha=alpha, v=v, overhead=overhead, ks=ks)
+        out[row["batch"]] = {r["k"]: r["speedup"] for r in doc["rows"]}
+    return out
+
+
+def batch_table(doc: dict, setup: str) -> str:
+    """v_B(n) per batch, the step per sequence, and the k up to which verification stays nearly free."""
+    ns = sorted({int(n) for row in doc["rows"] for n in row["v"]})
+    lines = [(f"batch ({setup}; context {doc['context_tokens']} tokens; medians of {doc['repeats']}; v_B(n) is a "
+             f"pass over n tokens per sequence / that batch's one-token step)"), ""]
+    lines.append("| B | step, ms | per sequence, ms | " + " | ".join(f"v({n})" for n in ns)
+                 + f" | nearly free (v <= {doc['threshold']}) up to k |")
+    lines.append("|---|---|---|" + "---|" * len(ns) + "---|")
+    for row in doc["rows"]:
+        v = {int(n): x for n, x in row["v"].items()}
+        lines.append(f"| {row['batch']} | {1000 * row['step_s']:.1f} | {1000 * row['step_per_sequence_s']:.1f} | "
+                     + " | ".join(f"{v[n]:.2f}" for n in ns) + f" | {row['free_up_to_k']} |")
+    if doc.get("predictions"):
+        p = doc["predictions"]
+        ks = sorted({int(k) for by_k in p["by_batch"].values() for k in by_k})
+        lines += ["", f"predicted speed-up at alpha = {p['alpha']}, c = {p['c']:.2f} (the drafter timed at batch 1)",
+                  "", "| B | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+        for b, by_k in p["by_batch"].items():
+            by_k = {int(k): x for k, x in by_k.items()}
+            lines.append(f"| {b} | " + " | ".join(f"{by_k[k]:.2f}" if k in by_k else "-" for k in ks) + " |")
+    lines += ["", "The loop runs batch 1; batched serving with speculation is measured on vLLM."]
+    return "\n".join(lines)
