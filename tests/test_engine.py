@@ -282,8 +282,9 @@ def pair8():
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "sampling",
-    [SamplingConfig(do_sample=True), SamplingConfig(do_sample=True, temperature=0.7, top_k=5)],
-    ids=["T=1", "T=0.7,top-k=5"],
+    [SamplingConfig(do_sample=True), SamplingConfig(do_sample=True, temperature=0.7, top_k=5),
+     SamplingConfig(do_sample=True, temperature=1.3, top_p=0.9)],
+    ids=["T=1", "T=0.7,top-k=5", "T=1.3,top-p=0.9"],
 )
 def test_sampling_loop_keeps_the_targets_joint_distribution(pair8, sampling):
     prompt = [1, 5, 2]
@@ -296,11 +297,16 @@ def test_sampling_loop_keeps_the_targets_joint_distribution(pair8, sampling):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rule,runs", [(accept_resample_target, 6000), (accept_keep_draft, 1500)])
-def test_the_loop_level_test_catches_a_wrong_rule(pair8, rule, runs):
+@pytest.mark.parametrize("rule,runs,sampling", [
+    (accept_resample_target, 6000, SamplingConfig(do_sample=True)),
+    (accept_keep_draft, 1500, SamplingConfig(do_sample=True)),
+    (accept_resample_target, 6000, SamplingConfig(do_sample=True, temperature=1.3, top_p=0.9)),
+    (accept_keep_draft, 1500, SamplingConfig(do_sample=True, temperature=1.3, top_p=0.9)),
+], ids=["resample-target", "keep-draft", "resample-target,top-p", "keep-draft,top-p"])
+def test_the_loop_level_test_catches_a_wrong_rule(pair8, rule, runs, sampling):
     # Resampling from the target errs only on rejected proposals: subtler, so it needs the full 6,000
     # runs (measured: p = 0.07 at 1,500 runs, 2.5e-5 at 3,000); keeping the draft's token is blatant.
-    sampling = SamplingConfig(do_sample=True)
+    # With top-p both sides are truncated the same way (the warpers apply to target and draft alike).
     prompt = [1, 5, 2]
     counts = loop_joint_counts(pair8, prompt, sampling, runs, rule=rule)
     assert chi2(counts, exact_joint(pair8.target, prompt, sampling)) < 1e-4
