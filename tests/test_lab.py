@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from playground import lab
+from playground.core.sampling import SamplingConfig
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
 from playground.lab.calibration import pass_lengths
 from tests.tiny import tiny_model, tiny_pair
@@ -76,6 +77,16 @@ def test_acceptance_matches_the_formulas_for_a_perfect_draft(target64):
     assert {(r["kind"], r["k"]) for r in res["pooled"]} == {("prose", 2), ("prose", 4)}
 
 
+def test_distribution_searches_for_a_context_where_p_and_q_differ_under_top_p():
+    target = tiny_model(vocab=8, seed=10, layers=1, hidden=16, scale=0.6)
+    pair = tiny_pair(target, tiny_model(vocab=8, seed=11, layers=1, hidden=16, scale=0.6))
+    sampling = SamplingConfig(do_sample=True, temperature=1.3, top_p=0.9)
+    res = lab.distribution(pair, {"a": [1, 5, 2]}, factory(pair), sampling=sampling, draws=300, seeds=(0,), top=8)
+    ctx = res["contexts"]["a"]
+    assert ctx["tv_distance_p_q"] >= 0.3 and ctx["context_tokens"] == 3 + ctx["position"]
+    assert "top-p=0.9" in res["sampling"] and res["min_tv"] == 0.3
+
+
 def test_divergence_finds_none_in_float64(pair64):
     res = lab.divergence(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 4), max_new_tokens=16)
     assert res["runs"] == 2 and res["diverged"] == 0
@@ -99,6 +110,9 @@ def test_distribution_tells_the_rules_apart_where_p_and_q_differ():
     draft = tiny_model(vocab=8, seed=11, layers=1, hidden=16, scale=0.6)
     pair = tiny_pair(target, draft)
     res = lab.distribution(pair, {"a": [1, 5, 2], "b": [3, 3]}, factory(pair), draws=4000, seeds=(0,), top=8)
+    # the contexts were picked where draft and target disagree, and the wrong rules fail there: the test has power
+    assert all(c["tv_distance_p_q"] >= 0.3 and c["power"] for c in res["contexts"].values())
+    assert res["summary"]["contexts_with_power"] == 2 and res["summary"]["without_power"] == []
     for r in res["results"]:
         assert r["tv_distance_p_q"] > 0.2
         if r["rule"] == "exact":

@@ -84,7 +84,9 @@ def test_acceptance_divergence_and_distribution_commands(dirs, tmp_path, capsys)
     assert res["runs"] == 1 and f"{res['diverged']} of 1 greedy runs differ from plain" in live
     res, live = run_and_report("distribution", "--draws", "200")
     assert {r["rule"] for r in res["results"]} == {"exact", "resample-target (wrong)", "keep-draft (wrong)"}
-    assert len(table_lines(live)) == 2 + len(res["results"]) and "| prompt | seed | rule | p | TV(p, q) |" in live
+    # the p-value table, then the contexts table (200 draws are too few for power: it says so)
+    assert len(table_lines(live)) == 2 + len(res["results"]) + 2 + len(res["contexts"])
+    assert "| prompt | seed | rule | p | TV(p, q) |" in live and "| prompt | tokens in | TV(p, q) | power |" in live
 
 
 def test_a_divergence_case_is_one_table_row_even_with_a_pipe_in_the_token():

@@ -125,23 +125,23 @@ def _recompute(pair, context: list[int], a: int, b: int, multi: int) -> dict:
 
 
 def distribution(pair, prompts: dict[str, Sequence[int]], proposer_factory, sampling: SamplingConfig | None = None,
-                 draws: int = 20_000, seeds: Sequence[int] = (0, 1), top: int = 60, progress: Progress = None) -> dict:
-    """For each context: the target's next-token distribution p and the drafter's q (as sampled), then
-    `draws` first tokens through each rule (exact and the two wrong ones), compared with p by chi-square
-    over the `top` most likely tokens plus one pooled cell. The total-variation distance between p and q
-    is reported per context: where it is small, no rule can be told apart (the test has no power)."""
+                 draws: int = 20_000, seeds: Sequence[int] = (0, 1), top: int = 60, min_tv: float = 0.3,
+                 search: int = 16, progress: Progress = None) -> dict:
+    """For each prompt, a context where draft and target disagree: the first of the prompt and its next
+    `search` greedy tokens where the total-variation distance between p and q (both as sampled: temperature,
+    top-k and top-p applied to each) is at least `min_tv`, else the one where it is largest (reported). There,
+    `draws` first tokens through each rule (exact and the two wrong ones) are compared with p by chi-square
+    over the `top` most likely tokens plus one pooled cell. The power check: a context has power when both
+    wrong rules are rejected (p < 0.01) at every seed; a context where they are not is reported as one
+    without power, so that a passing exact rule there proves nothing."""
     sampling = sampling or SamplingConfig(do_sample=True)
     results = []
     total, done = len(prompts) * len(seeds) * len(SAMPLING_RULES), 0
+    contexts = {}
     for name, ids in prompts.items():
-        ids = [int(t) for t in ids]
-        lm = CachedLM(pair.target, pair.device, pair.vocab_size)
-        p = probabilities(lm.feed(ids, last_only=True)[-1:], sampling)[0]
-        proposer = proposer_factory()
-        proposer.begin(ids, RunContext(sampling, sampling.generator(pair.device), frozenset()))
-        q_rows = proposer.propose(ids, 1).q
-        q = q_rows[0] if q_rows is not None else None
-        tv = 0.5 * float((p - q).abs().sum()) if q is not None else None
+        ids, p, q, tv, position = _disagreeing_context(pair, [int(t) for t in ids], proposer_factory, sampling,
+                                                       min_tv, search)
+        contexts[name] = {"position": position, "tv_distance_p_q": tv, "context_tokens": len(ids)}
         cells = torch.argsort(p, descending=True)[:top]
         expected = torch.cat([p[cells], (1 - p[cells].sum()).clamp(min=0).unsqueeze(0)]).double().cpu().numpy()
         rows = torch.stack([p, p])
@@ -165,12 +165,45 @@ def distribution(pair, prompts: dict[str, Sequence[int]], proposer_factory, samp
                                 "tv_distance_p_q": tv, "draws": draws})
                 done += 1
                 tick(progress, done / total, f"{name}: seed {seed}, {rule_name}")
-    summary = {}
+    for name, ctx in contexts.items():
+        wrong = [r for r in results if r["prompt"] == name and r["rule"] != "exact"]
+        ctx["power"] = bool(wrong) and all(r["p_value"] < 0.01 for r in wrong)
+    summary = {"contexts_with_power": sum(c["power"] for c in contexts.values()), "contexts": len(contexts),
+               "without_power": [n for n, c in contexts.items() if not c["power"]]}
     for rule_name in SAMPLING_RULES:
         ps = [r["p_value"] for r in results if r["rule"] == rule_name]
         summary[rule_name] = {"tests": len(ps), "below_0.01": sum(x < 0.01 for x in ps),
                               "below_0.05": sum(x < 0.05 for x in ps), "min_p": min(ps)}
     return {"experiment": "distribution", "environment": environment(pair), "sampling": sampling.describe(),
-            "draws": draws, "seeds": list(seeds), "results": results, "summary": summary,
+            "draws": draws, "seeds": list(seeds), "min_tv": min_tv, "contexts": contexts, "results": results,
+            "summary": summary,
             "note": "p-values of the exact rule should look uniform; the wrong rules' should be tiny wherever "
                     "tv_distance_p_q is not small."}
+
+
+def _disagreeing_context(pair, prompt: list[int], proposer_factory, sampling: SamplingConfig, min_tv: float,
+                         search: int):
+    """(context, p, q, tv, position): the first context among the prompt and its next `search` greedy tokens
+    where TV(p, q) >= min_tv, else the one with the largest TV. q is None for a deterministic proposer."""
+    lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    logits = lm.feed(prompt, last_only=True)[-1]
+    ctx, best = list(prompt), None
+    for position in range(search + 1):
+        p = probabilities(logits.unsqueeze(0), sampling)[0]
+        proposer = proposer_factory()
+        proposer.begin(ctx, RunContext(sampling, sampling.generator(pair.device), frozenset()))
+        q_rows = proposer.propose(ctx, 1).q
+        q = q_rows[0] if q_rows is not None else None
+        if q is None:  # a point mass: nothing to search for
+            return list(ctx), p, None, None, position
+        tv = 0.5 * float((p - q).abs().sum())
+        if best is None or tv > best[3]:
+            best = (list(ctx), p, q, tv, position)
+        if tv >= min_tv or position == search:
+            break
+        nxt = int(torch.argmax(logits))
+        if nxt in pair.eos_ids:
+            break
+        ctx.append(nxt)
+        logits = lm.feed([nxt])[-1]
+    return best

@@ -278,8 +278,19 @@ def distribution_table(doc: dict, setup: str) -> str:
     distribution, and TV(p, q) (where it is small no rule can be told apart)."""
     rows = [[_text(r["prompt"]), str(r["seed"]), r["rule"], f"{r['p_value']:.3g}", _fmt(r["tv_distance_p_q"])]
             for r in doc["results"]]
-    return (f"distribution ({setup}; {doc['draws']} draws per context, seed and rule)\n\n"
-            + markdown_table(["prompt", "seed", "rule", "p", "TV(p, q)"], rows))
+    text = (f"distribution ({setup}; {doc.get('sampling', 'sample')}; {doc['draws']} draws per context, seed and "
+            f"rule)\n\n" + markdown_table(["prompt", "seed", "rule", "p", "TV(p, q)"], rows))
+    contexts = doc.get("contexts") or {}
+    if contexts:
+        crow = [[_text(n), str(c["position"]), _fmt(c["tv_distance_p_q"]), "yes" if c.get("power") else "NO"]
+                for n, c in contexts.items()]
+        text += (f"\n\ncontexts (the first of the prompt and its greedy continuation with TV >= {doc['min_tv']}; "
+                 "power: both wrong rules rejected at every seed)\n\n"
+                 + markdown_table(["prompt", "tokens in", "TV(p, q)", "power"], crow))
+        if doc["summary"].get("without_power"):
+            text += ("\n\nwithout power (a passing exact rule proves nothing there): "
+                     + ", ".join(doc["summary"]["without_power"]))
+    return text
 
 
 # --- bench-peers -----------------------------------------------------------------------------------------
