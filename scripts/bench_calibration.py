@@ -49,6 +49,7 @@ def main() -> int:
                 else:
                     calibrate(pair, ids, proposers[d])
                 times[(d, kind)].append(time.perf_counter() - t0)
+                print(f"round {r + 1}: {d}, {kind}: {times[(d, kind)][-1]:.1f} s", flush=True)
     env = environment(pair)
     print(f"CPU: {env.get('cpu')} | torch threads {torch.get_num_threads()} | {len(ids)} prompt tokens "
           f"({args.preset}) | {args.rounds} rounds")
