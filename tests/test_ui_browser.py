@@ -1,12 +1,21 @@
-"""The playground in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright):
-pick a preset, run, see coloured token spans and live counters, stop a run, get a clear message for
-bad input, close a tab mid-run (on a tiny slowed pair) and see its run stop. Saves a screenshot (path
-printed; PLAYGROUND_SCREENSHOT=path.png keeps a copy there)."""
+"""The playground in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright), as a new user
+would drive it: the first visit runs with one click and shows every token role; a preset run shows coloured
+token spans, live counters and charts; Calibrate and Compare fill the prediction panel with its trust verdict;
+Stop stops; bad input gets a clear message that goes away once fixed; a queued second tab shows its place in
+line; a sweep whose verdict failed shows the reason and no recommended k, and the sweep chart's labels do not
+overlap; at 390 px and 1440 px the Run button and the first result are in the first screen; a tab closed mid-run
+stops its run (the last ones on a tiny slowed pair).
+
+Screenshots: each test saves its state at the end (path printed). PLAYGROUND_SCREENSHOTS=DIR keeps the
+documentation's screenshots there (first-visit.png, playground.png, tool-call-run.png, sweep.png);
+PLAYGROUND_SCREENSHOT=path.png keeps a copy of playground.png there, as before."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -17,6 +26,14 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-dev-shm-usage"]
 TIMEOUT_MS = 180_000
+ROLE_COLOURS = {"acc": "rgb(187, 247, 208)", "cor": "rgb(254, 202, 202)", "bon": "rgb(191, 219, 254)"}
+
+
+def keep(path, name: str) -> None:
+    """Copy a screenshot to PLAYGROUND_SCREENSHOTS (the docs' folder), when it is set."""
+    folder = os.environ.get("PLAYGROUND_SCREENSHOTS")
+    if folder:
+        shutil.copy(path, os.path.join(folder, name))
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +60,22 @@ def counter(page, key: str) -> str:
     return page.locator(f'#counters [data-counter="{key}"] .value').inner_text()
 
 
+def status(page, selector: str = "#status") -> str:
+    return page.locator(selector).inner_text()
+
+
+def wait_status(page, prefix: str, selector: str = "#status") -> None:
+    page.wait_for_function(f"document.querySelector({json.dumps(selector)}).innerText.startsWith({json.dumps(prefix)})")
+
+
+def in_first_screen(page, selector: str) -> bool:
+    """The element's box lies inside the viewport as the page is scrolled now."""
+    box = page.locator(selector).first.bounding_box()
+    view = page.viewport_size
+    return box is not None and box["y"] >= 0 and box["y"] + min(box["height"], 60) <= view["height"] \
+        and box["x"] >= 0 and box["x"] + box["width"] <= view["width"] + 1
+
+
 @pytest.fixture
 def page(browser, tmp_path):
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
@@ -51,6 +84,33 @@ def page(browser, tmp_path):
     page.screenshot(path=str(tmp_path / "last.png"), full_page=True)  # the state at the end (or at a failure)
     print(f"last state: {tmp_path / 'last.png'}")
     page.close()
+
+
+def test_the_first_visit_runs_with_one_click_and_shows_every_role(app_url, page, tmp_path):
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(app_url)
+    page.wait_for_selector("#run-btn")
+    assert page.locator("#prompt textarea").input_value().startswith("Here is a to-do list")  # ready to run
+    assert status(page).startswith("Ready")
+    assert in_first_screen(page, "#run-btn") and in_first_screen(page, "#tokens")
+    page.locator("#run-btn").click()
+    # at once (a client-side first step, no round trip): never "Ready" while the event waits or runs
+    page.wait_for_function("!document.querySelector('#status').innerText.startsWith('Ready')", timeout=3000)
+    wait_status(page, "Done")
+    classes = page.eval_on_selector_all("#tokens .tok", "els => els.map(e => [...e.classList])")
+    roles = {c[1] for c in classes}
+    assert {"acc", "cor", "bon"} <= roles, roles  # accepted, corrected and bonus tokens ...
+    assert any("lk" in c for c in classes)  # ... and tokens copied by prompt lookup (outlined)
+    for role, colour in ROLE_COLOURS.items():  # styled, not just tagged
+        assert page.eval_on_selector(f"#tokens .tok.{role}", "e => getComputedStyle(e).backgroundColor") == colour
+    assert page.eval_on_selector("#tokens .tok.lk", "e => getComputedStyle(e).outlineStyle") == "dashed"
+    assert "hybrid" in status(page) and in_first_screen(page, "#tokens")
+    page.evaluate("window.scrollTo(0, 0)")
+    shot = tmp_path / "first-visit.png"
+    page.screenshot(path=str(shot))  # the first screen at 1440x1000
+    keep(shot, "first-visit.png")
+    assert not errors, errors
 
 
 def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page, tmp_path):
@@ -62,6 +122,7 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     page.goto(app_url)
     page.wait_for_selector("#run-btn")
     page.wait_for_selector("#time-plot .js-plotly-plot")  # plotly.js is loaded before any run
+    page.locator("#drafter label", has_text="auto").click()  # the best drafter here (llama.cpp)
 
     # pick a preset: the prompt box fills with the exact text the model sees, and its description shows
     page.locator("#preset input").click()
@@ -71,27 +132,31 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     page.locator("#max-new input").fill("14")
     page.locator("#max-new input").press("Tab")
     page.locator("#k-mode label", has_text="adaptive").click()  # k chosen per iteration by the cost model
+    page.wait_for_function("document.querySelector('#k input[type=range]').disabled")  # k is not used now
 
     # run: tokens stream in as coloured spans; the counters move while it runs
     page.locator("#run-btn").click()
     page.wait_for_selector("#tokens .tok")
     page.wait_for_function(
         "document.querySelector('#counters [data-counter=\"iterations\"] .value').innerText !== '0'")
-    page.wait_for_function("document.querySelector('#status').innerText.startsWith('Done')")
+    wait_status(page, "Done")
 
     spans = page.locator("#tokens .tok")
     n = spans.count()
     assert counter(page, "new_tokens") == f"{n} / 14"
     assert int(counter(page, "iterations")) >= 1 and counter(page, "tokens_per_s") != "\u2013"
-    assert "k = adaptive (chosen: " in page.locator("#status").inner_text()
+    assert "k = adaptive (chosen: " in status(page)
     roles = page.eval_on_selector_all("#tokens .tok", "els => els.map(e => e.classList[1])")
     assert set(roles) <= {"acc", "cor", "bon", "pln"} and "acc" in roles
     accepted_bg = page.eval_on_selector("#tokens .tok.acc", "e => getComputedStyle(e).backgroundColor")
     assert accepted_bg == "rgb(187, 247, 208)"  # styled, not just tagged
     title = spans.first.get_attribute("title")
-    assert title.startswith("iteration 1") and "p(x)" in title
+    assert title.startswith("iteration 1")
+    assert "p(x)" in page.locator("#tokens .tok.acc").first.get_attribute("title")  # (adaptive k may start at 0)
     assert page.locator("#tokens .it").count() == int(counter(page, "iterations"))
     spans.first.hover()
+    spans.first.click()  # a tap shows the token's details (touch screens have no hover)
+    assert page.locator("#tokens .tok-detail").inner_text().startswith("iteration 1")
     # charts were drawn from the run, and the JSON output was checked against the preset's schema
     assert page.locator("#time-plot .bars path").count() > 0
     assert page.locator("#pos-plot .bars path").count() > 0
@@ -102,18 +167,34 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     print(f"screenshot: {shot}")
     if os.environ.get("PLAYGROUND_SCREENSHOT"):
         shutil.copy(shot, os.environ["PLAYGROUND_SCREENSHOT"])
+    keep(shot, "playground.png")
     assert shot.stat().st_size > 20_000
     assert not errors, errors
 
-    # Back to a fixed k for the rest: adaptive k drafts 16 at a time, and the Stop check below needs a run
-    # that is still going when Stop is pressed (the tool-call answer ends at ~26 tokens).
+    # Back to a fixed k, at the preset's own length so the JSON completes: Calibrate, then Compare with plain.
     page.locator("#k-mode label", has_text="fixed k").click()
+    page.wait_for_function("!document.querySelector('#k input[type=range]').disabled")
+    page.locator("#max-new input").fill(str(preset.max_new_tokens))
+    page.locator("#max-new input").press("Tab")
+    page.locator("#calibrate-btn").click()
+    page.wait_for_function("/^(Calibrated|Already calibrated)/.test(document.querySelector('#status').innerText)")
+    assert "trusted" in status(page) or "UNTRUSTWORTHY" in status(page)  # the calibration's verdict, said
+    assert "Predicted speed-up per k" in page.locator("#prediction").inner_text()  # filled without a run
 
     # Compare with plain: the speculative run again, then plain decoding right after; the measured ratio shows
     page.locator("#compare-btn").click()
-    page.wait_for_function("document.querySelector('#status').innerText.startsWith('Compared')")
+    wait_status(page, "Compared")
     prediction = page.locator("#prediction").inner_text()
     assert "measured" in prediction and "\u00d7" in prediction and "prefill excluded" in prediction
+    assert "predicted, iid \u03b1" in prediction  # the calibration fed the prediction beside the measurement
+    assert "This comparison:" in prediction and "one speculative and one plain run" in prediction  # the verdict
+    assert "valid against the schema" in page.locator("#check").inner_text()
+    page.evaluate("window.scrollTo(0, 0)")
+    shot = tmp_path / "tool-call-run.png"
+    bottom = page.locator("#prediction").bounding_box()
+    page.screenshot(path=str(shot), clip={"x": 0, "y": 0, "width": 1440,
+                                          "height": min(bottom["y"] + bottom["height"] + 16, 1600)}, full_page=True)
+    keep(shot, "tool-call-run.png")
 
     # Stop cancels a long run and frees the worker: the next event is served at once. A story opening as
     # raw text, so the run does not end at an early end-of-sequence before Stop is pressed.
@@ -121,61 +202,247 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     page.locator("#max-new input").fill("400")
     page.locator("#max-new input").press("Tab")
     page.locator("#run-btn").click()
-    page.wait_for_function("document.querySelector('#status').innerText.startsWith('Running')")
+    wait_status(page, "Running")
     page.wait_for_selector("#tokens .tok")  # the new run's first tokens (the update that said Running cleared them)
     page.locator("#stop-btn").click()
-    page.wait_for_function("document.querySelector('#status').innerText.startsWith('Stopped')")
+    wait_status(page, "Stopped")
     page.wait_for_timeout(1000)  # the cancelled event closes at its next update (at most ~0.5 s apart)
     n_stopped = page.locator("#tokens .tok").count()
     page.wait_for_timeout(1500)
     assert page.locator("#tokens .tok").count() == n_stopped < 400  # nothing more arrives once stopped
-    assert page.locator("#status").inner_text().startswith("Stopped")
+    assert status(page).startswith("Stopped")
 
-    # bad input: a clear message in the page, and the app keeps serving
+    # bad input: a clear message in the page, and the app keeps serving; once fixed, the message goes
     page.locator("#prompt textarea").fill("")
     page.locator("#run-btn").click()
     page.wait_for_function("document.querySelector('#status').innerText.includes('the prompt is empty')")
     page.get_by_text("the prompt is empty: type something, or pick a preset").last.wait_for()
+    page.locator("#prompt textarea").press_sequentially("Name three colours.")
+    page.wait_for_function("!document.querySelector('#status').innerText.includes('prompt is empty')")
+    assert status(page).startswith("Ready")  # the status describes the present, not the old error
+
+
+def test_a_sweep_in_the_browser_shows_its_verdict_and_a_recommendation_only_if_trusted(app_url, page, tmp_path):
+    from playground.inputs.presets import get_preset
+
+    page.goto(app_url)
+    page.wait_for_selector("#run-btn")
+    page.locator("#drafter label", has_text="auto").click()
+    page.locator("#preset input").click()
+    page.get_by_role("option", name=get_preset("tool_call").title).click()
+    page.wait_for_function("document.querySelector('#prompt textarea').value.includes('<|im_start|>')")
+    page.get_by_role("tab", name="k per output shape").click()
+    for selector, value in (("#k-max input[type=number]", "4"), ("#rounds input[type=number]", "3"),
+                            ("#sweep-new input", "24")):
+        page.locator(selector).fill(value)
+        page.locator(selector).press("Tab")
+    page.locator("#sweep-btn").click()
+    wait_status(page, "Sweep k: starting")  # the status line above the tabs is never "Ready" while it sweeps
+    page.wait_for_function("document.querySelector('#sweep-status').innerText.includes('%')")
+    assert " s \u2026" in status(page, "#sweep-status")  # the elapsed time, over the whole event
+    wait_status(page, "Sweep done", "#sweep-status")
+    page.wait_for_selector("#sweep-plot .js-plotly-plot")
+    summary = page.locator("#sweep-summary").inner_text()
+    table = page.locator("#sweep-table").inner_text()
+    for k in ("1", "2", "3", "4", "adaptive"):
+        assert f"\n{k}\t" in f"\n{table}" or f"\n{k}\n" in f"\n{table}\n", table
+    labels = page.eval_on_selector_all("#sweep-plot .annotation-text", "els => els.map(e => e.textContent)")
+    if "not to be trusted" in summary:  # a loaded machine: the reason, the fix, and no recommended k anywhere
+        assert "fix:" in summary and "No recommended k" in summary and "Recommended k =" not in summary
+        assert not any("recommended k" in t for t in labels) and "no recommended k" in status(page)
+    else:
+        k = status(page).split("recommended k = ")[1].split()[0]
+        assert f"Recommended k = {k}" in summary and f"recommended k = {k}" in labels
+    assert_labels_apart(page, "#sweep-plot")
+    wait_status(page, "Sweep done")  # the status line above the tabs says how the sweep ended
+    page.evaluate("document.activeElement && document.activeElement.blur()")  # no focus ring in the picture
+    shot = tmp_path / "sweep.png"
+    box = page.locator("#results").bounding_box()
+    end = page.locator("#sweep-table").bounding_box()
+    page.screenshot(path=str(shot), full_page=True,
+                    clip={"x": box["x"] - 8, "y": box["y"] - 8, "width": box["width"] + 16,
+                          "height": end["y"] + end["height"] - box["y"] + 16})
+    keep(shot, "sweep.png")
+
+
+def assert_labels_apart(page, plot: str) -> None:
+    """No two of the chart's labels (annotations, the legend, the title) overlap, and none is cut off."""
+    boxes = page.eval_on_selector_all(
+        f"{plot} .annotation, {plot} .legend, {plot} .gtitle",
+        "els => els.map(e => { const r = e.getBoundingClientRect(); return [e.textContent, r.left, r.top, r.right, "
+        "r.bottom]; })")
+    frame = page.locator(f"{plot} .main-svg").first.bounding_box()
+    for name, left, top, right, bottom in boxes:
+        assert frame["x"] - 1 <= left and right <= frame["x"] + frame["width"] + 1, (name, "cut off")
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            apart = a[3] <= b[1] or b[3] <= a[1] or a[4] <= b[2] or b[4] <= a[2]
+            assert apart, (a, b)
+
+
+PASS_S = {"sleep": 0.03}  # seconds added to every forward pass of the tiny pair
+
+
+@pytest.fixture
+def slower():
+    """Every pass of the tiny pair 0.15 s: its 33-token answer (then end of sequence) takes about 15 s."""
+    PASS_S["sleep"] = 0.15
+    yield
+    PASS_S["sleep"] = 0.03
 
 
 @pytest.fixture(scope="module")
 def tiny_app_url(launch_app):
-    """The app on a tiny random pair whose every forward pass sleeps 30 ms: a 200-token run lasts many seconds."""
-    import time
-
+    """The app on a tiny random pair whose every forward pass sleeps 30 ms: a 200-token run lasts many seconds.
+    Its sweep is injected: it reports progress, then returns what the lab returns when the verdict failed."""
     import torch
 
     from playground.pairs.models import ModelPair
     from playground.ui import build_ui
     from playground.ui.serving import PairProvider
+    from tests.test_ui_handlers import untrusted_sweep_result
     from tests.tiny import perturbed, tiny_model, word_tokenizer
 
     target = tiny_model(vocab=64, seed=0, dtype=torch.float32)
     draft = perturbed(target, noise=0.015)
     for m in (target, draft):
-        m.register_forward_pre_hook(lambda *_: time.sleep(0.03))
+        m.register_forward_pre_hook(lambda *_: time.sleep(PASS_S["sleep"]))
     pair = ModelPair(target=target, tokenizer=word_tokenizer([f"w{i}" for i in range(63)]), draft=draft,
                      eos_ids=frozenset({63}), target_name="tiny-target", draft_name="tiny-draft")
-    return launch_app(build_ui(PairProvider(pair=pair)))
+
+    def untrusted_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
+                        sampling=None):
+        for i in range(3):
+            progress((i + 1) / 3, f"round 1/1: arm {i}")
+            time.sleep(0.3)
+        result = untrusted_sweep_result()
+        result["table"].append({"k": "adaptive", "median_ratio": 1.02, "min_ratio": 0.9, "max_ratio": 1.1,
+                                "alpha": 0.8, "k_values": {"2": 3, "5": 4}})
+        return result
+
+    return launch_app(build_ui(PairProvider(pair=pair), sweep_fn=untrusted_sweep))
 
 
-def test_closing_the_tab_mid_run_stops_the_run_and_the_next_tab_runs_cleanly(tiny_app_url, browser):
+TINY_PROMPT = "w1 w2 w3 w4 w5 w1 w2 w3"
+
+
+def start_run(page, url, max_new: str, prompt: str = TINY_PROMPT):
+    page.goto(url)
+    page.locator("#drafter label", has_text="draft model").click()  # 5 slowed passes an iteration: a long run
+    page.locator("#prompt textarea").fill(prompt)
+    page.locator("#max-new input").fill(max_new)
+    page.locator("#max-new input").press("Tab")
+    page.locator("#run-btn").click()
+
+
+def test_a_queued_second_tab_shows_its_place_in_line(tiny_app_url, browser, slower):
+    first, second = (browser.new_page(viewport={"width": 1440, "height": 1000}) for _ in range(2))
+    try:
+        for p in (first, second):
+            p.set_default_timeout(TIMEOUT_MS)
+        start_run(first, tiny_app_url, "200")
+        first.wait_for_selector("#tokens .tok")
+        start_run(second, tiny_app_url, "8")
+        wait_status(second, "Starting")  # not "Ready" while it waits
+        second.wait_for_function(
+            "document.querySelector('#activity .queue-note').innerText.startsWith('Queued: position 1')")
+        note = second.locator("#activity .queue-note")
+        assert note.is_visible() and in_first_screen(second, "#activity .queue-note")
+        box, tabs = note.bounding_box(), second.locator("#results .tab-wrapper, #results [role=tablist]").first
+        tab_box = tabs.bounding_box()
+        assert box["y"] + box["height"] <= tab_box["y"] + 1  # above the tab bar, not drawn under it
+        assert status(second).startswith("Starting")
+        PASS_S["sleep"] = 0.03
+        first.locator("#stop-btn").click()
+        wait_status(first, "Stopped")
+        wait_status(second, "Done")
+        assert not note.is_visible()  # the place in line goes once the run begins
+        assert second.locator("#tokens .tok").count() == 8
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_failed_verdict_shows_its_reason_and_no_recommended_k(tiny_app_url, page):
+    page.goto(tiny_app_url)
+    page.locator("#prompt textarea").fill(TINY_PROMPT)
+    page.get_by_role("tab", name="k per output shape").click()
+    page.locator("#sweep-btn").click()
+    wait_status(page, "Sweep done", "#sweep-status")
+    summary = page.locator("#sweep-summary").inner_text()
+    assert "This sweep: not to be trusted" in summary
+    assert "other processes kept 1.60 of the 2 cores busy" in summary and "fix: stop the other work" in summary
+    assert "No recommended k" in summary and "Recommended k =" not in summary
+    assert "no recommended k" in status(page, "#sweep-status")
+    labels = page.eval_on_selector_all("#sweep-plot .annotation-text", "els => els.map(e => e.textContent)")
+    assert "break-even" in labels and "adaptive 1.02\u00d7" in labels  # every line labelled (1.02: next to 1.0)
+    assert not any("recommended k" in t for t in labels)
+    assert_labels_apart(page, "#sweep-plot")
+    header = page.locator("#sweep-table thead").inner_text()
+    assert "break-even" in header  # the last header is there, whole
+    wait_status(page, "Sweep done: no recommended k")  # and above the tabs
+
+
+def test_statuses_say_what_is_true_now(tiny_app_url, page):
+    page.goto(tiny_app_url)
+    page.locator("#download").click()  # nothing to download before a run, and it says so
+    page.wait_for_function("document.querySelector('#status').innerText.startsWith('Nothing to download yet')")
+    page.locator("#k input[type=number]").fill("100")  # typed out of range: a message, not a silent clamp
+    page.locator("#k input[type=number]").press("Tab")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('k must be from 1 to 16, got 100')")
+    assert "the slider moved to 16" in status(page)
+    page.locator("#k input[type=number]").fill("3")
+    page.locator("#k input[type=number]").press("Tab")
+    wait_status(page, "Ready")
+    page.locator("#max-new input").fill("2.5")
+    page.locator("#max-new input").press("Tab")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('must be a whole number')")
+    page.locator("#max-new input").fill("6")
+    page.locator("#max-new input").press("Tab")
+    wait_status(page, "Ready")
+    page.locator("#prompt textarea").fill("")
+    page.locator("#run-btn").click()
+    page.wait_for_function("document.querySelector('#status').innerText.includes('the prompt is empty')")
+    page.locator("#prompt textarea").press_sequentially("w1 w2")
+    wait_status(page, "Ready")  # the old error went with its cause
+    page.locator("#run-btn").click()
+    wait_status(page, "Done")
+    assert page.locator("#tokens .tok").count() == 6
+
+
+@pytest.mark.parametrize("width, height", [(390, 844), (1440, 1000)])
+def test_run_and_the_first_result_are_in_the_first_screen(tiny_app_url, browser, width, height, tmp_path):
+    page = browser.new_page(viewport={"width": width, "height": height}, has_touch=width < 500)
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        page.goto(tiny_app_url)
+        page.wait_for_selector("#run-btn")
+        assert in_first_screen(page, "#run-btn")  # no scrolling to find Run
+        page.locator("#prompt textarea").fill(TINY_PROMPT)
+        page.locator("#max-new input").fill("12")
+        page.locator("#max-new input").press("Tab")
+        page.locator("#run-btn").click()
+        wait_status(page, "Done")
+        assert in_first_screen(page, "#tokens") and in_first_screen(page, "#status")  # the result is in view
+        assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing sticks out sideways
+        if width < 500:  # a tap on a token shows its details (no hover on a touch screen)
+            page.locator("#tokens .tok").first.tap()
+            assert page.locator("#tokens .tok-detail").inner_text().startswith("iteration 1")
+        page.screenshot(path=str(tmp_path / f"run-{width}.png"))
+        print(f"screenshot: {tmp_path / f'run-{width}.png'}")
+    finally:
+        page.close()
+
+
+def test_closing_the_tab_mid_run_stops_the_run_and_the_next_tab_runs_cleanly(tiny_app_url, browser, slower):
     import threading
-    import time
 
     def workers():
         return [t for t in threading.enumerate() if t.name.startswith("playground-")]
 
-    def start_run(page, max_new: str):
-        page.goto(tiny_app_url)
-        page.locator("#prompt textarea").fill("w1 w2 w3 w4 w5 w1 w2 w3")
-        page.locator("#max-new input").fill(max_new)
-        page.locator("#max-new input").press("Tab")
-        page.locator("#run-btn").click()
-
     page = browser.new_page()
     page.set_default_timeout(TIMEOUT_MS)
-    start_run(page, "200")
+    start_run(page, tiny_app_url, "200")
     page.wait_for_selector("#tokens .tok")
     assert workers(), "the run should still be going when the tab closes"
     page.close()  # the tab closes mid-run: its event stream and heartbeat drop
@@ -185,11 +452,12 @@ def test_closing_the_tab_mid_run_stops_the_run_and_the_next_tab_runs_cleanly(tin
     assert not workers(), "the closed tab's run should have stopped"
     print(f"closed tab: the engine thread ended {time.monotonic() - t0:.2f} s after the tab closed")
 
+    PASS_S["sleep"] = 0.03
     page = browser.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     try:
-        start_run(page, "8")
-        page.wait_for_function("document.querySelector('#status').innerText.startsWith('Done')")
+        start_run(page, tiny_app_url, "8")
+        wait_status(page, "Done")
         assert page.locator("#tokens .tok").count() == 8
     finally:
         page.close()

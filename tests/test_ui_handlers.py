@@ -12,13 +12,15 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
+from playground.core.engine import K_MAX
 from playground.core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step, summarize
 from playground.errors import PlaygroundError
 from playground.inputs.presets import OutputCheck, get_preset
 from playground.inputs.text import token_pieces
+from playground.lab.calibration import pass_lengths
 from playground.pairs.models import ModelPair
 from playground.pairs.registry import PairChoice
-from playground.ui import charts, handlers, panels, render, serving
+from playground.ui import charts, handlers, measure, panels, render, serving, verdicts
 from playground.ui.session import Session, parse_request, parse_sweep
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
@@ -196,7 +198,7 @@ SWEEP_RESULT = {
 def test_sweep_chart_shows_measured_predicted_break_even_and_recommended_k():
     fig = valid(charts.sweep_figure(SWEEP_RESULT))
     names = [t.name for t in fig.data]
-    assert names == ["measured (median)", "predicted (iid \u03b1)", "predicted (per-position)"]
+    assert names == ["measured (median)", "predicted (iid \u03b1)", "predicted (per position)"]
     assert list(fig.data[0].error_y.array) == pytest.approx([0.1] * 4)
     assert any(s.y0 == 1.0 and s.y1 == 1.0 for s in fig.layout.shapes)  # break-even line
     assert any(s.x0 == 2 for s in fig.layout.shapes)  # recommended k
@@ -406,15 +408,15 @@ def test_compare_needs_a_run_then_measures_plain_right_after(provider):
 def test_calibrate_is_cached_per_session_and_feeds_the_prediction(provider):
     session = run_to_end(provider, k=3, max_new=16)[-1].session
     req = request(provider, k=3, max_new_tokens=16)
-    views = list(handlers.stream_calibrate(provider, session, req, repeats=2, warmup=1))
+    views = list(measure.stream_calibrate(provider, session, req, repeats=2, warmup=1))
     assert views[-1].status.startswith("Calibrated") and len(session.timings) == 1
     timing = next(iter(session.timings.values()))
-    assert sorted(timing.verify_s) == list(range(1, 10))
+    assert sorted(timing.verify_s) == pass_lengths(K_MAX + 1)  # one calibration serves every k and adaptive k
     assert "predicted, iid \u03b1" in views[-1].prediction and "per-position" in views[-1].prediction
     s = session.run.summary
     assert f"**{timing.predict(s.alpha, 3):.2f}\u00d7**" in views[-1].prediction
-    again = list(handlers.stream_calibrate(provider, session, req, repeats=2, warmup=1))
-    assert len(again) == 1 and "already cached" in again[0].status
+    again = list(measure.stream_calibrate(provider, session, req, repeats=2, warmup=1))
+    assert len(again) == 1 and "Already calibrated: reused this tab's calibration" in again[0].status
 
 
 def test_sweep_calls_lab_sweep_with_the_settings_and_reports_progress(provider):
@@ -430,11 +432,15 @@ def test_sweep_calls_lab_sweep_with_the_settings_and_reports_progress(provider):
         return json.loads(json.dumps(SWEEP_RESULT))
 
     session = Session()
-    views = list(handlers.stream_sweep(provider, session, sweep_request(provider, 4, 2, 24, drafter="lookup"),
-                                       sweep_fn=fake_sweep))
-    assert seen["ks"] == [1, 2, 3, 4] and seen["rounds"] == 2 and seen["max_new"] == 24 and seen["timing"] is None
+    views = list(measure.stream_sweep(provider, session, sweep_request(provider, 4, 2, 24, drafter="lookup"),
+                                      sweep_fn=fake_sweep))
+    assert seen["ks"] == [1, 2, 3, 4] and seen["rounds"] == 2 and seen["max_new"] == 24
+    # the sweep calibrates first, through the pair's store (so the next tab, the next sweep and Calibrate reuse it)
+    assert seen["timing"] is provider.calibrations.get(seen["proposer"], seen["n_prompt"], K_MAX + 1) is not None
     assert seen["proposer"].startswith("prompt-lookup")
-    assert any(v.status.startswith("Sweep (") and "step" in v.status for v in views[:-1])  # progress shown
+    progress = [v.status for v in views[:-1] if "measuring" in v.status]
+    assert any("step" in line and "%" in line for line in progress)  # progress shown, with the elapsed time
+    assert any("step 1 of 2, calibrating" in v.status for v in views[:-1])
     final = views[-1]
     assert "recommended k = 2" in final.status
     assert final.table[1][:2] == [2, 1.4] and len(final.table) == 4 and final.table[1][-1] == 0.4
@@ -446,11 +452,11 @@ def test_sweep_calls_lab_sweep_with_the_settings_and_reports_progress(provider):
 def test_sweep_runs_the_lab_sweep_by_default(provider, monkeypatch):
     from playground.lab.speed import sweep as lab_sweep
 
-    assert handlers.sweep is lab_sweep
+    assert measure.sweep is lab_sweep
     called = []
     result = json.loads(json.dumps(SWEEP_RESULT))
-    monkeypatch.setattr(handlers, "sweep", lambda *a, **k: called.append(k["ks"]) or result)
-    final = list(handlers.stream_sweep(provider, Session(), sweep_request(provider, 2, 1, 8)))[-1]
+    monkeypatch.setattr(measure, "sweep", lambda *a, **k: called.append(k["ks"]) or result)
+    final = list(measure.stream_sweep(provider, Session(), sweep_request(provider, 2, 1, 8)))[-1]
     assert called == [[1, 2]] and "recommended k = 2" in final.status
 
 
@@ -467,9 +473,9 @@ def test_stopping_a_sweep_stops_the_worker(provider):
             stopped.set()
             raise
 
-    gen = handlers.stream_sweep(provider, Session(), sweep_request(provider, 8, 1, 16), sweep_fn=endless_sweep)
+    gen = measure.stream_sweep(provider, Session(), sweep_request(provider, 8, 1, 16), sweep_fn=endless_sweep)
     for view in gen:
-        if "%" in view.status:
+        if "measuring" in view.status and "%" in view.status:  # past the calibration, in the sweep itself
             break
     gen.close()
     assert worker_ends("playground-sweep") and stopped.is_set()
@@ -533,7 +539,7 @@ def test_build_ui_loads_no_model_and_names_every_event(word_pair):
     run_names = ["prompt", "preset", "chat", "drafter", "k", "decoding", "temperature", "top_k", "top_p",
                  "max_new_tokens", "seed"]
     assert [p["parameter_name"] for p in api["/run"]["parameters"]] == [*run_names, "k_mode"]
-    assert [p["parameter_name"] for p in api["/calibrate"]["parameters"]] == run_names
+    assert [p["parameter_name"] for p in api["/calibrate"]["parameters"]] == [*run_names, "careful"]
     assert [p["parameter_name"] for p in api["/sweep"]["parameters"]] == [
         "prompt", "preset", "chat", "drafter", "decoding", "temperature", "top_k", "top_p", "seed", "k_max", "rounds",
         "max_new_tokens"]
@@ -544,16 +550,16 @@ def test_sweep_rows_say_when_a_k_never_pays():
                          "break_even_alpha": None},
                         {"k": 2, "median_ratio": 1.2, "min_ratio": 1.1, "max_ratio": 1.3, "alpha": 0.9,
                          "predicted_iid": 1.25, "break_even_alpha": 0.41234}]}
-    rows = panels.sweep_rows(result)
+    rows = verdicts.sweep_rows(result)
     assert rows[0] == [1, 0.812, 0.8, 0.9, "\u2013", "\u2013", "\u2013", "never pays"]
     assert rows[1] == [2, 1.2, 1.1, 1.3, 0.9, 1.25, "\u2013", 0.412]
-    assert len(panels.SWEEP_COLUMNS) == len(rows[0])
+    assert len(verdicts.SWEEP_COLUMNS) == len(rows[0])
 
 
 def test_event_errors_become_a_status_line_and_a_message_and_the_app_keeps_serving():
     import gradio as gr
 
-    from playground.ui.blocks import _guarded
+    from playground.ui.wiring import _guarded
 
     def bad_input():
         yield "first"
@@ -602,3 +608,257 @@ def test_one_device_lock_serialises_workers_even_after_a_stop():
     assert time.monotonic() - t0 < 0.15
     list(consumer(quick))
     assert order == ["first starts", "first ends", "second runs"]
+
+
+# --- trust verdicts, calibration reuse, honest progress, messages instead of clamping (issue 15) -------------
+
+
+def _verdict(*findings):
+    from playground.lab.trust import Verdict
+
+    return Verdict(tuple(findings))
+
+
+LOAD_FAIL = ("machine-load", "fail", "other processes kept 1.60 of the 2 cores busy while this was measured",
+             "stop the other work, or measure on a quiet machine")
+
+
+def untrusted_sweep_result():
+    """What lab.speed.sweep returns when its verdict failed: no recommended k, the reason and the fix instead."""
+    from playground.lab.trust import Finding, Verdict, recommend
+
+    verdict = Verdict((Finding(*LOAD_FAIL), Finding("rounds", "fail", "1 round: a single run has no spread, so noise "
+                                                    "cannot be told from an effect", "run at least 3 rounds")))
+    result = json.loads(json.dumps(SWEEP_RESULT))
+    result.update(trust=verdict.to_dict(), **recommend(result["best_k"], verdict))
+    for row in result["table"]:
+        row["trust"] = verdict.to_dict()
+    return result
+
+
+def test_a_failed_verdict_shows_its_reason_and_fix_and_never_a_recommended_k(provider):
+    result = untrusted_sweep_result()
+    assert result["recommended_k"] is None and result["withheld"]
+    final = list(measure.stream_sweep(provider, Session(), sweep_request(provider, 4, 1, 8),
+                                      sweep_fn=lambda *a, **k: json.loads(json.dumps(result))))[-1]
+    assert "no recommended k" in final.status and "recommended k = " not in final.status
+    assert "other processes kept 1.60 of the 2 cores" in final.status
+    assert 'class="trust fail"' in final.summary and "fix: stop the other work" in final.summary
+    assert "**No recommended k**" in final.summary and "Recommended k =" not in final.summary
+    assert "not a recommendation while the verdict fails" in final.summary
+    fig = valid(final.figure)
+    assert not any("recommended k" in (a.text or "") for a in fig.layout.annotations)
+    assert not any(s.x0 == 2 and s.x1 == 2 for s in fig.layout.shapes)  # no recommended-k line
+    assert "no recommended k" in fig.layout.title.text
+    assert final.session.sweep_status.startswith("Sweep done: no recommended k")
+
+
+def test_no_k_is_recommended_when_every_k_is_slower_than_plain():
+    result = json.loads(json.dumps(SWEEP_RESULT))
+    for row in result["table"]:
+        row["median_ratio"] -= 0.6  # best: k = 2 at 0.8x
+    result.update(trust=_verdict().to_dict(), recommended_k=2, withheld=None)
+    k, why = verdicts.recommendation(result)
+    assert k is None and "no k beat plain decoding" in why
+    text = verdicts.sweep_summary(result, "cpu", 3, 16)
+    assert "**No recommended k**" in text and "Slower than plain decoding at k = 1, 2, 3, 4" in text
+    assert not any("recommended k" in (a.text or "") for a in valid(charts.sweep_figure(result)).layout.annotations)
+
+
+def test_a_trusted_sweep_summary_agrees_with_its_chart():
+    result = json.loads(json.dumps(SWEEP_RESULT))
+    result.update(trust=_verdict().to_dict(), recommended_k=2, withheld=None)
+    text = verdicts.sweep_summary(result, "cpu", 3, 16)
+    assert 'class="trust ok"' in text and "**Recommended k = 2**" in text
+    assert "Slower than plain decoding at k = 4." in text  # the recommended k is not among the losing ones
+    assert "predicts k = 3 would be best. It disagrees with the measurement" in text
+    assert "What the terms mean" in text and "break-even" in text  # the glossary, a details element
+
+
+def test_sweep_chart_labels_every_line_and_keeps_its_labels_apart():
+    result = json.loads(json.dumps(SWEEP_RESULT))
+    result["table"].append({"k": "adaptive", "median_ratio": 1.02, "min_ratio": 0.9, "max_ratio": 1.1, "alpha": 0.8,
+                            "k_values": {"2": 3}})
+    fig = valid(charts.sweep_figure(result))
+    assert any(t.name.startswith("adaptive k, measured (1.02") for t in fig.data)  # in the legend, with its value
+    margin = [a for a in fig.layout.annotations if a.xref == "paper" and a.x == 1.0]
+    assert {a.text for a in margin} == {"break-even", "adaptive 1.02\u00d7"}
+    # 1.02 and 1.0 are a few pixels apart on the axis: the second label is pushed off the first
+    lo, hi = fig.layout.yaxis.range
+    px = sorted((a.y - lo) / (hi - lo) * 210 + (a.yshift or 0) for a in margin)
+    assert px[1] - px[0] >= charts.LABEL_PX
+    iid, per_position = fig.data[1], fig.data[2]  # the two predictions, drawn apart so both stay visible
+    assert list(iid.customdata) == list(per_position.customdata) == [1, 2, 3, 4]
+    assert all(a < b for a, b in zip(iid.x, per_position.x, strict=True))
+    assert iid.line.dash != per_position.line.dash and iid.marker.symbol != per_position.marker.symbol
+
+
+def test_a_compare_is_one_pair_a_warning_and_untrustworthy_under_load(provider):
+    from playground.lab.trust import MachineLoad
+
+    session = run_to_end(provider, max_new=20)[-1].session
+    final = list(handlers.stream_compare(provider, session))[-1]
+    run = session.run
+    assert run.machine is not None and run.plain_machine is not None  # watched during both runs
+    assert "one speculative and one plain run, back to back" in final.prediction
+    quiet = MachineLoad(wall_s=1.0, other_cores=0.0, steal=0.0, cores=2)
+    run.machine = run.plain_machine = quiet
+    verdict = verdicts.compare_verdict(run)
+    assert verdict.trusted and [f.check for f in verdict.warnings] == ["single-pair"]
+    run.plain_machine = MachineLoad(wall_s=1.0, other_cores=1.6, steal=0.0, cores=2)
+    verdict = verdicts.compare_verdict(run)
+    assert not verdict.trusted and "other processes kept 1.60 of the 2 cores" in verdict.failures[0].message
+    box = verdicts.verdict_html(verdict, "This comparison")
+    assert 'class="trust fail"' in box and "not to be trusted" in box and "fix: stop the other work" in box
+    assert "This comparison: not to be trusted" in verdicts.prediction_markdown(session)
+    assert "single-pair" in {f["check"] for f in final.doc["trust"]["findings"]}
+    assert set(final.doc["machine"]) == {"speculative", "plain"}
+
+
+def test_prediction_and_measurement_far_apart_is_flagged():
+    assert verdicts.miss_findings(1.5, 1.4) == []
+    assert verdicts.miss_findings(1.5, 1.1)[0].severity == "warn"
+    miss = verdicts.miss_findings(1.9, 0.7)[0]
+    assert miss.severity == "fail" and "differ 2.7-fold" in miss.message
+
+
+def _slow_drafter_timing():
+    from playground.lab.calibration import Timing
+
+    verify = {n: 0.01 * (1 + 0.1 * n) for n in range(1, 10)}
+    return Timing(target_step_s=0.01, verify_s=verify, draft_step_s=0.0184, context_tokens=40)
+
+
+def test_a_calibration_with_a_drafter_slower_than_the_target_is_flagged():
+    session = Session(calibration=("int8-draft", _slow_drafter_timing()))
+    text = verdicts.prediction_markdown(session)
+    assert "The calibration: not to be trusted" in text and "c = 1.84 target steps per token" in text
+    assert "fix: use a faster drafter" in text
+    assert "the drafter costs **1.84** target steps per proposed token" in text  # in words, not just "c = 1.840"
+
+
+def test_calibrate_alone_fills_the_prediction_panel(provider):
+    session = Session()
+    final = list(measure.stream_calibrate(provider, session, request(provider, k=3), repeats=2, warmup=1))[-1]
+    assert session.run is None and session.calibration is not None
+    panel = final.prediction
+    assert f"at \u03b1 = {verdicts.PRIOR_ALPHA:.2f}, the prior" in panel
+    assert "| k | predicted speed-up | break-even \u03b1 |" in panel and "\n| 8 | " in panel
+    assert "What the terms mean" in panel
+
+
+def test_the_calibration_store_is_reused_by_every_tab_calibrate_run_and_sweep(word_pair, monkeypatch):
+    import playground.lab.calibration as lab_calibration
+
+    provider = serving.PairProvider(pair=word_pair)  # a store of its own, empty
+    calls = []
+    real = lab_calibration.calibrate
+    counted = lambda *a, **k: calls.append(k) or real(*a, **k)
+    monkeypatch.setattr(lab_calibration, "calibrate", counted)
+    monkeypatch.setattr(measure, "calibrate", counted)
+    req = request(provider, k=3, drafter="lookup")
+    first = list(measure.stream_calibrate(provider, Session(), req))
+    assert len(calls) == 1 and (calls[0]["repeats"], calls[0]["warmup"]) == measure.SHORT  # the short settings
+    assert any("timing the target's passes over 1-17 tokens" in v.status for v in first)
+    other_tab = Session()
+    again = list(measure.stream_calibrate(provider, other_tab, req))
+    assert len(calls) == 1 and len(again) == 1
+    assert "reused the calibration from 64 tokens" in again[0].status
+    seen = {}
+
+    def fake_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
+                   sampling=None):
+        seen["timing"] = timing
+        return json.loads(json.dumps(SWEEP_RESULT))
+
+    views = list(measure.stream_sweep(provider, Session(), sweep_request(provider, 2, 1, 8, drafter="lookup"),
+                                      sweep_fn=fake_sweep))
+    assert len(calls) == 1 and seen["timing"] is other_tab.calibration[1]
+    assert "reused the calibration from 64 tokens" in views[0].status
+    run_to_end(provider, Session(), drafter="lookup", k=3, max_new=8, k_mode="adaptive")
+    assert len(calls) == 1  # adaptive k found it too
+    list(measure.stream_calibrate(provider, Session(), req, careful=True, repeats=2, warmup=1))
+    assert len(calls) == 2  # a careful calibration is asked for: it times again and replaces the stored one
+
+
+def test_progress_lines_count_the_whole_event_and_estimate_the_time_left():
+    from playground.ui import progress
+
+    assert progress.clock_text(7.4) == "7 s" and progress.clock_text(125) == "2 min 05 s"
+    assert progress.eta_text(1.0, 0.5) is None  # too early to say
+    assert progress.eta_text(10.0, 0.02) is None
+    assert progress.eta_text(10.0, 0.25) == "~30 s left"
+    tracker = progress.Tracker("Sweeping", started=time.monotonic() - 65)
+    tracker.take([("phase", "step 2 of 2, measuring", time.monotonic() - 10), ("progress", 0.5, "round 1/3")])
+    line = tracker.line()
+    assert line.startswith("Sweeping \u2014 step 2 of 2, measuring: round 1/3 (50%, ~10 s left)")
+    assert "\u00b7 1 min 05 s" in line  # elapsed since the event began, not since the phase did
+
+
+def test_the_loading_line_names_the_pair_being_loaded():
+    from playground.ui import progress
+
+    hub = serving.PairProvider(choice=serving.choice_from_env({}, pair="smollm2-1.7b"),
+                               cache=serving.PairCache(load=None))
+    text = progress.loading_message(hub)
+    assert "smollm2-1.7b" in text and "HuggingFaceTB/SmolLM2-1.7B-Instruct" in text and "network" in text
+    assert "dequantiz" not in text  # the embedded model's text belongs to the embedded pair only
+    embedded = progress.loading_message(serving.PairProvider(choice=serving.choice_from_env({})))
+    assert "embedded" in embedded and "dequantizes" in embedded
+
+
+def test_a_slow_load_reports_what_it_loads_and_for_how_long():
+    from playground.ui import progress
+
+    def slow_load(target, draft, device, dtype, progress):
+        progress("fetching config.json")
+        time.sleep(1.2)
+        return "the pair"
+
+    provider = serving.PairProvider(choice=PairChoice("t", None, "cpu", "float32"),
+                                    cache=serving.PairCache(load=slow_load))
+    gen = progress.load_pair(provider, time.monotonic())
+    lines = []
+    try:
+        while True:
+            lines.append(next(gen))
+    except StopIteration as e:
+        assert e.value == "the pair"
+    assert all(line.startswith("Loading the model pair t + no draft model") for line in lines)
+    assert any("fetching config.json" in line and " s \u2026" in line for line in lines[1:])
+
+
+def test_typed_values_out_of_range_get_a_message_not_a_silent_clamp():
+    from playground.ui.wiring import range_check
+
+    k = range_check("k", 1, 16, slider=True)
+    assert k(100, "Ready") == "\u26a0 k must be from 1 to 16, got 100; the slider moved to 16"
+    assert k(0, "Ready") == "\u26a0 k must be from 1 to 16, got 0; the slider moved to 1"
+    stale = "\u26a0 k must be from 1 to 16, got 100; the slider moved to 16"
+    assert isinstance(k(16, stale), type(k(5, "Ready")))  # the clamp's own change keeps the message (a skip)
+    assert k(5, stale) == panels.READY  # fixed: the status line is current again
+    new = range_check("max new tokens", 1, 512)
+    assert new(2.5, "Ready") == "\u26a0 max new tokens must be a whole number from 1 to 512, got 2.5"
+    assert new(None, "Ready").startswith("\u26a0 max new tokens is empty")
+    with pytest.raises(PlaygroundError, match="max new tokens must be a whole number, got 2.5"):
+        parse(max_new_tokens=2.5)  # never rounded to 2 in silence
+
+
+def test_the_page_opens_on_an_example_ready_to_run_and_the_k_slider_follows_the_mode(word_pair):
+    from playground.ui import build_ui
+    from playground.ui.session import SHOW_ME
+
+    demo = build_ui(serving.PairProvider(pair=word_pair))
+    by_id = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
+    assert by_id["prompt"].value == SHOW_ME["prompt"] and by_id["drafter"].value == "hybrid"
+    assert by_id["k"].value == SHOW_ME["k"] and by_id["decoding"].value == "greedy"
+    assert by_id["max-new"].precision is None  # 2.5 reaches the check instead of being rounded
+    fns = {fn.name: fn for fn in demo.fns.values()}
+    k_control = fns["k_control"].fn
+    assert k_control("adaptive")["interactive"] is False and k_control("fixed")["interactive"] is True
+    nothing = fns["nothing_yet"].fn
+    assert nothing(None).startswith("Nothing to download yet: press **Run** first")
+    # the example runs on this pair as it is (hybrid: lookup, else the draft model)
+    req = parse_request({**CONTROLS, **{k: v for k, v in SHOW_ME.items() if k != "prompt"},
+                         "prompt": PROMPT}, serving.PairProvider(pair=word_pair).drafter_names())
+    assert req.drafter == "hybrid" and req.k == 4 and req.sampling.greedy

@@ -1,7 +1,9 @@
 """Plotly figures of a run and of a k sweep, from the records and the lab's result dicts.
 
 Every function returns a plotly `Figure` (no gradio here). `empty_figure` is what each `gr.Plot` shows
-before its first update, so plotly.js is loaded by the time a run streams its first chart.
+before its first update (small: an empty chart should not fill the screen), so plotly.js is loaded by the time a
+run streams its first chart. The sweep chart labels its lines in the right margin, nudged apart so that no two
+labels overlap, and draws a recommended k only where the trust verdict allows one (verdicts.recommendation).
 
 Figures are built as one dict and turned into a Figure in a single constructor call, with no plotly
 template: plotly's incremental update methods and its templates cost tens of milliseconds per figure,
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from ..core.records import Iteration, RunSummary
+from .verdicts import recommendation
 
 COLOURS = {
     "draft": "#6366f1",  # indigo
@@ -26,6 +29,8 @@ COLOURS = {
     "empirical": "#db2777",
 }
 HEIGHT = 260
+EMPTY_HEIGHT = 110
+LABEL_PX = 15  # the height of a margin label: two labels closer than this are pushed apart
 MAX_BARS = 200  # iterations drawn in the time-split chart (the latest ones); beyond that bars are unreadable
 
 
@@ -78,9 +83,10 @@ def _integer_ticks(x: Sequence[int]) -> dict:
     return {"tick0": 1, "dtick": max(1, -(-span // 10))}
 
 
-def empty_figure(title: str, message: str = "no data yet") -> go.Figure:
-    return _figure([], title, "", "", xaxis={"visible": False}, yaxis={"visible": False},
-                   annotations=[_note(message, 0.5, 0.5, yref="paper", font={"size": 12, "color": "#9ca3af"})])
+def empty_figure(title: str, message: str = "no data yet", height: int = EMPTY_HEIGHT) -> go.Figure:
+    return _figure([], title, "", "", height=height, xaxis={"visible": False}, yaxis={"visible": False},
+                   margin={"l": 10, "r": 10, "t": 30, "b": 10},
+                   annotations=[_note(message, 0.5, 0.4, yref="paper", font={"size": 11.5, "color": "#9ca3af"})])
 
 
 def time_split_figure(iterations: Sequence[Iteration]) -> go.Figure:
@@ -149,11 +155,27 @@ def alpha_figure(iterations: Sequence[Iteration]) -> go.Figure:
     return _figure(data, title, "iteration", "\u03b1", xaxis=_integer_ticks(x), yaxis={"range": [-0.05, 1.05]})
 
 
+def _spread_labels(labels: list[tuple[float, str, str]], lo: float, hi: float, plot_px: float) -> list[dict]:
+    """Margin labels (y, text, colour) at the right of the plot, pushed apart vertically so none overlaps."""
+    per_px = (hi - lo) / plot_px if hi > lo else 0.0
+    notes, last_px = [], None
+    for y, text, colour in sorted(labels):
+        px = (y - lo) / per_px if per_px else 0.0
+        shift = 0.0
+        if last_px is not None and px - last_px < LABEL_PX:
+            shift = last_px + LABEL_PX - px
+        last_px = px + shift
+        notes.append(_note(text, 1.0, y, xanchor="left", yanchor="middle", xshift=6, yshift=shift,
+                           font={"size": 10, "color": colour}, bgcolor="rgba(255,255,255,0)"))
+    return notes
+
+
 def sweep_figure(result: dict | None) -> go.Figure:
-    """Measured (median, min-max bars) and predicted speed-up against k, break-even line, best k."""
+    """Measured (median, min-max bars) and predicted speed-up against k, the break-even line, adaptive k's
+    measured speed-up, and the recommended k (none when the trust verdict failed, or no k beat plain)."""
     title = "Speed-up over plain decoding against k"
     if not result or not result.get("table"):
-        return empty_figure(title, "run a sweep to fill this chart")
+        return empty_figure(title, "run a sweep to fill this chart", height=150)
     rows = [r for r in result["table"] if isinstance(r["k"], int)]  # fixed k; a schedule is a line across
     schedules = [r for r in result["table"] if not isinstance(r["k"], int)]
     ks = [r["k"] for r in rows]
@@ -165,25 +187,44 @@ def sweep_figure(result: dict | None) -> go.Figure:
                     "color": COLOURS["measured"]},
         "hovertemplate": "k=%{x}<br>measured %{y:.2f}\u00d7<extra></extra>",
     }]
-    for key, name, colour in (("predicted_iid", "predicted (iid \u03b1)", COLOURS["iid"]),
-                              ("predicted_empirical", "predicted (per-position)", COLOURS["empirical"])):
+    # The two predictions are often within a few percent of each other: drawn a little apart, in different
+    # dashes and markers, so both stay visible (the hover text gives the k each point belongs to).
+    for key, name, colour, dash, symbol, dx in (
+            ("predicted_iid", "predicted (iid \u03b1)", COLOURS["iid"], "dot", "circle-open", -0.09),
+            ("predicted_empirical", "predicted (per position)", COLOURS["empirical"], "dash", "diamond", 0.09)):
         pts = [(r["k"], r.get(key)) for r in rows if r.get(key) is not None]
         if pts:
-            data.append({"type": "scatter", "x": [p[0] for p in pts], "y": [p[1] for p in pts],
-                         "mode": "lines+markers", "name": name, "marker": {"size": 5},
-                         "line": {"color": colour, "dash": "dash", "width": 1.8},
-                         "hovertemplate": f"k=%{{x}}<br>{name} %{{y:.2f}}\u00d7<extra></extra>"})
+            data.append({"type": "scatter", "x": [p[0] + dx for p in pts], "y": [p[1] for p in pts],
+                         "customdata": [p[0] for p in pts], "mode": "lines+markers", "name": name,
+                         "marker": {"size": 7, "symbol": symbol, "color": colour},
+                         "line": {"color": colour, "dash": dash, "width": 1.6},
+                         "hovertemplate": f"k=%{{customdata}}<br>{name} %{{y:.2f}}\u00d7<extra></extra>"})
+    labels = [(1.0, "break-even", "#4b5563")]
     shapes = [_hline(1.0, "#6b7280", width=1.2)]
-    notes = [_note("break-even (1.0\u00d7)", 1.0, 1.0, xanchor="right", yanchor="bottom")]
     for r in schedules:  # adaptive k: one measured figure, whatever k it chose per iteration
-        shapes.append(_hline(r["median_ratio"], COLOURS["empirical"], width=1.5))
-        notes.append(_note(f"{r['k']} k: {r['median_ratio']:.2f}\u00d7", r["median_ratio"], 0.0, xanchor="left",
-                           yanchor="bottom"))
-    best = result.get("best_k")
+        y = r["median_ratio"]
+        data.append({"type": "scatter", "x": [min(ks) - 0.35, max(ks) + 0.35] if ks else [0, 1], "y": [y, y],
+                     "mode": "lines", "name": f"{r['k']} k, measured ({y:.2f}\u00d7)",
+                     "line": {"color": "#9333ea", "width": 1.5, "dash": "dashdot"},
+                     "hovertemplate": f"{r['k']} k: measured %{{y:.2f}}\u00d7<extra></extra>"})
+        labels.append((y, f"{r['k']} {y:.2f}\u00d7", "#9333ea"))
+    values = [1.0] + [r["median_ratio"] for r in schedules] + [r["max_ratio"] for r in rows] + \
+        [r["min_ratio"] for r in rows] + [r.get(k) for r in rows for k in ("predicted_iid", "predicted_empirical")]
+    values = [v for v in values if v is not None]
+    lo, hi = min(0.0, min(values)), max(values) * 1.12
+    height = 360
+    notes = _spread_labels(labels, lo, hi, height - 150)
+    best, _ = recommendation(result)
     if best is not None:
         shapes.append({"type": "line", "xref": "x", "x0": best, "x1": best, "yref": "paper", "y0": 0, "y1": 1,
                        "line": {"color": COLOURS["measured"], "width": 1.5, "dash": "dash"}, "opacity": 0.6})
-        notes.append(_note(f"recommended k = {best}", best, 0.02, xref="x", yref="paper", xanchor="left",
-                           yanchor="bottom", xshift=4, font={"size": 10, "color": COLOURS["measured"]}))
-    return _figure(data, title, "k (proposals per iteration)", "speed-up (\u00d7)", height=340,
-                   xaxis={"dtick": 1}, shapes=shapes, annotations=notes)
+        notes.append(_note(f"recommended k = {best}", best, 1.0, xref="x", yref="paper", xanchor="center",
+                           yanchor="bottom", yshift=2, font={"size": 10.5, "color": COLOURS["measured"]}))
+    else:
+        title += " \u2014 no recommended k (see the verdict)"
+    return _figure(data, title, "k (proposals per iteration)", "speed-up (\u00d7)", height=height,
+                   xaxis={"dtick": 1, "range": [min(ks) - 0.5, max(ks) + 0.5] if ks else None},
+                   yaxis={"range": [lo, hi]}, shapes=shapes, annotations=notes,
+                   margin={"l": 48, "r": 104, "t": 58, "b": 40},
+                   legend={"orientation": "h", "yanchor": "top", "y": -0.22, "xanchor": "left", "x": 0.0,
+                           "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)"})

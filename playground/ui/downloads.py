@@ -25,15 +25,21 @@ def jsonable(x):
     return json.loads(json.dumps(x, default=lambda o: o.to_dict() if hasattr(o, "to_dict") else str(o)))
 
 
-def run_document(run: RunResult, timing=None) -> dict:
+def run_document(run: RunResult, timing=None, trust=None) -> dict:
     """The run as JSON (what the Download button saves): playground.document's builder, the one `generate
-    --json` uses, fed from the tab's run."""
+    --json` uses, fed from the tab's run; with a Compare, its trust verdict (a lab.trust.Verdict) and what the
+    machine's other processes used during both runs."""
     req = run.request
     config = RunConfig(prompt_ids=run.prompt_ids, drafter=run.drafter,
                        k=req.k if req.k_mode == "fixed" else req.k_mode, sampling=run.sampling,
                        max_new_tokens=req.max_new_tokens, prompt=req.prompt, preset=req.preset, chat_template=req.chat)
-    return build(config, run.records, run.environment, run.text, summary=run.summary, setup=run.setup,
-                 check=run.check, plain_summary=run.plain, plain_gap_s=run.plain_gap_s, calibration=timing)
+    doc = build(config, run.records, run.environment, run.text, summary=run.summary, setup=run.setup,
+                check=run.check, plain_summary=run.plain, plain_gap_s=run.plain_gap_s, calibration=timing)
+    if trust is not None:
+        doc["trust"] = jsonable(trust.to_dict())
+    doc["machine"] = {name: load.to_dict() for name, load in (("speculative", run.machine),
+                                                              ("plain", run.plain_machine)) if load is not None}
+    return doc
 
 
 def save_document(doc: dict, stem: str = "run") -> str:

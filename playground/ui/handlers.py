@@ -1,41 +1,62 @@
 """The browser playground's events, as plain functions and generators (no gradio here).
 
-`blocks.py` wires these to components; tests call them directly. The run, calibrate and sweep events take
-the tab's `Session` (kept per browser tab in a `gr.State`) and a request already parsed and validated
-(`session.RunRequest` / `SweepRequest`); each event yields view objects that blocks.py turns into component
-updates, and raises `PlaygroundError`, with a message for a person, for what it can only find out on the
-pair (a prompt longer than the target's context, an unknown preset, a drafter that cannot load).
+`blocks.py` wires these to components; tests call them directly. The run and compare events (here) and the
+calibrate and sweep events (measure.py) take the tab's `Session` (kept per browser tab in a `gr.State`) and a
+request already parsed and validated (`session.RunRequest` / `SweepRequest`); each event yields view objects
+that blocks.py turns into component updates, and raises `PlaygroundError`, with a message for a person, for
+what it can only find out on the pair (a prompt longer than the target's context, an unknown preset, a
+drafter that cannot load). Every status line says what is happening now and for how long the event has run.
 
 The engine and the lab run in a worker thread (serving.Background) under the device's lock; closing an
-event's generator (Stop) stops its worker at the next record.
+event's generator (Stop) stops its worker at the next record. `MachineMonitor` watches the other processes'
+CPU use during each run, for the trust verdict of a Compare (verdicts.py).
 """
 
 from __future__ import annotations
 
 import html
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from ..core import engine
+from ..core.engine import K_MAX
 from ..core.records import Iteration, summarize
 from ..drafters.registry import make_proposer
 from ..envinfo import describe_setup, environment
 from ..errors import PlaygroundError
 from ..inputs.presets import check_output, get_preset, load_presets
-from ..lab.calibration import Timing, calibrate
-from ..lab.speed import sweep
+from ..lab.calibration import calibrated_timing
+from ..lab.trust import MachineMonitor
 from ..limits import Limits
 from ..pairs.registry import PAIRS, ModelPolicy
-from . import charts, panels, serving
-from .downloads import jsonable, run_document, save_document
+from . import panels, serving, verdicts
+from .downloads import run_document, save_document
+from .measure import stream_calibrate, stream_sweep  # noqa: F401 - re-exported: the lab events' first home
+from .progress import Tracker, clock_text, eta_text, load_pair, loading_message, mapped, phase, ticker
 from .render import TokenRenderer
-from .serving import Background, PairProvider, Progress, stoppable
-from .session import RunRequest, RunResult, Session, SweepRequest, encode_request, k_controller, prompt_key
+from .serving import Background, PairProvider, stoppable
+from .session import (
+    RunRequest,
+    RunResult,
+    Session,
+    encode_request,
+    find_timing,
+    k_controller,
+    prompt_key,
+    run_timing,
+)
 
 YIELD_EVERY_S = 0.1  # token / counter updates at most this often
 CHART_EVERY_S = 0.5  # chart updates at most this often while streaming (and once at the end)
+
+
+def document(provider: PairProvider, session: Session) -> dict:
+    """The run document of the session's run, with the calibration behind it and the Compare's verdict."""
+    run = session.run
+    timing = run_timing(session, provider.calibrations)
+    trust = verdicts.compare_verdict(run, timing) if run.plain is not None else None
+    return run_document(run, timing, trust)
 
 
 # --- views: one update of a panel each; None for a field means 'unchanged' ----------------------------------
@@ -61,23 +82,6 @@ class CompareView:
     prediction: str | None = None
     doc: dict | None = None
     download: str | None = None
-
-
-@dataclass
-class CalibrateView:
-    session: Session
-    status: str
-    prediction: str | None = None
-
-
-@dataclass
-class SweepView:
-    session: Session
-    status: str
-    figure: Any = None
-    table: list | None = None
-    summary: str | None = None
-    doc: dict | None = None
 
 
 @dataclass
@@ -123,44 +127,49 @@ def stopped_view(session: Session | None) -> StoppedView:
     if what == "compare":
         return StoppedView("Stopped the plain run: no measured speed-up this time." + again)
     if what == "calibrate":
-        return StoppedView("Calibration stopped: nothing was cached." + again)
+        return StoppedView("Calibration stopped: nothing was kept." + again)
     if what == "sweep":
-        return StoppedView("Sweep stopped.", sweep_status="Sweep stopped: no result.")
+        return StoppedView("Sweep stopped: no result." + again, sweep_status="Sweep stopped: no result.")
     return StoppedView("Stopped." + again)
 
 
 @stoppable("run")
-def stream_run(provider: PairProvider, session: Session | None, request: RunRequest, progress: Progress = None,
+def stream_run(provider: PairProvider, session: Session | None, request: RunRequest,
                limits: Limits | None = None) -> Iterator[RunView]:
     """Speculative decoding of the prompt, streamed: token HTML and counters as records arrive, charts throttled."""
+    started = time.monotonic()
     limits = limits or Limits.from_env()
-    loading = panels.loading_status(provider)
-    if loading:
-        yield RunView(session, loading)
-    pair = serving.get_pair(provider, progress)
+    pair = yield from mapped(load_pair(provider, started), lambda line: RunView(session, line))
     ids, preset_obj = encode_request(pair, request, request.max_new_tokens, limits)
     proposer = make_proposer(pair, request.drafter)
+    name, store = proposer.describe(), provider.calibrations
     setup = describe_setup(pair)
     sampling = request.sampling
-    run = RunResult(request=request, prompt_ids=ids, drafter=proposer.describe(), records=[], summary=None, text="",
+    run = RunResult(request=request, prompt_ids=ids, drafter=name, records=[], summary=None, text="",
                     preset=preset_obj, check=None, setup=setup, environment=environment(pair), finished=False)
     session.run = run  # the session keeps the partial run if the user stops it
     tokenizer = pair.tokenizer
     special = getattr(tokenizer, "all_special_ids", []) if tokenizer is not None else []
     renderer = TokenRenderer(tokenizer, greedy=sampling.greedy, special_ids=special)
-    head = (f"Running: drafter {proposer.describe()}, k = {panels.k_text(request)}, {sampling.describe()}, "
+    head = (f"Running: drafter {name}, k = {panels.k_text(request)}, {sampling.describe()}, "
             f"{len(ids)} prompt tokens, up to {request.max_new_tokens} new \u00b7 {setup}")
-    yield RunView(session, head + " \u2014 prefill \u2026", tokens="",
+    yield RunView(session, f"{head} \u2014 prefill \u2026", tokens="",
                   counters=panels.counters_html(None, request.max_new_tokens, True), figures=panels.figures([], None),
-                  check=panels.check_html(preset_obj, None), prediction=panels.prediction_markdown(session))
-
-    phase = ["prefill"]
+                  check=panels.check_html(preset_obj, None),
+                  prediction=verdicts.prediction_markdown(session))
+    tracker = Tracker(head, started, "prefill")
 
     def work(emit, stopped):
+        timing = None
         if request.k_mode == "adaptive":
-            phase[0] = "calibrating the cost model for adaptive k (once per pair, drafter and context length)"
-        controller = k_controller(request, pair, ids, proposer, session, provider.calibrations)
-        phase[0] = "prefill"
+            timing = find_timing(session, store, name, ids, K_MAX + 1)
+            if timing is None:
+                phase(emit, "calibrating for adaptive k (once per pair, drafter and context length)")
+                timing, _ = calibrated_timing(pair, ids, proposer, store, K_MAX + 1, progress=ticker(emit, stopped))
+            session.timings[(name, prompt_key(ids))] = timing
+            phase(emit, "")
+        controller = k_controller(request, session, name, timing)
+        monitor = MachineMonitor().__enter__()
         gen = engine.speculative_generate(pair, ids, proposer=proposer, k=controller, sampling=sampling,
                                           max_new_tokens=request.max_new_tokens)
         try:
@@ -171,33 +180,37 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
         finally:
             gen.close()
             run.ended_at = time.perf_counter()
+            run.machine = monitor.stop()
 
     last_yield = last_chart = 0.0
     dirty = False
-    started = time.monotonic()
     with Background(work, "playground-run", serving.device_lock(pair.device)) as bg:
         while not bg.finished:
-            items = bg.poll(timeout=YIELD_EVERY_S)
-            for rec in items:
+            for rec in tracker.take(bg.poll(timeout=YIELD_EVERY_S)):
                 run.records.append(rec)
                 renderer.add(rec)
                 dirty = True
             now = time.monotonic()
             if bg.finished:
                 break
+            clock = clock_text(now - started)
             if dirty and now - last_yield >= YIELD_EVERY_S:
                 summary = summarize(run.records)
                 figs = None
                 if now - last_chart >= CHART_EVERY_S:
                     figs, last_chart = panels.figures(run.records, summary), now
-                yield RunView(session, f"{head} \u2014 iteration {summary.target_passes}", tokens=renderer.html(),
-                              counters=panels.counters_html(summary, request.max_new_tokens, True), figures=figs)
+                yield RunView(session, f"{head} \u2014 iteration {summary.target_passes} \u00b7 {clock}",
+                              tokens=renderer.html(), counters=panels.counters_html(summary, request.max_new_tokens,
+                                                                                     True), figures=figs)
                 last_yield, dirty = now, False
+            elif tracker.phase and (tracker.ticked or now - last_yield >= serving.HEARTBEAT_S):
+                yield RunView(session, tracker.line())  # calibrating for adaptive k
+                last_yield = now
             elif now - last_yield >= serving.HEARTBEAT_S:
                 # Nothing new (the prefill, or a slow iteration): still hand control back to Gradio now and
                 # then, so that Stop can close this generator promptly.
-                what = phase[0] if len(run.records) == 0 else f"iteration {len(run.records)}"
-                yield RunView(session, f"{head} \u2014 {what} \u2026 {now - started:.1f} s")
+                what = "prefill" if len(run.records) == 0 else f"iteration {len(run.records)}"
+                yield RunView(session, f"{head} \u2014 {what} \u00b7 {clock} \u2026")
                 last_yield = now
         bg.raise_error()
 
@@ -207,35 +220,40 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     run.summary = summary
     run.check = check_output(preset_obj, run.text) if preset_obj is not None else None
     run.finished = True
-    doc = run_document(run, session.timing_for(run.drafter, run.prompt_key, request.k + 1))
+    doc = document(provider, session)
     done = (f"Done: {summary.new_tokens} new tokens in {summary.target_passes} target passes, finished by "
             f"{summary.finished} \u00b7 drafter {run.drafter}, k = {panels.k_text(request, summary)}, "
-            f"{sampling.describe()} \u00b7 {setup}")
+            f"{sampling.describe()} \u00b7 {setup} \u00b7 {clock_text(time.monotonic() - started)}")
     yield RunView(session, done, tokens=renderer.html(),
                   counters=panels.counters_html(summary, request.max_new_tokens, False),
                   figures=panels.figures(run.records, summary), check=panels.check_html(preset_obj, run.check),
-                  prediction=panels.prediction_markdown(session), doc=doc, download=save_document(doc))
+                  prediction=verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)), doc=doc,
+                  download=save_document(doc))
 
 
 @stoppable("compare")
-def stream_compare(provider: PairProvider, session: Session | None, progress: Progress = None) -> Iterator[CompareView]:
-    """Plain decoding of the last run's prompt and length, right after it; the measured ratio beside the prediction."""
+def stream_compare(provider: PairProvider, session: Session | None) -> Iterator[CompareView]:
+    """Plain decoding of the last run's prompt and length, right after it; the measured ratio beside the
+    prediction, with the verdict of the comparison (one adjacent pair; other processes on the cores)."""
+    started = time.monotonic()
     run = session.run
     if run is None or not run.finished:
         raise PlaygroundError("there is no finished speculative run to compare with: press Run first (the "
                               "'Compare with plain' button runs one and then plain decoding right after)")
-    pair = serving.get_pair(provider, progress)
+    pair = yield from mapped(load_pair(provider, started), lambda line: CompareView(session, line))
     records: list = []
-    started: list[float] = []
+    begun: list[float] = []
 
     def work(emit, stopped):
-        started.append(time.perf_counter())
-        for rec in engine.plain_generate(pair, run.prompt_ids, sampling=run.sampling,
-                                         max_new_tokens=run.request.max_new_tokens):
-            records.append(rec)
-            emit(None)
-            if stopped():
-                return
+        begun.append(time.perf_counter())
+        with MachineMonitor() as monitor:
+            for rec in engine.plain_generate(pair, run.prompt_ids, sampling=run.sampling,
+                                             max_new_tokens=run.request.max_new_tokens):
+                records.append(rec)
+                emit(None)
+                if stopped():
+                    break
+        run.plain_machine = monitor.load
 
     n_max = run.request.max_new_tokens
     with Background(work, "playground-plain", serving.device_lock(pair.device)) as bg:
@@ -245,113 +263,37 @@ def stream_compare(provider: PairProvider, session: Session | None, progress: Pr
             now = time.monotonic()
             if now - last >= 0.5 and not bg.finished:
                 n = max(0, len(records) - 1)
-                serving.report(progress, min(1.0, n / n_max), f"plain decoding: {n}/{n_max} tokens")
-                yield CompareView(session, f"Plain decoding of the same prompt, for comparison: {n} / {n_max} "
-                                           f"tokens \u2026")
+                left = eta_text(now - begun[0], n / n_max) if begun else None
+                yield CompareView(session, f"Plain decoding of the same prompt, for comparison: {n} / {n_max} tokens"
+                                           f"{', ' + left if left else ''} \u00b7 {clock_text(now - started)} \u2026")
                 last = now
         bg.raise_error()
     plain = summarize(records)
     run.plain = plain
-    run.plain_gap_s = started[0] - run.ended_at if started and run.ended_at else None
+    run.plain_gap_s = begun[0] - run.ended_at if begun and run.ended_at else None
     run.plain_setup = describe_setup(pair)
     ratio = run.measured_speedup
-    doc = run_document(run, session.timing_for(run.drafter, run.prompt_key, run.request.k + 1))
+    doc = document(provider, session)
+    verdict = verdicts.compare_verdict(run, run_timing(session, provider.calibrations))
+    note = (f"not to be trusted: {verdict.failures[0].message}" if not verdict.trusted
+            else "a single pair: a first look, not a figure to rely on")
     status = (f"Compared: speculative {run.summary.tokens_per_s:.1f} tokens/s, plain {plain.tokens_per_s:.1f} tokens/s"
               + (f" \u2192 measured speed-up {ratio:.2f}\u00d7" if ratio else "")
-              + " (one adjacent pair of runs, prefill excluded)")
-    yield CompareView(session, status, panels.prediction_markdown(session), doc, save_document(doc))
-
-
-@stoppable("calibrate")
-def stream_calibrate(provider: PairProvider, session: Session | None, request: RunRequest, progress: Progress = None,
-                     repeats: int = 12, warmup: int = 3, limits: Limits | None = None) -> Iterator[CalibrateView]:
-    """Time the target over n = 1..max(9, k+1) tokens and the drafter per token on the current prompt.
-
-    The result (a lab.Timing) is cached in the session per drafter and prompt."""
-    limits = limits or Limits.from_env()
-    loading = panels.loading_status(provider)
-    if loading:
-        yield CalibrateView(session, loading)
-    pair = serving.get_pair(provider, progress)
-    n_max = max(9, request.k + 1)  # calibration feeds up to n_max tokens after the prompt
-    ids, _ = encode_request(pair, request, n_max, limits)
-    proposer = make_proposer(pair, request.drafter)
-    name = proposer.describe()
-    key = prompt_key(ids)
-    if session.timing_for(name, key, n_max) is not None:
-        yield CalibrateView(session, f"Calibration for this prompt and drafter is already cached in this session "
-                                     f"({name}, {len(ids)} prompt tokens).", panels.prediction_markdown(session))
-        return
-
-    def work(emit, stopped):
-        return calibrate(pair, ids, proposer, n_max=n_max, repeats=repeats, warmup=warmup,
-                         progress=serving.ticker(emit, stopped))
-
-    with Background(work, "playground-calibrate", serving.device_lock(pair.device)) as bg:
-        for line in serving.progress_lines(bg, progress, "Calibrating"):
-            yield CalibrateView(session, line)
-        bg.raise_error()
-    timing = bg.result
-    session.timings[(name, key)] = timing
-    v = timing.v
-    status = (f"Calibrated on this prompt ({len(ids)} tokens): target step {1000 * timing.target_step_s:.1f} ms, "
-              f"drafter {1000 * timing.draft_step_s:.1f} ms/token \u2192 c = {timing.c:.3f}, "
-              f"v({n_max}) = {v[n_max]:.2f}")
-    yield CalibrateView(session, status, panels.prediction_markdown(session))
-
-
-@stoppable("sweep")
-def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: SweepRequest, progress: Progress = None,
-                 sweep_fn: Callable | None = None, limits: Limits | None = None) -> Iterator[SweepView]:
-    """k = 1..k_max on the current prompt: measured and predicted speed-up against k, break-even, best k.
-    `sweep_fn` replaces lab.speed.sweep (tests)."""
-    sweep_fn = sweep_fn or sweep
-    limits = limits or Limits.from_env()
-    req, k_max, rounds = sweep_req.run, sweep_req.k_max, sweep_req.rounds
-    loading = panels.loading_status(provider)
-    if loading:
-        yield SweepView(session, loading)
-    pair = serving.get_pair(provider, progress)
-    ids, _ = encode_request(pair, req, req.max_new_tokens, limits)
-    name = make_proposer(pair, req.drafter).describe()
-    key = prompt_key(ids)
-    ks = list(range(1, k_max + 1))
-    timing = session.timing_for(name, key, k_max + 1)
-
-    def factory():
-        return make_proposer(pair, req.drafter)
-
-    def work(emit, stopped):
-        return sweep_fn(pair, ids, factory, ks=ks, rounds=rounds, max_new_tokens=req.max_new_tokens,
-                        sampling=req.sampling, timing=timing, progress=serving.ticker(emit, stopped))
-
-    yield SweepView(session, f"Sweeping k = 1..{k_max}, {rounds} round(s), {req.max_new_tokens} new tokens per run "
-                             f"\u2026", figure=charts.sweep_figure(None))
-    with Background(work, "playground-sweep", serving.device_lock(pair.device)) as bg:
-        for line in serving.progress_lines(bg, progress, "Sweep"):
-            yield SweepView(session, line)
-        bg.raise_error()
-    result = bg.result
-    session.sweep = result
-    if timing is None and isinstance(result.get("timing"), dict):
-        restored = Timing.from_dict(result["timing"])
-        if restored is not None:
-            session.timings[(name, key)] = restored
-    text = panels.sweep_summary(result, describe_setup(pair), rounds, req.max_new_tokens)
-    status = f"Sweep done: recommended k = {result.get('best_k')} for this prompt and drafter ({name})."
-    yield SweepView(session, status, charts.sweep_figure(result), panels.sweep_rows(result), text, jsonable(result))
+              + f" (one adjacent pair of runs, prefill excluded) \u2014 {note} \u00b7 "
+              + clock_text(time.monotonic() - started))
+    yield CompareView(session, status, verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)), doc,
+                      save_document(doc))
 
 
 def preset_choices(directory=None) -> tuple[list[tuple[str, str]], list[str]]:
     """Dropdown choices (label, name), with a first entry for the user's own prompt; and any preset errors."""
     presets, errors = load_presets(directory, strict=False)
-    choices = [("your own prompt (no preset)", "")]
+    choices = [("your own prompt", "")]
     choices += [(f"{p.title} \u00b7 {p.kind}", name) for name, p in presets.items()]
     return choices, [str(e) for e in errors]
 
 
-def load_preset(provider: PairProvider, name, current_prompt: str = "", progress: Progress = None,
-                session: Session | None = None) -> PresetView:
+def load_preset(provider: PairProvider, name, current_prompt: str = "", session: Session | None = None) -> PresetView:
     """Fill the prompt box with the exact text the model sees for a preset (with the tokenizer of the pair the
     tab chose), and its max new tokens."""
     provider = provider.for_session(session)
@@ -359,7 +301,7 @@ def load_preset(provider: PairProvider, name, current_prompt: str = "", progress
         return PresetView(current_prompt or "", None, True,
                           "Your own prompt: sent as one user turn of the chat template (untick it to send raw text).")
     preset = get_preset(name)
-    pair = serving.get_pair(provider, progress)
+    pair = serving.get_pair(provider)
     if pair.tokenizer is None:
         raise PlaygroundError("this model pair has no tokenizer, so presets cannot be shown as text")
     text = preset.prompt_text(pair.tokenizer)
@@ -368,6 +310,12 @@ def load_preset(provider: PairProvider, name, current_prompt: str = "", progress
     info = (f"**{html.escape(preset.title)}** \u00b7 kind `{preset.kind}` \u00b7 {preset.max_new_tokens} max new "
             f"tokens \u00b7 {checked}  \n{html.escape(preset.description)}")
     return PresetView(text, preset.max_new_tokens, False, info)
+
+
+def preset_loading(provider: PairProvider, session: Session | None) -> str | None:
+    """The preset box's note while a preset waits for its pair's tokenizer (None when the pair is loaded)."""
+    chosen = provider.for_session(session)
+    return None if chosen.loaded() else f"{loading_message(chosen)} \u2026"
 
 
 def pair_choices(provider: PairProvider) -> tuple[list[tuple[str, str]], str, bool]:
@@ -393,6 +341,6 @@ def select_pair(provider: PairProvider, session: Session | None, value) -> PairV
     choice = provider.choice_for(value)
     session.pair = None if serving.same_pair(choice, provider.choice) else choice
     session.timings.clear()  # calibrations, runs and sweeps belong to the pair that made them
-    session.run = session.sweep = None
+    session.run = session.sweep = session.calibration = session.sweep_status = None
     chosen = provider.for_session(session)
     return PairView(session, chosen.drafter_choices(), panels.pair_info(chosen))

@@ -6,7 +6,8 @@ run streams, so the HTML is append-only and Gradio ships only the new part to th
 Each token span carries its role as a class (accepted draft token, the target's correction, the
 bonus token, a plain step) and a hover text (its iteration, role, p(x), q(x) and the acceptance
 probability min(1, p/q) where known). Iterations alternate two underline colours and are separated
-by a thin bar, so iteration boundaries are visible in the text itself.
+by a thin bar, so iteration boundaries are visible in the text itself. The hover text is also what a tap on
+a token shows under the box (scripts.TOKEN_DETAILS), for touch screens.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 - `PairCache` (one per process, `MODEL_CACHE`): each pair loaded once, on first use, under a lock, with the
   cost curves measured on it (a lab `CalibrationStore` per loaded pair). `PairProvider`: what an event asks
   for its pair, from that cache or a fixed pair (tests).
-- `device_lock`, `Background`, `Stopped`, `stoppable` and the progress helpers: the engine runs in a worker
+- `device_lock`, `Background`, `Stopped`, `stoppable` (progress lines are in progress.py): the engine runs in a worker
   thread that hands its records over a queue, so the time the UI spends rendering is never inside the
   engine's clock (a generator that yields to the UI would count the UI's work as decoding time). Stopping a
   run closes the consuming generator, which tells the worker to stop at its next record (and `stoppable`
@@ -22,8 +22,7 @@ import functools
 import os
 import queue
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..drafters.registry import DRAFTERS
@@ -42,11 +41,13 @@ from ..pairs.registry import (
 )
 from .session import new_session
 
-Progress = Callable[..., Any] | None
 HEARTBEAT_S = 0.5  # a status update at least this often, so a Stop never waits on a silent generator
-AUTO_LABEL = "auto \u00b7 the best drafter available here"
-AUTO_HELP = ("auto picks llama.cpp for the embedded target when llama-cpp-python is installed, else the pair's "
-             "draft model, else prompt lookup")
+AUTO_LABEL = "auto"
+DRAFTER_LABELS = {"llama.cpp": "llama.cpp", "draft": "draft model", "lookup": "prompt lookup",
+                  "hybrid": "hybrid"}
+AUTO_HELP = ("auto: llama.cpp for the embedded target when llama-cpp-python is installed, else the pair's draft "
+             "model, else prompt lookup \u00b7 lookup: copies what followed the last match in the text (no model) "
+             "\u00b7 hybrid: lookup where the last tokens occurred before, the best model drafter otherwise")
 
 
 # --- which pair ---------------------------------------------------------------------------------------------
@@ -219,11 +220,12 @@ class PairProvider:
         each drafter in DRAFTERS this pair can use. Availability that needs an import (llama-cpp-python) is
         checked when a run asks for it, with a message saying how to install it."""
         out = [(AUTO_LABEL, "auto")]
-        for name, what in DRAFTERS.items():
+        for name in DRAFTERS:
             if (name == "draft" and not self.has_draft) or (name == "llama.cpp" and not self.embedded_target):
                 continue
-            short = what.split(":")[0].split("(")[0].strip()
-            out.append((f"{name} \u00b7 {short}" if short and short != name else name, name))
+            if name == "hybrid" and not (self.has_draft or self.embedded_target):  # it needs a model drafter
+                continue
+            out.append((DRAFTER_LABELS.get(name, name), name))
         return out
 
     def drafter_names(self) -> list[str]:
@@ -345,45 +347,6 @@ def stoppable(what: str):
     return decorate
 
 
-def ticker(emit, stopped):
-    """A lab progress callback that reports through the queue and aborts when the consumer stopped."""
-
-    def tick(fraction: float, message: str) -> None:
-        if stopped():
-            raise Stopped()
-        emit(("progress", float(fraction), str(message)))
-
-    return tick
-
-
-def progress_lines(bg: Background, progress: Progress, what: str) -> Iterator[str]:
-    """Status lines for long lab work: on progress ticks (at most ~3 a second) and a heartbeat otherwise."""
-    start = last = time.monotonic()
-    fraction, message = 0.0, "starting"
-    while not bg.finished:
-        ticks = [x for x in bg.poll(timeout=0.2) if isinstance(x, tuple) and x[0] == "progress"]
-        if ticks:
-            _, fraction, message = ticks[-1]
-        now = time.monotonic()
-        if not bg.finished and now - last >= (0.3 if ticks else HEARTBEAT_S):
-            report(progress, fraction, f"{what.lower()}: {message}")
-            yield f"{what} ({100 * fraction:.0f}%, {now - start:.0f} s): {message} \u2026"
-            last = now
-
-
-def get_pair(provider: PairProvider, progress: Progress):
-    """The provider's pair, loading it if need be, its loading messages passed to Gradio's progress tracker."""
-
-    def say(message):
-        report(progress, None, str(message))
-
-    return provider.get(say)
-
-
-def report(progress: Progress, fraction, message: str) -> None:
-    """Tell Gradio's progress tracker (if any); it takes `desc=` or a second positional argument."""
-    if progress is not None:
-        try:
-            progress(fraction, desc=message)
-        except TypeError:
-            progress(fraction, message)
+def get_pair(provider: PairProvider):
+    """The provider's pair, loading it here if need be (events that can wait use progress.load_pair instead)."""
+    return provider.get()

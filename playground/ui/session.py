@@ -6,8 +6,10 @@
   it is given.
 - `encode_request` (`resolve_prompt`, then `check_prompt_ids`), `prompt_key`: a request's prompt as token
   ids, within the limits.
-- `Session` (held per tab in a `gr.State`, never in module globals), the `RunResult` it keeps, and
-  `k_controller`: a request's k setting, with the adaptive state the session carries between runs.
+- `Session` (held per tab in a `gr.State`, never in module globals), the `RunResult` it keeps, `find_timing`
+  (the calibration behind a prediction: this tab's own, else the pair's shared store) and `k_controller`: a
+  request's k setting, with the adaptive state the session carries between runs.
+- `SHOW_ME`: the example the page opens on, ready to run: one click shows every token role.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.engine import K_MAX, check_k, check_request
+from ..core.engine import check_k, check_request
 from ..core.sampling import SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
 from ..drafters.registry import DRAFTERS
 from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
 from ..inputs.text import check_prompt_text, encode_prompt
-from ..lab.calibration import CalibrationStore, calibrated_curve
+from ..lab.calibration import CalibrationStore, Timing
 from ..limits import Limits
 from ..pairs.registry import PairChoice
 
@@ -34,6 +36,18 @@ K_MODES = {"fixed": "the k above, every iteration", "adaptive": "chosen per iter
            "heuristic": "transformers' heuristic schedule (+2 / -1)"}
 SWEEP_K_MAX = 16
 SWEEP_ROUNDS_MAX = 20
+
+# The example the page opens on. Greedy, so the same tokens every time: on the embedded pair the hybrid drafter
+# (prompt lookup where the last tokens occurred before, llama.cpp otherwise) copies list items from the prompt,
+# has some of them corrected, and gets bonus tokens: every role shows in one run of a few seconds.
+SHOW_ME = {
+    "prompt": ("Here is a to-do list: call the bank, buy milk, email Sara, fix the bike, book the dentist. Repeat "
+               "the list in the same order, then add one more task."),
+    "chat": True, "drafter": "hybrid", "k": 4, "k_mode": "fixed", "decoding": "greedy", "max_new_tokens": 60,
+}
+SHOW_ME_NOTE = ("**Example** (**Show me** brings it back): a list copied from the prompt and extended, with the hybrid "
+                "drafter at k = 4, greedy: copied, accepted, corrected and bonus tokens all show. Press **Run**, or "
+                "pick a preset: it fills the prompt with the exact text the model sees.")
 
 
 # --- the request --------------------------------------------------------------------------------------------
@@ -195,6 +209,8 @@ class RunResult:
     plain: Any = None  # RunSummary of the plain run right after ("Compare with plain")
     plain_gap_s: float | None = None  # seconds between the speculative run's end and the plain run's start
     plain_setup: str | None = None
+    machine: Any = None  # lab.trust.MachineLoad: other processes' CPU use during the speculative run
+    plain_machine: Any = None  # ... and during the plain run after it
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -217,11 +233,13 @@ class Session:
     """Everything one browser tab remembers, held in a gr.State (never in module globals)."""
 
     run: RunResult | None = None
-    timings: dict = field(default_factory=dict)  # (drafter, prompt_key) -> lab.Timing
+    timings: dict = field(default_factory=dict)  # (drafter, prompt_key) -> lab.Timing this tab calibrated or reused
     sweep: dict | None = None
     stopped: str | None = None  # which event the user stopped ("run", "compare", ...), until reported
     pair: PairChoice | None = None  # the pair this tab chose in the pair menu (None: the app's default pair)
     k_memory: dict = field(default_factory=dict)  # drafter -> adaptive / heuristic state carried between runs
+    calibration: tuple | None = None  # (drafter, lab.Timing) of this tab's last Calibrate, for the prediction panel
+    sweep_status: str | None = None  # the last sweep's outcome, for the status line above the tabs
 
     def timing_for(self, drafter: str, ids_key: str, n_needed: int = 1):
         t = self.timings.get((drafter, ids_key))
@@ -234,16 +252,33 @@ def new_session() -> Session:
     return Session()
 
 
-def k_controller(request: RunRequest, pair, ids, proposer, session: Session, store: CalibrationStore | None = None):
+def find_timing(session: Session, store: CalibrationStore | None, drafter: str, ids: Sequence[int],
+                n_needed: int = 1) -> Timing | None:
+    """The calibration of this drafter on this context reaching passes of `n_needed` tokens: the tab's own for
+    this very prompt, else the pair's (shared by every tab) for this context length, else None."""
+    timing = session.timing_for(drafter, prompt_key(ids), n_needed)
+    if timing is None and store is not None:
+        timing = store.get(drafter, len(ids), n_needed)
+    return timing
+
+
+def run_timing(session: Session, store: CalibrationStore | None) -> Timing | None:
+    """The calibration behind the prediction for the session's run (None when there is none, or k varied)."""
+    run = session.run
+    if run is None or run.request.k_mode != "fixed":
+        return None
+    return find_timing(session, store, run.drafter, run.prompt_ids, run.request.k + 1)
+
+
+def k_controller(request: RunRequest, session: Session, drafter: str, timing: Timing | None = None):
     """The request's k as the loop takes it: an int, or a controller choosing k per iteration. Adaptive k needs
-    the cost curve of this pair, drafter and prompt: the session's own calibration when it reaches far enough,
-    else the pair's for this context length (`store`, shared by every tab), calibrated briefly the first time.
-    The controller's state carries over between the session's runs (per drafter)."""
+    the cost curve of this pair, drafter and context (`timing`, see `find_timing`). The controller's state
+    carries over between the session's runs (per drafter)."""
     if request.k_mode == "fixed":
         return request.k
     curve = None
     if request.k_mode == "adaptive":
-        timing = session.timing_for(proposer.describe(), prompt_key(ids), K_MAX + 1)
-        curve = CostCurve.from_timing(timing) if timing is not None else calibrated_curve(pair, ids, proposer, store,
-                                                                                          repeats=3)
-    return make_controller(request.k_mode, curve, memory=session.k_memory.setdefault(proposer.describe(), {}))
+        if timing is None:
+            raise PlaygroundError("adaptive k needs a calibration of this pair and drafter: press Calibrate")
+        curve = CostCurve.from_timing(timing)
+    return make_controller(request.k_mode, curve, memory=session.k_memory.setdefault(drafter, {}))

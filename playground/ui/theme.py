@@ -1,19 +1,38 @@
-"""How the app looks: its CSS and theme, and what `launch()` needs besides the app (Gradio 6 takes theme and
-css at launch, not in Blocks()). The classes are the ones render.py and panels.py write."""
+"""How the app looks: its CSS and theme, and what `launch()` needs besides the app (Gradio 6 takes theme, css
+and head at launch, not in Blocks()). The classes are the ones render.py, panels.py and verdicts.py write; the
+grid of `#main` is the layout blocks.py describes."""
 
 from __future__ import annotations
 
 import gradio as gr
 
+from .scripts import HEAD
+
 CSS = """
 .gradio-container { max-width: 1480px !important; }
 #header h1 { font-size: 1.45rem; margin: 0 0 2px 0; }
 #header p { margin: 0; color: var(--body-text-color-subdued); font-size: 0.92rem; }
+#main { display: grid !important; grid-template-columns: minmax(300px, 4fr) minmax(0, 9fr);
+        grid-template-areas: "essentials results" "settings results"; grid-template-rows: auto 1fr;
+        align-items: start; gap: 12px 16px; }
+#main > #essentials { grid-area: essentials; min-width: 0 !important; }
+#main > #results { grid-area: results; min-width: 0 !important; }
+#main > #settings { grid-area: settings; min-width: 0 !important; }
+@media (max-width: 900px) {
+  #main { grid-template-columns: minmax(0, 1fr); grid-template-areas: "essentials" "results" "settings";
+          grid-template-rows: auto; }
+}
 #status { font-size: 0.85rem; color: var(--body-text-color-subdued); min-height: 1.4em; flex: 1 1 0% !important;
-          min-width: 0 !important; }
-#status-row { align-items: center; gap: 8px; }
-#activity { min-height: 30px; flex: 0 0 120px !important; }
+          min-width: 0 !important; overflow-wrap: anywhere; }
+#status-row { align-items: center; gap: 8px; flex-wrap: nowrap; }
 #status p { margin: 0; }
+#activity { flex: 0 0 auto !important; min-width: 0 !important; width: auto !important; padding: 0 !important;
+            border: none !important; background: none !important; }
+#activity [data-testid="status-tracker"] { display: none !important; }
+#activity .html-container { opacity: 1 !important; padding: 0 !important; }
+#activity .queue-note { display: none; }
+#activity .queue-note.on { display: inline-block; white-space: nowrap; font-size: 0.8rem; padding: 2px 10px;
+                           border-radius: 999px; background: #fef3c7; color: #92400e; border: 1px solid #fcd34d; }
 .legend { display: flex; flex-wrap: wrap; gap: 6px 14px; align-items: center; font-size: 0.8rem;
           color: var(--body-text-color-subdued); margin: 2px 0 6px 0; }
 .legend .tok { padding: 1px 7px; }
@@ -25,21 +44,25 @@ CSS = """
              border: 1px solid var(--border-color-primary); border-radius: 10px;
              background: var(--block-background-fill); color: var(--body-text-color); }
 #tokens .placeholder { color: var(--body-text-color-subdued); font-family: var(--font); font-style: italic; }
-.tok { border-radius: 3px; padding: 2px 0; cursor: default; }
+.tok { border-radius: 3px; padding: 2px 0; }
 .tok.acc { background: #bbf7d0; color: #14532d; }
 .tok.cor { background: #fecaca; color: #7f1d1d; }
 .tok.bon { background: #bfdbfe; color: #1e3a8a; }
 .tok.pln { background: #e5e7eb; color: #1f2937; }
 .tok.lk { outline: 1px dashed #15803d; outline-offset: -1px; }
 .tok.special { font-style: italic; opacity: 0.75; }
-.tok:hover { outline: 1.5px solid #111827; outline-offset: 0; }
+.tok:hover, .tok.picked { outline: 1.5px solid #111827; outline-offset: 0; }
+.tok { cursor: pointer; }
+.tok-detail { display: none; white-space: pre-line; font-size: 0.8rem; margin-top: 6px; padding: 6px 10px;
+              border-radius: 8px; background: var(--background-fill-secondary); color: var(--body-text-color); }
+.tok-detail.on { display: block; }
 .tok .nl { opacity: 0.45; font-size: 0.85em; }
 .it { padding-bottom: 1px; }
 .it.even { border-bottom: 2px solid #818cf8; }
 .it.odd { border-bottom: 2px solid #fbbf24; }
 .it::before { content: ""; display: inline-block; width: 1px; height: 1.05em; margin: 0 1px;
               background: #94a3b8; vertical-align: -0.15em; opacity: 0.6; }
-.fin { margin-left: 6px; font-size: 0.75em; color: var(--body-text-color-subdued); font-family: var(--font); }
+.fin { white-space: nowrap; margin-left: 6px; font-size: 0.75em; color: var(--body-text-color-subdued); font-family: var(--font); }
 .counters { display: grid; grid-template-columns: repeat(6, minmax(0, 1fr)); gap: 8px; }
 .counter { border: 1px solid var(--border-color-primary); border-radius: 10px; padding: 8px 10px;
            background: var(--block-background-fill); }
@@ -60,10 +83,29 @@ CSS = """
                                  border-bottom: 1px solid var(--border-color-primary) !important;
                                  padding: 4px 16px 4px 0 !important; background: none !important; }
 #prediction td:nth-child(2), #prediction th:nth-child(2) { text-align: right; }
+#prediction td:nth-child(-n+2), #prediction th:nth-child(-n+2) { white-space: nowrap; }
 #prediction p { font-size: 0.8rem; color: var(--body-text-color-subdued); margin: 6px 0; }
-#controls .gr-group, #controls { gap: 8px; }
+#essentials, #settings { gap: 8px; }
 .small-note { font-size: 0.78rem; color: var(--body-text-color-subdued); }
+.trust { font-size: 0.85rem; padding: 8px 12px; border-radius: 8px; margin: 4px 0 8px 0; border: 1px solid; }
+.trust .trust-head { font-weight: 650; }
+.trust ul { margin: 4px 0 0 0; padding-left: 18px; }
+.trust li { margin: 2px 0; }
+.trust .fix { color: var(--body-text-color-subdued); }
+.trust.ok { background: #f0fdf4; border-color: #bbf7d0; color: #14532d; }
+.trust.warn { background: #fffbeb; border-color: #fde68a; color: #78350f; }
+.trust.fail { background: #fef2f2; border-color: #fecaca; color: #7f1d1d; }
+.glossary { font-size: 0.8rem; margin: 6px 0; }
+.glossary summary { cursor: pointer; color: var(--link-text-color, #4f46e5); }
+.glossary dl { margin: 6px 0 0 0; display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 3px 12px; }
+.glossary dt { font-weight: 600; }
+.glossary dd { margin: 0; color: var(--body-text-color-subdued); }
+#sweep-table th, #sweep-table th *, #sweep-table td, #sweep-table td * { word-break: keep-all !important;
+                                                                        overflow-wrap: normal !important; }
+#preset-row { align-items: flex-end; flex-wrap: nowrap; }
+#show-btn { margin-bottom: 2px; }
 @media (max-width: 900px) { .counters { grid-template-columns: repeat(3, minmax(0, 1fr)); } }
+@media (max-width: 480px) { .glossary dl { grid-template-columns: minmax(0, 1fr); } }
 """
 
 
@@ -80,4 +122,4 @@ def theme() -> gr.themes.Base:
 
 def launch_kwargs() -> dict:
     """What launch() needs besides the app (Gradio 6 takes theme and css here, not in Blocks())."""
-    return {"theme": theme(), "css": CSS, "footer_links": ["api", "gradio"]}
+    return {"theme": theme(), "css": CSS, "head": HEAD, "footer_links": ["api", "gradio"]}

@@ -1,0 +1,173 @@
+"""The browser playground's lab events: Calibrate and the k sweep (no gradio here; the run and compare events
+are in handlers.py).
+
+Both reuse the pair's calibrations (`PairProvider.calibrations`, a lab `CalibrationStore` shared by every tab on
+the pair, one per drafter and context-length bucket) through `lab.calibration.calibrated_timing`, and say so when
+they reuse one. The Calibrate button takes the short settings (SHORT: 5 repeats after 2 warm-up cycles) unless a
+careful calibration (CAREFUL) is asked for, which replaces what the store holds. Status lines say what is being
+timed, the time since the event began, and an estimate of the time left from the speed of the cycles so far.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.engine import K_MAX
+from ..drafters.registry import make_proposer
+from ..envinfo import describe_setup
+from ..lab.calibration import CalibrationStore, Timing, calibrate, calibrated_timing, pass_lengths
+from ..lab.speed import sweep
+from ..limits import Limits
+from . import charts, serving, verdicts
+from .downloads import jsonable
+from .progress import Tracker, clock_text, load_pair, mapped, phase, progress_lines, ticker
+from .serving import Background, PairProvider, stoppable
+from .session import RunRequest, Session, SweepRequest, encode_request, find_timing, prompt_key, run_timing
+
+SHORT = (5, 2)  # (repeats, warm-up cycles) of the Calibrate button
+CAREFUL = (12, 3)  # ... of a careful calibration
+N_NEEDED = K_MAX + 1  # passes timed up to this many tokens: one calibration serves any fixed k, adaptive k, a sweep
+
+
+@dataclass
+class CalibrateView:
+    session: Session
+    status: str
+    prediction: str | None = None
+
+
+@dataclass
+class SweepView:
+    session: Session
+    status: str
+    figure: Any = None
+    table: list | None = None
+    summary: str | None = None
+    doc: dict | None = None
+
+
+def reused_text(timing: Timing, own: bool) -> str:
+    if own:
+        return "reused this tab's calibration of this prompt"
+    bucket = CalibrationStore.bucket(timing.context_tokens)
+    return (f"reused the calibration from {bucket} tokens (one serves every context of up to {bucket} tokens on "
+            f"this pair and drafter, in every tab)")
+
+
+def timing_text(timing: Timing) -> str:
+    return (f"a target step takes {1000 * timing.target_step_s:.1f} ms, the drafter {1000 * timing.draft_step_s:.2f} "
+            f"ms per proposed token (c = {timing.c:.2f} target steps)")
+
+
+def calibrate_plan(n_max: int, repeats: int, warmup: int) -> str:
+    lengths = pass_lengths(n_max)
+    return (f"timing the target's passes over {lengths[0]}-{lengths[-1]} tokens ({len(lengths)} lengths) and the "
+            f"drafter's proposals, {warmup} warm-up and {repeats} timed cycles each")
+
+
+@stoppable("calibrate")
+def stream_calibrate(provider: PairProvider, session: Session | None, request: RunRequest, careful: bool = False,
+                     repeats: int | None = None, warmup: int | None = None,
+                     limits: Limits | None = None) -> Iterator[CalibrateView]:
+    """Time the target over n = 1..17 tokens and the drafter per token, on this prompt's context length.
+
+    The result (a lab.Timing) is kept in the pair's store (every tab reuses it) and in the session, and it
+    fills the prediction panel at once. `repeats` / `warmup` override the short or careful settings (tests)."""
+    started = time.monotonic()
+    limits = limits or Limits.from_env()
+    pair = yield from mapped(load_pair(provider, started), lambda line: CalibrateView(session, line))
+    ids, _ = encode_request(pair, request, N_NEEDED, limits)
+    proposer = make_proposer(pair, request.drafter)
+    name, key, store = proposer.describe(), prompt_key(ids), provider.calibrations
+    default = CAREFUL if careful else SHORT
+    reps = repeats if repeats is not None else default[0]
+    warm = warmup if warmup is not None else default[1]
+    if not careful:
+        own = session.timing_for(name, key, N_NEEDED)
+        found = own or store.get(name, len(ids), N_NEEDED)
+        if found is not None:
+            session.timings[(name, key)] = found
+            session.calibration = (name, found)
+            yield CalibrateView(session, f"Already calibrated: {reused_text(found, own is not None)} \u00b7 {name}: "
+                                         f"{timing_text(found)} \u2014 {found.trust.headline()}",
+                                verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)))
+            return
+    tracker = Tracker(f"Calibrating {name} on {len(ids)} tokens of context" + (" (careful)" if careful else ""),
+                      started, calibrate_plan(N_NEEDED, reps, warm))
+    yield CalibrateView(session, tracker.line())
+
+    def work(emit, stopped):
+        tick = ticker(emit, stopped)
+        if careful:
+            timing = calibrate(pair, ids, proposer, n_max=N_NEEDED, repeats=reps, warmup=warm, progress=tick)
+            store.put(name, timing)
+            return timing, False
+        return calibrated_timing(pair, ids, proposer, store, N_NEEDED, repeats=reps, warmup=warm, progress=tick)
+
+    with Background(work, "playground-calibrate", serving.device_lock(pair.device)) as bg:
+        for line in progress_lines(bg, tracker):
+            yield CalibrateView(session, line)
+        bg.raise_error()
+    timing, reused = bg.result
+    session.timings[(name, key)] = timing
+    session.calibration = (name, timing)
+    how = reused_text(timing, False) if reused else f"{reps} timed cycles after {warm} warm-up"
+    status = (f"Calibrated {name} on {len(ids)} tokens of context ({how}, {clock_text(time.monotonic() - started)}): "
+              f"{timing_text(timing)} \u2014 {timing.trust.headline()}")
+    yield CalibrateView(session, status, verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)))
+
+
+@stoppable("sweep")
+def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: SweepRequest,
+                 sweep_fn: Callable | None = None, limits: Limits | None = None) -> Iterator[SweepView]:
+    """k = 1..k_max on the current prompt: measured and predicted speed-up against k, break-even, and a
+    recommended k only where the trust verdict holds. `sweep_fn` replaces lab.speed.sweep (tests)."""
+    started = time.monotonic()
+    sweep_fn = sweep_fn or sweep
+    limits = limits or Limits.from_env()
+    req, k_max, rounds = sweep_req.run, sweep_req.k_max, sweep_req.rounds
+    pair = yield from mapped(load_pair(provider, started), lambda line: SweepView(session, line))
+    ids, _ = encode_request(pair, req, req.max_new_tokens, limits)
+    name = make_proposer(pair, req.drafter).describe()
+    key, store = prompt_key(ids), provider.calibrations
+    ks = list(range(1, k_max + 1))
+    timing = find_timing(session, store, name, ids, N_NEEDED)
+    runs = rounds * (len(ks) + 2)  # plain decoding, every k and adaptive k, in each round
+
+    def factory():
+        return make_proposer(pair, req.drafter)
+
+    def work(emit, stopped):
+        t, reused = timing, True
+        if t is None:
+            phase(emit, "step 1 of 2, calibrating")
+            t, reused = calibrated_timing(pair, ids, factory(), store, N_NEEDED, progress=ticker(emit, stopped))
+        phase(emit, "step 2 of 2, measuring" if timing is None else "measuring")
+        result = sweep_fn(pair, ids, factory, ks=ks, rounds=rounds, max_new_tokens=req.max_new_tokens,
+                          sampling=req.sampling, timing=t, progress=ticker(emit, stopped))
+        return result, t, reused
+
+    plan = (f"{rounds} round(s) of plain decoding, k = 1..{k_max} and adaptive k back to back, "
+            f"{req.max_new_tokens} new tokens per run: {runs} runs"
+            + (f"; {reused_text(timing, False)}" if timing is not None else ", after a short calibration"))
+    tracker = Tracker(f"Sweeping k = 1..{k_max}", started, plan)
+    yield SweepView(session, tracker.line(), figure=charts.sweep_figure(None))
+    with Background(work, "playground-sweep", serving.device_lock(pair.device)) as bg:
+        for line in progress_lines(bg, tracker):
+            yield SweepView(session, line)
+        bg.raise_error()
+    result, t, _ = bg.result
+    session.sweep = result
+    session.timings[(name, key)] = t
+    text = verdicts.sweep_summary(result, describe_setup(pair), rounds, req.max_new_tokens)
+    k, why_not = verdicts.recommendation(result)
+    clock = clock_text(time.monotonic() - started)
+    if k is not None:
+        status = f"Sweep done: recommended k = {k} for this prompt and drafter ({name}) \u00b7 {clock}"
+    else:
+        status = f"Sweep done: no recommended k \u2014 {why_not} \u00b7 {clock}"
+    session.sweep_status = status + " (see the k per output shape tab)"
+    yield SweepView(session, status, charts.sweep_figure(result), verdicts.sweep_rows(result), text, jsonable(result))

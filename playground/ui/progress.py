@@ -1,0 +1,154 @@
+"""Status lines for the work an event waits on: what is happening, the time since the event began (over every
+phase, never reset), and an estimate of the time left from the speed so far.
+
+- `clock_text`, `eta_text`: '1 min 05 s', '~40 s left' (no estimate until enough is done to make one).
+- `ticker`, `phase`: what a worker thread (serving.Background) emits: progress ticks, and the start of a phase.
+- `Tracker`: reads those from a worker's output and writes the status line; `progress_lines` for work that emits
+  nothing else.
+- `mapped`: `yield from` a generator of lines, as views, keeping its return value.
+- `load_pair`: the pair, loaded in a worker thread when it is not loaded yet, with a status line that names it
+  and says for how long it has been loading.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Iterator
+
+from .serving import HEARTBEAT_S, Background, PairProvider, Stopped
+
+MIN_ELAPSED_S = 2.0  # no estimate of the time left before this much of a phase has run ...
+MIN_FRACTION = 0.04  # ... and this share of it is done: the first cycles include warm-up
+
+
+def clock_text(seconds: float) -> str:
+    """'7 s', '2 min 05 s', '1 h 03 min'."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m} min {s:02d} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m:02d} min"
+
+
+def eta_text(elapsed: float, fraction: float | None) -> str | None:
+    """'~40 s left', from how long the done `fraction` took; None until a fair estimate can be made."""
+    if fraction is None or not MIN_FRACTION <= fraction < 1.0 or elapsed < MIN_ELAPSED_S:
+        return None
+    return f"~{clock_text(elapsed * (1.0 - fraction) / fraction)} left"
+
+
+def ticker(emit, stopped):
+    """A lab progress callback: reports through the worker's queue, and aborts when the consumer stopped."""
+
+    def tick(fraction: float, message: str) -> None:
+        if stopped():
+            raise Stopped()
+        emit(("progress", float(fraction), str(message)))
+
+    return tick
+
+
+def phase(emit, label: str) -> None:
+    """Tell the consumer a new phase of the work begins (its estimate of the time left starts over)."""
+    emit(("phase", label, time.monotonic()))
+
+
+class Tracker:
+    """What a worker said about its progress, as one status line."""
+
+    def __init__(self, what: str, started: float, message: str = "starting"):
+        self.what, self.started = what, started
+        self.phase, self.phase_started = "", time.monotonic()
+        self.fraction: float | None = None
+        self.message = message
+        self.ticked = False  # set by `take` when a tick or a phase arrived
+
+    def take(self, items: list) -> list:
+        """Consume the progress items among `items`; return the others (a run's records)."""
+        rest = []
+        self.ticked = False
+        for x in items:
+            if isinstance(x, tuple) and x and x[0] == "progress":
+                _, self.fraction, self.message = x
+                self.ticked = True
+            elif isinstance(x, tuple) and x and x[0] == "phase":
+                _, self.phase, self.phase_started = x
+                self.fraction, self.message, self.ticked = None, "starting", True
+            else:
+                rest.append(x)
+        return rest
+
+    def line(self) -> str:
+        now = time.monotonic()
+        head = f"{self.what} \u2014 {self.phase}" if self.phase else self.what
+        done = []
+        if self.fraction is not None:
+            done.append(f"{100 * self.fraction:.0f}%")
+            left = eta_text(now - self.phase_started, self.fraction)
+            if left:
+                done.append(left)
+        extra = f" ({', '.join(done)})" if done else ""
+        return f"{head}: {self.message}{extra} \u00b7 {clock_text(now - self.started)} \u2026"
+
+
+def progress_lines(bg: Background, tracker: Tracker) -> Iterator[str]:
+    """Status lines while `bg` runs: on progress ticks (at most ~3 a second) and a heartbeat otherwise."""
+    last = 0.0
+    while not bg.finished:
+        tracker.take(bg.poll(timeout=0.2))
+        now = time.monotonic()
+        if not bg.finished and now - last >= (0.3 if tracker.ticked else HEARTBEAT_S):
+            yield tracker.line()
+            last = now
+
+
+def mapped(gen, to_view: Callable):
+    """`yield from gen`, each item turned into a view by `to_view`; returns what `gen` returns."""
+    try:
+        while True:
+            try:
+                item = next(gen)
+            except StopIteration as e:
+                return e.value
+            yield to_view(item)
+    finally:
+        gen.close()
+
+
+def loading_message(provider: PairProvider) -> str:
+    """What is loading, and what that involves, for the status line."""
+    choice = provider.choice
+    what = choice.describe()
+    if choice.target == "embedded":
+        how = ("the first load in this process dequantizes the embedded model once and caches it, about 30-40 s on "
+               "2 cores; later loads take a few seconds")
+    else:
+        how = "from the Hugging Face cache, or downloaded from the hub the first time (that needs the network)"
+    return f"Loading the model pair {what}: {how}"
+
+
+def load_pair(provider: PairProvider, started: float) -> Generator[str, None, object]:
+    """The provider's pair (`pair = yield from load_pair(...)`): at once when loaded, else loaded in a worker
+    thread while status lines say what loads, what the loader said last, and for how long."""
+    if provider.loaded():
+        return provider.get()
+    base = loading_message(provider)
+    said = [""]
+
+    def work(emit, stopped):
+        return provider.get(lambda message: emit(("said", str(message))))
+
+    yield f"{base} \u2026"
+    with Background(work, "playground-load") as bg:
+        while not bg.finished:
+            for x in bg.poll(timeout=HEARTBEAT_S):
+                if isinstance(x, tuple) and x[0] == "said":
+                    said[0] = x[1].strip()
+            if not bg.finished:
+                last = f" \u2014 {said[0][:160]}" if said[0] else ""
+                yield f"{base}{last} \u00b7 {clock_text(time.monotonic() - started)} \u2026"
+        bg.raise_error()
+    return bg.result

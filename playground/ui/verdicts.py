@@ -1,0 +1,291 @@
+"""Whether a figure may be believed, on the page: the trust verdict (lab.trust) of the prediction, of a Compare
+and of a sweep, with each reason and its fix; the prediction panel; the sweep's summary, its table and its
+recommendation, which never comes from a failed verdict; and the glossary of the terms these use.
+
+Strings only (HTML inside Markdown); no gradio here. Every text from a finding is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+
+from ..core.cost import break_even_alpha, verify_cost
+from ..drafters.adaptive import AdaptiveSettings, describe_choices
+from ..lab.trust import FAIL, WARN, Finding, MachineLoad, Verdict
+from .session import RunResult, Session
+
+PRIOR_ALPHA = AdaptiveSettings().prior  # what adaptive k assumes before it has seen a proposal
+SWEEP_COLUMNS = ["k", "measured", "min", "max", "\u03b1", "predicted (iid)", "predicted (per position)",
+                 "break-even \u03b1"]
+GLOSSARY = {
+    "k": "how many tokens the drafter proposes per iteration; the target checks them all in one pass",
+    "\u03b1 (acceptance rate)": "the share of checked proposals the target kept (proposals after a rejection are "
+                               "never checked, so they do not count)",
+    "iid \u03b1": "the simple cost model: every proposal is kept with the same chance \u03b1, independently",
+    "per position": "the finer model: the measured chance of keeping proposal i once proposals 1..i-1 were kept",
+    "c": "what the drafter costs per proposed token, in target steps (one target step = what plain decoding pays "
+         "per token); a drafter must be far below 1 to pay",
+    "v(n)": "what one target pass over n tokens costs, in target steps; checking k proposals is a pass over k + 1",
+    "break-even \u03b1": "the acceptance rate at which drafting k tokens is exactly as fast as plain decoding; "
+                        "'never pays': no rate is high enough at that k",
+    "speed-up": "tokens per second of speculative decoding over plain decoding's, decoding only (prefill excluded)",
+    "adjacent runs": "a speculative and a plain run timed right after each other, so a change of speed on the "
+                     "machine hits both alike",
+    "calibration": "timing the target's passes over 1..17 tokens and the drafter's proposals on this pair and "
+                   "context length: the cost model's input (c and v(n))",
+    "trust verdict": "whether a figure may be believed: it fails when what it is made of moved more than the effect "
+                     "it shows (other processes on the cores, rounds that disagree, a noisy or non-physical "
+                     "calibration, a drafter slower than the target, a single round)",
+}
+SINGLE_PAIR = Finding("single-pair", WARN, "one speculative and one plain run, back to back: a single pair shows no "
+                      "spread, so noise cannot be told from an effect", "for a figure to rely on, sweep k on the "
+                      "'k per output shape' tab (medians over rounds)")
+
+
+def glossary_html(terms=None) -> str:
+    """The terms, in a details element: opens on a tap (touch screens) as well as a click."""
+    chosen = [t for t in GLOSSARY if terms is None or t in terms]
+    items = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(GLOSSARY[t])}</dd>" for t in chosen)
+    return f'<details class="glossary"><summary>What the terms mean</summary><dl>{items}</dl></details>'
+
+
+def verdict_html(verdict: Verdict, subject: str) -> str:
+    """A box: trusted, trusted with warnings, or not to be trusted, with every finding's reason and fix."""
+    if not verdict.trusted:
+        cls, head = "fail", f"\u2717 {subject}: not to be trusted"
+    elif verdict.warnings:
+        cls, head = "warn", f"\u26a0 {subject}: trusted, with warnings"
+    else:
+        cls, head = "ok", f"\u2713 {subject}: trusted (no check failed)"
+    items = "".join(
+        f'<li class="{f.severity}"><b>{"fails" if f.severity == FAIL else "warning"}:</b> {html.escape(f.message)}'
+        f' <span class="fix">\u2014 fix: {html.escape(f.fix)}</span></li>' for f in verdict.findings)
+    body = f"<ul>{items}</ul>" if items else ""
+    return (f'<div class="trust {cls}" data-trusted="{str(verdict.trusted).lower()}">'
+            f'<div class="trust-head">{html.escape(head)}</div>{body}</div>')
+
+
+def machine_findings(*loads: MachineLoad | None) -> list[Finding]:
+    """What lab.trust says of other processes' CPU use over the runs (the worst of them)."""
+    loads = [x for x in loads if x is not None]
+    if not loads:
+        return []
+    worst = max(loads, key=lambda x: x.other_cores)
+    return MachineLoad(wall_s=sum(x.wall_s for x in loads), other_cores=worst.other_cores,
+                       steal=max(x.steal for x in loads), cores=worst.cores, loadavg=worst.loadavg).findings()
+
+
+def miss_findings(predicted: float | None, measured: float | None) -> list[Finding]:
+    """A prediction and a measurement that disagree: a warning past 25%, a failure past 2x."""
+    if not predicted or not measured or predicted <= 0 or measured <= 0:
+        return []
+    ratio = max(predicted, measured) / min(predicted, measured)
+    what = f"the prediction ({predicted:.2f}\u00d7) and the measurement ({measured:.2f}\u00d7)"
+    fix = ("read the other findings; calibrate again on a quiet machine and measure over rounds on the "
+           "'k per output shape' tab")
+    if ratio >= 2.0:
+        return [Finding("prediction-miss", FAIL, f"{what} differ {ratio:.1f}-fold: at least one of them is wrong", fix)]
+    if ratio >= 1.25:
+        return [Finding("prediction-miss", WARN, f"{what} differ by {ratio - 1:.0%}", fix)]
+    return []
+
+
+def compare_verdict(run: RunResult, timing=None, predicted: float | None = None) -> Verdict:
+    """A Compare's verdict: one adjacent pair (a warning), other processes on the cores during either run, the
+    calibration behind the prediction, and how far prediction and measurement disagree."""
+    return Verdict.of([SINGLE_PAIR], machine_findings(run.machine, run.plain_machine),
+                      timing.trust if timing is not None else None, miss_findings(predicted, run.measured_speedup))
+
+
+def cost_inputs(timing, k: int) -> str:
+    """The cost model's inputs, in words."""
+    v = timing.v
+    be = break_even_alpha(k, timing.c, v, timing.overhead)
+    pays = "never (no \u03b1 is high enough)" if be is None else f"{be:.2f}"
+    reps = len(timing.raw.get("target_pass_s", {}).get("1", []))
+    return (f"Cost model inputs: the drafter costs **{timing.c:.2f}** target steps per proposed token (c); checking "
+            f"k = {k} proposals is one pass over {k + 1} tokens, which costs **{verify_cost(v, k + 1):.2f}** target "
+            f"steps (v({k + 1})); so drafting at k = {k} pays from \u03b1 = "
+            f"{pays} (break-even \u03b1). Calibrated on "
+            f"{timing.context_tokens} tokens of context, {reps} timed repeats per pass length after warm-up.")
+
+
+def per_k_table(timing, alpha: float, k_max: int = 8) -> str:
+    rows = ["| k | predicted speed-up | break-even \u03b1 |", "|---:|---:|---:|"]
+    for k in range(1, k_max + 1):
+        be = break_even_alpha(k, timing.c, timing.v, timing.overhead)
+        rows.append(f"| {k} | {timing.predict(alpha, k):.2f}\u00d7 | {'never pays' if be is None else f'{be:.2f}'} |")
+    return "\n".join(rows)
+
+
+def _calibration_only(session: Session) -> list[str]:
+    drafter, timing = session.calibration
+    last = session.run.summary.alpha if session.run is not None and session.run.summary is not None else None
+    if last is not None:
+        alpha, whence = last, "the last run's"
+    else:
+        alpha, whence = PRIOR_ALPHA, "the prior (what adaptive k assumes before it has seen a proposal)"
+    intro = (f"Predicted speed-up per k for {html.escape(drafter)} at \u03b1 = {alpha:.2f}, {whence}; **Run** to "
+             f"measure \u03b1 on this prompt, **Compare with plain** to measure the speed-up.")
+    return [verdict_html(timing.trust, "The calibration"), intro, per_k_table(timing, alpha), cost_inputs(timing, 4)]
+
+
+def prediction_markdown(session: Session, timing=None) -> str:
+    """Predicted speed-up (cost model + `timing`, the calibration found for the run) beside the measured one, the
+    trust verdict of both, and how each was measured."""
+    run = session.run
+    lines = ["#### Predicted against measured"]
+    if run is None or not run.finished or run.summary is None:
+        if session.calibration is not None:
+            return "\n\n".join([*lines, *_calibration_only(session), glossary_html()])
+        lines.append("Run speculative decoding, press **Calibrate** to time the target and the drafter for the cost "
+                     "model, and **Compare with plain** to measure the speed-up.")
+        return "\n\n".join([*lines, glossary_html()])
+    s = run.summary
+    k = run.request.k
+    varying = run.request.k_mode != "fixed"
+    timing = None if varying else timing
+    rows = ["| | speed-up | from |", "|---|---:|---|"]
+    predicted = None
+    if varying:
+        rows.append(f"| predicted | \u2013 | k was chosen per iteration ({_k_chosen(run)}); the cost model "
+                    f"predicts a fixed k (the **k per output shape** tab compares them) |")
+    elif timing is not None:
+        positions = [a for a in s.per_position_acceptance if a is not None]
+        if s.alpha is not None:
+            rows.append(f"| predicted, iid \u03b1 | **{timing.predict(s.alpha, k):.2f}\u00d7** | "
+                        f"\u03b1 = {s.alpha:.3f} at k = {k} |")
+        if positions:
+            predicted = timing.predict(positions, k, new_tokens=s.new_tokens or None)
+            rows.append(f"| predicted, per-position acceptance | **{predicted:.2f}\u00d7** | "
+                        f"P(accept) by position: {' '.join(f'{a:.2f}' for a in positions)}; "
+                        f"{s.new_tokens} tokens, the last iterations clipped as the loop clips them |")
+    else:
+        rows.append("| predicted | \u2013 | press **Calibrate** (times the target and the drafter: c and v(n)) |")
+    ratio = run.measured_speedup
+    if run.plain is not None:
+        rows.append(f"| measured | **{ratio:.2f}\u00d7** | {s.tokens_per_s:.1f} tokens/s speculative, "
+                    f"{run.plain.tokens_per_s:.1f} tokens/s plain |" if ratio else "| measured | \u2013 | |")
+    else:
+        rows.append("| measured | \u2013 | press **Compare with plain** |")
+    if run.plain is not None:
+        lines.append(verdict_html(compare_verdict(run, timing, predicted), "This comparison"))
+    elif timing is not None:
+        lines.append(verdict_html(timing.trust, "The prediction's calibration"))
+    lines.append("\n".join(rows))
+    if timing is not None:
+        lines.append(cost_inputs(timing, k))
+    elif session.calibration is not None:  # no prediction for this run: what the last calibration predicts per k
+        lines.extend(_calibration_only(session))
+    if run.plain is not None:
+        gap = f"{run.plain_gap_s:.2f} s" if run.plain_gap_s is not None else "?"
+        lines.append(
+            f"How measured: one speculative run and one plain run of the same prompt, length "
+            f"({run.request.max_new_tokens} max new tokens) and sampling, back to back (plain started {gap} after "
+            f"the speculative run ended); tokens/s over decoding only, prefill excluded; n = 1 pair of runs, so "
+            f"expect noise on a shared machine. Setup: {run.plain_setup or run.setup}. The speculative run was "
+            f"streamed to this page, which renders in another thread while it decodes; the **k per output shape** "
+            f"tab measures medians over rounds.")
+    lines.append(glossary_html())
+    return "\n\n".join(lines)
+
+
+def _k_chosen(run: RunResult) -> str:
+    ks = run.summary.k_values if run.summary is not None else {}
+    return f"{run.request.k_mode}, chosen: {describe_choices(ks)}" if ks else run.request.k_mode
+
+
+# --- the sweep ----------------------------------------------------------------------------------------------
+
+
+def sweep_verdict(result: dict) -> Verdict | None:
+    """The sweep's overall verdict (None for a result from before verdicts existed)."""
+    return Verdict.from_dict(result["trust"]) if isinstance(result.get("trust"), dict) else None
+
+
+def recommendation(result: dict) -> tuple[int | None, str | None]:
+    """(recommended k, None) or (None, why there is none): never a k from a failed verdict (the lab's
+    `recommended_k` / `withheld`), and never a k that measured slower than plain decoding."""
+    if "recommended_k" in result:
+        k, withheld = result.get("recommended_k"), result.get("withheld")
+    else:  # a result without a verdict: its best measured k
+        k, withheld = result.get("best_k"), None
+    if k is None:
+        return None, withheld or "the sweep measured no fixed k"
+    row = next((r for r in result.get("table") or [] if r["k"] == k), None)
+    if row is not None and row["median_ratio"] < 1.0:
+        return None, (f"no k beat plain decoding (the best, k = {k}, measured {row['median_ratio']:.2f}\u00d7): "
+                      f"decode without drafting here, or use a faster drafter")
+    return k, None
+
+
+def sweep_rows(result: dict) -> list[list]:
+    """The sweep table for display: speed-ups and rates to 3 decimals; a k that can never pay says so."""
+
+    def r3(x):
+        return "\u2013" if x is None else round(float(x), 3)
+
+    rows = []
+    for row in result.get("table", []):
+        never = "break_even_alpha" in row and row["break_even_alpha"] is None  # computed: no alpha pays
+        rows.append([row["k"], r3(row["median_ratio"]), r3(row["min_ratio"]), r3(row["max_ratio"]),
+                     r3(row.get("alpha")), r3(row.get("predicted_iid")), r3(row.get("predicted_empirical")),
+                     "never pays" if never else r3(row.get("break_even_alpha"))])
+    return rows
+
+
+def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
+    """The verdict, the recommendation (or why there is none), and what the table says, in sentences that agree
+    with each other and with the chart."""
+    table = result.get("table") or []
+    if not table:
+        return "No sweep result."
+    fixed = [r for r in table if isinstance(r["k"], int)] or table
+    verdict = sweep_verdict(result)
+    k, why_not = recommendation(result)
+    best = max(fixed, key=lambda r: r["median_ratio"])
+    out = [verdict_html(verdict, "This sweep")] if verdict is not None else []
+    if k is not None:
+        row = next(r for r in fixed if r["k"] == k)
+        lines = [(f"**Recommended k = {k}**: median measured speed-up {row['median_ratio']:.2f}\u00d7 "
+                  f"(range {row['min_ratio']:.2f}\u2013{row['max_ratio']:.2f} over {rounds} round(s)).")]
+    else:
+        lines = [f"**No recommended k**: {html.escape(why_not)}."]
+        if best["median_ratio"] >= 1.0:
+            lines.append(f"The best measured k was {best['k']} ({best['median_ratio']:.2f}\u00d7); it is not a "
+                         f"recommendation while the verdict fails.")
+        elif "beat plain" not in why_not:
+            lines.append(f"And no k beat plain decoding (the best, k = {best['k']}, measured "
+                         f"{best['median_ratio']:.2f}\u00d7).")
+    predicted = result.get("predicted_best_k")
+    if predicted is not None:
+        agree = "" if k is None or predicted == k else " It disagrees with the measurement: see the verdict."
+        lines.append(f"The cost model, from the per-position acceptance at the largest k and the calibration, "
+                     f"predicts k = {predicted} would be best.{agree}")
+    ref = next((r for r in fixed if r["k"] == k), best)
+    for r in table:
+        if not isinstance(r["k"], int):  # the adaptive arm of the same rounds
+            lines.append(f"Adaptive k (chosen per iteration: {describe_choices(r.get('k_values') or {})}): "
+                         f"{r['median_ratio']:.2f}\u00d7, {r['median_ratio'] / ref['median_ratio']:.0%} of "
+                         f"{'the recommended' if k is not None else 'the best measured'} k.")
+    losing = [str(r["k"]) for r in fixed if r["median_ratio"] < 1.0]
+    if losing:
+        lines.append(f"Slower than plain decoding at k = {', '.join(losing)}.")
+    never = [str(r["k"]) for r in fixed if "break_even_alpha" in r and r["break_even_alpha"] is None]
+    if never:
+        lines.append(f"With these step costs the cost model says k = {', '.join(never)} can never pay.")
+    explained = ref.get("explained")
+    if explained:
+        lines.append(f"Where the prediction missed at k = {ref['k']} (measured \u2212 predicted = "
+                     f"{explained['miss']:+.2f}\u00d7): step costs {explained['step_costs']:+.2f}, acceptance model "
+                     f"{explained['acceptance']:+.2f}, overhead {explained['overhead']:+.2f}.")
+    spreads = [f.message for r in fixed for f in Verdict.from_dict(r.get("trust")).findings if f.check == "spread"]
+    if spreads:
+        lines.append("Rounds disagree: " + "; ".join(html.escape(m) for m in spreads) + ".")
+    lines.append(f"How measured: in each round plain decoding and every k ran back to back in a rotating order, "
+                 f"each speculative run divided by the plain run of its round; {max_new} max new tokens, prefill "
+                 f"excluded; {setup}.")
+    out.append(" ".join(lines))
+    out.append(glossary_html(["k", "\u03b1 (acceptance rate)", "iid \u03b1", "per position", "break-even \u03b1",
+                              "speed-up", "adjacent runs", "trust verdict"]))
+    return "\n\n".join(out)

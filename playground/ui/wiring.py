@@ -1,0 +1,325 @@
+"""The events of build_ui's components (blocks.py lays them out). Each model event builds its request from its
+controls (session.parse_request / parse_sweep, the one place raw control values are read), maps handler views to
+component updates and PlaygroundError to a message the user sees.
+
+Serving: one queue; every event that touches the model runs under one concurrency group per device
+(`concurrency_limit=1`, shared `concurrency_id`), the queue is bounded (PLAYGROUND_QUEUE_SIZE waiting events;
+one more gets Gradio's "queue full"), Stop cancels the running event (`cancels=`: Gradio closes its generator,
+whose engine thread stops at its next record), and every event has a stable `api_name` for gradio_client: /run,
+/compare, /calibrate, /sweep, /load_preset, /select_pair (an API client stops a job with `job.cancel()`).
+
+What the status line says is always the present: a click says at once that the event is starting (scripts.py;
+a queued one shows its place in line), the event's own lines follow, and `after` (chained after every model
+event) says what happened when the event was stopped, refused before it began, or ran on another tab (a sweep).
+A control typed out of its range says so (`range_check`) instead of being clamped in silence.
+"""
+
+from __future__ import annotations
+
+import html
+import inspect
+import logging
+import math
+import traceback
+
+import gradio as gr
+
+from ..envinfo import redact
+from ..errors import PlaygroundError
+from . import handlers, measure, scripts
+from .panels import READY
+from .session import SHOW_ME, SHOW_ME_NOTE, parse_request, parse_sweep
+
+log = logging.getLogger(__name__)
+PROGRESS = gr.Progress()  # a marker: Gradio hands each call a tracker of its own
+STARTING = "Starting: waiting for the device if another event is using it \u2026"
+SWEEP_STARTING = "Sweep k: starting; its progress shows on the 'k per output shape' tab \u2026"
+STOP_JS = ("(s) => /^(Starting|Running|Loading|Calibrating|Plain decoding|Sweep k|Sweeping)/.test(s || '') "
+           "? 'Stopping \u2026' : s")
+
+
+def _error(e: Exception) -> gr.Error:
+    return gr.Error(html.escape(redact(str(e))), title="Cannot do that", print_exception=False)
+
+
+def _skip(x):
+    return gr.skip() if x is None else x
+
+
+def _guarded(views, to_outputs, n_outputs: int, status_first: bool = True):
+    """Map each view to output values; turn a PlaygroundError into a status line (the first output) and an
+    error the user or API client sees, and any other exception into an 'internal error' message. The app
+    keeps serving either way. No secret (HF_TOKEN, ...) is shown or logged: messages go through `redact`."""
+    try:
+        for v in views:
+            yield to_outputs(v)
+    except PlaygroundError as e:
+        if status_first:
+            yield (f"\u26a0 {redact(str(e))}", *([gr.skip()] * (n_outputs - 1)))
+        raise _error(e) from None
+    except Exception as e:  # noqa: BLE001 - a bug, not bad input: say what happened, log the traceback
+        log.error("playground event failed\n%s", redact(traceback.format_exc()))
+        message = redact(f"internal error: {type(e).__name__}: {e}")
+        if status_first:
+            yield (f"\u26a0 {message}", *([gr.skip()] * (n_outputs - 1)))
+        raise gr.Error(html.escape(message), title="Something broke", print_exception=False) from None
+
+
+def _event(body, session: gr.State, controls: dict):
+    """An event function for `body(session, values)`, where `values` is {name: value} for `controls` ({API
+    parameter name: component}), and the event's inputs ([session, *components]).
+
+    Gradio passes an event's inputs by position and names its API parameters after the function's, so the
+    function gets the signature (session, *names, progress): the names are written once, beside the components,
+    and the values reach the body as one mapping, never by position. (The progress tracker Gradio hands over is
+    not used: the status line says how the work goes.)"""
+    names = list(controls)
+
+    def event(session, *values):
+        *values, _ = values  # Gradio passes its progress tracker where the signature puts it: last
+        yield from body(session, dict(zip(names, values, strict=True)))
+
+    param = inspect.Parameter
+    event.__signature__ = inspect.Signature(
+        [param(name, param.POSITIONAL_OR_KEYWORD) for name in ("session", *names)]
+        + [param("progress", param.POSITIONAL_OR_KEYWORD, default=PROGRESS)])
+    event.__name__, event.__qualname__, event.__doc__ = body.__name__, body.__qualname__, body.__doc__
+    return event, [session, *controls.values()]
+
+
+def range_problem(value, label: str, lo: float, hi: float | None, whole: bool = True) -> str | None:
+    """What is wrong with a typed number, in words (None when it is fine)."""
+    if value is None or value == "":
+        return f"{label} is empty: type a number"
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return f"{label} must be a number, got {str(value)[:40]!r}"
+    bounds = f"from {lo:g} to {hi:g}" if hi is not None else f"{lo:g} or more"
+    if not math.isfinite(x) or (whole and not x.is_integer()):
+        return f"{label} must be a whole number {bounds}, got {x:g}"
+    if x < lo or (hi is not None and x > hi):
+        return f"{label} must be {bounds}, got {x:g}"
+    return None
+
+
+def range_check(label: str, lo: float, hi: float | None, whole: bool = True, slider: bool = False):
+    """A change listener (preprocess=False: the value as typed, before any clamping or rounding): an error on
+    the status line for a value out of range, cleared once the value is fixed. A slider moves to its bound
+    after an out-of-range value (Gradio clamps it): that keeps the message, which says where it went."""
+
+    def check(value, status):
+        problem = range_problem(value, label, lo, hi, whole)
+        if problem:
+            if slider and isinstance(value, (int, float)):
+                problem += f"; the slider moved to {min(max(value, lo), hi):g}"
+            return f"\u26a0 {problem}"
+        at_bound = slider and value in (lo, hi)
+        if isinstance(status, str) and status.startswith(f"\u26a0 {label}") and not at_bound:
+            return READY
+        return gr.skip()
+
+    return check
+
+
+def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = None) -> None:
+    """Every event of the playground's components (`ui`: blocks.py's namespace of components)."""
+    group = f"device:{provider.device}"  # one run at a time per device, whatever the event
+    device_events = {"concurrency_limit": 1, "concurrency_id": group}
+    session = ui.session
+    run_controls = {"prompt": ui.prompt, "preset": ui.preset, "chat": ui.chat, "drafter": ui.drafter, "k": ui.k,
+                    "decoding": ui.decoding, "temperature": ui.temperature, "top_k": ui.top_k, "top_p": ui.top_p,
+                    "max_new_tokens": ui.max_new, "seed": ui.seed}
+    sweep_controls = {**{n: run_controls[n] for n in ("prompt", "preset", "chat", "drafter", "decoding",
+                                                      "temperature", "top_k", "top_p", "seed")},
+                      "k_max": ui.k_max, "rounds": ui.rounds, "max_new_tokens": ui.sweep_new}
+    run_outputs = [ui.status, ui.tokens, ui.counters, ui.time_plot, ui.pos_plot, ui.alpha_plot, ui.check,
+                   ui.prediction, ui.run_json, ui.download, session]
+
+    def drafters_of(session):  # what a request may name: the drafters of the pair this tab chose
+        return provider.for_session(session).drafter_names()
+
+    def run_outputs_of(v):
+        figs = v.figures or {}
+        return (v.status, _skip(v.tokens), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
+                _skip(figs.get("alpha")), _skip(v.check), _skip(v.prediction), _skip(v.doc), _skip(v.download),
+                v.session)
+
+    def run(session, values):
+        """Speculative decoding of the prompt, streamed. Returns status, token HTML, counters, the three
+        charts, the output check, the prediction panel, the run record (JSON) and its download.
+        k_mode: "fixed" (k every iteration), "adaptive" or "heuristic" (k chosen per iteration)."""
+
+        def views():
+            request = parse_request(values, drafters_of(session), limits)
+            yield from handlers.stream_run(provider, session, request, limits=limits)
+
+        yield from _guarded(views(), run_outputs_of, len(run_outputs))
+
+    def compare(session):
+        """Plain decoding of the last run's prompt and length, right after it: the measured speed-up, with the
+        verdict of one adjacent pair."""
+        yield from _guarded(handlers.stream_compare(provider, session),
+                            lambda v: (v.status, _skip(v.prediction), _skip(v.doc), _skip(v.download), v.session), 5)
+
+    def calibrate(session, values):
+        """Time the target (v(n)) and the drafter (c) for the cost model, on this context length; reused by every
+        tab on the pair. careful: 12 timed cycles instead of 5."""
+
+        def views():
+            request = parse_request(values, drafters_of(session), limits)
+            yield from measure.stream_calibrate(provider, session, request, careful=bool(values.get("careful")),
+                                                repeats=calibrate_repeats, limits=limits)
+
+        yield from _guarded(views(), lambda v: (v.status, _skip(v.prediction), v.session), 3)
+
+    def sweep(session, values):
+        """Sweep k = 1..k_max on the current prompt: measured and predicted speed-up, the trust verdict, and a
+        recommended k where the verdict holds."""
+
+        def views():
+            request = parse_sweep(values, drafters_of(session), limits)
+            yield from measure.stream_sweep(provider, session, request, sweep_fn=sweep_fn, limits=limits)
+
+        yield from _guarded(views(), lambda v: (v.status, _skip(v.figure), _skip(v.table), _skip(v.summary),
+                                                _skip(v.doc), v.session), 6)
+
+    run_event, run_inputs = _event(run, session, {**run_controls, "k_mode": ui.k_mode})
+    calibrate_event, calibrate_inputs = _event(calibrate, session, {**run_controls, "careful": ui.careful})
+    sweep_event, sweep_inputs = _event(sweep, session, sweep_controls)
+
+    def load_preset(preset, prompt, session=None):
+        """Fill the prompt box (and max new tokens) from a preset; describe it."""
+        if preset:
+            loading = handlers.preset_loading(provider, session)
+            if loading:
+                yield gr.skip(), gr.skip(), gr.skip(), loading
+
+        def views():
+            yield handlers.load_preset(provider, preset, prompt, session=session)
+
+        def to_outputs(v):  # a preset's length, within this app's limit
+            n = None if v.max_new_tokens is None else min(v.max_new_tokens, limits.max_new_tokens)
+            return v.prompt, _skip(n), v.chat, v.info
+
+        yield from _guarded(views(), to_outputs, 4, status_first=False)
+
+    def select_pair(session, value):
+        """Choose this tab's model pair (a named pair; it loads on the next run): the drafters it offers."""
+
+        def views():
+            yield handlers.select_pair(provider, session, value)
+
+        def to_outputs(v):
+            names = [name for _, name in v.drafters]
+            chosen = SHOW_ME["drafter"] if SHOW_ME["drafter"] in names else names[0]
+            return gr.update(choices=v.drafters, value=chosen), v.info, v.session
+
+        yield from _guarded(views(), to_outputs, 3, status_first=False)
+
+    def after(kind: str):
+        def after_event(session, status):
+            """Runs after a model event (Gradio runs it once a cancellation is complete): says 'Stopped', or what
+            became of an event that never began (refused by a component's range check, or stopped in the queue),
+            or, for a sweep, its outcome on the status line above the tabs."""
+            v = handlers.stopped_view(session)
+            figs = v.figures or {}
+            line = v.status
+            if line is None and isinstance(status, str):
+                if kind == "sweep" and status.startswith(SWEEP_STARTING[:12]):
+                    line = (session.sweep_status if session is not None and session.sweep_status
+                            else "The sweep did not finish: its tab says why.")
+                elif status.startswith(STARTING[:9]):
+                    line = ("\u26a0 Not run: a value was refused before it began (the message says which); fix it "
+                            "and press the button again.")
+                elif status.startswith("Stopping"):
+                    line = "Stopped before it began. Press Run to start again."
+            return (_skip(line), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
+                    _skip(figs.get("alpha")), _skip(v.sweep_status))
+
+        return after_event
+
+    # Gradio's tracker (its queue position and timer) draws in the hidden #activity only; the status line says
+    # what happens, and scripts.HEAD shows the place in line.
+    on_status = {"show_progress": "minimal", "show_progress_on": [ui.activity]}
+    starting = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
+    for btn in (ui.run_btn, ui.compare_btn, ui.calibrate_btn, ui.show_btn):
+        btn.click(None, None, [ui.status], js=scripts.starting(STARTING), **starting)
+    ui.sweep_btn.click(None, None, [ui.status], js=scripts.starting(SWEEP_STARTING, "#sweep-status"), **starting)
+    run_ev = ui.run_btn.click(run_event, run_inputs, run_outputs, api_name="run", **on_status, **device_events)
+    cmp_run_ev = ui.compare_btn.click(run_event, run_inputs, run_outputs, api_visibility="private", **on_status,
+                                      **device_events)
+    cmp_ev = cmp_run_ev.success(compare, [session], [ui.status, ui.prediction, ui.run_json, ui.download, session],
+                                api_name="compare", **on_status, **device_events)
+    cal_ev = ui.calibrate_btn.click(calibrate_event, calibrate_inputs, [ui.status, ui.prediction, session],
+                                    api_name="calibrate", **on_status, **device_events)
+    sweep_ev = ui.sweep_btn.click(sweep_event, sweep_inputs, [ui.sweep_status, ui.sweep_plot, ui.sweep_table,
+                                                              ui.sweep_text, ui.sweep_json, session],
+                                  api_name="sweep", **on_status, **device_events)
+    example = [ui.prompt, ui.chat, ui.drafter, ui.k, ui.k_mode, ui.decoding, ui.max_new, ui.preset, ui.preset_info]
+    names = provider.drafter_names()
+
+    def show_me():
+        """The example the page opens on: every token role in one run."""
+        drafter = SHOW_ME["drafter"] if SHOW_ME["drafter"] in names else names[0]
+        return (SHOW_ME["prompt"], SHOW_ME["chat"], drafter, SHOW_ME["k"], SHOW_ME["k_mode"], SHOW_ME["decoding"],
+                min(SHOW_ME["max_new_tokens"], limits.max_new_tokens), "", SHOW_ME_NOTE)
+
+    show_ev = ui.show_btn.click(show_me, None, example, queue=False, api_visibility="private").then(
+        run_event, run_inputs, run_outputs, api_visibility="private", **on_status, **device_events)
+    ui.preset.input(load_preset, [ui.preset, ui.prompt, session], [ui.prompt, ui.max_new, ui.chat, ui.preset_info],
+                    api_name="load_preset", show_progress="minimal", show_progress_on=[ui.preset_info],
+                    concurrency_limit=4, concurrency_id="presets")
+    ui.pair_menu.input(select_pair, [session, ui.pair_menu], [ui.drafter, ui.pair_note, session],
+                       api_name="select_pair", show_progress="minimal", show_progress_on=[ui.pair_note],
+                       concurrency_limit=4, concurrency_id="presets")
+    # Stop cancels whichever model event runs (or waits) for this tab; API clients use job.cancel().
+    device_evs = [run_ev, cmp_run_ev, cmp_ev, cal_ev, sweep_ev, show_ev]
+    ui.stop_btn.click(None, [ui.status], [ui.status], js=STOP_JS, cancels=device_evs, queue=False)
+    after_outputs = [ui.status, ui.counters, ui.time_plot, ui.pos_plot, ui.alpha_plot, ui.sweep_status]
+    for ev, kind in ((run_ev, "run"), (cmp_run_ev, "run"), (cmp_ev, "compare"), (cal_ev, "calibrate"),
+                     (sweep_ev, "sweep"), (show_ev, "run")):
+        ev.then(after(kind), [session, ui.status], after_outputs, api_visibility="private", queue=False,
+                show_progress="hidden")
+    _wire_controls(ui, limits)
+
+
+def _wire_controls(ui, limits) -> None:
+    """What the controls do by themselves: range checks, the sampling and k controls' state, stale errors."""
+    quiet = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
+    raw = {**quiet, "preprocess": False}
+    checks = [(ui.k, "k", 1, 16, True, True, ui.status), (ui.max_new, "max new tokens", 1, limits.max_new_tokens,
+                                                          True, False, ui.status),
+              (ui.top_k, "top-k", 0, None, True, False, ui.status), (ui.seed, "seed", 0, None, True, False, ui.status),
+              (ui.temperature, "temperature", 0.05, 2.0, False, True, ui.status),
+              (ui.top_p, "top-p", 0.05, 1.0, False, True, ui.status),
+              (ui.k_max, "the largest k", 1, 16, True, True, ui.sweep_status),
+              (ui.rounds, "rounds", 1, 5, True, True, ui.sweep_status),
+              (ui.sweep_new, "max new tokens per run", 1, limits.max_new_tokens, True, False, ui.sweep_status)]
+    for comp, label, lo, hi, whole, slider, where in checks:
+        comp.change(range_check(label, lo, hi, whole, slider), [comp, where], [where], **raw)
+
+    def sampling_controls(decoding):
+        on = decoding == "sample"
+        return gr.update(interactive=on), gr.update(interactive=on), gr.update(interactive=on)
+
+    ui.decoding.change(sampling_controls, [ui.decoding], [ui.temperature, ui.top_k, ui.top_p], **quiet)
+
+    def k_control(mode):
+        fixed = mode == "fixed"
+        return gr.update(interactive=fixed, info="fixed k only; adaptive and heuristic choose k themselves" if fixed
+                         else f"not used: {mode} k chooses k per iteration")
+
+    ui.k_mode.change(k_control, [ui.k_mode], [ui.k], **quiet)
+    clear = scripts.clear_stale_error(READY)
+    for comp in (ui.prompt, ui.chat, ui.drafter, ui.k_mode, ui.decoding, ui.preset):
+        comp.input(None, [ui.status], [ui.status], js=clear, **quiet)
+
+    def nothing_yet(session):
+        """Say so when there is no finished run to download (the button has no file to give yet)."""
+        if session is None or session.run is None or not session.run.finished:
+            return ("Nothing to download yet: press **Run** first (the file holds the run's request, records, "
+                    "summary, environment and, after **Compare with plain**, the plain run and its verdict).")
+        return gr.skip()
+
+    ui.download.click(nothing_yet, [ui.session], [ui.status], **quiet)
