@@ -258,8 +258,16 @@ class CalibrationStore:
             return len(self._timings)
 
 
+# (repeats, warm-up cycles) of the short calibration a run makes before its first prediction. Two warm-up
+# cycles: with one, c and v(1) came out 5-15% higher in four of four alternated calibrations here (the first
+# passes after the prefills run slow). Four repeats, the median of which is the mean of the middle two, keep
+# it under 10 s for the embedded pair on a quiet 2-core machine (scripts/bench_calibration.py prints it).
+SHORT_CALIBRATION = (4, 2)
+
+
 def calibrated_timing(pair, prompt_ids, proposer, store: CalibrationStore | None = None, n_needed: int = K_MAX + 1,
-                      repeats: int = 5, warmup: int = 2, progress: Progress = None) -> tuple[Timing, bool]:
+                      repeats: int = SHORT_CALIBRATION[0], warmup: int = SHORT_CALIBRATION[1],
+                      progress: Progress = None) -> tuple[Timing, bool]:
     """A calibration of this pair and drafter at this context length reaching passes of `n_needed` tokens:
     the stored one when `store` holds it, else a short one (kept in `store`). Returns (timing, reused)."""
     drafter = proposer.describe()
@@ -272,7 +280,8 @@ def calibrated_timing(pair, prompt_ids, proposer, store: CalibrationStore | None
     return timing, False
 
 
-def calibrated_curve(pair, prompt_ids, proposer, store: CalibrationStore | None = None, repeats: int = 5,
+def calibrated_curve(pair, prompt_ids, proposer, store: CalibrationStore | None = None,
+                     repeats: int = SHORT_CALIBRATION[0],
                      progress: Progress = None) -> CostCurve:
     """The cost curve adaptive k needs (passes up to K_MAX + 1 tokens), through `calibrated_timing`."""
     timing, _ = calibrated_timing(pair, prompt_ids, proposer, store, K_MAX + 1, repeats=repeats, progress=progress)

@@ -3,7 +3,7 @@ are in handlers.py).
 
 Both reuse the pair's calibrations (`PairProvider.calibrations`, a lab `CalibrationStore` shared by every tab on
 the pair, one per drafter and context-length bucket) through `lab.calibration.calibrated_timing`, and say so when
-they reuse one. The Calibrate button takes the short settings (SHORT: 5 repeats after 2 warm-up cycles) unless a
+they reuse one. The Calibrate button takes the short settings (SHORT: lab.calibration.SHORT_CALIBRATION) unless a
 careful calibration (CAREFUL) is asked for, which replaces what the store holds. Status lines say what is being
 timed, the time since the event began, and an estimate of the time left from the speed of the cycles so far.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from ..core.engine import K_MAX
 from ..drafters.registry import make_proposer
 from ..envinfo import describe_setup
-from ..lab.calibration import CalibrationStore, Timing, calibrate, calibrated_timing, pass_lengths
+from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, Timing, calibrate, calibrated_timing, pass_lengths
 from ..lab.speed import sweep
 from ..limits import Limits
 from . import charts, serving, verdicts
@@ -27,7 +27,7 @@ from .progress import Tracker, clock_text, load_pair, mapped, phase, progress_li
 from .serving import Background, PairProvider, stoppable
 from .session import RunRequest, Session, SweepRequest, encode_request, find_timing, prompt_key, run_timing
 
-SHORT = (5, 2)  # (repeats, warm-up cycles) of the Calibrate button
+SHORT = SHORT_CALIBRATION  # (repeats, warm-up cycles) of the Calibrate button
 CAREFUL = (12, 3)  # ... of a careful calibration
 N_NEEDED = K_MAX + 1  # passes timed up to this many tokens: one calibration serves any fixed k, adaptive k, a sweep
 
