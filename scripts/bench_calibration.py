@@ -35,7 +35,7 @@ def main() -> int:
     pair = load_named_pair("embedded", device="cpu", progress=None)
     ids = get_preset(args.preset).prompt_ids(pair.tokenizer)
     drafters = args.drafters.split(",")
-    arms = [(d, kind) for d in drafters for kind in ("short (adaptive, n<=17, %d repeats)" % SHORT_CALIBRATION[0], "lab default (n<=9, 12)")]
+    arms = [(d, kind) for d in drafters for kind in (f"short (adaptive, n<=17, {SHORT_CALIBRATION[0]} repeats)", "lab default (n<=9, 12)")]
     proposers = {d: make_proposer(pair, d) for d in drafters}
     for d in drafters:  # warm-up: one untimed short calibration per drafter
         calibrated_timing(pair, ids, proposers[d], None, K_MAX + 1, repeats=1, warmup=1)
