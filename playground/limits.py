@@ -7,10 +7,15 @@ front end asks (`Limits.from_env()` when the app is built or a command starts), 
     PLAYGROUND_MAX_NEW_TOKENS       2048  max new tokens per run
     PLAYGROUND_MAX_SWEEP_RUNS         85  runs in one k sweep: rounds x (largest k + 1 plain run)
     PLAYGROUND_QUEUE_SIZE             16  events waiting in the app's queue; one more gets "queue full"
+    PLAYGROUND_MAX_REPLAY_TURNS     2000  assistant turns one replay reads (`replay FILE`); the rest is skipped
+    PLAYGROUND_MAX_REPLAY_TOKENS    8192  prompt + completion tokens of one replayed turn (the context also applies)
+    PLAYGROUND_REPLAY_CHUNK_TOKENS   256  tokens per teacher-forced pass of a replay: its logits, chunk x vocabulary
+                                          floats (50 MB for SmolLM2), are all it holds at once
 
 The browser app / API and `python -m playground generate` apply them; the lab commands are the operator's
-own experiments and are not limited. Each value must be a whole number >= 1: a bad value is an error
-naming the variable, so a misconfigured app refuses to start instead of running unlimited.
+own experiments and are not limited, except `replay`, which reads files of any size and applies the three replay
+limits. Each value must be a whole number >= 1: a bad value is an error naming the variable, so a misconfigured
+app refuses to start instead of running unlimited.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ ENV_VARS = {
     "max_new_tokens": "PLAYGROUND_MAX_NEW_TOKENS",
     "max_sweep_runs": "PLAYGROUND_MAX_SWEEP_RUNS",
     "queue_size": "PLAYGROUND_QUEUE_SIZE",
+    "max_replay_turns": "PLAYGROUND_MAX_REPLAY_TURNS",
+    "max_replay_tokens": "PLAYGROUND_MAX_REPLAY_TOKENS",
+    "replay_chunk_tokens": "PLAYGROUND_REPLAY_CHUNK_TOKENS",
 }
 
 
@@ -37,6 +45,9 @@ class Limits:
     max_new_tokens: int = 2048
     max_sweep_runs: int = 85  # the UI's largest sweep: k = 1..16 plus plain, 5 rounds
     queue_size: int = 16
+    max_replay_turns: int = 2000
+    max_replay_tokens: int = 8192  # SmolLM2's context
+    replay_chunk_tokens: int = 256
 
     def __post_init__(self):
         for f in fields(self):
@@ -88,3 +99,14 @@ class Limits:
             raise PlaygroundError(f"a sweep of k = 1..{k_max} over {rounds} round(s) is {runs} runs (each k and a "
                                   f"plain run per round); this playground allows at most {self.max_sweep_runs} "
                                   f"({ENV_VARS['max_sweep_runs']}): lower the largest k or the rounds")
+
+    def check_replay_tokens(self, n_prompt: int, n_completion: int) -> None:
+        if n_prompt + n_completion > self.max_replay_tokens:
+            raise PlaygroundError(f"the turn is {n_prompt} prompt + {n_completion} completion tokens; a replay takes at "
+                                  f"most {self.max_replay_tokens} per turn ({ENV_VARS['max_replay_tokens']})")
+
+    @property
+    def max_trace_line_bytes(self) -> int:
+        """The longest line a trace file may have: 64 bytes per token a turn may hold (a line that long cannot
+        fit the token limit with any tokenizer that makes a token of fewer than 64 bytes)."""
+        return 64 * self.max_replay_tokens

@@ -238,6 +238,19 @@ def test_limits_come_from_the_environment_and_bad_values_are_refused(monkeypatch
         build_ui(provider)
 
 
+def test_the_replay_limits_come_from_the_environment_and_bad_values_are_refused():
+    limits = Limits.from_env({"PLAYGROUND_MAX_REPLAY_TURNS": "12", "PLAYGROUND_MAX_REPLAY_TOKENS": " 512 ",
+                              "PLAYGROUND_REPLAY_CHUNK_TOKENS": ""})
+    assert limits == Limits(max_replay_turns=12, max_replay_tokens=512)
+    assert limits.replay_chunk_tokens == 256 and limits.max_trace_line_bytes == 64 * 512
+    for var in ("PLAYGROUND_MAX_REPLAY_TURNS", "PLAYGROUND_MAX_REPLAY_TOKENS", "PLAYGROUND_REPLAY_CHUNK_TOKENS"):
+        with pytest.raises(PlaygroundError, match=f"{var} must be a whole number >= 1, got '0'"):
+            Limits.from_env({var: "0"})
+    with pytest.raises(PlaygroundError, match="at most 512 per turn \\(PLAYGROUND_MAX_REPLAY_TOKENS\\)"):
+        limits.check_replay_tokens(500, 13)
+    limits.check_replay_tokens(500, 12)
+
+
 def test_build_ui_reads_the_limits_once_for_the_queue_and_the_controls(provider, monkeypatch):
     from playground.ui import build_ui
 

@@ -6,6 +6,7 @@
   info       the model pair, its memory, and the environment
   timing, acceptance, speed, sweep, divergence, distribution, bench-peers
              the lab's experiments, their tables printed and (--out) their results saved as JSON
+  replay     which k, from recorded outputs (a JSONL trace, presets): every k replayed without generating
   report     Markdown tables from saved results
   whatif     the cost model's predicted speed-up per k for a given alpha, c and v(n); no model runs
 
@@ -20,6 +21,7 @@ import sys
 import traceback
 
 from ..errors import PlaygroundError
+from .replay_args import add_replay_parser
 
 
 def _add_pair_args(p: argparse.ArgumentParser) -> None:
@@ -97,6 +99,7 @@ def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
     _add_pair_args(g)
 
     _add_lab_parsers(sub)
+    add_replay_parser(sub, _add_pair_args)
 
     rep = sub.add_parser("report", help="Markdown tables from saved lab results (--out files)")
     rep.add_argument("files", nargs="+", metavar="FILE")
@@ -209,10 +212,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.command == "presets":
             return info.cmd_presets()
         return info.cmd_pairs() if args.command == "pairs" else info.cmd_info(args)
-    if args.command in LAB_COMMANDS or args.command == "report":
+    if args.command in ("replay", "report"):  # report: a replay result's tables, every other result's via lab
+        from . import replay  # on use (see the docstring)
+
+        return replay.cmd_replay(args) if args.command == "replay" else replay.cmd_report(args)
+    if args.command in LAB_COMMANDS:
         from . import lab  # on use (see the docstring)
 
-        return lab.cmd_report(args) if args.command == "report" else lab.cmd_lab(args)
+        return lab.cmd_lab(args)
     if args.command == "whatif":
         from . import whatif  # on use (see the docstring)
 

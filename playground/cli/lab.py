@@ -1,4 +1,4 @@
-"""The lab commands (timing, acceptance, speed, sweep, divergence, distribution, bench-peers) and `report`.
+"""The lab commands (timing, acceptance, speed, sweep, divergence, distribution, bench-peers).
 
 A lab command loads the pair, runs its experiment (playground.lab) on the presets or prompt given, prints
 the result's tables (playground.lab.report, the same code `report FILE` uses) and, with --out, saves the
@@ -23,7 +23,7 @@ from ..inputs.presets import get_preset, load_presets
 from ..inputs.text import encode_prompt
 from ..lab import acceptance, calibrate, distribution, divergence, peers, speed, sweep
 from ..lab.batch import batch_predictions, batch_timing
-from ..lab.report import experiment_text, report
+from ..lab.report import experiment_text
 from ..pairs.models import ModelPair
 from .load import load_pair
 
@@ -165,12 +165,6 @@ def cmd_lab(args: argparse.Namespace) -> int:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
         print(f"wrote {args.out}", file=sys.stderr)
-    return 0
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    for i, path in enumerate(args.files):
-        print(("\n" if i else "") + report(path))
     return 0
 
 

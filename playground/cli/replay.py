@@ -1,0 +1,116 @@
+"""`replay FILE`: which k for an agent, from its recorded outputs (playground.lab.replay), and `report FILE` for
+saved results of any kind (a replay's own tables, every other experiment's through playground.lab.report)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+
+from ..core.engine import K_MAX, check_k
+from ..core.sampling import SamplingConfig
+from ..drafters.registry import make_proposer
+from ..envinfo import describe_setup, redact
+from ..errors import PlaygroundError
+from ..inputs.traces import read_trace
+from ..lab.calibration import CalibrationStore, calibrated_timing
+from ..lab.replay import available_drafters, preset_turns, replay, text_turn
+from ..lab.replay_report import replay_table
+from ..lab.report import load_result, report
+from ..limits import Limits
+from .lab import _progress_bar  # the lab commands' progress bar, shared so every command draws the same one
+from .load import load_pair
+from .replay_args import CONTROLLERS
+
+
+def _ks(text: str | None) -> list[int]:
+    if text is None:
+        return list(range(1, K_MAX + 1))
+    try:
+        return [check_k(int(x)) for x in text.split(",")]
+    except ValueError:
+        raise PlaygroundError(f"--ks takes comma-separated integers from 1 to {K_MAX}, got {text!r}") from None
+
+
+def _controllers(text: str) -> list[str]:
+    names = [] if text.strip().lower() == "none" else [x.strip().lower() for x in text.split(",") if x.strip()]
+    bad = [n for n in names if n not in CONTROLLERS]
+    if bad:
+        raise PlaygroundError(f"--controllers takes adaptive, heuristic or none, got {bad[0]!r}")
+    return names
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    ks, controllers = _ks(args.ks), _controllers(args.controllers)
+    sampling = SamplingConfig(do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, seed=args.seed)
+    if args.file is None and not args.preset and args.text is None:
+        raise PlaygroundError("give a trace FILE, --preset NAME or --text PROMPT to replay")
+    if args.max_ngram < 1:
+        raise PlaygroundError(f"--max-ngram must be >= 1, got {args.max_ngram}")
+    limits = Limits.from_env()
+    pair = load_pair(args)
+    drafters = args.drafter or available_drafters(pair)
+    descriptions = {d: make_proposer(pair, d, max_ngram=args.max_ngram).describe() for d in drafters}
+    print(redact(f"# {pair.target_name} | drafters: {', '.join(descriptions.values())} | {describe_setup(pair)}"),
+          file=sys.stderr)
+    turns, errors = [], []
+    if args.file is not None:
+        trace = read_trace(args.file, pair.tokenizer, pair.eos_ids, limits, pair.max_context)
+        turns += trace.turns
+        errors += trace.errors
+        for e in trace.errors:
+            print(f"warning: {args.file}: {e}", file=sys.stderr)
+    if args.preset:
+        turns += preset_turns(pair, args.preset, args.max_new_tokens)
+    if args.text is not None:
+        turns.append(text_turn(pair, args.text, args.max_new_tokens or 64))
+    if not turns:
+        raise PlaygroundError(f"nothing to replay: {len(errors)} bad lines and no turn")
+    bar = _progress_bar()
+    timing_of = calibrate_all(pair, turns, drafters, args.max_ngram, args.calibration, lambda f, m: bar(0.3 * f, m))
+    result = replay(pair, turns, drafters, ks, controllers, timing_of=timing_of,
+                    progress=lambda f, m: bar(0.3 + 0.7 * f, m), sampling=sampling, feeding=args.feeding,
+                    max_ngram=args.max_ngram, limits=limits, records=args.records, errors=errors)
+    result["calibration"] = args.calibration
+    result["drafter_descriptions"] = descriptions
+    result["command"] = "python -m playground " + shlex.join(getattr(args, "argv", []))
+    print(replay_table(result))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(redact(result), f, indent=1)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def calibrate_all(pair, turns, drafters, max_ngram: int, how: str, progress):
+    """The calibrations the replay predicts with, as timing_of(drafter, prompt_ids) -> Timing: with how="once" one
+    per drafter, timed on the turn of median prompt length; with "bucket" one per drafter and context-length
+    bucket the turns fall in (CalibrationStore.bucket), timed on the bucket's first turn. Passes up to K_MAX + 1
+    tokens (adaptive k may draft that far)."""
+    bucket = CalibrationStore.bucket
+    if how == "once":
+        median = sorted(turns, key=lambda t: len(t.prompt_ids))[len(turns) // 2].prompt_ids
+        firsts = {bucket(len(median)): median}
+    else:
+        firsts = {}
+        for t in turns:
+            firsts.setdefault(bucket(len(t.prompt_ids)), t.prompt_ids)
+    jobs = [(d, b, ids) for d in drafters for b, ids in firsts.items()]
+    timings = {}
+    for i, (d, b, ids) in enumerate(jobs):
+        timings[(d, b)] = calibrated_timing(
+            pair, ids, make_proposer(pair, d, max_ngram=max_ngram), None, n_needed=K_MAX + 1,
+            progress=lambda f, m, i=i, d=d: progress((i + f) / len(jobs), f"calibrating {d}: {m}"))[0]
+    if how == "once":
+        return lambda drafter, ids: timings[(drafter, next(iter(firsts)))]
+    return lambda drafter, ids: timings[(drafter, bucket(len(ids)))]
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """`report FILE...`: a replay result's tables (replay_table), any other result as playground.lab.report prints it."""
+    for i, path in enumerate(args.files):
+        doc = load_result(path)
+        print(("\n" if i else "") + (replay_table(doc) if doc.get("experiment") == "replay" else report(path)))
+    return 0

@@ -1,0 +1,52 @@
+"""The `replay` command's arguments, kept apart from cli/replay.py (which imports torch) so that entry.py can build
+its parser, and answer --help, without loading anything heavy."""
+
+from __future__ import annotations
+
+DRAFTERS = ("draft", "llama.cpp", "lookup", "hybrid")  # playground.lab.replay.DRAFTERS (a test keeps them equal)
+CONTROLLERS = ("adaptive", "heuristic")
+FEEDINGS = ("auto", "live", "shared")  # playground.lab.replay.FEEDINGS (the same test keeps them equal)
+
+
+def add_replay_parser(sub, add_pair_args) -> None:
+    """The `replay` subcommand's arguments (add_pair_args: entry.py's --pair/--target/... options)."""
+    p = sub.add_parser("replay", help="which k, from recorded outputs: every k and controller replayed from "
+                                      "teacher-forced passes, per output shape, without generating")
+    p.add_argument("file", nargs="?", metavar="FILE",
+                   help="a JSONL trace: OpenAI chat conversations ({\"messages\": [...]}, tool calls included) or "
+                        "{\"prompt\", \"completion\"} lines; every assistant turn is replayed")
+    p.add_argument("--preset", action="append", help="a preset (repeatable); its completion is the target's own "
+                                                     "greedy output, generated once")
+    p.add_argument("--text", help="a prompt (one user turn); its completion is the target's own greedy output")
+    p.add_argument("--drafter", action="append", choices=DRAFTERS,
+                   help="repeatable (default: every drafter this pair can run)")
+    p.add_argument("--ks", default=None, help="comma-separated k values (default 1..16)")
+    p.add_argument("--controllers", default=",".join(CONTROLLERS),
+                   help="comma-separated: adaptive, heuristic, or none (greedy only)")
+    p.add_argument("--feeding", choices=FEEDINGS, default="auto",
+                   help="where a model drafter's proposals come from: auto (default: one shared pass per turn for "
+                        "llama.cpp, whose walks from it equal live runs; live feeding for the int8 draft, whose "
+                        "proposals depend on how it is fed), live (every walk feeds the drafter as a live run does: "
+                        "exact, a drafter run per k) or shared (one pass for every drafter: fastest, an estimate for "
+                        "the int8 draft)")
+    p.add_argument("--calibration", choices=["once", "bucket"], default="once",
+                   help="once (default): one calibration per drafter, on the turn of median prompt length; bucket: one "
+                        "per drafter and context-length bucket (64, 128, 256, ... tokens): more accurate when the "
+                        "contexts differ a lot, a calibration (seconds) per bucket")
+    p.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="presets and --text: tokens generated (default: each preset's own, 64 for --text)")
+    p.add_argument("--records", choices=["full", "compact", "none"], default="full",
+                   help="simulated iteration records in --out: every field, [k, drafted, accepted, emitted, source] "
+                        "rows, or none")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--greedy", dest="sample", action="store_false", help="greedy decoding (default)")
+    mode.add_argument("--sample", dest="sample", action="store_true",
+                      help="sampling: expected acceptance sum min(p, q) per position (an estimate)")
+    p.set_defaults(sample=False)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write the JSON result here")
+    add_pair_args(p)

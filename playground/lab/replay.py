@@ -1,0 +1,355 @@
+"""Replay: which k for an agent, from its recorded outputs, without generating anything.
+
+`replay(pair, turns, drafters, ks, controllers, timing_of)` takes recorded turns (playground.inputs.traces: a
+trace file; or presets / a prompt whose completion is the target's own greedy output, `preset_turns` /
+`text_turn`) and, per turn and drafter, walks every k and controller through the engine's loop with teacher-
+forced passes in place of generation (replay_walk.py says how). `feeding` decides where a model drafter's
+proposals come from: "live" walks it through its own proposer, fed as a live run feeds it; "shared" reads them from
+one pass per turn (its own propose, one token at a time); "auto" (the default) takes the shared pass for llama.cpp,
+whose walks from it equalled the live-fed ones in every walk compared (72 of 72 walks, 4 presets x k = 1..16 and
+both controllers, and tests/test_replay_embedded.py), and live feeding for the int8 draft, whose dynamic activation
+quantization scales each call's activations together, so that feeding two tokens at once changes its proposals
+(47 of the same 72 walks differed). A completion the target did not write is always read from the shared pass. Each walk yields the simulated `Iteration` records (zero timings, marked simulated), the
+accepted-length histogram, per-position acceptance, the controller's choices and, with a calibration
+(`timing_of(drafter, prompt_ids) -> Timing`), the predicted speed-up: sum over iterations of k*c + overhead +
+v(k+1) target steps (playground.core.cost) against one step per token for plain decoding.
+
+A turn is *exact* when decoding is greedy and the completion is the target's own greedy continuation (checked:
+the target's teacher-forced arg-max equals the recorded token at every position); then a replayed walk is the
+live run's iterations, up to floating-point near-ties of the target (reported with their logit gaps). A
+completion written by another model, a shared-pass replay of the int8 draft, and every sampling replay are
+estimates, and say so. replay_summary.py pools the turns per output shape and recommends a k.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+
+from ..core.cached import CachedLM
+from ..core.engine import K_MAX, plain_generate
+from ..core.proposal import RunContext
+from ..core.records import Step, record_to_dict, summarize
+from ..core.sampling import GREEDY, SamplingConfig
+from ..drafters.adaptive import CostCurve, make_controller
+from ..drafters.llamacpp import llama_cpp_available
+from ..drafters.proposers import DraftModelProposer, HybridProposer
+from ..drafters.registry import default_drafter, make_proposer
+from ..envinfo import environment
+from ..errors import PlaygroundError
+from ..inputs.presets import get_preset
+from ..inputs.text import encode_prompt
+from ..inputs.traces import Turn
+from ..limits import Limits
+from ..pairs.models import EMBEDDED_NAME
+from . import replay_sampling, replay_summary
+from .common import Progress, tick
+from .replay_walk import (
+    PassProposer,
+    TargetPass,
+    TimingIndex,
+    drafter_pass,
+    exactness,
+    replay_context,
+    summarize_rows,
+    target_chunks,
+    walk,
+    walk_costs,
+)
+from .shapes import runs, segment
+
+DRAFTERS = ("draft", "llama.cpp", "lookup", "hybrid")
+MODEL_DRAFTERS = ("draft", "llama.cpp")
+FEEDINGS = ("auto", "live", "shared")
+SHARED_EXACT = ("llama.cpp",)  # model drafters whose shared-pass walks equal the live-fed ones (module docstring)
+SIMULATED = ("simulated: these iterations were computed from teacher-forced passes over the recorded text, not run; "
+             "their timings are 0, and a model drafter's proposals stop at the first one the target rejects (a live "
+             "drafter drafts all k; 'drafted' counts those)")
+
+
+def available_drafters(pair) -> list[str]:
+    """The drafters this pair can replay: the draft model if it has one, llama.cpp for the embedded target when
+    installed, prompt lookup always, the hybrid when a model drafter exists."""
+    out = ["draft"] if pair.draft is not None else []
+    if pair.target_name == EMBEDDED_NAME and llama_cpp_available()[0]:
+        out.append("llama.cpp")
+    return out + ["lookup"] + (["hybrid"] if out else [])
+
+
+# --- turns whose completion is the target's own greedy output ---------------------------------------------------
+
+
+def greedy_turn(pair, name: str, prompt_ids: Sequence[int], max_new_tokens: int, origin: str,
+                kind: str | None = None) -> Turn:
+    """A turn whose completion is generated once by plain greedy decoding of the target."""
+    tokens = [r.token for r in plain_generate(pair, prompt_ids, max_new_tokens=max_new_tokens) if isinstance(r, Step)]
+    return Turn(name, tuple(int(t) for t in prompt_ids), tuple(tokens), origin, name, max_new_tokens, kind)
+
+
+def preset_turns(pair, names: Sequence[str], max_new_tokens: int | None = None) -> list[Turn]:
+    presets = [get_preset(n) for n in names]
+    return [greedy_turn(pair, p.name, p.prompt_ids(pair.tokenizer), max_new_tokens or p.max_new_tokens, "preset",
+                        p.kind) for p in presets]
+
+
+def text_turn(pair, text: str, max_new_tokens: int = 64) -> Turn:
+    return greedy_turn(pair, "text", encode_prompt(pair.tokenizer, text), max_new_tokens, "text")
+
+
+# --- proposers ---------------------------------------------------------------------------------------------------
+
+
+class _SharedPrefillDraft(DraftModelProposer):
+    """The pair's draft model drafter, its prompt prefill computed once per turn and copied into every walk: the
+    values a fresh begin() computes (one deterministic forward), without paying for it again each walk."""
+
+    def __init__(self, base: DraftModelProposer):
+        super().__init__(base.model, base.device, base.vocab_size, base.name)
+        self._prefilled: tuple | None = None
+
+    def begin(self, prompt_ids, ctx) -> None:
+        key = tuple(int(t) for t in prompt_ids[:-1])
+        if self._prefilled is None or self._prefilled[0] != key:
+            super().begin(prompt_ids, ctx)
+            self._prefilled = (key, copy.deepcopy(self.lm.cache))
+            return
+        self.ctx = ctx
+        self.lm = CachedLM(self.model, self.device, self.vocab_size)
+        self.lm.cache = copy.deepcopy(self._prefilled[1])  # the cache only: the model is shared, never copied
+        self.lm.tokens = list(key)
+
+
+class _Proposers:
+    """The proposers of one turn: a live one per walk, or (shared) a model drafter's read from the shared pass."""
+
+    def __init__(self, pair, turn: Turn, max_ngram: int, shared: frozenset[str], preds: dict[str, list[int]],
+                 target: list[int] | None = None):
+        self.pair, self.turn, self.max_ngram, self.shared, self.preds = pair, turn, max_ngram, shared, preds
+        self.target = target
+        self._draft: _SharedPrefillDraft | None = None
+
+    def model_name(self, drafter: str) -> str | None:
+        """The model drafter behind `drafter` (None for prompt lookup)."""
+        if drafter == "hybrid":
+            return default_drafter(self.pair)[0]
+        return drafter if drafter in MODEL_DRAFTERS else None
+
+    def _model(self, name: str):
+        if name in self.shared:
+            return PassProposer(name, len(self.turn.prompt_ids), self.target, self.preds[name],
+                                uses_draft_model=name == "draft")
+        if name == "draft":
+            if self._draft is None:
+                self._draft = _SharedPrefillDraft(make_proposer(self.pair, "draft"))
+            return self._draft
+        return make_proposer(self.pair, name, max_ngram=self.max_ngram)
+
+    def get(self, drafter: str):
+        if drafter == "lookup":
+            return make_proposer(self.pair, "lookup", max_ngram=self.max_ngram)
+        if drafter == "hybrid":
+            inner = self.model_name("hybrid")
+            if inner not in MODEL_DRAFTERS:
+                raise PlaygroundError("the hybrid drafter needs a model drafter (llama.cpp or a draft model)")
+            return HybridProposer(self._model(inner), max_ngram=self.max_ngram)
+        return self._model(drafter)
+
+
+# --- one turn ------------------------------------------------------------------------------------------------------
+
+
+def _arms(ks, controllers) -> list:
+    return [*ks, *controllers]
+
+
+def _label(arm) -> str:
+    return f"k={arm}" if isinstance(arm, int) else str(arm)
+
+
+def _target(pair, turn: Turn, chunk: int) -> TargetPass:
+    tp = TargetPass([], [], [], [], pair.dtype)
+    for a, logits in target_chunks(pair, turn.prompt_ids, turn.completion_ids, chunk):
+        summarize_rows(logits, turn.completion_ids[a: a + logits.shape[0]], tp)
+    return tp
+
+
+def _walk_doc(w, curve, shapes: list[str], records: str, label: str) -> dict:
+    s = summarize(w.records)
+    costs = walk_costs(w, curve)
+    by_shape: dict[str, list] = {}
+    for t, shape in enumerate(shapes[: s.new_tokens]):
+        entry = by_shape.setdefault(shape, [0, 0.0 if costs else None])
+        entry[0] += 1
+        if costs:
+            entry[1] += costs[1][t]
+    total = sum(costs[0]) if costs else None
+    doc = {"arm": label, "iterations": s.target_passes, "new_tokens": s.new_tokens,
+           "tokens_per_pass": s.tokens_per_pass, "alpha": s.alpha, "per_position": list(s.per_position_acceptance),
+           "histogram": {str(n): c for n, c in s.accepted_length_histogram.items()},
+           "k_values": {str(k): n for k, n in s.k_values.items()}, "source_iterations": s.source_iterations,
+           "k_sequence": [it.k for it in w.records], "drafted": sum(w.drafted), "finished": s.finished,
+           "cost": total, "predicted_speedup": s.new_tokens / total if total else None, "shapes": by_shape}
+    if records == "full":
+        doc["records"] = [{**record_to_dict(it), "drafted": d, "simulated": True} for it, d in zip(w.records, w.drafted)]
+    elif records == "compact":
+        doc["records"] = [[it.k, d, it.n_accepted, len(it.emitted), it.sources[0] if it.sources else None]
+                          for it, d in zip(w.records, w.drafted)]
+    return doc
+
+
+def _chunking_differs(w, pred: list[int], completion) -> list[int]:
+    """Positions where a live-fed model drafter proposed another token than the shared one-token pass did after
+    the same text: compared while the iteration's proposals so far are the recorded tokens (after one that is
+    not, the live drafter's context is its own proposal, which the pass never saw)."""
+    out, pos = [], 0
+    for it in w.records:
+        if it.proposed and (not it.sources or it.sources[0] == "draft"):
+            for i, x in enumerate(it.proposed):
+                if pos + i >= len(pred):
+                    break
+                if pred[pos + i] != x:
+                    out.append(pos + i)
+                if x != completion[pos + i]:
+                    break
+        pos += len(it.emitted)
+    return out
+
+
+def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], controllers: Sequence[str],
+                timing_of: Callable | None, feeding: str, max_ngram: int, chunk: int, records: str,
+                memories: dict, timings: dict, progress: Callable[[str], None]) -> dict:
+    """Everything `replay` reports about one greedy turn (see the module docstring)."""
+    tp = _target(pair, turn, chunk)
+    progress("target pass")
+    doc = {**turn.to_dict(), **exactness(turn, tp, GREEDY)}
+    shapes = segment(pair.tokenizer, turn.prompt_ids, turn.completion_ids, pair.eos_ids)
+    doc["shapes"] = {"runs": runs(shapes), "tokens": {s: shapes.count(s) for s in sorted(set(shapes))}}
+    probe = _Proposers(pair, turn, max_ngram, frozenset(), {})
+    models = sorted({m for d in drafters if (m := probe.model_name(d)) in MODEL_DRAFTERS})
+    preds: dict[str, list[int]] = {}
+    for name in models:  # the shared one-token pass: the agreement sequence, and a shared-pass walk's proposals
+        ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset(pair.eos_ids))
+        preds[name] = [x for x, _ in drafter_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids,
+                                                  turn.completion_ids, ctx)]
+        progress(f"{name} pass")
+    # a completion the target did not write: draft/target agreement on that text, from the shared pass
+    shared = frozenset(m for m in models if feeding == "shared" or not doc["exact"]
+                       or (feeding == "auto" and m in SHARED_EXACT))
+    proposers = _Proposers(pair, turn, max_ngram, shared, preds, tp.argmax)
+    doc["drafters"] = {}
+    for drafter in drafters:
+        timing = timing_of(drafter, turn.prompt_ids) if timing_of is not None else None
+        curve = CostCurve.from_timing(timing) if timing is not None else None
+        model = proposers.model_name(drafter)
+        entry = {"timing": timings.setdefault(drafter, TimingIndex()).index(timing),
+                 "exact": doc["exact"] and (model not in shared or model in SHARED_EXACT),
+                 "feeding": None if model is None else ("shared pass" if model in shared else "live"),
+                 "agreement": [int(x == t) for x, t in zip(preds[model], tp.argmax)] if model in preds else None,
+                 "walks": {}, "chunking_differs": {}}
+        if doc["exact"] and model in shared and model not in SHARED_EXACT:
+            entry["estimate_reason"] = (f"{model}'s proposals from one shared pass fed one token at a time; a live "
+                                        "run feeds it two at once after a fully accepted iteration, which changes "
+                                        "its proposals")
+        for arm in _arms(ks, controllers):
+            label = _label(arm)
+            if arm == "adaptive" and curve is None:
+                entry["walks"][label] = {"arm": label, "skipped": "adaptive k needs a calibration (timing_of)"}
+                continue
+            memory = memories.setdefault((turn.conversation, drafter, label), {})
+            controller = make_controller(arm, curve, memory=memory)
+            ctx = replay_context(GREEDY, pair.device, pair.eos_ids)
+            w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposers.get(drafter), controller,
+                     turn.max_new, ctx)
+            entry["walks"][label] = _walk_doc(w, curve, shapes, records, label)
+            if model in preds and model not in shared:
+                entry["chunking_differs"][label] = _chunking_differs(w, preds[model], turn.completion_ids)
+            progress(f"{drafter} {label}")
+        doc["drafters"][drafter] = entry
+    return doc
+
+
+def _check_turn(pair, turn: Turn, limits: Limits) -> None:
+    if not turn.prompt_ids or not turn.completion_ids:
+        raise PlaygroundError(f"{turn.name}: the prompt and the completion must both hold tokens")
+    limits.check_replay_tokens(len(turn.prompt_ids), len(turn.completion_ids))
+    bad = [t for t in (*turn.prompt_ids, *turn.completion_ids) if not 0 <= t < pair.vocab_size]
+    if bad:
+        raise PlaygroundError(f"{turn.name}: token id {bad[0]} is outside the vocabulary (0..{pair.vocab_size - 1})")
+    if pair.max_context is not None and len(turn.prompt_ids) + turn.max_new > pair.max_context:
+        raise PlaygroundError(f"{turn.name}: {len(turn.prompt_ids)} + {turn.max_new} tokens do not fit the target's "
+                              f"context of {pair.max_context}")
+    if turn.max_new > len(turn.completion_ids) and turn.completion_ids[-1] not in pair.eos_ids:
+        raise PlaygroundError(f"{turn.name}: max_new_tokens {turn.max_new} is past the recorded completion "
+                              f"({len(turn.completion_ids)} tokens, not ended by an end-of-sequence token)")
+
+
+def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, ks: Sequence[int] = range(1, K_MAX + 1),
+           controllers: Sequence[str] = ("adaptive", "heuristic"), timing_of: Callable | None = None,
+           progress: Progress = None, sampling: SamplingConfig = GREEDY, feeding: str = "auto", max_ngram: int = 3,
+           limits: Limits | None = None, records: str = "full", errors: Sequence = ()) -> dict:
+    """Replay `turns` with every drafter, k and controller; a JSON-ready result (see the module docstring).
+
+    drafters: default `available_drafters(pair)`. timing_of(drafter, prompt_ids) -> Timing or None: the
+    calibration that turns iterations into predicted speed-ups (and that adaptive k needs). feeding: auto, live or
+    shared (the module docstring; live is exact for every drafter and costs a drafter run per walk). records: "full"
+    (every simulated Iteration), "compact" ([k, drafted, accepted, emitted, source] rows) or "none". errors: the
+    trace file's bad lines, carried into the result. Sampling replays fixed k only (controllers are greedy-only)."""
+    limits = limits or Limits()
+    drafters = list(drafters) if drafters is not None else available_drafters(pair)
+    ks = [int(k) for k in ks]
+    if not ks or any(not 1 <= k <= K_MAX for k in ks):
+        raise PlaygroundError(f"k must be from 1 to {K_MAX}, got {ks}")
+    unknown = [d for d in drafters if d not in DRAFTERS]
+    if unknown:
+        raise PlaygroundError(f"unknown drafter {unknown[0]!r}; choose from {', '.join(DRAFTERS)}")
+    for d in drafters:
+        make_proposer(pair, d, max_ngram=max_ngram)  # refuses a drafter this pair cannot run, before any work
+    if feeding not in FEEDINGS:
+        raise PlaygroundError(f"feeding must be one of {', '.join(FEEDINGS)}, got {feeding!r}")
+    if records not in ("full", "compact", "none"):
+        raise PlaygroundError(f"records must be full, compact or none, got {records!r}")
+    controllers = list(controllers) if sampling.greedy else []
+    steps = len(turns) * (1 + len(drafters) * (len(ks) + len(controllers)) + len(MODEL_DRAFTERS))
+    done = [0]
+
+    def step(turn_name: str) -> Callable[[str], None]:
+        def say(what: str) -> None:
+            done[0] += 1
+            tick(progress, done[0] / steps, f"{turn_name}: {what}")
+        return say
+
+    memories: dict = {}
+    timings: dict[str, TimingIndex] = {}
+    out_turns, out_errors = [], [e.to_dict() if hasattr(e, "to_dict") else dict(e) for e in errors]
+    for turn in turns:
+        try:
+            _check_turn(pair, turn, limits)
+            if sampling.greedy:
+                doc = replay_turn(pair, turn, drafters, ks, controllers, timing_of, feeding, max_ngram,
+                                  limits.replay_chunk_tokens, records, memories, timings, step(turn.name))
+            else:
+                doc = replay_sampling.replay_turn(pair, turn, drafters, ks, sampling, timing_of, max_ngram,
+                                                  limits.replay_chunk_tokens, timings, step(turn.name))
+        except PlaygroundError as e:
+            out_errors.append({"turn": turn.name, "field": "(turn)", "message": str(e)})
+            continue
+        out_turns.append(doc)
+    tick(progress, 1.0, "done")
+    timing_docs = {d: [t.to_dict() for t in ts.items] for d, ts in timings.items()}
+    trust = {d: _trust(ts.items) for d, ts in timings.items()}
+    result = {"experiment": "replay", "environment": environment(pair), "sampling": sampling.describe(),
+              "feeding": feeding, "ks": ks, "controllers": controllers, "drafters": drafters,
+              "max_ngram": max_ngram, "limits": {k: v for k, v in limits.to_dict().items() if "replay" in k},
+              "records": records, "records_note": SIMULATED, "turns": out_turns, "errors": out_errors,
+              "timings": timing_docs, "trust": trust}
+    result["summary"] = replay_summary.summarize_replay(result)
+    return result
+
+
+def _trust(timings: list) -> dict:
+    """A drafter's calibrations' verdict: trusted when every one is; the first failure's headline otherwise."""
+    verdicts = [t.trust for t in timings]
+    bad = [v for v in verdicts if not v.trusted]
+    if not verdicts:
+        return {"trusted": False, "headline": "no calibration: no speed-up can be predicted"}
+    return {"trusted": not bad, "headline": (bad[0] if bad else verdicts[0]).headline()}

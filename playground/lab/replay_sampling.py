@@ -1,0 +1,150 @@
+"""A sampling replay of one turn: per-position expected acceptance along the recorded text and fixed-k walks in
+expectation (replay_walk.expected_walk). Always an estimate: a sampled run's accepted tokens are draws, not the
+recorded ones, so its later contexts differ from the text replayed here.
+
+Model drafters: at completion position t, the exact rule accepts a draft token with probability
+beta_t = sum_x min(p_t(x), q_t(x)), p and q the target's and the drafter's distributions after the recorded text
+before t, warped alike (playground.core.sampling); q from the drafter's own propose, fed one token at a time.
+Prompt lookup proposes deterministically: its j-th proposal from position i is accepted with p_{i+j}(x_j), known
+while the proposals before it are the recorded tokens (the target's distribution after another text is not
+computed); past that it counts as rejected, so lookup's figure is a lower bound. The hybrid takes lookup's where
+lookup finds a match (its min n-gram of 2), the model drafter's otherwise, as HybridProposer decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ..core.proposal import LOOKUP_MAX, RunContext
+from ..core.sampling import SamplingConfig, probabilities
+from ..drafters.adaptive import CostCurve
+from ..drafters.proposers import lookup
+from ..drafters.registry import default_drafter, make_proposer
+from ..inputs.traces import Turn
+from .replay_walk import (
+    TargetPass,
+    TimingIndex,
+    drafter_pass,
+    exactness,
+    expected_acceptance,
+    expected_walk,
+    summarize_rows,
+    target_chunks,
+)
+from .shapes import runs, segment
+
+MODEL_DRAFTERS = ("draft", "llama.cpp")
+
+
+def lookups(prompt_ids: Sequence[int], completion_ids: Sequence[int], max_ngram: int, min_ngram: int,
+            stop_ids) -> list[list[int]]:
+    """Per completion position i, what prompt lookup proposes after the recorded text before i (up to LOOKUP_MAX
+    tokens, cut after an end-of-sequence token as the proposers cut it)."""
+    committed, out = [int(t) for t in prompt_ids], []
+    for t in completion_ids:
+        found = lookup(committed, LOOKUP_MAX, max_ngram, min_ngram)
+        for j, x in enumerate(found):
+            if x in stop_ids:
+                found = found[: j + 1]
+                break
+        out.append(found)
+        committed.append(int(t))
+    return out
+
+
+def _needed(found: list[list[int]], completion: Sequence[int]) -> dict[int, list[tuple[int, int, int]]]:
+    """position t -> [(start i, proposal index j, token x)] whose p_t(x) a lookup walk needs: j = 0, and every j
+    whose earlier proposals are the recorded tokens."""
+    need: dict[int, list[tuple[int, int, int]]] = {}
+    for i, xs in enumerate(found):
+        for j, x in enumerate(xs):
+            t = i + j
+            if t >= len(completion):
+                break
+            need.setdefault(t, []).append((i, j, x))
+            if x != completion[t]:
+                break
+    return need
+
+
+def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], sampling: SamplingConfig,
+                timing_of: Callable | None, max_ngram: int, chunk: int, timings: dict,
+                progress: Callable[[str], None]) -> dict:
+    completion = [int(t) for t in turn.completion_ids]
+    length = min(turn.max_new, len(completion))
+    stops = frozenset(pair.eos_ids)
+    inner = default_drafter(pair)[0]
+    models = sorted({d if d != "hybrid" else inner for d in drafters} & set(MODEL_DRAFTERS))
+    mins = {d: make_proposer(pair, d, max_ngram=max_ngram).min_ngram for d in drafters if d in ("lookup", "hybrid")}
+    found = {m: lookups(turn.prompt_ids, completion, max_ngram, m, stops) for m in set(mins.values())}
+    need = {m: _needed(f, completion) for m, f in found.items()}
+    got = {m: [[0.0] * len(xs) for xs in f] for m, f in found.items()}
+    gens = {name: drafter_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids, completion,
+                               RunContext(sampling, sampling.generator(pair.device), stops)) for name in models}
+    beta: dict[str, list[float]] = {name: [] for name in models}
+    tp = TargetPass([], [], [], [], pair.dtype)
+    for a, logits in target_chunks(pair, turn.prompt_ids, completion, chunk):
+        summarize_rows(logits, completion[a: a + logits.shape[0]], tp)
+        p = probabilities(logits, sampling)
+        for name, gen in gens.items():
+            qs = [next(gen)[1] for _ in range(p.shape[0])]
+            beta[name] += expected_acceptance(p, _stack(qs)).tolist()
+        for m, positions in need.items():
+            for t in range(a, a + p.shape[0]):
+                for i, j, x in positions.get(t, ()):
+                    got[m][i][j] = float(p[t - a, x])
+    progress("target and drafter passes")
+    doc = {**turn.to_dict(), **exactness(turn, tp, sampling)}
+    shapes = segment(pair.tokenizer, turn.prompt_ids, completion, pair.eos_ids)
+    doc["shapes"] = {"runs": runs(shapes), "tokens": {s: shapes.count(s) for s in sorted(set(shapes))}}
+    doc["drafters"] = {}
+    for drafter in drafters:
+        timing = timing_of(drafter, turn.prompt_ids) if timing_of is not None else None
+        curve = CostCurve.from_timing(timing) if timing is not None else None
+        accept, drafted, source = _model_of(drafter, inner, beta, found, got, mins)
+        entry = {"timing": timings.setdefault(drafter, TimingIndex()).index(timing), "exact": False,
+                 "agreement": beta.get(drafter if drafter != "hybrid" else inner) if drafter != "lookup" else None,
+                 "walks": {}}
+        for k in ks:
+            ew = expected_walk(accept, drafted, source, k, length, curve)
+            token_cost = ew.pop("token_cost")
+            by_shape: dict[str, list] = {}
+            for t, shape in enumerate(shapes[:length]):
+                e = by_shape.setdefault(shape, [0, 0.0 if token_cost else None])
+                e[0] += 1
+                if token_cost:
+                    e[1] += token_cost[t]
+            entry["walks"][f"k={k}"] = {"arm": f"k={k}", "new_tokens": length, "expected": True, **ew,
+                                        "shapes": by_shape}
+            progress(f"{drafter} k={k}")
+        doc["drafters"][drafter] = entry
+    return doc
+
+
+def _stack(rows) -> torch.Tensor:
+    return torch.stack([r.float() for r in rows])
+
+
+def _model_of(drafter: str, inner: str, beta: dict, found: dict, got: dict, mins: dict):
+    """(accept(i), drafted(i, k_i), source(i)) of one drafter for expected_walk."""
+    def model(name):
+        b = beta[name]
+        return (lambda i: b[i: i + LOOKUP_MAX]), (lambda i, k: k), (lambda i: None)
+
+    if drafter in MODEL_DRAFTERS:
+        return model(drafter)
+    m = mins[drafter]
+    f, g = found[m], got[m]
+
+    def known(i):
+        """The acceptance probabilities of lookup's proposals from i, up to the first off the recorded text."""
+        return g[i][: len(g[i])]
+
+    if drafter == "lookup":
+        return known, (lambda i, k: min(k, len(f[i]))), (lambda i: None)
+    b = beta[inner]
+    return ((lambda i: known(i) if f[i] else b[i: i + LOOKUP_MAX]),
+            (lambda i, k: min(k, len(f[i])) if f[i] else k),
+            (lambda i: "lookup" if f[i] else "draft"))

@@ -1,0 +1,114 @@
+"""A replay's turns pooled per output shape: the predicted speed-up of each k and controller, the best k with a
+bootstrap interval over turns, and a recommendation per shape and overall.
+
+Pooling. A turn contributes to a shape when at least MIN_SHAPE_TOKENS of its tokens have that shape (shapes.py);
+each iteration's cost is shared equally by the tokens it emitted, so a shape's predicted speed-up is its tokens
+over the cost they carried, summed over its turns (a ratio of sums: long turns weigh more, as they do in time).
+The interval is scipy.stats.bootstrap's percentile interval of that ratio, resampling turns (paired tokens and
+costs), for the best k (chosen on the same turns, so it is a little optimistic).
+
+A recommendation is the (drafter, k) with the highest pooled speed-up. It is withheld (no recommended k, with the
+reason) when that drafter's calibration is not trusted (playground.lab.trust, via Timing.trust), when the shape
+has fewer than MIN_TURNS turns, or when there is no calibration at all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import bootstrap
+
+from .shapes import SHAPES
+
+MIN_SHAPE_TOKENS = 4
+MIN_TURNS = 3
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+
+
+def _ratio(tokens, costs) -> float:
+    return float(np.sum(tokens) / np.sum(costs))
+
+
+def interval(tokens, costs, seed: int = 0) -> list[float] | None:
+    """The bootstrap percentile interval of sum(tokens) / sum(costs), resampling turns; None with one turn."""
+    tokens, costs = np.asarray(tokens, float), np.asarray(costs, float)
+    if len(tokens) < 2:
+        return None
+    if np.allclose(tokens / costs, tokens[0] / costs[0]):
+        r = _ratio(tokens, costs)
+        return [r, r]
+    res = bootstrap((tokens, costs), _ratio, paired=True, vectorized=False, n_resamples=RESAMPLES,
+                    confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
+    return [float(res.confidence_interval.low), float(res.confidence_interval.high)]
+
+
+def _turns_of(doc: dict, shape: str | None) -> list[dict]:
+    if shape is None:
+        return list(doc["turns"])
+    return [t for t in doc["turns"] if t["shapes"]["tokens"].get(shape, 0) >= MIN_SHAPE_TOKENS]
+
+
+def _pooled(turns: list[dict], drafter: str, arm: str, shape: str | None):
+    """Per turn (tokens, cost) of one arm, on one shape (None: all tokens); costs None without a calibration."""
+    tokens, costs = [], []
+    for t in turns:
+        w = t["drafters"].get(drafter, {}).get("walks", {}).get(arm)
+        if not w or "shapes" not in w:
+            continue
+        cells = list(w["shapes"].values()) if shape is None else [w["shapes"].get(shape, [0, 0.0])]
+        tokens.append(sum(c[0] for c in cells))
+        costs.append(None if any(c[1] is None for c in cells) else sum(c[1] for c in cells))
+    return tokens, costs
+
+
+def _drafter_row(doc: dict, turns: list[dict], drafter: str, shape: str | None) -> dict:
+    arms = [f"k={k}" for k in doc["ks"]] + list(doc["controllers"])
+    speedup, per_arm = {}, {}
+    for arm in arms:
+        tokens, costs = _pooled(turns, drafter, arm, shape)
+        per_arm[arm] = (tokens, costs)
+        ok = tokens and all(c is not None for c in costs) and sum(costs) > 0
+        speedup[arm] = _ratio(tokens, costs) if ok else None
+    fixed = [(int(a[2:]), s) for a, s in speedup.items() if a.startswith("k=") and s is not None]
+    row = {"speedup": speedup, "turns": len(turns),
+           "exact_turns": sum(1 for t in turns if t["drafters"].get(drafter, {}).get("exact"))}
+    if not fixed:
+        return {**row, "best_k": None, "best_speedup": None, "interval": None}
+    best_k, best = max(fixed, key=lambda kv: (kv[1], -kv[0]))
+    tokens, costs = per_arm[f"k={best_k}"]
+    return {**row, "best_k": best_k, "best_speedup": best, "interval": interval(tokens, costs)}
+
+
+def _withheld(doc: dict, drafter: str | None, row: dict | None) -> str | None:
+    if drafter is None or row is None or row.get("best_k") is None:
+        return "no calibration: no speed-up could be predicted"
+    trust = doc.get("trust", {}).get(drafter) or {}
+    if not trust.get("trusted"):
+        return f"the {drafter} calibration is not trusted: {trust.get('headline', 'no verdict')}"
+    if row["turns"] < MIN_TURNS:
+        return f"only {row['turns']} turn(s) of this shape; a recommendation needs {MIN_TURNS}"
+    return None
+
+
+def _shape_doc(doc: dict, shape: str | None) -> dict:
+    turns = _turns_of(doc, shape)
+    rows = {d: _drafter_row(doc, turns, d, shape) for d in doc["drafters"]}
+    for d, row in rows.items():
+        why = _withheld(doc, d, row)
+        row["recommended_k"], row["withheld"] = (row["best_k"], None) if why is None else (None, why)
+    scored = [(d, r) for d, r in rows.items() if r["best_speedup"] is not None]
+    best_d, best = max(scored, key=lambda dr: dr[1]["best_speedup"]) if scored else (None, None)
+    why = _withheld(doc, best_d, best) if turns else "no turn of this shape"
+    recommendation = {"drafter": best_d, "k": best["best_k"] if best else None,
+                      "speedup": best["best_speedup"] if best else None, "interval": best["interval"] if best else None,
+                      "recommended_k": None if why else best["best_k"], "withheld": why,
+                      "estimate": bool(best) and best["exact_turns"] < best["turns"]}
+    tokens = sum(sum(t["shapes"]["tokens"].values()) if shape is None else t["shapes"]["tokens"].get(shape, 0)
+                 for t in turns)
+    return {"turns": len(turns), "tokens": tokens, "drafters": rows, "recommendation": recommendation}
+
+
+def summarize_replay(doc: dict) -> dict:
+    """Per shape (SHAPES) and overall: the pooled speed-ups, best k, interval and recommendation."""
+    return {"shapes": {s: _shape_doc(doc, s) for s in SHAPES}, "overall": _shape_doc(doc, None),
+            "min_shape_tokens": MIN_SHAPE_TOKENS, "min_turns": MIN_TURNS, "confidence": CONFIDENCE}

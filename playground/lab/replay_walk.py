@@ -1,0 +1,318 @@
+"""The mechanics of a replay: teacher-forced passes over prompt + recorded completion, and the walk that turns
+them into the iterations a live run would have had.
+
+Greedy decoding. An iteration that starts at completion position i proposes up to k tokens; the target keeps
+them while each is its arg-max after the text before it, and an accepted proposal IS the recorded token there
+(when the completion is the target's own greedy output), so the target's arg-max at every position, from one
+teacher-forced pass (`target_pass`), decides every iteration of every k. `walk` runs the engine's loop
+(playground.core.engine.speculative_generate) with that pass in place of the verification: the same k
+clipping near the length limit and at an end-of-sequence token, the same controller calls (`next_k(remaining=,
+source=)` before, `observe(iteration)` after), the same proposer calls (`next_source`, `propose`, `rollback`).
+
+With live feeding the proposer is the real one: a model drafter's logits depend on how its cache was fed, by
+much more than rounding (measured on the embedded pair: llama.cpp's batched decode against one token at a
+time, up to 1.3 logits at 330 tokens of context; the int8 draft's dynamic activation quantization, up to 9
+logits for two tokens fed together), so only the live feeding reproduces the live proposals. A `ReplayContext`
+stops it right after its first proposal the target rejects (a live drafter drafts all k and throws the rest
+away; what it keeps is the same). A shared-pass walk reads a model drafter's proposals from one shared pass instead
+(`drafter_pass`: its own propose, one token at a time, as a live drafter is fed except after a fully accepted
+iteration, when it catches up two tokens at once). Whether that changes the walks is measured, not assumed
+(playground.lab.replay's docstring): for llama.cpp it did not (the logit changes left every arg-max in place), for
+the int8 draft it did.
+A completion the target did not write is always walked from the shared pass (`PassProposer`): what is measured
+then is draft/target agreement after the recorded text, an estimate either way.
+
+Sampling. Per position, the exact rule accepts a draft token with probability sum_x min(p(x), q(x)) under the
+same warpers (`expected_acceptance`); `expected_walk` runs the iterations in expectation along the recorded
+text: an estimate (the accepted tokens of a sampled run need not be the recorded ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..core import cost
+from ..core.cached import CachedLM
+from ..core.engine import _clip, _cut  # the engine's own clipping and stop rules, so the walk cannot drift from them
+from ..core.proposal import EMPTY, Proposal, Proposer, RunContext
+from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration
+from ..core.sampling import SamplingConfig
+from ..drafters.adaptive import CostCurve
+from .quality import _spacing  # the dtype spacing the divergence experiment compares logit gaps with
+
+
+@dataclass
+class ReplayContext(RunContext):
+    """A RunContext whose `confident` stops a model drafter right after the first proposal that differs from
+    `expected` (the target's tokens there): both model drafters call it after every proposal when
+    min_confidence is set (the walk sets 0.0). `stopped`: the last propose was cut short by it."""
+
+    expected: list[int] = field(default_factory=list)
+    cursor: int = 0
+    stopped: bool = False
+
+    def expect(self, tokens: Sequence[int]) -> None:
+        self.expected, self.cursor, self.stopped = list(tokens), 0, False
+
+    def confident(self, probs: torch.Tensor, token: int) -> bool:
+        i, self.cursor = self.cursor, self.cursor + 1
+        ok = i < len(self.expected) and int(token) == self.expected[i]
+        self.stopped = self.stopped or not ok
+        return ok
+
+
+def replay_context(sampling: SamplingConfig, device, stop_ids) -> ReplayContext:
+    return ReplayContext(sampling, sampling.generator(device), frozenset(stop_ids), min_confidence=0.0)
+
+
+class PassProposer(Proposer):
+    """A model drafter's greedy proposals read from a shared pass (`drafter_pass`): at completion position t, its
+    arg-max `pred[t]` after the recorded text before t. It proposes while they agree with the target's arg-max
+    `target[t]` after the same text and stops after the first that does not: what follows a rejected proposal
+    is never kept. On a completion the target did not write this is draft/target agreement on that text (an
+    accepted proposal may differ from the recorded token; the walk goes on along the recorded text)."""
+
+    def __init__(self, name: str, prompt_len: int, target: Sequence[int], pred: Sequence[int],
+                 uses_draft_model: bool = False):
+        self.name, self.prompt_len, self.target, self.pred = name, prompt_len, list(target), list(pred)
+        self.uses_draft_model = uses_draft_model
+
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+        j = len(tokens) - self.prompt_len
+        out: list[int] = []
+        for i in range(k):
+            t = j + i
+            if t >= len(self.pred):
+                break
+            x = self.pred[t]
+            out.append(x)
+            if x in self.ctx.stop_ids:
+                break
+            if x != self.target[t]:
+                if i + 1 < k and isinstance(self.ctx, ReplayContext):
+                    self.ctx.stopped = True  # a live drafter would have gone on drafting
+                break
+        return Proposal(tuple(out)) if out else EMPTY
+
+
+# --- passes ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TargetPass:
+    """The target's teacher-forced arg-max at every completion position, the top-2 logit gap there, the top
+    logit, the recorded token's logit and the dtype's spacing at the top (a gap within a few spacings is a
+    floating-point near-tie)."""
+
+    argmax: list[int]
+    gap: list[float]
+    top: list[float]
+    recorded: list[float]
+    dtype: torch.dtype
+
+    def spacing(self, t: int) -> float:
+        return _spacing(self.top[t], self.dtype)
+
+
+def target_chunks(pair, prompt_ids: Sequence[int], completion_ids: Sequence[int], chunk: int
+                  ) -> Iterator[tuple[int, torch.Tensor]]:
+    """(first completion position, logits [n, V]) for the target after the recorded text, `chunk` positions at a
+    time; the prompt is prefilled in chunks too, so no more than chunk x V logits are held at once."""
+    lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    seq = [int(t) for t in (*prompt_ids, *completion_ids)]
+    head = len(prompt_ids) - 1
+    for a in range(0, head, chunk):
+        lm.feed(seq[a: min(a + chunk, head)], last_only=True)
+    feed = seq[head: head + len(completion_ids)]
+    for a in range(0, len(feed), chunk):
+        yield a, lm.feed(feed[a: a + chunk]).float()
+
+
+def summarize_rows(logits: torch.Tensor, recorded: Sequence[int], into: TargetPass) -> None:
+    """Append one chunk's rows to `into`: arg-max, top-2 gap, top logit and the recorded token's logit."""
+    top = torch.topk(logits, 2, dim=-1)
+    into.argmax += top.indices[:, 0].tolist()
+    into.gap += (top.values[:, 0] - top.values[:, 1]).tolist()
+    into.top += top.values[:, 0].tolist()
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    into.recorded += logits[rows, torch.as_tensor(list(recorded), device=logits.device)].tolist()
+
+
+def drafter_pass(proposer: Proposer, prompt_ids: Sequence[int], completion_ids: Sequence[int],
+                 ctx: RunContext) -> Iterator[tuple[int, torch.Tensor | None]]:
+    """(proposal, q row) at every completion position: the drafter's own propose(., 1) after the recorded text,
+    fed one token at a time (the shared pass, and the q of a sampling replay)."""
+    committed = [int(t) for t in prompt_ids]
+    proposer.begin(committed, ctx)
+    for t in completion_ids:
+        proposal = proposer.propose(committed, 1)
+        yield (proposal.tokens[0] if proposal.tokens else -1), (proposal.q[0] if proposal.q is not None else None)
+        committed.append(int(t))
+        proposer.rollback(committed)
+
+
+def expected_acceptance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Per row, the exact rule's acceptance probability of a draft token drawn from q: sum_x min(p(x), q(x))."""
+    return torch.minimum(p.float(), q.float().to(p.device)).sum(dim=-1)
+
+
+def exactness(turn, tp: TargetPass, sampling: SamplingConfig, shown: int = 5) -> dict:
+    """Whether the turn replays exactly: greedy, and the target's teacher-forced arg-max is the recorded token at
+    every position. Mismatches are listed with the logit gap between the two tokens and the dtype's spacing."""
+    bad = [t for t, (a, c) in enumerate(zip(tp.argmax, turn.completion_ids)) if a != c]
+    cases = [{"position": t, "recorded": int(turn.completion_ids[t]), "target": tp.argmax[t],
+              "logit_gap": tp.top[t] - tp.recorded[t], "dtype_spacing": tp.spacing(t),
+              "near_tie": tp.top[t] - tp.recorded[t] <= 8 * tp.spacing(t)} for t in bad[:shown]]
+    if not sampling.greedy:
+        why = "sampling: expected acceptance along the recorded text, an estimate"
+    elif bad:
+        why = (f"the completion is not the target's greedy output at {len(bad)} of {len(tp.argmax)} positions "
+               f"(first at {bad[0]}): draft/target agreement on this text, an estimate")
+    else:
+        why = None
+    return {"exact": why is None, "estimate_reason": why, "mismatches": len(bad), "first_mismatches": cases}
+
+
+class TimingIndex:
+    """The distinct calibrations a drafter's turns used, each stored once."""
+
+    def __init__(self):
+        self.items: list = []
+
+    def index(self, timing) -> int | None:
+        if timing is None:
+            return None
+        for i, t in enumerate(self.items):
+            if t is timing:
+                return i
+        self.items.append(timing)
+        return len(self.items) - 1
+
+
+# --- the walk -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Walk:
+    records: list[Iteration]
+    drafted: list[int]  # per iteration: the proposals a live drafter makes (k for a model drafter, see `walk`)
+    decisions: list[int] = field(default_factory=list)
+
+
+def walk(prompt_ids: Sequence[int], completion_ids: Sequence[int], target: Sequence[int], proposer: Proposer,
+         controller, max_new_tokens: int, ctx: ReplayContext) -> Walk:
+    """The iterations of a greedy run over the recorded completion, as speculative_generate runs them, with the
+    target's arg-max `target` (one per completion position) in place of its verification pass.
+
+    Acceptance is agreement with the target's arg-max; the tokens committed are the recorded ones (equal, when
+    the completion is the target's own greedy output). Records carry zero timings: nothing was timed. A model
+    proposer stopped by the ReplayContext holds the decided proposals only (the accepted ones and the first
+    rejected one); `drafted` says k for it, what a live drafter drafts (less only if it proposed an
+    end-of-sequence token after the rejected one, which is not known here)."""
+    completion = [int(t) for t in completion_ids]
+    committed = [int(t) for t in prompt_ids]
+    proposer.begin(committed, ctx)
+    stops = ctx.stop_ids
+    records, drafted = [], []
+    produced, index = 0, 0
+    while produced < max_new_tokens:
+        remaining = max_new_tokens - produced
+        source = proposer.next_source(committed) if remaining > 1 else None
+        k_i = max(0, min(int(controller.next_k(remaining=remaining, source=source)), remaining - 1))
+        ctx.expect(target[produced: produced + k_i])
+        proposal = _clip(proposer.propose(committed, k_i), k_i) if k_i > 0 else EMPTY
+        tokens = proposal.tokens
+        n = 0
+        while n < len(tokens) and produced + n < len(target) and tokens[n] == target[produced + n]:
+            n += 1
+        last = PLAIN if not tokens else (BONUS if n == len(tokens) else CORRECTION)
+        emitted, roles, finished = _cut(completion[produced: produced + n + 1], [ACCEPTED] * n + [last], stops,
+                                        remaining)
+        if not emitted:
+            raise RuntimeError(f"the replay ran past the recorded completion at position {produced}")
+        committed.extend(emitted)
+        produced += len(emitted)
+        if finished is None and produced >= max_new_tokens:
+            finished = "length"
+        proposer.rollback(committed)
+        drafted.append(k_i if (ctx.stopped and len(tokens) < k_i) else len(tokens))
+        iteration = Iteration(index=index, k=k_i, proposed=tokens, n_accepted=n, emitted=tuple(emitted),
+                              roles=tuple(roles), draft_s=0.0, verify_s=0.0, rollback_s=0.0, elapsed_s=0.0,
+                              sources=proposal.sources, finished=finished)
+        controller.observe(iteration)
+        records.append(iteration)
+        index += 1
+        if finished:
+            break
+    return Walk(records, drafted, list(getattr(controller, "decisions", [])))
+
+
+def iteration_cost(curve: CostCurve, k: int, drafted: int, source: str | None) -> float:
+    """An iteration's cost in plain target steps: 1 for a plain step (k = 0), else the source's c per proposal
+    drafted, its cost per call and a target pass over drafted + 1 tokens (playground.core.cost)."""
+    if k == 0:
+        return 1.0
+    c, overhead = curve.for_source(source)
+    return cost.iteration_cost(drafted, c, curve.v, overhead)
+
+
+def walk_costs(w: Walk, curve: CostCurve | None) -> tuple[list[float], list[float]] | None:
+    """(cost per iteration, cost per emitted token: each token its iteration's cost shared equally)."""
+    if curve is None:
+        return None
+    per_it, per_token = [], []
+    for it, drafted in zip(w.records, w.drafted):
+        c = iteration_cost(curve, it.k, drafted, it.sources[0] if it.sources else None)
+        per_it.append(c)
+        per_token += [c / len(it.emitted)] * len(it.emitted)
+    return per_it, per_token
+
+
+# --- sampling: the walk in expectation -------------------------------------------------------------------------
+
+
+def expected_walk(accept: Callable[[int], Sequence[float]], drafted: Callable[[int, int], int],
+                  source: Callable[[int], str | None], k: int, length: int, curve: CostCurve | None) -> dict:
+    """A fixed-k run over `length` recorded tokens in expectation. accept(i): acceptance probabilities of the
+    successive proposals of an iteration starting at position i, as far as they are known (a proposal past them
+    counts as rejected); drafted(i, k_i): the proposals a live drafter makes there; source(i): whose they are.
+    k is clipped to the tokens left as the engine clips it. Returns the expected iterations, accepted-length
+    histogram, per-position acceptance, cost (target steps) and per-token cost shares."""
+    visit = np.zeros(length + 1)
+    visit[0] = 1.0
+    token_cost = np.zeros(length)
+    hist = np.zeros(k + 1)
+    reached, kept = np.zeros(k), np.zeros(k)
+    iterations = total = 0.0
+    for i in range(length):
+        w = visit[i]
+        if w <= 0.0:
+            continue
+        k_i = max(0, min(k, length - i - 1))
+        m = drafted(i, k_i) if k_i else 0
+        a = list(accept(i))[: min(k_i, m)] if m else []
+        c = iteration_cost(curve, k_i, m, source(i)) if curve is not None else 0.0
+        survive = np.cumprod([1.0, *a])  # survive[j] = P(the first j proposals accepted)
+        for j in range(len(a) + 1):
+            pj = survive[j] - (survive[j + 1] if j < len(a) else 0.0)
+            if pj <= 0.0:
+                continue
+            nxt = min(i + j + 1, length)
+            visit[nxt] += w * pj
+            token_cost[i: nxt] += w * pj * c / (nxt - i)
+            if m:
+                hist[j] += w * pj
+                for t in range(min(j + 1, len(a))):  # positions evaluated: the accepted ones and the first rejected
+                    reached[t] += w * pj
+                    kept[t] += w * pj if t < j else 0.0
+        iterations += w
+        total += w * c
+    return {"iterations": iterations, "histogram": {str(j): float(x) for j, x in enumerate(hist) if x > 1e-12},
+            "per_position": [float(kp / r) if r > 0 else None for kp, r in zip(kept, reached)],
+            "cost": float(total) if curve is not None else None,
+            "predicted_speedup": float(length / total) if curve is not None and total > 0 else None,
+            "token_cost": token_cost.tolist() if curve is not None else None}
