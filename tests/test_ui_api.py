@@ -25,7 +25,7 @@ def client(launch_app):
 
 def test_the_api_lists_every_event(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
-    assert {"/run", "/compare", "/calibrate", "/sweep", "/load_preset"} <= names
+    assert {"/run", "/compare", "/calibrate", "/sweep", "/load_preset", "/whatif", "/time_batches"} <= names
 
 
 def test_run_streams_and_returns_the_records_and_summary(client):
@@ -93,3 +93,20 @@ def test_sweep_through_the_api_uses_the_lab_and_recommends_a_k(client):
     assert f"The best measured k was {result['best_k']}" in summary or "no k beat plain decoding" in summary.lower()
     assert "Adaptive k (chosen per iteration:" in summary
     assert [str(r[0]) for r in table["data"]] == ["1", "2", "adaptive"]
+
+
+def test_whatif_through_the_api_is_the_cost_models_and_refuses_bad_numbers(client):
+    from gradio_client.exceptions import AppError
+
+    from playground.lab.whatif import whatif
+
+    doc = client.predict(c=0.38, alpha=0.85, api_name="/whatif")  # no model runs
+    assert round(doc["rows"][3]["speedup"], 2) == 1.47  # the seed's figure, through the what-if path
+    assert [r["speedup"] for r in doc["rows"]] == [r["speedup"] for r in whatif(0.38, alpha=0.85)["rows"]]
+    per_position = client.predict(c=0.3, positions="0.95, 0.9, 0.8", v="1:1.0,4:1.6", overhead=0.05,
+                                  api_name="/whatif")
+    assert per_position["alpha"] is None and per_position["positions"] == [0.95, 0.9, 0.8]
+    with pytest.raises(AppError, match=r"acceptance is a probability in \[0, 1\]"):
+        client.predict(c=0.38, alpha=1.5, api_name="/whatif")
+    with pytest.raises(AppError, match="n:cost"):
+        client.predict(c=0.38, alpha=0.8, v="1-1.0", api_name="/whatif")

@@ -3,8 +3,10 @@ would drive it: the first visit runs with one click and shows every token role; 
 token spans, live counters and charts; Calibrate and Compare fill the prediction panel with its trust verdict;
 Stop stops; bad input gets a clear message that goes away once fixed; a queued second tab shows its place in
 line; a sweep whose verdict failed shows the reason and no recommended k, and the sweep chart's labels do not
-overlap; at 390 px and 1440 px the Run button and the first result are in the first screen; a tab closed mid-run
-stops its run (the last ones on a tiny slowed pair).
+overlap; the What-if tab follows every change of its inputs with no model run, marks the last run and words a
+bad value as the library does; after 'Time batches 1, 4, 8' the sweep chart draws a labelled line per batch size,
+labels apart; at 390 px and 1440 px the Run button and the first result are in the first screen; a tab closed
+mid-run stops its run (the last ones on a tiny slowed pair).
 
 Screenshots: each test saves its state at the end (path printed). PLAYGROUND_SCREENSHOTS=DIR keeps the
 documentation's screenshots there (first-visit.png, playground.png, tool-call-run.png, sweep.png);
@@ -381,6 +383,88 @@ def test_a_failed_verdict_shows_its_reason_and_no_recommended_k(tiny_app_url, pa
     header = page.locator("#sweep-table thead").inner_text()
     assert "break-even" in header  # the last header is there, whole
     wait_status(page, "Sweep done: no recommended k")  # and above the tabs
+
+
+def whatif_curve(page) -> list:
+    """The predicted speed-up per k that the What-if chart draws, read from the rendered figure."""
+    return page.evaluate("document.querySelector('#whatif-plot .js-plotly-plot').data[0].y")
+
+
+def set_value(page, selector: str, value: str) -> None:
+    page.locator(selector).fill(value)
+    page.locator(selector).press("Tab")
+
+
+def wait_text(page, selector: str, text: str) -> None:
+    page.wait_for_function(f"document.querySelector({json.dumps(selector)}).innerText.includes({json.dumps(text)})")
+
+
+def test_the_whatif_tab_follows_every_change_without_a_model_run(tiny_app_url, page, tmp_path):
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(tiny_app_url)
+    page.locator("#prompt textarea").fill(TINY_PROMPT)
+    set_value(page, "#max-new input", "8")
+    page.locator("#run-btn").click()
+    wait_status(page, "Done")  # a run to mark
+    page.get_by_role("tab", name="What if").click()
+    page.wait_for_selector("#whatif-plot .js-plotly-plot")
+    wait_text(page, "#whatif-from", "from the last run")  # filled in from this tab's run
+    assert page.locator("#whatif-grid tr.run").count() == 1 and "your run" in page.locator("#whatif-grid").inner_text()
+    # the seed chapter's cheap draft: c = 0.38, flat v(n), alpha = 0.85 -> 1.47x at k = 4
+    set_value(page, "#whatif-c input", "0.38")
+    set_value(page, "#whatif-overhead input", "0")
+    set_value(page, "#whatif-v textarea", "flat")
+    set_value(page, "#whatif-alpha input[type=number]", "0.85")
+    wait_text(page, "#whatif-status", "iid \u03b1 = 0.85; c = 0.380, cost per call 0.000, v(n) flat")
+    assert round(whatif_curve(page)[3], 2) == 1.47 and len(whatif_curve(page)) == 16
+    before = whatif_curve(page)
+    set_value(page, "#whatif-alpha input[type=number]", "0.6")  # the chart follows at once
+    page.wait_for_function("document.querySelector('#whatif-plot .js-plotly-plot').data[0].y[3] < "
+                           f"{before[3] - 0.1}")
+    assert "iid \u03b1 = 0.60" in status(page, "#whatif-status")
+    assert "0.60" in page.locator("#whatif-grid").inner_text()
+    assert_labels_apart(page, "#whatif-plot")
+    # bad values: the library's words on the tab's line, never a traceback; the chart keeps the last good inputs
+    shown = whatif_curve(page)
+    set_value(page, "#whatif-v textarea", "1-1.0")
+    wait_text(page, "#whatif-status", "n:cost in plain steps), got '1-1.0'")
+    assert whatif_curve(page) == shown and "still show the last inputs that worked" in status(page, "#whatif-status")
+    set_value(page, "#whatif-v textarea", "1:1.0,2:1.05,4:1.6")
+    page.wait_for_function("!document.querySelector('#whatif-status').innerText.startsWith('\u26a0')")
+    set_value(page, "#whatif-alpha input[type=number]", "1.5")
+    wait_text(page, "#whatif-status", "acceptance is a probability in [0, 1], got [1.5]")
+    page.locator("#whatif-mode label", has_text="per position").click()
+    page.wait_for_function("!document.querySelector('#whatif-positions textarea').disabled")
+    set_value(page, "#whatif-positions textarea", "0.9, 0.8, 0.7")
+    wait_text(page, "#whatif-status", "per-position acceptance 0.90, 0.80, 0.70")
+    page.locator("#whatif-use-calibration").click()  # says where the numbers came from, or that there is none
+    page.wait_for_function("/(Filled in|No calibration)/.test(document.querySelector('#whatif-from').innerText)")
+    assert "Traceback" not in page.locator("#results").inner_text()
+    assert_labels_apart(page, "#whatif-plot")
+    page.screenshot(path=str(tmp_path / "whatif.png"), full_page=True)
+    print(f"screenshot: {tmp_path / 'whatif.png'}")
+    assert not errors, errors
+
+
+def test_the_sweep_chart_draws_a_labelled_line_per_batch_size(tiny_app_url, page):
+    page.goto(tiny_app_url)
+    page.locator("#prompt textarea").fill(TINY_PROMPT)
+    page.get_by_role("tab", name="k per output shape").click()
+    assert "The loop itself runs batch 1" in page.locator("#batch-note").inner_text()
+    page.locator("#batch-btn").click()
+    wait_status(page, "Timing batches")  # at once, above the tabs
+    wait_status(page, "Timed batches 1, 4, 8", "#batch-status")
+    wait_status(page, "Timed batches 1, 4, 8")  # and above the tabs once it ended
+    note = page.locator("#batch-note").inner_text()
+    assert "Sweep k to see" in note and "The loop itself runs batch 1" in note and "vLLM" in note
+    page.locator("#sweep-btn").click()
+    wait_status(page, "Sweep done", "#sweep-status")
+    page.wait_for_selector("#sweep-plot .js-plotly-plot")
+    labels = page.eval_on_selector_all("#sweep-plot .annotation-text", "els => els.map(e => e.textContent)")
+    assert {"batch 1", "batch 4", "batch 8", "break-even", "adaptive 1.02\u00d7"} <= set(labels), labels
+    assert_labels_apart(page, "#sweep-plot")
+    wait_text(page, "#batch-note", "draws the predicted speed-up at each batch size")
 
 
 def test_statuses_say_what_is_true_now(tiny_app_url, page):

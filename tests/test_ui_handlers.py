@@ -528,8 +528,8 @@ def test_build_ui_loads_no_model_and_names_every_event(word_pair):
 
     demo = build_ui(provider)
     by_name = {fn.api_name: fn for fn in demo.fns.values() if fn.api_visibility == "public"}
-    assert {"run", "compare", "calibrate", "sweep", "load_preset"} <= set(by_name)
-    device_events = [by_name[n] for n in ("run", "compare", "calibrate", "sweep")]
+    assert {"run", "compare", "calibrate", "sweep", "load_preset", "time_batches", "whatif"} <= set(by_name)
+    device_events = [by_name[n] for n in ("run", "compare", "calibrate", "sweep", "time_batches")]
     assert {fn.concurrency_id for fn in device_events} == {"device:auto"}
     assert all(fn.concurrency_limit == 1 for fn in device_events)
     assert demo._queue.max_size == 16
@@ -543,6 +543,9 @@ def test_build_ui_loads_no_model_and_names_every_event(word_pair):
     assert [p["parameter_name"] for p in api["/sweep"]["parameters"]] == [
         "prompt", "preset", "chat", "drafter", "decoding", "temperature", "top_k", "top_p", "seed", "k_max", "rounds",
         "max_new_tokens"]
+    assert [p["parameter_name"] for p in api["/time_batches"]["parameters"]] == ["prompt", "preset", "chat"]
+    assert [p["parameter_name"] for p in api["/whatif"]["parameters"]] == ["c", "alpha", "positions", "v", "overhead"]
+    assert by_name["whatif"].concurrency_id != "device:auto"  # arithmetic: never waits behind a model event
 
 
 def test_sweep_rows_say_when_a_k_never_pays():

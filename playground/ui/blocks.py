@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from ..limits import Limits
-from . import charts, handlers, verdicts
+from . import charts, handlers, verdicts, whatif_panel
 from .panels import READY, counters_html, pair_info
 from .render import EMPTY_TOKENS, legend_html
 from .scripts import TOKEN_DETAILS
@@ -124,6 +124,7 @@ def _sweep_tab(ui, limits: Limits):
     ui.sweep_plot = gr.Plot(charts.sweep_figure(None), show_label=False, elem_id="sweep-plot")
     ui.sweep_text = gr.Markdown("", elem_id="sweep-summary")
     ui.sweep_table = gr.Dataframe(headers=verdicts.SWEEP_COLUMNS, interactive=False, elem_id="sweep-table", wrap=True)
+    whatif_panel.batch_section(ui)
     with gr.Accordion("Sweep result (JSON)", open=False):
         ui.sweep_json = gr.JSON(elem_id="sweep-json")
 
@@ -164,8 +165,12 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                         _run_tab(ui)
                     with gr.Tab("k per output shape", id="sweep-tab"):
                         _sweep_tab(ui, limits)
+                    with gr.Tab("What if", id="whatif-tab", elem_id="whatif-tab") as ui.whatif_tab:
+                        whatif_panel.whatif_tab(ui)
             _settings(ui, provider, limits, drafter_choices, default_drafter)
         wire(ui, provider, limits, sweep_fn=sweep_fn, calibrate_repeats=calibrate_repeats)
+        whatif_panel.wire_whatif(ui, provider)
+        whatif_panel.wire_batch(ui, provider, limits)
 
     demo.queue(max_size=limits.queue_size, default_concurrency_limit=1)
     return demo

@@ -31,6 +31,7 @@ COLOURS = {
 HEIGHT = 260
 EMPTY_HEIGHT = 110
 LABEL_PX = 15  # the height of a margin label: two labels closer than this are pushed apart
+BATCH_COLOURS = {1: "#0284c7", 4: "#d97706", 8: "#be123c"}  # the sweep's predicted lines at batch B
 MAX_BARS = 200  # iterations drawn in the time-split chart (the latest ones); beyond that bars are unreadable
 
 
@@ -170,9 +171,10 @@ def _spread_labels(labels: list[tuple[float, str, str]], lo: float, hi: float, p
     return notes
 
 
-def sweep_figure(result: dict | None) -> go.Figure:
+def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None = None) -> go.Figure:
     """Measured (median, min-max bars) and predicted speed-up against k, the break-even line, adaptive k's
-    measured speed-up, and the recommended k (none when the trust verdict failed, or no k beat plain)."""
+    measured speed-up, and the recommended k (none when the trust verdict failed, or no k beat plain).
+    `batch`: {B: {k: predicted speed-up}} (ui/batching.py), drawn as one labelled line per batch size."""
     title = "Speed-up over plain decoding against k"
     if not result or not result.get("table"):
         return empty_figure(title, "run a sweep to fill this chart", height=150)
@@ -208,8 +210,19 @@ def sweep_figure(result: dict | None) -> go.Figure:
                      "line": {"color": "#9333ea", "width": 1.5, "dash": "dashdot"},
                      "hovertemplate": f"{r['k']} k: measured %{{y:.2f}}\u00d7<extra></extra>"})
         labels.append((y, f"{r['k']} {y:.2f}\u00d7", "#9333ea"))
+    for b, by_k in sorted((batch or {}).items()):
+        pts = sorted((k, y) for k, y in by_k.items() if k in ks)
+        if not pts:
+            continue
+        colour = BATCH_COLOURS.get(b, "#64748b")
+        data.append({"type": "scatter", "x": [p[0] for p in pts], "y": [p[1] for p in pts], "mode": "lines+markers",
+                     "name": f"predicted at batch {b}", "showlegend": False, "marker": {"size": 4, "color": colour},
+                     "line": {"color": colour, "dash": "dot", "width": 1.4},
+                     "hovertemplate": f"k=%{{x}}<br>predicted at batch {b}: %{{y:.2f}}\u00d7<extra></extra>"})
+        labels.append((pts[-1][1], f"batch {b}", colour))
     values = [1.0] + [r["median_ratio"] for r in schedules] + [r["max_ratio"] for r in rows] + \
-        [r["min_ratio"] for r in rows] + [r.get(k) for r in rows for k in ("predicted_iid", "predicted_empirical")]
+        [r["min_ratio"] for r in rows] + [r.get(k) for r in rows for k in ("predicted_iid", "predicted_empirical")] + \
+        [y for by_k in (batch or {}).values() for y in by_k.values()]
     values = [v for v in values if v is not None]
     lo, hi = min(0.0, min(values)), max(values) * 1.12
     height = 360
@@ -227,4 +240,51 @@ def sweep_figure(result: dict | None) -> go.Figure:
                    yaxis={"range": [lo, hi]}, shapes=shapes, annotations=notes,
                    margin={"l": 48, "r": 104, "t": 58, "b": 40},
                    legend={"orientation": "h", "yanchor": "top", "y": -0.22, "xanchor": "left", "x": 0.0,
+                           "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)"})
+
+
+def whatif_figure(doc: dict, mark: dict | None = None) -> go.Figure:
+    """The what-if's predicted speed-up against k (lab.whatif's rows), the break-even line, the best k, and
+    where the tab's last run sits (`mark`: {"k", "alpha", "predicted", "measured"}, at the run's own alpha)."""
+    rows = doc["rows"]
+    ks, ys = [r["k"] for r in rows], [r["speedup"] for r in rows]
+    iid = doc["alpha"] is not None
+    name = f"predicted, iid \u03b1 = {doc['alpha']:.2f}" if iid else "predicted, per-position acceptance"
+    never = ["never pays" if r["break_even_alpha"] is None else f"{r['break_even_alpha']:.2f}" for r in rows]
+    colour = COLOURS["iid"] if iid else COLOURS["empirical"]
+    data = [{"type": "scatter", "x": ks, "y": ys, "mode": "lines+markers", "name": name, "customdata": never,
+             "line": {"color": colour, "width": 2.2}, "marker": {"size": 6, "color": colour},
+             "hovertemplate": "k=%{x}<br>predicted %{y:.2f}\u00d7<br>break-even \u03b1 %{customdata}<extra></extra>"}]
+    values = [1.0, *ys]
+    if mark is not None:
+        data.append({"type": "scatter", "x": [mark["k"]], "y": [mark["predicted"]], "mode": "markers",
+                     "name": f"your last run (\u03b1 = {mark['alpha']:.2f}, k = {mark['k']}), predicted",
+                     "marker": {"size": 13, "symbol": "star", "color": "#f59e0b", "line": {"color": "#78350f",
+                                                                                           "width": 1}},
+                     "hovertemplate": "your last run, k=%{x}<br>predicted %{y:.2f}\u00d7 with these costs"
+                                      "<extra></extra>"})
+        values.append(mark["predicted"])
+        if mark.get("measured"):
+            data.append({"type": "scatter", "x": [mark["k"]], "y": [mark["measured"]], "mode": "markers",
+                         "name": "your last run, measured (Compare)",
+                         "marker": {"size": 10, "symbol": "diamond", "color": COLOURS["measured"]},
+                         "hovertemplate": "your last run, k=%{x}<br>measured %{y:.2f}\u00d7<extra></extra>"})
+            values.append(mark["measured"])
+    lo, hi = min(0.0, min(values)), max(values) * 1.15
+    height = 330
+    shapes = [_hline(1.0, "#6b7280", width=1.2)]
+    notes = _spread_labels([(1.0, "break-even", "#4b5563")], lo, hi, height - 140)
+    title = "What if: predicted speed-up against k"
+    if doc["best_k"]:
+        best = doc["best_k"]
+        shapes.append({"type": "line", "xref": "x", "x0": best, "x1": best, "yref": "paper", "y0": 0, "y1": 1,
+                       "line": {"color": colour, "width": 1.3, "dash": "dash"}, "opacity": 0.6})
+        notes.append(_note(f"best k = {best} ({doc['best_speedup']:.2f}\u00d7)", best, 1.0, xref="x", yref="paper",
+                           xanchor="center", yanchor="bottom", yshift=2, font={"size": 10.5, "color": colour}))
+    else:
+        title += " \u2014 no k pays"
+    return _figure(data, title, "k (proposals per iteration)", "predicted speed-up (\u00d7)", height=height,
+                   xaxis={"dtick": 1, "range": [min(ks) - 0.6, max(ks) + 0.6]}, yaxis={"range": [lo, hi]},
+                   shapes=shapes, annotations=notes, margin={"l": 48, "r": 92, "t": 58, "b": 40},
+                   legend={"orientation": "h", "yanchor": "top", "y": -0.24, "xanchor": "left", "x": 0.0,
                            "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)"})

@@ -130,6 +130,8 @@ def stopped_view(session: Session | None) -> StoppedView:
         return StoppedView("Calibration stopped: nothing was kept." + again)
     if what == "sweep":
         return StoppedView("Sweep stopped: no result." + again, sweep_status="Sweep stopped: no result.")
+    if what == "batch":
+        return StoppedView("Batch timing stopped: nothing was kept." + again)
     return StoppedView("Stopped." + again)
 
 
@@ -342,5 +344,6 @@ def select_pair(provider: PairProvider, session: Session | None, value) -> PairV
     session.pair = None if serving.same_pair(choice, provider.choice) else choice
     session.timings.clear()  # calibrations, runs and sweeps belong to the pair that made them
     session.run = session.sweep = session.calibration = session.sweep_status = None
+    session.batch = session.batch_status = session.whatif_from = None
     chosen = provider.for_session(session)
     return PairView(session, chosen.drafter_choices(), panels.pair_info(chosen))

@@ -22,6 +22,7 @@ from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, Timing, calib
 from ..lab.speed import sweep
 from ..limits import Limits
 from . import charts, serving, verdicts
+from .batching import batch_curves
 from .downloads import jsonable
 from .progress import Tracker, clock_text, load_pair, mapped, phase, progress_lines, ticker
 from .serving import Background, PairProvider, stoppable
@@ -170,4 +171,5 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     else:
         status = f"Sweep done: no recommended k \u2014 {why_not} \u00b7 {clock}"
     session.sweep_status = status + " (see the k per output shape tab)"
-    yield SweepView(session, status, charts.sweep_figure(result), verdicts.sweep_rows(result), text, jsonable(result))
+    figure = charts.sweep_figure(result, batch_curves(result, session.batch))  # + the lines of a batch timing
+    yield SweepView(session, status, figure, verdicts.sweep_rows(result), text, jsonable(result))

@@ -102,6 +102,32 @@ CSS = """
 .glossary dd { margin: 0; color: var(--body-text-color-subdued); }
 #sweep-table th, #sweep-table th *, #sweep-table td, #sweep-table td * { word-break: keep-all !important;
                                                                         overflow-wrap: normal !important; }
+#whatif-intro p, #whatif-from p, #batch-note p { font-size: 0.85rem; color: var(--body-text-color-subdued); margin: 2px 0; }
+#whatif-from-row { align-items: center; gap: 8px; }
+#whatif-status { font-size: 0.88rem; min-height: 1.4em; }
+.whatif-scroll { overflow-x: auto; max-width: 100%; }
+.whatif-table { border-collapse: collapse; font-size: 0.8rem; font-variant-numeric: tabular-nums; width: auto;
+                margin: 4px 0 10px 0; }
+.whatif-table th, .whatif-table td { padding: 3px 5px; text-align: right; white-space: nowrap;
+                                     border: 1px solid var(--border-color-primary); }
+.whatif-table th { background: var(--background-fill-secondary); font-weight: 600; }
+.whatif-table th.name { text-align: left; cursor: help; }
+.whatif-table td.lose { background: #fee2e2; color: #7f1d1d; }
+.whatif-table td.g1 { background: #f0fdf4; }
+.whatif-table td.g2 { background: #dcfce7; }
+.whatif-table td.g3 { background: #bbf7d0; }
+.whatif-table td.g4 { background: #86efac; }
+.whatif-table td.never { color: #991b1b; }
+.whatif-table th.best, .whatif-table td.best { box-shadow: inset 0 2px 0 #6366f1; font-weight: 650; }
+.whatif-table .you { outline: 2px solid #f59e0b; outline-offset: -2px; }
+.whatif-grid td.top { font-weight: 700; }
+.whatif-grid tr.mine th, .whatif-grid tr.run th { color: #1e3a8a; }
+.whatif-grid .tag { font-size: 0.7rem; font-weight: 500; color: #92400e; margin-left: 4px; }
+#batch-row { align-items: center; gap: 10px; flex-wrap: nowrap; }
+#batch-btn { white-space: nowrap; }
+#batch-status p { font-size: 0.85rem; margin: 0; }
+#batch-note table { font-size: 0.78rem; width: auto; border-collapse: collapse; display: block; overflow-x: auto; }
+#batch-note th, #batch-note td { white-space: nowrap; padding: 3px 8px !important; text-align: right; }
 #preset-row { align-items: flex-end; flex-wrap: nowrap; }
 #show-btn { margin-bottom: 2px; }
 @media (max-width: 900px) { .counters { grid-template-columns: repeat(3, minmax(0, 1fr)); } }

@@ -26,6 +26,12 @@ GLOSSARY = {
     "c": "what the drafter costs per proposed token, in target steps (one target step = what plain decoding pays "
          "per token); a drafter must be far below 1 to pay",
     "v(n)": "what one target pass over n tokens costs, in target steps; checking k proposals is a pass over k + 1",
+    "cost per call": "what the drafter costs per iteration beyond its per-token cost c (catching up, set-up), in "
+                     "target steps; a calibration measures it",
+    "tokens per pass": "new tokens per target pass (verification): the accepted proposals plus the target's "
+                       "correction or bonus token; plain decoding makes 1",
+    "batch B": "how many sequences one target pass serves together; the loop itself runs batch 1, batched serving "
+               "is measured on vLLM",
     "break-even \u03b1": "the acceptance rate at which drafting k tokens is exactly as fast as plain decoding; "
                         "'never pays': no rate is high enough at that k",
     "speed-up": "tokens per second of speculative decoding over plain decoding's, decoding only (prefill excluded)",

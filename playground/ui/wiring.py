@@ -6,7 +6,8 @@ Serving: one queue; every event that touches the model runs under one concurrenc
 (`concurrency_limit=1`, shared `concurrency_id`), the queue is bounded (PLAYGROUND_QUEUE_SIZE waiting events;
 one more gets Gradio's "queue full"), Stop cancels the running event (`cancels=`: Gradio closes its generator,
 whose engine thread stops at its next record), and every event has a stable `api_name` for gradio_client: /run,
-/compare, /calibrate, /sweep, /load_preset, /select_pair (an API client stops a job with `job.cancel()`).
+/compare, /calibrate, /sweep, /load_preset, /select_pair, and whatif_panel's /time_batches and /whatif (an API
+client stops a job with `job.cancel()`).
 
 What the status line says is always the present: a click says at once that the event is starting (scripts.py;
 a queued one shows its place in line), the event's own lines follow, and `after` (chained after every model
@@ -34,7 +35,8 @@ log = logging.getLogger(__name__)
 PROGRESS = gr.Progress()  # a marker: Gradio hands each call a tracker of its own
 STARTING = "Starting: waiting for the device if another event is using it \u2026"
 SWEEP_STARTING = "Sweep k: starting; its progress shows on the 'k per output shape' tab \u2026"
-STOP_JS = ("(s) => /^(Starting|Running|Loading|Calibrating|Plain decoding|Sweep k|Sweeping)/.test(s || '') "
+STOP_JS = ("(s) => /^(Starting|Running|Loading|Calibrating|Plain decoding|Sweep k|Sweeping|Timing batches)/"
+           ".test(s || '') "
            "? 'Stopping \u2026' : s")
 
 
@@ -256,6 +258,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
     sweep_ev = ui.sweep_btn.click(sweep_event, sweep_inputs, [ui.sweep_status, ui.sweep_plot, ui.sweep_table,
                                                               ui.sweep_text, ui.sweep_json, session],
                                   api_name="sweep", **on_status, **device_events)
+    ui.sweep_event = sweep_ev  # whatif_panel chains the batch note after it
     example = [ui.prompt, ui.chat, ui.drafter, ui.k, ui.k_mode, ui.decoding, ui.max_new, ui.preset, ui.preset_info]
     names = provider.drafter_names()
 

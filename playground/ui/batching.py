@@ -1,0 +1,125 @@
+"""Verification at batch > 1 on the page (no gradio here): the 'Time batches 1, 4, 8' event and the sweep chart's
+predicted lines per batch size.
+
+- `stream_batch`: lab.batch.batch_timing (the target's pass over B sequences x n = 1..9 new tokens, after the
+  tab's prompt) in a worker thread under the device's lock, with status lines like Calibrate's; the result is
+  kept in the tab's Session (`session.batch`) for the sweep chart.
+- `batch_curves`: the predicted speed-up per k at each batch, through lab.batch.batch_predictions (the what-if
+  path: core.cost), with the sweep's own calibration for the drafter's cost and the alpha it measured at each k.
+- `batch_note`: the lab's table of v_B(n) and what the curves are, said plainly: the loop itself runs batch 1,
+  batched serving is measured on vLLM.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..envinfo import describe_setup
+from ..lab.batch import NEARLY_FREE, batch_predictions, batch_table, batch_timing
+from ..lab.calibration import Timing
+from ..limits import Limits
+from . import charts, serving
+from .progress import Tracker, clock_text, load_pair, mapped, progress_lines, ticker
+from .serving import Background, PairProvider, stoppable
+from .session import RunRequest, Session, encode_request
+
+BATCHES = (1, 4, 8)
+N_MAX = 9  # passes over 1..9 new tokens per sequence: k up to 8 (the sweep's default largest k)
+SHORT = (4, 2)  # (timed, warm-up) cycles per batch and pass length, as the short calibration
+LOOP_NOTE = ("The loop itself runs batch 1 (one request at a time): the batch lines are the cost model's predictions "
+             "from the target's passes timed at each batch size, not measured speed-ups. Batched serving with "
+             "speculation is measured on vLLM (the serving-engine backend), where continuous batching mixes "
+             "requests.")
+INTRO = ("**Time batches 1, 4, 8** times the target's pass over B copies of this prompt \u00d7 n = 1..9 new tokens "
+         "each (no drafter): v(n) at each batch size, and the k up to which verification stays nearly free. The "
+         "sweep chart then adds the predicted speed-up at batch 1, 4 and 8. " + LOOP_NOTE)
+
+
+@dataclass
+class BatchView:
+    session: Session
+    status: str
+    figure: Any = None  # the sweep chart with the batch lines (when the tab has a sweep)
+    note: str | None = None
+
+
+def batch_curves(sweep: dict | None, batch: dict | None) -> dict[int, dict[int, float]] | None:
+    """{B: {k: predicted speed-up}} for the sweep's fixed ks within the batch timing's pass lengths, or None.
+
+    Each k takes the sweep's median alpha at that k and the drafter's cost from the sweep's calibration (a
+    hybrid's, mixed over the sources its runs at that k proposed from), which was timed at batch 1."""
+    if not sweep or not batch or not isinstance(sweep.get("timing"), dict):
+        return None
+    timing = Timing.from_dict(sweep["timing"])
+    if timing is None:
+        return None
+    curves: dict[int, dict[int, float]] = {}
+    for row in sweep.get("table") or []:
+        k, alpha = row["k"], row.get("alpha")
+        if not isinstance(k, int) or alpha is None or k > batch["n_max"] - 1:
+            continue
+        sources: Counter = Counter()
+        for x in sweep.get("runs") or []:
+            if x.get("k") == k:
+                sources.update(x.get("source_iterations") or {})
+        c, overhead = timing.mixed(dict(sources))
+        for b, by_k in batch_predictions(batch, c, alpha, overhead, ks=[k]).items():
+            curves.setdefault(int(b), {})[k] = by_k[k]
+    return curves or None
+
+
+def batch_note(session: Session | None) -> str:
+    """What the batch timing found (the lab's table), or what the button does before it ran."""
+    doc = session.batch if session is not None else None
+    if doc is None:
+        return INTRO
+    drawn = batch_curves(session.sweep, doc) is not None
+    where = ("The chart above draws the predicted speed-up at each batch size (dotted, labelled on the right) at the "
+             "sweep's \u03b1 per k." if drawn else "Sweep k to see the predicted speed-up at each batch size on "
+             "the chart.")
+    table = batch_table(doc, doc.get("setup", "this machine")).replace("\nThe loop runs batch 1; batched serving "
+                                                                        "with speculation is measured on vLLM.", "")
+    return f"{where} {LOOP_NOTE}\n\n{table}"
+
+
+def free_text(doc: dict) -> str:
+    return ", ".join(f"k \u2264 {r['free_up_to_k']} at batch {r['batch']}" for r in doc["rows"])
+
+
+@stoppable("batch")
+def stream_batch(provider: PairProvider, session: Session | None, request: RunRequest, repeats: int | None = None,
+                 warmup: int | None = None, limits: Limits | None = None) -> Iterator[BatchView]:
+    """Time the target's pass at batch 1, 4 and 8 on this prompt's context; keep it in the session."""
+    started = time.monotonic()
+    limits = limits or Limits.from_env()
+    reps = repeats if repeats is not None else SHORT[0]
+    warm = warmup if warmup is not None else SHORT[1]
+    pair = yield from mapped(load_pair(provider, started), lambda line: BatchView(session, line))
+    ids, _ = encode_request(pair, request, N_MAX, limits)
+    tracker = Tracker(f"Timing batches {', '.join(map(str, BATCHES))} on {len(ids)} tokens of context", started,
+                      f"the target's pass over B sequences \u00d7 n = 1..{N_MAX} tokens, {warm} warm-up and {reps} "
+                      f"timed cycles each")
+    yield BatchView(session, tracker.line())
+
+    def work(emit, stopped):
+        return batch_timing(pair, ids, BATCHES, n_max=N_MAX, repeats=reps, warmup=warm,
+                            progress=ticker(emit, stopped))
+
+    with Background(work, "playground-batch", serving.device_lock(pair.device)) as bg:
+        for line in progress_lines(bg, tracker):
+            yield BatchView(session, line)
+        bg.raise_error()
+    doc = bg.result
+    doc["setup"] = describe_setup(pair)
+    session.batch = doc
+    status = (f"Timed batches {', '.join(map(str, BATCHES))} on {len(ids)} tokens of context "
+              f"({clock_text(time.monotonic() - started)}): verification stays nearly free (v \u2264 {NEARLY_FREE}) "
+              f"up to {free_text(doc)}")
+    session.batch_status = status + " (see the k per output shape tab)"
+    curves = batch_curves(session.sweep, doc)
+    figure = charts.sweep_figure(session.sweep, curves) if session.sweep else None
+    yield BatchView(session, status, figure, batch_note(session))
