@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from ..limits import Limits
-from . import charts, handlers, verdicts, whatif_panel
+from . import charts, handlers, replay_panel, verdicts, whatif_panel
 from .panels import READY, counters_html, pair_info
 from .render import EMPTY_TOKENS, legend_html
 from .scripts import TOKEN_DETAILS
@@ -167,10 +167,13 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                         _sweep_tab(ui, limits)
                     with gr.Tab("What if", id="whatif-tab", elem_id="whatif-tab") as ui.whatif_tab:
                         whatif_panel.whatif_tab(ui)
+                    with gr.Tab("Replay", id="replay-tab", elem_id="replay-tab") as ui.replay_tab:
+                        replay_panel.replay_tab(ui, provider)
             _settings(ui, provider, limits, drafter_choices, default_drafter)
         wire(ui, provider, limits, sweep_fn=sweep_fn, calibrate_repeats=calibrate_repeats)
         whatif_panel.wire_whatif(ui, provider)
         whatif_panel.wire_batch(ui, provider, limits)
+        replay_panel.wire_replay(ui, provider, limits)
 
     demo.queue(max_size=limits.queue_size, default_concurrency_limit=1)
     return demo

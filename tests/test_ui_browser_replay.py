@@ -1,0 +1,85 @@
+"""The Replay tab in a real headless Chromium (tests/test_ui_browser.py's browser, page and label check): the
+sample trace replays (its first 7 turns, prompt lookup, k = 1, 2, 4: seconds of model work) and shows a
+recommendation or the reason it is withheld, the turns past the limit listed as not replayed, a per-shape chart
+whose labels do not overlap, and a token view that changes with k."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import test_ui_browser as house
+from tests.test_ui_browser import assert_labels_apart
+
+browser, page = house.browser, house.page  # its fixtures: Debian's chromium with the project's flags, a 1440 px page
+
+pytestmark = pytest.mark.slow
+
+REPLAY_MS = 600_000  # the embedded pair's load, a short calibration and 7 turns' passes, on a busy 2-core machine
+TURNS = 7
+
+
+@pytest.fixture(scope="module")
+def replay_url(launch_app):
+    from playground.limits import Limits
+    from playground.ui import build_ui
+
+    return launch_app(build_ui(limits=Limits(max_replay_turns=TURNS)))
+
+
+def text_of(page, selector: str) -> str:
+    return page.locator(selector).inner_text()
+
+
+def pick(page, selector: str, option: str) -> None:
+    page.locator(f"{selector} input").click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def test_the_replay_tab_runs_the_sample_trace_and_shows_k_per_shape(replay_url, page, tmp_path):
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(replay_url)
+    page.wait_for_selector("#run-btn")
+    page.get_by_role("tab", name="Replay").click()
+    page.locator("#replay-drafter label", has_text="prompt lookup").click()
+    ks = page.locator("#replay-ks input, #replay-ks textarea").first
+    ks.fill("1,2,4")
+    ks.press("Tab")
+    page.locator("#replay-controllers label", has_text="heuristic").click()  # fixed k only: fewer walks
+    page.locator("#replay-btn").click()
+    page.wait_for_function("document.querySelector('#replay-status').innerText.startsWith('Starting')", timeout=5000)
+    page.wait_for_function("document.querySelector('#replay-status').innerText.startsWith('Replay done')",
+                           timeout=REPLAY_MS)
+    status = text_of(page, "#replay-status")
+    verdict = text_of(page, "#replay-verdict")
+    assert "lookup" in status and "hybrid" not in status  # the drafter chosen on the tab
+    if "Replay done: recommended k = " in status:
+        k = status.split("recommended k = ")[1].split()[0]
+        assert f"Recommended k = {k} with lookup" in verdict
+    else:  # withheld: the reason, on the tab and in the status line
+        assert "No recommended k:" in verdict and "no recommended k \u2014" in status
+    assert "an estimate" in verdict and "Estimates" in verdict  # the sample was not written by the target
+    assert f"{TURNS} turns (0 exact), 1 not replayed" in status
+    assert "were skipped (PLAYGROUND_MAX_REPLAY_TURNS)" in text_of(page, "#replay-errors")
+    assert "break-even" in text_of(page, "#replay-table")
+
+    page.wait_for_selector("#replay-plot .js-plotly-plot")
+    labels = page.eval_on_selector_all("#replay-plot .annotation-text", "els => els.map(e => e.textContent)")
+    assert "plain decoding" in labels and any(t.startswith("all tokens") for t in labels), labels
+    assert sum(1 for t in labels if t.split(" k=")[0] in ("JSON / tool call", "code", "prose", "copied text")) >= 2
+    assert_labels_apart(page, "#replay-plot")
+
+    # the token view: the first turn at k = 1, then at k = 4: other iterations, other colours
+    views = {}
+    for k in ("1", "4"):
+        pick(page, "#replay-k", f"k = {k}")
+        page.wait_for_function(f"document.querySelector('#replay-turn-note').innerText.includes(', k = {k}:')")
+        views[k] = page.eval_on_selector("#replay-tokens .token-box", "e => e.innerHTML")
+        roles = page.eval_on_selector_all("#replay-tokens .tok", "els => els.map(e => e.classList[1])")
+        assert roles and set(roles) <= {"acc", "cor", "bon", "pln"}
+    assert views["1"] != views["4"]
+    page.locator("#replay-tokens .tok").first.click()  # a tap shows the token's details, as in the Run tab
+    assert text_of(page, "#replay-tokens .tok-detail").startswith("iteration 1")
+    page.screenshot(path=str(tmp_path / "replay.png"), full_page=True)
+    print(f"screenshot: {tmp_path / 'replay.png'}")
+    assert not errors, errors
