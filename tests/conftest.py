@@ -71,3 +71,21 @@ def launch_app():
     yield launch_
     for demo in launched:
         demo.close()
+
+
+# --- the vLLM servers: one set per session, shared by tests/test_vllm.py and tests/test_ui_vllm.py -----------
+
+
+@pytest.fixture(scope="session")
+def vllm_model_dir():
+    from playground.pairs.loading import ensure_embedded_safetensors  # only for the vLLM tests: keeps conftest light
+
+    return ensure_embedded_safetensors(progress=None)
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(vllm_model_dir, tmp_path_factory):
+    """{"plain", "ngram", "bare"}: VllmServers (tests/vllm_servers.py), started on first use, stopped at the end."""
+    from tests.vllm_servers import start_servers  # only for the vLLM tests: keeps conftest light
+
+    yield from start_servers(vllm_model_dir, tmp_path_factory.mktemp("vllm"))

@@ -1,7 +1,8 @@
 """The vLLM backend against real vLLM CPU servers on the embedded model (no stand-in for its API).
 
-Three servers start once for the module, side by side (an idle vLLM server takes no CPU): plain, n-gram k=4
-(both with the metrics flags the client needs), and a bare n-gram server without them (the bad-input case).
+Three servers start once for the session, side by side (an idle vLLM server takes no CPU): plain, n-gram k=4
+(both with the metrics flags the client needs), and a bare n-gram server without them (the bad-input case); see
+tests/vllm_servers.py (tests/test_ui_vllm.py uses the same servers).
 A fourth start is meant to fail (a draft folder that is no model). Checked: the per-step tokens rebuilt from
 the stream and vLLM's per-step arrays equal the streamed tokens and text; the accepted counts equal vLLM's
 per-request metrics and its Prometheus counters; greedy speculative output equals plain output, one request
@@ -14,7 +15,6 @@ times anything against a target: the machine is shared.
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -27,7 +27,6 @@ from playground.backends import (
     VllmServer,
     VllmServerError,
     parse_spec_config,
-    vllm_available,
 )
 from playground.backends.vllm_ngram import compare_lookup, run_our_loop, vllm_ngram_propose
 from playground.backends.vllm_report import report_text
@@ -39,14 +38,8 @@ from playground.core.records import ACCEPTED, BONUS, CORRECTION, PLAIN
 from playground.drafters.proposers import lookup
 from playground.errors import PlaygroundError
 from playground.inputs.presets import get_preset
-from playground.pairs.loading import ensure_embedded_safetensors, load_pair
-
-AVAILABLE, WHY = vllm_available()
-needs_vllm = pytest.mark.skipif(not AVAILABLE, reason=f"vLLM is not set up: {WHY}")
-COPY = ("Repeat exactly: The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. "
-        "Repeat:")
-NGRAM = ngram(4, 1, 3)
-
+from playground.pairs.loading import load_pair
+from tests.vllm_servers import COPY, NGRAM, needs_vllm
 
 # --- pure parts: no server ----------------------------------------------------------------------------------
 
@@ -119,40 +112,17 @@ def test_the_cli_refuses_bad_sweep_values_with_one_line(capsys):
 # --- real servers -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def model_dir():
-    return ensure_embedded_safetensors(progress=None)
+# The servers are session-wide (tests/conftest.py, tests/vllm_servers.py): test_ui_vllm.py uses the same ones.
 
 
 @pytest.fixture(scope="module")
-def servers(model_dir, tmp_path_factory):
-    if not AVAILABLE:
-        pytest.skip(f"vLLM is not set up: {WHY}")
-    logs = tmp_path_factory.mktemp("vllm")
-    made = {"plain": VllmServer(model_dir, None, kv_cache_gib=1, log_path=logs / "plain.log"),
-            "ngram": VllmServer(model_dir, NGRAM, kv_cache_gib=1, log_path=logs / "ngram.log"),
-            # Neither metrics flag: what the client must refuse with a message.
-            "bare": VllmServer(model_dir, ngram(2), kv_cache_gib=1, log_path=logs / "bare.log", metrics_flags=False)}
-    errors = []
+def model_dir(vllm_model_dir):
+    return vllm_model_dir
 
-    def start(server):
-        try:
-            server.start()
-        except Exception as e:  # noqa: BLE001 (reported below, with the other servers stopped)
-            errors.append(e)
 
-    threads = [threading.Thread(target=start, args=(s,)) for s in made.values()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    try:
-        if errors:
-            raise errors[0]
-        yield made
-    finally:
-        for s in made.values():
-            s.stop()
+@pytest.fixture(scope="module")
+def servers(vllm_servers):
+    return vllm_servers
 
 
 @pytest.fixture(scope="module")

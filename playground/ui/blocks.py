@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from ..limits import Limits
-from . import charts, handlers, replay_panel, verdicts, whatif_panel
+from . import charts, handlers, replay_panel, verdicts, vllm_panel, whatif_panel
 from .panels import READY, counters_html, pair_info
 from .render import EMPTY_TOKENS, legend_html
 from .scripts import TOKEN_DETAILS
@@ -130,12 +130,15 @@ def _sweep_tab(ui, limits: Limits):
 
 
 def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=None,
-             calibrate_repeats: int | None = None, limits: Limits | None = None) -> gr.Blocks:
+             calibrate_repeats: int | None = None, limits: Limits | None = None,
+             vllm: vllm_panel.VllmSettings | None = None) -> gr.Blocks:
     """The playground's Blocks. Loads no model: the pair loads on first use (see serving.PairCache).
-    `limits` default to the environment's (playground.limits), read here, once per app. `calibrate_repeats`
+    `limits` default to the environment's (playground.limits), read here, once per app; so does `vllm`, the
+    operator's vLLM server (PLAYGROUND_VLLM_URL: the "vLLM server" tab exists only where it is set). `calibrate_repeats`
     replaces the Calibrate button's timed cycles (tests); `sweep_fn` replaces lab.speed.sweep (tests)."""
     provider = provider or PairProvider()
     limits = limits or Limits.from_env()
+    vllm = vllm or vllm_panel.VllmSettings.from_env()
     preset_list, preset_errors = handlers.preset_choices(presets_dir)
     drafter_choices = provider.drafter_choices()
     names = [name for _, name in drafter_choices]
@@ -169,11 +172,16 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                         whatif_panel.whatif_tab(ui)
                     with gr.Tab("Replay", id="replay-tab", elem_id="replay-tab") as ui.replay_tab:
                         replay_panel.replay_tab(ui, provider)
+                    if vllm is not None:
+                        with gr.Tab("vLLM server", id="vllm-tab", elem_id="vllm-tab") as ui.vllm_tab:
+                            vllm_panel.vllm_tab(ui, vllm, preset_list, limits)
             _settings(ui, provider, limits, drafter_choices, default_drafter)
         wire(ui, provider, limits, sweep_fn=sweep_fn, calibrate_repeats=calibrate_repeats)
         whatif_panel.wire_whatif(ui, provider)
         whatif_panel.wire_batch(ui, provider, limits)
         replay_panel.wire_replay(ui, provider, limits)
+        if vllm is not None:
+            vllm_panel.wire_vllm(ui, vllm, limits)
 
     demo.queue(max_size=limits.queue_size, default_concurrency_limit=1)
     return demo
