@@ -268,7 +268,12 @@ def test_a_sweep_in_the_browser_shows_its_verdict_and_a_recommendation_only_if_t
 
 
 def assert_labels_apart(page, plot: str) -> None:
-    """No two of the chart's labels (annotations, the legend, the title) overlap, and none is cut off."""
+    """No two of the chart's labels (annotations, the legend, the title) overlap, and none is cut off. Checked
+    once plotly has laid every label out: while it redraws (an update just sent), a label's box is empty."""
+    page.wait_for_function(
+        "sel => { const els = document.querySelectorAll(sel); return els.length > 0 && "
+        "[...els].every(e => e.getBoundingClientRect().width > 0); }",
+        arg=f"{plot} .annotation, {plot} .legend, {plot} .gtitle", timeout=15000)
     boxes = page.eval_on_selector_all(
         f"{plot} .annotation, {plot} .legend, {plot} .gtitle",
         "els => els.map(e => { const r = e.getBoundingClientRect(); return [e.textContent, r.left, r.top, r.right, "

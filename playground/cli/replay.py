@@ -15,7 +15,7 @@ from ..envinfo import describe_setup, redact
 from ..errors import PlaygroundError
 from ..inputs.traces import read_trace
 from ..lab.calibration import CalibrationStore, calibrated_timing
-from ..lab.replay import available_drafters, preset_turns, replay, text_turn
+from ..lab.replay import available_drafters, calibration_contexts, preset_turns, replay, text_turn
 from ..lab.replay_report import replay_table
 from ..lab.report import load_result, report
 from ..limits import Limits
@@ -90,13 +90,7 @@ def calibrate_all(pair, turns, drafters, max_ngram: int, how: str, progress):
     bucket the turns fall in (CalibrationStore.bucket), timed on the bucket's first turn. Passes up to K_MAX + 1
     tokens (adaptive k may draft that far)."""
     bucket = CalibrationStore.bucket
-    if how == "once":
-        median = sorted(turns, key=lambda t: len(t.prompt_ids))[len(turns) // 2].prompt_ids
-        firsts = {bucket(len(median)): median}
-    else:
-        firsts = {}
-        for t in turns:
-            firsts.setdefault(bucket(len(t.prompt_ids)), t.prompt_ids)
+    firsts = calibration_contexts(turns, how)
     jobs = [(d, b, ids) for d in drafters for b, ids in firsts.items()]
     timings = {}
     for i, (d, b, ids) in enumerate(jobs):

@@ -43,6 +43,7 @@ from ..inputs.traces import Turn
 from ..limits import Limits
 from ..pairs.models import EMBEDDED_NAME
 from . import replay_sampling, replay_summary
+from .calibration import CalibrationStore
 from .common import Progress, tick
 from .replay_walk import (
     PassProposer,
@@ -266,6 +267,19 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
             progress(f"{drafter} {label}")
         doc["drafters"][drafter] = entry
     return doc
+
+
+def calibration_contexts(turns: Sequence[Turn], how: str) -> dict[int, tuple[int, ...]]:
+    """The prompts a replay calibrates on, by context-length bucket (CalibrationStore.bucket): with how="once" one,
+    the turn of median prompt length; with "bucket" the first turn of every bucket the turns fall in."""
+    bucket = CalibrationStore.bucket
+    if how == "once":
+        median = sorted(turns, key=lambda t: len(t.prompt_ids))[len(turns) // 2].prompt_ids
+        return {bucket(len(median)): median}
+    firsts: dict[int, tuple[int, ...]] = {}
+    for t in turns:
+        firsts.setdefault(bucket(len(t.prompt_ids)), t.prompt_ids)
+    return firsts
 
 
 def _check_turn(pair, turn: Turn, limits: Limits) -> None:

@@ -31,7 +31,7 @@ from ..errors import PlaygroundError
 from ..inputs.presets import load_presets
 from ..inputs.traces import SAMPLE_TRACE, read_trace
 from ..lab.calibration import CalibrationStore, calibrated_timing
-from ..lab.replay import available_drafters, preset_turns, replay
+from ..lab.replay import available_drafters, calibration_contexts, preset_turns, replay
 from ..limits import Limits
 from . import scripts, serving
 from .downloads import jsonable
@@ -110,13 +110,7 @@ def calibrations(pair, turns, drafter: str, store: CalibrationStore, how: str, p
     none): with how="once" one, on the turn of median prompt length; with "bucket" one per context-length bucket
     the turns fall in. Also returns how many were reused."""
     bucket = CalibrationStore.bucket
-    if how == "once":
-        median = sorted(turns, key=lambda t: len(t.prompt_ids))[len(turns) // 2].prompt_ids
-        firsts = {bucket(len(median)): median}
-    else:
-        firsts = {}
-        for t in turns:
-            firsts.setdefault(bucket(len(t.prompt_ids)), t.prompt_ids)
+    firsts = calibration_contexts(turns, how)
     found, reused = {}, 0
     for i, (b, ids) in enumerate(firsts.items()):
         n = len(ids)
