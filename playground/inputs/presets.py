@@ -275,10 +275,11 @@ _ACTION_INPUT = re.compile(r"Action\s*Input\s*:", re.IGNORECASE)
 _DECODER = json.JSONDecoder()
 
 
-def _balanced_end(text: str, start: int) -> int | None:
-    """End (exclusive) of the bracketed value opening at text[start], honouring JSON strings; None if unclosed."""
+def balanced_end(text: str, start: int, stop: int | None = None) -> int | None:
+    """End (exclusive) of the bracketed value opening at text[start], honouring JSON strings; None if it is not
+    closed before `stop` (default: the end of the text)."""
     depth, in_string, escaped = 0, False, False
-    for i in range(start, len(text)):
+    for i in range(start, len(text) if stop is None else stop):
         c = text[i]
         if in_string:
             if escaped:
@@ -317,7 +318,7 @@ def extract_json(text: str, start: int = 0):
         if not candidates:
             break
         begin = min(candidates)
-        end = _balanced_end(body, begin)
+        end = balanced_end(body, begin)
         try:
             value, stop = _DECODER.raw_decode(body, begin)
         except json.JSONDecodeError as e:

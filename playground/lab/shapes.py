@@ -25,6 +25,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 
+from ..inputs.presets import balanced_end
 from ..inputs.text import token_pieces
 
 SHAPES = ("json", "code", "copied", "prose")
@@ -54,7 +55,7 @@ def _json_spans(text: str, lo: int, hi: int) -> list[tuple[int, int, str]]:
         try:
             value, end = _DECODER.raw_decode(text[:hi], begin)
         except json.JSONDecodeError:
-            if text[begin] == "{" and _OPEN_OBJECT.match(text, begin) and not _closes(text, begin, hi):
+            if text[begin] == "{" and _OPEN_OBJECT.match(text, begin) and balanced_end(text, begin, hi) is None:
                 out.append((begin, hi, "json"))  # an object left open at the end: a cut-off tool call
                 break
             i = begin + 1
@@ -65,28 +66,6 @@ def _json_spans(text: str, lo: int, hi: int) -> list[tuple[int, int, str]]:
         else:
             i = begin + 1
     return out
-
-
-def _closes(text: str, begin: int, hi: int) -> bool:
-    """Whether the brackets opened at text[begin] close before `hi` (JSON strings honoured)."""
-    depth, in_string, escaped = 0, False, False
-    for c in text[begin:hi]:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c in "{[":
-            depth += 1
-        elif c in "}]":
-            depth -= 1
-            if depth == 0:
-                return True
-    return False
 
 
 def _indented(text: str, taken: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
