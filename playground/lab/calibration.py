@@ -259,8 +259,8 @@ class CalibrationStore:
 
 
 # (repeats, warm-up cycles) of the short calibration a run makes before its first prediction. Two warm-up
-# cycles: with one, c and v(1) came out 5-15% higher in four of four alternated calibrations here (the first
-# passes after the prefills run slow). Four repeats, the median of which is the mean of the middle two, keep
+# cycles: with one, v(1) came out higher in four of four alternated pairs of calibrations here (by 2-39%) and c
+# in three of four (the first passes after the prefills run slow). Four repeats, the median of which is the mean of the middle two, keep
 # it under 10 s for the embedded pair on a quiet 2-core machine (scripts/bench_calibration.py prints it).
 SHORT_CALIBRATION = (4, 2)
 
