@@ -32,9 +32,9 @@ from playground.pairs.registry import load_named_pair
 
 DECODINGS = {
     "greedy": GREEDY,
-    "T=0.7, top-p 0.9": SamplingConfig(do_sample=True, temperature=0.7, top_p=0.9, seed=0),
+    "T=0.7 top-p=0.9": SamplingConfig(do_sample=True, temperature=0.7, top_p=0.9, seed=0),
     "T=0.7": SamplingConfig(do_sample=True, temperature=0.7, seed=0),
-    "T=1.0, top-p 0.9": SamplingConfig(do_sample=True, temperature=1.0, top_p=0.9, seed=0),
+    "T=1.0 top-p=0.9": SamplingConfig(do_sample=True, temperature=1.0, top_p=0.9, seed=0),
     "T=1.0": SamplingConfig(do_sample=True, temperature=1.0, seed=0),
 }
 
