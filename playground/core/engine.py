@@ -12,7 +12,9 @@ holds a prefix of the committed tokens and catches up at its next propose.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -114,6 +116,8 @@ def speculative_generate(
     clock: Clock | None = None,
     record_probs: bool = True,
     min_confidence: float | None = None,
+    overlap_prefill: bool | None = None,
+    prefill_threads: int | None = None,
 ) -> Iterator[Prefill | Iteration]:
     """Speculative decoding of `prompt_ids` with `pair.target`, guesses from `proposer`.
 
@@ -121,22 +125,29 @@ def speculative_generate(
     sampling uses `rule` (the exact rule by default; the wrong ones exist for the distribution test).
     k is an int or a KController (adaptive.py). min_confidence: a model drafter stops early after a
     token it gave less than this probability (k is then an upper bound).
+    overlap_prefill: run the drafter's prompt prefill in a worker thread beside the target's (None: where
+    the proposer can, `Proposer.prefill_overlaps`); prefill_threads: the threads the drafter's prefill
+    uses meanwhile (default half of torch's, at least one; torch keeps all of its own).
     """
     if min_confidence is not None and not (isinstance(min_confidence, (int, float)) and 0.0 <= min_confidence <= 1.0):
         raise PlaygroundError(f"the draft confidence threshold is a probability in [0, 1], got {min_confidence!r}")
     controller = k if hasattr(k, "next_k") else FixedK(check_k(k))
     if proposer.uses_draft_model and pair.draft is None:
         raise PlaygroundError(f"the {proposer.name} drafter needs a draft model, and this pair has none")
+    overlap = _check_overlap(proposer, overlap_prefill, prefill_threads)
     clock, stops, generator, committed, target = _setup(pair, prompt_ids, max_new_tokens, sampling, stop_ids, clock)
 
-    t0 = clock.now()
-    target.feed(committed[:-1], last_only=True)
-    t1 = clock.now()
-    proposer.begin(committed, RunContext(sampling, generator, stops, min_confidence))
-    t2 = clock.now()
-    yield Prefill(len(committed), target_s=t1 - t0, draft_s=t2 - t1)
+    # The drafter's share is read here, in the caller: torch's thread count is what the target's prefill uses.
+    threads = (prefill_threads or max(1, torch.get_num_threads() // 2)) if overlap else None
+    ctx = RunContext(sampling, generator, stops, min_confidence, prefill_threads=threads)
+    if overlap:
+        prefill, start = _prefill_overlapped(clock, target, proposer, committed, ctx)
+        ctx.prefill_threads = None  # the prefill is over: from here on the drafter runs alone
+    else:
+        prefill, start = _prefill_in_turn(clock, target, proposer, committed, ctx)
+    yield prefill
 
-    start, produced, index = t2, 0, 0
+    produced, index = 0, 0
     while produced < max_new_tokens:
         remaining = max_new_tokens - produced
         # Proposals beyond remaining - 1 could never be emitted; k = 0 is a plain step.
@@ -196,6 +207,61 @@ def speculative_generate(
         index += 1
         if finished:
             return
+
+
+def _check_overlap(proposer: Proposer, overlap_prefill: bool | None, prefill_threads) -> bool:
+    if prefill_threads is not None and (isinstance(prefill_threads, bool) or not isinstance(prefill_threads, int)
+                                        or prefill_threads < 1):
+        raise PlaygroundError(f"prefill threads must be a positive integer, got {prefill_threads!r}")
+    if overlap_prefill is None:
+        return proposer.prefill_overlaps
+    if overlap_prefill and not proposer.prefill_overlaps:
+        # A torch drafter in a second thread would share (and oversubscribe) torch's own thread pool.
+        raise PlaygroundError(f"the {proposer.name} drafter cannot prefill beside the target (only a drafter "
+                              "outside torch, such as llama.cpp, can)")
+    return bool(overlap_prefill)
+
+
+def _prefill_in_turn(clock: Clock, target: CachedLM, proposer: Proposer, committed, ctx: RunContext):
+    """The target's prefill, then the drafter's: each with the whole thread budget. Returns the record and
+    the time it ended (where decoding's clock starts)."""
+    t0 = clock.now()
+    target.feed(committed[:-1], last_only=True)
+    t1 = clock.now()
+    proposer.begin(committed, ctx)
+    t2 = clock.now()
+    return Prefill(len(committed), target_s=t1 - t0, draft_s=t2 - t1, draft_total_s=t2 - t1, wall_s=t2 - t0), t2
+
+
+def _prefill_overlapped(clock: Clock, target: CachedLM, proposer: Proposer, committed, ctx: RunContext):
+    """The drafter's begin in a worker thread while the target prefills here; both finish before this returns
+    (what it returns: as _prefill_in_turn).
+
+    The worker reads `committed`, which nothing changes until it has been joined. Leaving the `with`
+    block joins the worker whatever happened (a failing target prefill waits for the drafter's to end);
+    `result()` re-raises an exception of the drafter's begin here, in the caller.
+    """
+    t0 = clock.now()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="draft-prefill") as pool:
+        worker = pool.submit(_timed_begin, proposer, committed, ctx)
+        target.feed(committed[:-1], last_only=True)
+        t1 = clock.now()
+        w0, w1 = worker.result()
+    t2 = clock.now()
+    # Not hidden: the part of the drafter's own interval [w0, w1] after the target finished (so it is
+    # never more than the drafter's own time, even when the thread started late); the thread's start
+    # and join show in wall_s only.
+    return Prefill(len(committed), target_s=t1 - t0, draft_s=max(0.0, w1 - max(w0, t1)), draft_total_s=w1 - w0,
+                   overlapped=True, wall_s=t2 - t0), t2
+
+
+def _timed_begin(proposer: Proposer, committed, ctx: RunContext) -> tuple[float, float]:
+    """Runs in the worker. A host clock without the device synchronisation Clock.now() does: an overlapping
+    begin leaves no device work queued, and a sync here would wait for the target's kernels instead.
+    time.perf_counter is Clock.now()'s own time base, so the two compare."""
+    w0 = time.perf_counter()
+    proposer.begin(committed, ctx)
+    return w0, time.perf_counter()
 
 
 def _clip(proposal: Proposal, k: int) -> Proposal:

@@ -6,6 +6,12 @@ A proposer is a small object with one life per run:
                            proposer's distribution q over each (None when proposals are deterministic)
   rollback(tokens)         after verification: forget everything not in the new committed `tokens`
 A new drafting method is a new proposer, never a new loop (transformers' CandidateGenerator shape).
+
+A proposer with `prefill_overlaps` may have its `begin` run in a worker thread while the target prefills
+the same prompt in the caller's thread (engine.speculative_generate). That pays only where begin spends
+its time in native code that releases the GIL, finishes its work before returning (no queued device
+work), and does not run on torch's intra-op thread pool (llama.cpp does all three; a torch draft model
+does not: its prefill would compete for torch's own threads). Such a begin reads `ctx.prefill_threads`.
 """
 
 
@@ -46,6 +52,10 @@ class RunContext:
     # Stop drafting early, after a token the drafter itself gave less than this probability (as
     # transformers' assistant_confidence_threshold does); None drafts all k.
     min_confidence: float | None = None
+    # Set only while `begin` runs beside the target's prefill (Proposer.prefill_overlaps): the threads the
+    # proposer's prefill may use then, leaving the rest to the target's. None: begin runs alone, and
+    # may use the whole thread budget.
+    prefill_threads: int | None = None
 
     def confident(self, probs: torch.Tensor, token: int) -> bool:
         """Whether drafting may go on after `token`, drawn from (or the argmax of) `probs`."""
@@ -55,6 +65,8 @@ class RunContext:
 class Proposer(ABC):
     name: str = "proposer"
     uses_draft_model: bool = False
+    # Whether `begin` may run in a worker thread beside the target's prefill (see the module docstring).
+    prefill_overlaps: bool = False
 
     def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         self.ctx = ctx

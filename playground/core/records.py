@@ -30,11 +30,27 @@ class Prefill:
 
     Reported apart from decoding so that tokens/s of plain and speculative runs compare the same
     thing: both pay the same target prefill, and the drafter's prefill is shown on its own.
+
+    The drafter's prefill may run beside the target's (`overlapped`, see Proposer.prefill_overlaps).
+    `draft_s` is what of it the run waited for: the part not hidden behind the target's prefill (all of
+    it when not overlapped); `draft_total_s` is the drafter's own prefill time, hidden or not. `wall_s`
+    is the wall time of the whole phase, which with overlap is less than target_s + draft_total_s and
+    a little more than target_s + draft_s (the worker thread's start and join).
     """
 
     prompt_tokens: int
     target_s: float
     draft_s: float = 0.0
+    # None in records from before these fields: draft_total_s then equals draft_s, wall_s the sum.
+    draft_total_s: float | None = None
+    overlapped: bool = False
+    wall_s: float | None = None
+
+    def __post_init__(self):
+        if self.draft_total_s is None:
+            object.__setattr__(self, "draft_total_s", self.draft_s)
+        if self.wall_s is None:
+            object.__setattr__(self, "wall_s", self.target_s + self.draft_s)
 
 
 @dataclass(frozen=True)
@@ -149,7 +165,7 @@ def summarize(records: Iterable[Record]) -> RunSummary:
     if iterations and steps:
         raise ValueError("a run has either iterations or steps, not both")
     prompt_tokens = prefill.prompt_tokens if prefill else 0
-    prefill_s = (prefill.target_s + prefill.draft_s) if prefill else 0.0
+    prefill_s = prefill.wall_s if prefill else 0.0  # the phase's wall time, overlapped or not
 
     if not iterations:
         n = len(steps)

@@ -15,7 +15,11 @@ torch's wheel bundles its own libgomp under the same soname, libgomp.so.1, so th
 binds torch and llama.cpp to ONE OpenMP runtime: the one loaded first. This module imports torch
 before llama_cpp, so that is torch's own copy; either order works (tests/test_llamacpp.py runs both),
 and `llama_cpp_available` refuses a process where the two ended up on different runtimes. Draft and
-target run in turn, never at once, so each gets the whole thread budget (torch.get_num_threads()).
+target decode in turn, never at once, so each gets the whole thread budget (torch.get_num_threads()).
+
+The exception is the prompt prefill (`prefill_overlaps`): the engine may run `begin` in a worker thread
+beside torch's prefill (the ctypes calls release the GIL); n torch threads beside n llama.cpp threads would
+oversubscribe n cores, so that prefill uses `ctx.prefill_threads` and restores the whole budget before returning.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from ..core.proposal import EMPTY, Proposal, Proposer, RunContext
 from ..core.sampling import probabilities
 from ..errors import PlaygroundError
 from ..pairs.loading import embedded_gguf_path
+from .vocab_check import check_tokenizer
 
 # The version scripts/install_llama_cpp.sh installs and this module was written and tested against.
 PINNED_VERSION = "0.3.36"
@@ -131,6 +136,7 @@ class LlamaCppProposer(Proposer):
 
     name = "llama.cpp"
     uses_draft_model = False
+    prefill_overlaps = True  # host-synchronous, GIL-free C calls, outside torch's thread pool
 
     def __init__(
         self,
@@ -179,7 +185,8 @@ class LlamaCppProposer(Proposer):
         if tokenizer is not None:
             check_tokenizer(self, tokenizer)
 
-        self.n_threads = max(1, torch.get_num_threads())
+        self.n_threads = max(1, torch.get_num_threads())  # the whole budget: what drafting uses
+        self._threads_set = self.n_threads  # what the context is set to now (less during an overlapped prefill)
         cparams = ll.llama_context_default_params()
         cparams.n_ctx = self.n_ctx
         cparams.n_batch = self.n_batch
@@ -211,10 +218,16 @@ class LlamaCppProposer(Proposer):
 
     def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         super().begin(prompt_ids, ctx)
-        n_threads = max(1, torch.get_num_threads())  # draft and target run in turn: each gets all threads
-        if n_threads != self.n_threads:
-            self._ll.llama_set_n_threads(self._ctx, n_threads, n_threads)
-            self.n_threads = n_threads
+        # Drafting gets all threads (torch's count, the same in a worker thread).
+        self.n_threads = max(1, torch.get_num_threads())
+        # Beside the target's prefill only its share; the whole budget is back before any propose.
+        self._set_threads(ctx.prefill_threads or self.n_threads)
+        try:
+            self._prefill(prompt_ids, ctx)
+        finally:
+            self._set_threads(self.n_threads)
+
+    def _prefill(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         # q goes where the target's p is (the generator's device); llama.cpp itself runs on the CPU.
         self.device = ctx.generator.device
         # Keep the KV of whatever prefix this prompt shares with what the context last held (an agent's
@@ -275,7 +288,17 @@ class LlamaCppProposer(Proposer):
     def describe(self) -> str:
         return f"{self.name} ({self.gguf_path.name}, {self.n_threads} threads)"
 
+    def forget(self) -> None:
+        """Drop the KV memory: the next begin prefills its whole prompt, as a first call (benchmarks)."""
+        self._ll.llama_memory_clear(self._memory, False)
+        self.kv_tokens = []
+
     # --- llama.cpp -------------------------------------------------------------------------------
+
+    def _set_threads(self, n: int) -> None:
+        if n != self._threads_set:
+            self._ll.llama_set_n_threads(self._ctx, n, n)
+            self._threads_set = n
 
     def kv_length(self) -> int:
         """What llama.cpp's memory itself says it holds (tests compare it with len(kv_tokens))."""
@@ -354,33 +377,3 @@ class _Native:
         if self.model is not None:
             ll.llama_model_free(self.model)
             self.model = None
-
-
-def check_tokenizer(proposer: LlamaCppProposer, tokenizer) -> None:
-    """The GGUF must give the target's token ids: compare the tokenization of probe texts (special
-    tokens, chat markup, code, non-ASCII, and the decoded text of a spread of vocabulary ids)."""
-    texts = _probe_texts(tokenizer, proposer.vocab_size)
-    for text in texts:
-        expected = tokenizer.encode(text, add_special_tokens=False)
-        got = proposer.tokenize(text)
-        if got != expected:
-            i = common_prefix(got, expected)
-            raise PlaygroundError(
-                f"{proposer.gguf_path.name} does not tokenize like the target: at token {i} of "
-                f"{text[:60]!r}... it gives id {got[i] if i < len(got) else 'none'} where the target has "
-                f"{expected[i] if i < len(expected) else 'none'}; a drafter must share the target's tokenizer"
-            )
-
-
-def _probe_texts(tokenizer, vocab_size: int, n_ids: int = 1500) -> list[str]:
-    special = [t for t in getattr(tokenizer, "all_special_tokens", []) if t]
-    texts = [
-        "".join(special),
-        "<|im_start|>user\nWrite a Python function that adds two numbers.<|im_end|>\n<|im_start|>assistant\n",
-        'def add(a, b):\n    """Add."""\n    return a + b  # 12345 \t{"json": [1, 2.5e-3, null]}\n',
-        "Ünïcödé — naïve café, 東京, émoji 🙂, Ελληνικά, русский.   spaces   and\n\n\nnewlines",
-    ]
-    step = max(1, vocab_size // n_ids)
-    ids = list(range(0, vocab_size, step))
-    texts.append(tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
-    return [t for t in texts if t]

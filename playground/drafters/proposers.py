@@ -118,6 +118,8 @@ class HybridProposer(Proposer):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.uses_draft_model = model.uses_draft_model
+        # begin is lookup's nothing plus the model drafter's prefill, so it overlaps where that one does.
+        self.prefill_overlaps = model.prefill_overlaps
         self.name = name or f"hybrid (lookup + {model.name})"
         self._found: tuple | None = None
 

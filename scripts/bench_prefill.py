@@ -1,0 +1,165 @@
+"""End to end, as an agent sees it (issue 14): the llama.cpp drafter's prompt prefill run beside the target's
+(engine.speculative_generate(overlap_prefill=...)) against in turn, on a first call.
+
+Every speculative run starts from an empty llama.cpp KV (`forget`), as an agent's first call does (otherwise
+the drafter keeps the prompt from the previous run and prefills nothing). For each preset and drafter, each
+round runs plain, overlap off and overlap on (one arm per --prefill-threads value: the threads llama.cpp
+uses beside the target, which keeps all of its own) back to back, in an order that rotates from round to
+round; each speculative run is divided by the plain run of its round. Printed: the end-to-end ratio
+(prefill counted, lab.speed._e2e), the decode-only ratio, each as median and min-max over rounds, the
+paired gain of each overlap arm over "off" (median of the per-round differences of the end-to-end
+ratio), and the median prefill times: target, drafter total (its own prefill wall time), drafter not
+hidden (what the run waited for after the target finished) and the phase's wall time.
+
+    .venv/bin/python scripts/bench_prefill.py --threads 2 --rounds 5
+    .venv/bin/python scripts/bench_prefill.py --rounds 1 --max-new-tokens 8     # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+from playground.core.engine import plain_generate, speculative_generate
+from playground.core.records import Prefill, summarize
+from playground.drafters.llamacpp import LlamaCppProposer
+from playground.drafters.registry import make_proposer
+from playground.envinfo import describe_setup, environment
+from playground.inputs.presets import get_preset
+from playground.lab.common import rotated
+from playground.lab.speed import _e2e
+from playground.lab.trust import MachineMonitor, Verdict
+from playground.pairs.registry import load_named_pair
+
+
+def llama_of(proposer) -> LlamaCppProposer:
+    """The llama.cpp drafter inside `proposer` (itself, or a hybrid's model drafter)."""
+    inner = getattr(proposer, "model", proposer)
+    if not isinstance(inner, LlamaCppProposer):
+        raise SystemExit(f"{proposer.describe()} does not draft with llama.cpp: this benchmark needs llama-cpp-python "
+                         "(bash scripts/install_llama_cpp.sh)")
+    return inner
+
+
+def run_plain(pair, ids, max_new):
+    records = list(plain_generate(pair, ids, max_new_tokens=max_new))
+    return summarize(records), records[0]
+
+
+def run_spec(pair, ids, proposer, k, max_new, overlap, threads):
+    llama_of(proposer).forget()  # a first call: the drafter prefills the whole prompt
+    records = list(speculative_generate(pair, ids, proposer=proposer, k=k, max_new_tokens=max_new,
+                                        record_probs=False, overlap_prefill=overlap, prefill_threads=threads))
+    return summarize(records), records[0]
+
+
+def arm_names(prefill_threads: list[int]) -> list[str]:
+    return ["plain", "off", *[f"on, llama.cpp {t} thr" for t in prefill_threads]]
+
+
+def med(xs) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+
+
+def ms(xs) -> str:
+    return f"{1000 * statistics.median(xs):.0f}" if xs else "-"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2, help="torch's threads (and llama.cpp's while drafting)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--presets", default="tool_call,prose")
+    ap.add_argument("--drafters", default="hybrid,llama.cpp")
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--prefill-threads", default=None,
+                    help="comma-separated llama.cpp threads beside the target's prefill, one overlap arm each "
+                         "(default: 1,2 with 2 or more threads, else 1; the engine's default is threads // 2)")
+    ap.add_argument("--json", default=None, help="also write every run here")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    prefill_threads = ([int(t) for t in args.prefill_threads.split(",")] if args.prefill_threads
+                       else ([1, 2] if args.threads >= 2 else [1]))
+    pair = load_named_pair("embedded", device="cpu", progress=None)
+    prompts = {name: get_preset(name).prompt_ids(pair.tokenizer) for name in args.presets.split(",")}
+    drafters = {d: make_proposer(pair, d) for d in args.drafters.split(",")}
+    for p in drafters.values():
+        llama_of(p)
+    arms = arm_names(prefill_threads)
+    setting = {"off": (False, None), **{a: (True, t) for a, t in zip(arms[2:], prefill_threads)}}
+
+    # Warm-up, untimed: every arm once on the first prompt (the first passes of a process run slow).
+    warm = next(iter(prompts.values()))
+    run_plain(pair, warm, 4)
+    for proposer in drafters.values():
+        for overlap, threads in setting.values():
+            run_spec(pair, warm, proposer, args.k, 4, overlap, threads)
+
+    runs = []
+    groups = [(name, d) for name in prompts for d in drafters]
+    with MachineMonitor() as m:
+        for r in range(args.rounds):
+            for g, (name, d) in enumerate(groups):
+                results = {}
+                for arm in rotated(arms, r + g):
+                    if arm == "plain":
+                        results[arm] = run_plain(pair, prompts[name], args.max_new_tokens)
+                    else:
+                        results[arm] = run_spec(pair, prompts[name], drafters[d], args.k, args.max_new_tokens,
+                                                *setting[arm])
+                plain = results["plain"][0]
+                for arm in arms:
+                    s, pre = results[arm]
+                    row = {"round": r, "preset": name, "drafter": d, "arm": arm,
+                           "e2e_ratio": _e2e(s) / _e2e(plain) if _e2e(plain) else None,
+                           "decode_ratio": s.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s else None,
+                           "new_tokens": s.new_tokens, "plain_new_tokens": plain.new_tokens,
+                           "target_s": pre.target_s, "draft_total_s": pre.draft_total_s, "draft_s": pre.draft_s,
+                           "wall_s": pre.wall_s, "overlapped": pre.overlapped, "decode_s": s.decode_s}
+                    runs.append(row)
+                    if arm != "plain":
+                        print(f"round {r + 1}, {name}, {d}, {arm}: e2e {row['e2e_ratio']:.2f}x, decode "
+                              f"{row['decode_ratio']:.2f}x, prefill {_prefill_line(pre)}", flush=True)
+
+    env = environment(pair)
+    tokens = ", ".join(f"{name} {len(ids)}" for name, ids in prompts.items())
+    print(f"\n# {describe_setup(pair)} | CPU: {env.get('cpu')} | prompt tokens: {tokens} | k={args.k} | "
+          f"{args.max_new_tokens} max new tokens | {args.rounds} rounds | greedy | a first call (drafter KV empty)")
+    print(f"machine: {Verdict.of(m.load.findings()).headline()} (other processes: {m.load.other_cores:.2f} cores)")
+    print("ratios: speculative / plain of the same round, median (min-max); gain: median per-round e2e(on) - e2e(off); "
+          "prefill: median ms")
+    print("| preset | drafter | arm | e2e ratio | decode ratio | gain vs off | target prefill | drafter total | "
+          "drafter not hidden | prefill wall |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, d in groups:
+        cell = [x for x in runs if x["preset"] == name and x["drafter"] == d]
+        off = {x["round"]: x["e2e_ratio"] for x in cell if x["arm"] == "off"}
+        for arm in arms:
+            xs = [x for x in cell if x["arm"] == arm]
+            spec = arm != "plain"
+            gain = (med([x["e2e_ratio"] - off[x["round"]] for x in xs if x["e2e_ratio"] is not None
+                         and off.get(x["round"]) is not None]) if arm.startswith("on") else "-")
+            print(f"| {name} | {d} | {arm} | {med(x['e2e_ratio'] for x in xs) if spec else '-'} | "
+                  f"{med(x['decode_ratio'] for x in xs) if spec else '-'} | {gain} | "
+                  f"{ms([x['target_s'] for x in xs])} | {ms([x['draft_total_s'] for x in xs]) if spec else '-'} | "
+                  f"{ms([x['draft_s'] for x in xs]) if spec else '-'} | {ms([x['wall_s'] for x in xs])} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "environment": env, "setup": describe_setup(pair), "runs": runs}, f, indent=1)
+    return 0
+
+
+def _prefill_line(pre: Prefill) -> str:
+    return (f"target {1000 * pre.target_s:.0f} ms, drafter {1000 * pre.draft_total_s:.0f} ms "
+            f"({1000 * pre.draft_s:.0f} not hidden), wall {1000 * pre.wall_s:.0f} ms")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

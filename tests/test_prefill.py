@@ -1,0 +1,231 @@
+"""The drafter's prompt prefill beside the target's (engine.speculative_generate, Proposer.prefill_overlaps).
+
+The thread mechanics run on tiny random models with fake proposers; exactness, the Prefill record and the
+thread split run on the embedded pair with the llama.cpp drafter (skipped, saying so, without llama.cpp).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from playground.core.cached import CachedLM
+from playground.core.engine import plain_generate, speculative_generate
+from playground.core.records import Iteration, Prefill, Step, summarize
+from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+from playground.errors import PlaygroundError
+
+try:  # the embedded tests need llama_cpp; importing it after torch, like playground.drafters.llamacpp
+    import llama_cpp  # noqa: F401
+
+    LLAMA_CPP_ERROR = None
+except Exception as e:  # noqa: BLE001  not installed, or a build that does not load
+    LLAMA_CPP_ERROR = f"llama_cpp is not importable ({type(e).__name__}: {e}); install it with scripts/install_llama_cpp.sh"
+
+needs_llama_cpp = pytest.mark.skipif(LLAMA_CPP_ERROR is not None, reason=LLAMA_CPP_ERROR or "")
+
+PROMPT = [10, 11, 12, 13, 10, 11, 12, 13, 10, 11]  # repetitive: lookup proposes, so the loop really runs
+
+
+def tokens_of(records):
+    out = []
+    for r in records:
+        if isinstance(r, Iteration):
+            out.extend(r.emitted)
+        elif isinstance(r, Step):
+            out.append(r.token)
+    return out
+
+
+def prefill_threads_alive() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("draft-prefill")]
+
+
+class Recording(PromptLookupProposer):
+    """Prompt lookup that records the thread its begin ran in and the context it was given."""
+
+    def __init__(self, overlaps: bool, fail: BaseException | None = None, sleep_s: float = 0.0):
+        super().__init__()
+        self.prefill_overlaps = overlaps
+        self.fail, self.sleep_s = fail, sleep_s
+        self.begin_thread: int | None = None
+        self.threads_seen: int | None = None
+        self.finished_begin = False
+
+    def begin(self, prompt_ids, ctx):
+        super().begin(prompt_ids, ctx)
+        self.begin_thread = threading.get_ident()
+        self.threads_seen = ctx.prefill_threads
+        time.sleep(self.sleep_s)
+        if self.fail is not None:
+            raise self.fail
+        self.finished_begin = True
+
+
+# --- the mechanics, on tiny models -------------------------------------------------------------
+
+
+def test_an_overlapping_proposer_begins_in_a_worker_and_the_output_is_unchanged(pair64):
+    plain = tokens_of(plain_generate(pair64, PROMPT, max_new_tokens=12))
+    proposer = Recording(overlaps=True)
+    records = list(speculative_generate(pair64, PROMPT, proposer=proposer, k=3, max_new_tokens=12))
+    assert proposer.begin_thread != threading.get_ident()
+    assert proposer.threads_seen == max(1, torch.get_num_threads() // 2)  # the default share
+    assert proposer.ctx.prefill_threads is None  # reset once the prefill is over: drafting runs alone
+    assert tokens_of(records) == plain
+    prefill = records[0]
+    assert isinstance(prefill, Prefill) and prefill.overlapped
+    assert 0 <= prefill.draft_s <= prefill.draft_total_s and prefill.wall_s >= prefill.target_s
+    assert summarize(records).prefill_s == prefill.wall_s
+    assert not prefill_threads_alive()
+
+
+def test_prefill_threads_reach_the_proposer(pair64):
+    proposer = Recording(overlaps=True)
+    list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=3, prefill_threads=3))
+    assert proposer.threads_seen == 3
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_bad_prefill_threads_are_a_clear_error(pair64, bad):
+    with pytest.raises(PlaygroundError, match="prefill threads"):
+        list(speculative_generate(pair64, PROMPT, proposer=Recording(True), k=2, max_new_tokens=3,
+                                  prefill_threads=bad))
+
+
+def test_an_exception_in_the_workers_begin_surfaces_in_the_caller(pair64):
+    proposer = Recording(overlaps=True, fail=ValueError("boom in the drafter's prefill"))
+    with pytest.raises(ValueError, match="boom in the drafter's prefill"):
+        list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=4))
+    assert proposer.begin_thread not in (None, threading.get_ident())  # it did fail in the worker
+    assert not prefill_threads_alive()
+
+
+def test_a_failing_target_prefill_still_joins_the_worker(pair64, monkeypatch):
+    """The target's exception propagates, but only after the drafter's begin (still running) has ended."""
+    def failing_feed(self, tokens, last_only=False):
+        raise RuntimeError("target prefill failed")
+
+    monkeypatch.setattr(CachedLM, "feed", failing_feed)
+    proposer = Recording(overlaps=True, sleep_s=0.3)
+    with pytest.raises(RuntimeError, match="target prefill failed"):
+        list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=4))
+    assert proposer.finished_begin
+    assert not prefill_threads_alive()
+
+
+def test_a_proposer_without_the_capability_begins_in_the_callers_thread(pair64):
+    proposer = Recording(overlaps=False)
+    records = list(speculative_generate(pair64, PROMPT, proposer=proposer, k=3, max_new_tokens=6))
+    assert proposer.begin_thread == threading.get_ident() and proposer.threads_seen is None
+    prefill = records[0]
+    assert not prefill.overlapped and prefill.draft_s == prefill.draft_total_s
+    assert prefill.wall_s == pytest.approx(prefill.target_s + prefill.draft_s)
+
+
+def test_the_torch_draft_model_never_overlaps(pair64):
+    """It would share torch's thread pool with the target: not by default, and refused when asked for."""
+    seen = []
+
+    class Draft(DraftModelProposer):
+        def begin(self, prompt_ids, ctx):
+            seen.append(threading.get_ident())
+            super().begin(prompt_ids, ctx)
+
+    draft = Draft(pair64.draft, "cpu", None)
+    assert not draft.prefill_overlaps and not HybridProposer(draft).prefill_overlaps
+    records = list(speculative_generate(pair64, PROMPT, proposer=draft, k=3, max_new_tokens=6))
+    assert seen == [threading.get_ident()] and not records[0].overlapped
+    with pytest.raises(PlaygroundError, match="cannot prefill beside the target"):
+        list(speculative_generate(pair64, PROMPT, proposer=draft, k=3, max_new_tokens=6, overlap_prefill=True))
+
+
+def test_overlap_can_be_turned_off(pair64):
+    proposer = Recording(overlaps=True)
+    records = list(speculative_generate(pair64, PROMPT, proposer=proposer, k=3, max_new_tokens=6,
+                                        overlap_prefill=False))
+    assert proposer.begin_thread == threading.get_ident() and not records[0].overlapped
+
+
+def test_old_prefill_records_still_read():
+    """Records built (or serialised) before draft_total_s, overlapped and wall_s existed."""
+    p = Prefill(5, target_s=0.1, draft_s=0.05)
+    assert p.draft_total_s == 0.05 and p.wall_s == pytest.approx(0.15) and not p.overlapped
+    assert summarize([p]).prefill_s == pytest.approx(0.15)
+
+
+# --- the llama.cpp drafter on the embedded pair ------------------------------------------------
+
+CHATS = [
+    "Write a Python function that adds two numbers.",
+    "Explain in two sentences why the sky is blue.",
+]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from playground.pairs.loading import load_pair
+
+    return load_pair(draft=None, progress=None)
+
+
+@pytest.fixture(scope="module")
+def drafter(pair):
+    from playground.drafters.llamacpp import LlamaCppProposer
+
+    proposer = LlamaCppProposer(pair.tokenizer, vocab_size=pair.vocab_size)
+    yield proposer
+    proposer.close()
+
+
+def chat_ids(pair, text):
+    return pair.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("text", CHATS)
+def test_greedy_with_overlap_equals_plain_and_the_run_in_turn(pair, drafter, text):
+    ids = chat_ids(pair, text)
+    plain = tokens_of(plain_generate(pair, ids, max_new_tokens=24))
+    assert drafter.prefill_overlaps and HybridProposer(drafter).prefill_overlaps
+    for k in (2, 8):
+        runs = {}
+        for overlap in (True, False):
+            drafter.forget()  # a first call: the whole prompt prefilled, not the prefix kept from the last run
+            records = list(speculative_generate(pair, ids, proposer=drafter, k=k, max_new_tokens=24,
+                                                overlap_prefill=overlap))
+            prefill = records[0]
+            assert prefill.overlapped is overlap and drafter.kv_tokens[: len(ids) - 1] == ids[:-1]
+            assert 0 <= prefill.draft_s <= prefill.draft_total_s
+            assert summarize(records).prefill_s == prefill.wall_s
+            runs[overlap] = tokens_of(records)
+        assert runs[True] == runs[False] == plain, f"k={k}"
+    drafter.forget()
+    hybrid = list(speculative_generate(pair, ids, proposer=HybridProposer(drafter), k=8, max_new_tokens=24))
+    assert hybrid[0].overlapped and tokens_of(hybrid) == plain
+    assert not prefill_threads_alive()
+
+
+@needs_llama_cpp
+def test_llama_cpp_prefills_with_its_share_and_drafts_with_the_whole_budget(pair, drafter, monkeypatch):
+    ids = chat_ids(pair, CHATS[0])
+    seen = []  # the context's thread setting at each llama.cpp decode: the prefill's first, then drafting's
+    real_eval = type(drafter)._eval
+
+    def eval_(self, tokens, logits):
+        seen.append(self._threads_set)
+        return real_eval(self, tokens, logits)
+
+    monkeypatch.setattr(type(drafter), "_eval", eval_)
+    drafter_threads = max(1, torch.get_num_threads())
+    share = drafter_threads + 1  # anything but the whole budget, so that the two can be told apart
+    drafter.forget()
+    records = list(speculative_generate(pair, ids, proposer=drafter, k=4, max_new_tokens=8, prefill_threads=share))
+    assert records[0].overlapped
+    assert seen[0] == share and seen[1:] and set(seen[1:]) == {drafter_threads}
+    assert drafter.n_threads == drafter._threads_set == drafter_threads
