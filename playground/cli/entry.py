@@ -175,8 +175,8 @@ def _add_lab_parsers(sub) -> None:
         if name != "timing" and name != "distribution":
             p.add_argument("--max-new-tokens", type=int, default=None,
                            help="default: each preset's own (64 for a prompt)")
-        if name in ("speed", "sweep", "acceptance", "distribution"):
-            _add_sampling_args(p, name)
+        if name in ("timing", "speed", "sweep", "acceptance", "distribution"):
+            _add_sampling_args(p, name)  # timing: the calibration is timed under this decoding
         if name == "distribution":
             p.add_argument("--draws", type=int, default=20_000, help="draws per context, seed and rule")
         p.add_argument("--out", help="write the JSON result here")

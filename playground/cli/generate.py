@@ -60,7 +60,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(f"# {_paint('accepted', 'accepted')}  {_paint('correction', 'correction')}  "
                   f"{_paint('bonus', 'bonus')}  plain", file=sys.stderr)
 
-    curve = calibrated_curve(pair, prompt_ids, proposer) if k_setting == "adaptive" else None
+    curve = calibrated_curve(pair, prompt_ids, proposer, sampling=sampling) if k_setting == "adaptive" else None
     controller = make_controller(k_setting, curve)
     records = []
     streamer = _Streamer(pair.tokenizer, colour, out) if not args.json else None

@@ -65,7 +65,8 @@ def _timing(job: Job) -> dict:
     n_max = max(job.fixed_ks) + 1
     batches = _parse_batches(job.args.batch)
     share = 1.0 if not batches else 0.4
-    t = calibrate(job.pair, ids, job.proposer(), n_max=n_max, progress=lambda f, m: job.progress(share * f, m))
+    t = calibrate(job.pair, ids, job.proposer(), n_max=n_max, progress=lambda f, m: job.progress(share * f, m),
+                  sampling=_sampling(job.args))
     result = {"experiment": "timing", "environment": environment(job.pair), "memory": job.memory, **t.to_dict()}
     if batches:
         b = batch_timing(job.pair, ids, batches, n_max=n_max, progress=lambda f, m: job.progress(0.4 + 0.6 * f, m))
@@ -90,10 +91,12 @@ def _parse_batches(text: str | None) -> list[int]:
 def _calibrations(job: Job, names: list[str]) -> dict:
     """One calibration per prompt, on its own context (a longer one costs more per step on both sides), in
     the first 30% of the progress bar. Verification is timed over up to max(k) + 1 tokens, or K_MAX + 1
-    when adaptive k runs (it may draft that far)."""
+    when adaptive k runs (it may draft that far). Timed under the command's decoding (a sampled run does the
+    warpers, softmax and draws in every pass)."""
     n_max = (K_MAX if job.args.command == "sweep" or "adaptive" in job.ks else max(job.fixed_ks)) + 1
     share = 0.3 / len(names)
     timings = {name: calibrate(job.pair, job.ids[name], job.proposer(), n_max=n_max, repeats=8,
+                               sampling=_sampling(job.args),
                                progress=lambda f, m, i=i, name=name: job.progress(share * (i + f), f"{name}: {m}"))
                for i, name in enumerate(names)}
     if any(t.c > 1 for t in timings.values()):

@@ -9,7 +9,7 @@ import shlex
 import sys
 
 from ..core.engine import K_MAX, check_k
-from ..core.sampling import SamplingConfig
+from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.registry import make_proposer
 from ..envinfo import describe_setup, redact
 from ..errors import PlaygroundError
@@ -69,7 +69,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not turns:
         raise PlaygroundError(f"nothing to replay: {len(errors)} bad lines and no turn")
     bar = _progress_bar()
-    timing_of = calibrate_all(pair, turns, drafters, args.max_ngram, args.calibration, lambda f, m: bar(0.3 * f, m))
+    timing_of = calibrate_all(pair, turns, drafters, args.max_ngram, args.calibration, lambda f, m: bar(0.3 * f, m),
+                              sampling)
     result = replay(pair, turns, drafters, ks, controllers, timing_of=timing_of,
                     progress=lambda f, m: bar(0.3 + 0.7 * f, m), sampling=sampling, feeding=args.feeding,
                     max_ngram=args.max_ngram, limits=limits, records=args.records, errors=errors)
@@ -84,18 +85,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def calibrate_all(pair, turns, drafters, max_ngram: int, how: str, progress):
+def calibrate_all(pair, turns, drafters, max_ngram: int, how: str, progress, sampling: SamplingConfig = GREEDY):
     """The calibrations the replay predicts with, as timing_of(drafter, prompt_ids) -> Timing: with how="once" one
     per drafter, timed on the turn of median prompt length; with "bucket" one per drafter and context-length
     bucket the turns fall in (CalibrationStore.bucket), timed on the bucket's first turn. Passes up to K_MAX + 1
-    tokens (adaptive k may draft that far)."""
+    tokens (adaptive k may draft that far). Timed under `sampling`, the decoding replayed."""
     bucket = CalibrationStore.bucket
     firsts = calibration_contexts(turns, how)
     jobs = [(d, b, ids) for d in drafters for b, ids in firsts.items()]
     timings = {}
     for i, (d, b, ids) in enumerate(jobs):
         timings[(d, b)] = calibrated_timing(
-            pair, ids, make_proposer(pair, d, max_ngram=max_ngram), None, n_needed=K_MAX + 1,
+            pair, ids, make_proposer(pair, d, max_ngram=max_ngram), None, n_needed=K_MAX + 1, sampling=sampling,
             progress=lambda f, m, i=i, d=d: progress((i + f) / len(jobs), f"calibrating {d}: {m}"))[0]
     if how == "once":
         return lambda drafter, ids: timings[(drafter, next(iter(firsts)))]

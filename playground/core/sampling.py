@@ -70,6 +70,12 @@ class SamplingConfig:
             parts.append(f"top-p={self.top_p:g}")
         return "sample " + " ".join(parts) + f" seed={self.seed}"
 
+    def timing_label(self) -> str:
+        """The decoding as a step's cost depends on it: `describe()` without the seed ("greedy", "sample T=0.7
+        top-p=0.9"). A calibration (lab.calibration.Timing.sampling) is labelled with it: the seed changes which
+        token is drawn, not what the warpers, softmax and draw cost, so one calibration serves every seed."""
+        return self.describe().rsplit(" seed=", 1)[0]
+
     def warpers(self) -> LogitsProcessorList:
         procs = LogitsProcessorList()
         if self.greedy:

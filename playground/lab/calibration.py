@@ -1,5 +1,5 @@
 """Timing calibration: the step costs (c, v(n), the drafter's cost per call) the cost model needs,
-measured the way the loop runs them."""
+measured the way the loop runs them, under the decoding (greedy or sampling) the run uses."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ..core.cached import CachedLM
 from ..core.clock import Clock
 from ..core.engine import K_MAX
 from ..core.proposal import RunContext
-from ..core.sampling import GREEDY
+from ..core.sampling import GREEDY, SamplingConfig, choose, probabilities
 from ..drafters.adaptive import CostCurve
 from ..drafters.proposers import LOOKUP_MAX, HybridProposer, lookup
 from .common import Progress, spread, tick
@@ -24,7 +24,7 @@ from .trust import Verdict, check_calibration
 @dataclass(frozen=True)
 class Timing:
     """Step costs measured in one calibration: what the cost model needs (c, v(n) and the drafter's
-    fixed cost per call)."""
+    fixed cost per call), and the decoding they were timed under (`sampling`, SamplingConfig.timing_label)."""
 
     target_step_s: float  # median target pass over 1 new token, back to back as plain decoding runs
     verify_s: dict[int, float]  # median target pass over n new tokens right after a draft, n = 1..n_max
@@ -35,6 +35,9 @@ class Timing:
     # A drafter with several proposal sources (the hybrid): the seconds per token and per call of each
     # source other than the model drafter timed above, e.g. {"lookup": (0.0, 0.0002)}.
     source_s: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # The decoding timed (SamplingConfig.timing_label: "greedy", "sample T=0.7 top-p=0.9"): a sampled run does
+    # the warpers, softmax and draws in every pass, so it is predicted from a calibration under its own settings.
+    sampling: str = "greedy"
 
     @property
     def c(self) -> float:
@@ -112,6 +115,7 @@ class Timing:
             "verify_fit": fit.to_dict() if (fit := self.verify_fit) is not None else None,
             "trust": self.trust.to_dict(),
             "context_tokens": self.context_tokens,
+            "sampling": self.sampling,
             "source_s": {name: list(x) for name, x in self.source_s.items()},
             "source_costs": {name: list(x) for name, x in self.source_costs.items()},
             "raw": self.raw,
@@ -125,7 +129,8 @@ class Timing:
                        verify_s={int(n): float(s) for n, s in d["verify_s"].items()},
                        draft_step_s=float(d["draft_step_s"]), context_tokens=int(d["context_tokens"]),
                        raw=dict(d.get("raw") or {}), draft_call_s=float(d.get("draft_call_s", 0.0)),
-                       source_s={k: (float(a), float(b)) for k, (a, b) in (d.get("source_s") or {}).items()})
+                       source_s={k: (float(a), float(b)) for k, (a, b) in (d.get("source_s") or {}).items()},
+                       sampling=str(d.get("sampling") or "greedy"))  # saved before calibrations were sampled
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
@@ -136,9 +141,27 @@ def pass_lengths(n_max: int) -> list[int]:
     return sorted(set(range(1, min(n_max, 9) + 1)) | ({12} if n_max > 12 else set()) | {n_max})
 
 
+def _target_pass(lm: CachedLM, ids: Sequence[int], sampling: SamplingConfig) -> None:
+    """A verifying pass as speculative_generate makes it: the target over the tokens, then, when sampling, the
+    distributions over its rows (warpers and softmax; with top-p a sort over the vocabulary). The acceptance
+    rule that follows in the loop (a few comparisons and at most one draw) is left out: it is small."""
+    logits = lm.feed(ids)
+    if not sampling.greedy:
+        probabilities(logits, sampling)
+
+
+def _plain_step(lm: CachedLM, ids: Sequence[int], sampling: SamplingConfig, generator) -> None:
+    """A step as plain_generate makes it: the target over one token, then, when sampling, the draw (`choose`:
+    the warped distribution and a multinomial). Greedy's arg-max is left out, as it always was: it is small."""
+    logits = lm.feed(ids)
+    if not sampling.greedy:
+        choose(logits[-1], sampling, generator)
+
+
 def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats: int = 12, warmup: int = 3,
-              progress: Progress = None) -> Timing:
-    """Time the target over n = 1..n_max new tokens after a real prompt, and the drafter per call and token.
+              progress: Progress = None, sampling: SamplingConfig = GREEDY) -> Timing:
+    """Time the target over n = 1..n_max new tokens after a real prompt, and the drafter per call and token,
+    under `sampling` (the decoding of the run to be predicted).
 
     The two are timed in the alternation the loop has (draft, then a target pass, then both roll
     back), because on a CPU that shares its cores between two runtimes (torch's and llama.cpp's
@@ -148,6 +171,11 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     the rest of propose(1). A hybrid drafter is timed by its sources: its model drafter as above, its
     prompt lookup apart (a search of the context, no model), so that each source has its own cost.
     Passes are timed at the lengths of `pass_lengths(n_max)`; the cost model interpolates between them.
+
+    What is timed is what a run under `sampling` does: the drafter begins with a RunContext of that sampling
+    (its proposals include its own warpers, softmax and draws); each target pass over n tokens includes the
+    distributions over its n rows, and the plain step its draw, when sampling (`_target_pass`, `_plain_step`).
+    Greedy times the bare passes. The result is labelled with `sampling.timing_label()`.
     """
     clock = Clock.for_pair(pair)
     prompt = [int(t) for t in prompt_ids]
@@ -155,7 +183,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     lm.feed(prompt[:-1], last_only=True)
     base = len(lm)
     filler = prompt[-n_max:] if len(prompt) >= n_max else (prompt * n_max)[:n_max]
-    ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset())
+    ctx = RunContext(sampling, sampling.generator(pair.device), frozenset())
     hybrid = proposer if isinstance(proposer, HybridProposer) else None
     if hybrid is not None:
         proposer = hybrid.model
@@ -176,7 +204,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
             t1 = clock.now()
             proposer.rollback(prompt)
             t2 = clock.now()
-            lm.feed(filler[:n])
+            _target_pass(lm, filler[:n], sampling)
             t3 = clock.now()
             lm.crop(base)
             if rep >= warmup:
@@ -190,7 +218,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     plain = []
     for rep in range(warmup + repeats):
         t0 = clock.now()
-        lm.feed(filler[:1])
+        _plain_step(lm, filler[:1], sampling, ctx.generator)
         t1 = clock.now()
         lm.crop(base)
         if rep >= warmup:
@@ -215,6 +243,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
         draft_call_s=max(0.0, one - per_token),
         source_s=source_s,
         context_tokens=len(prompt),
+        sampling=sampling.timing_label(),
         raw={"target_pass_s": {str(n): xs for n, xs in samples.items()}, "plain_step_s": plain,
              "draft_propose_s": {str(k): xs for k, xs in drafts.items()},
              "target_spread": {str(n): spread(xs) for n, xs in samples.items()}},
@@ -222,18 +251,20 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
 
 
 class CalibrationStore:
-    """The calibrations of one loaded pair, one per drafter and context-length bucket, reused by every run.
+    """The calibrations of one loaded pair, one per drafter, context-length bucket and decoding, reused by every run.
 
     A step's cost depends on the model, the drafter and how long the context is, not on what the context
     says, so one calibration serves every prompt whose length falls in the same bucket (powers of two from
     64 tokens). Shared by every browser tab on the pair (the app keeps one store per loaded pair) and safe
     to share: a lock guards the table, and a Timing, once stored, is never changed (a longer calibration of
-    the same bucket replaces it whole).
+    the same bucket replaces it whole). A sampled run does more per step than a greedy one (the warpers, softmax
+    and draws), so the decoding is part of the key (SamplingConfig.timing_label): a greedy calibration is never
+    returned for a sampled request, nor the reverse.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._timings: dict[tuple[str, int], Timing] = {}
+        self._timings: dict[tuple[str, int, str], Timing] = {}
 
     @staticmethod
     def bucket(context_tokens: int) -> int:
@@ -243,15 +274,18 @@ class CalibrationStore:
             b *= 2
         return b
 
-    def get(self, drafter: str, context_tokens: int, n_needed: int = 1) -> Timing | None:
-        """The stored calibration of this drafter and bucket if it timed passes of at least `n_needed` tokens."""
+    def get(self, drafter: str, context_tokens: int, n_needed: int = 1,
+            sampling: SamplingConfig = GREEDY) -> Timing | None:
+        """The stored calibration of this drafter, bucket and decoding if it timed passes of at least `n_needed`
+        tokens."""
         with self._lock:
-            t = self._timings.get((drafter, self.bucket(context_tokens)))
+            t = self._timings.get((drafter, self.bucket(context_tokens), sampling.timing_label()))
         return t if t is not None and max(t.verify_s) >= n_needed else None
 
     def put(self, drafter: str, timing: Timing) -> None:
+        """Keep `timing` under its drafter, bucket and decoding (`timing.sampling`)."""
         with self._lock:
-            self._timings[(drafter, self.bucket(timing.context_tokens))] = timing
+            self._timings[(drafter, self.bucket(timing.context_tokens), timing.sampling)] = timing
 
     def __len__(self) -> int:
         with self._lock:
@@ -267,14 +301,16 @@ SHORT_CALIBRATION = (4, 2)
 
 def calibrated_timing(pair, prompt_ids, proposer, store: CalibrationStore | None = None, n_needed: int = K_MAX + 1,
                       repeats: int = SHORT_CALIBRATION[0], warmup: int = SHORT_CALIBRATION[1],
-                      progress: Progress = None) -> tuple[Timing, bool]:
-    """A calibration of this pair and drafter at this context length reaching passes of `n_needed` tokens:
-    the stored one when `store` holds it, else a short one (kept in `store`). Returns (timing, reused)."""
+                      progress: Progress = None, sampling: SamplingConfig = GREEDY) -> tuple[Timing, bool]:
+    """A calibration of this pair and drafter at this context length, under `sampling`, reaching passes of
+    `n_needed` tokens: the stored one when `store` holds it, else a short one (kept in `store`). Returns
+    (timing, reused)."""
     drafter = proposer.describe()
-    found = store.get(drafter, len(prompt_ids), n_needed) if store is not None else None
+    found = store.get(drafter, len(prompt_ids), n_needed, sampling) if store is not None else None
     if found is not None:
         return found, True
-    timing = calibrate(pair, prompt_ids, proposer, n_max=n_needed, repeats=repeats, warmup=warmup, progress=progress)
+    timing = calibrate(pair, prompt_ids, proposer, n_max=n_needed, repeats=repeats, warmup=warmup, progress=progress,
+                       sampling=sampling)
     if store is not None:
         store.put(drafter, timing)
     return timing, False
@@ -282,7 +318,9 @@ def calibrated_timing(pair, prompt_ids, proposer, store: CalibrationStore | None
 
 def calibrated_curve(pair, prompt_ids, proposer, store: CalibrationStore | None = None,
                      repeats: int = SHORT_CALIBRATION[0],
-                     progress: Progress = None) -> CostCurve:
-    """The cost curve adaptive k needs (passes up to K_MAX + 1 tokens), through `calibrated_timing`."""
-    timing, _ = calibrated_timing(pair, prompt_ids, proposer, store, K_MAX + 1, repeats=repeats, progress=progress)
+                     progress: Progress = None, sampling: SamplingConfig = GREEDY) -> CostCurve:
+    """The cost curve adaptive k needs (passes up to K_MAX + 1 tokens) under `sampling`, through
+    `calibrated_timing`."""
+    timing, _ = calibrated_timing(pair, prompt_ids, proposer, store, K_MAX + 1, repeats=repeats, progress=progress,
+                                  sampling=sampling)
     return CostCurve.from_timing(timing)

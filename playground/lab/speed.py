@@ -15,7 +15,16 @@ from ..envinfo import environment
 from .calibration import Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
 from .fit import explain_cell
-from .trust import MachineMonitor, Verdict, check_calibration, check_drift, check_rounds, check_spread, recommend
+from .trust import (
+    MachineMonitor,
+    Verdict,
+    check_calibration,
+    check_drift,
+    check_rounds,
+    check_sampling,
+    check_spread,
+    recommend,
+)
 
 # --- speed: plain against speculative, in adjacent runs ----------------------------------------------
 
@@ -48,7 +57,9 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     `drift_warning` between rounds is flagged: its ratios are still adjacent, but read them with care.
     A k may also be "adaptive" (needs `timing`) or "heuristic" (transformers' schedule), see adaptive.py.
     `timing`: one calibration for every prompt, or one per prompt name (a longer context costs more per
-    step, on both sides, so per-prompt calibrations predict better).
+    step, on both sides, so per-prompt calibrations predict better). A calibration timed under another
+    decoding than `sampling` (Timing.sampling) is flagged: its prediction leaves out (or counts) the sampling
+    work of each pass.
     """
     timing_of = (lambda name: timing.get(name)) if isinstance(timing, dict) else (lambda name: timing)
     arms = ["plain", *[f"k={k}" for k in ks]]
@@ -104,7 +115,9 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
                        "flagged": hi > 0 and (hi - lo) / hi > drift_warning}
     overall = Verdict.of(check_rounds(rounds), load.findings(),
                          *(check_drift(name, drift[name]["plain_tokens_per_s"]) for name in prompts),
-                         *(check_calibration(t) for name in prompts if (t := timing_of(name)) is not None))
+                         *(check_calibration(t) for name in prompts if (t := timing_of(name)) is not None),
+                         *(check_sampling(t, sampling.timing_label()) for name in prompts
+                           if (t := timing_of(name)) is not None))
     for row in table + by_prompt:
         _judge(row, [x for x in runs if x["k"] == row["k"] and row.get("prompt") in (None, x["prompt"])], overall)
     best = _best_fixed(table)
@@ -210,7 +223,8 @@ def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] =
           adaptive: bool = True, min_confidence: float | None = None, name: str = "prompt",
           progress: Progress = None) -> dict:
     """k = 1..8 on one prompt: measured speed-up (adjacent runs) and predicted, break-even alpha, best k;
-    with `adaptive`, the adaptive controller runs as one more arm of the same rounds."""
+    with `adaptive`, the adaptive controller runs as one more arm of the same rounds. Without `timing`, it
+    calibrates first, under `sampling`."""
     fixed = [k for k in ks if isinstance(k, int)]
     arms = [*ks, "adaptive"] if adaptive and "adaptive" not in ks else list(ks)
     n_max = (K_MAX if adaptive else max(fixed)) + 1  # adaptive may draft up to K_MAX: time verification that far
@@ -219,7 +233,7 @@ def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] =
     cal_passes = 0 if timing is not None else 2 * (3 + 12) * len(pass_lengths(n_max))
     share = cal_passes / (cal_passes + rounds * (len(arms) + 1) * max_new_tokens)
     if timing is None:
-        timing = calibrate(pair, prompt_ids, proposer_factory(), n_max=n_max,
+        timing = calibrate(pair, prompt_ids, proposer_factory(), n_max=n_max, sampling=sampling,
                            progress=(lambda f, m: tick(progress, share * f, m)) if progress else None)
     result = speed(pair, {name: prompt_ids}, proposer_factory, ks=arms, rounds=rounds,
                    max_new_tokens=max_new_tokens, sampling=sampling, timing=timing, min_confidence=min_confidence,

@@ -3,10 +3,11 @@
 A figure is untrustworthy when what it is made of moved more than the effect it claims: the plain run it is
 divided by drifted between rounds, the cell's own rounds disagree, the calibration behind its prediction is
 noisy or non-physical (a pass over n tokens cheaper than a plain step, or dearer than n of them; a drafter
-slower than the target), other processes took the cores while it was measured (two processes with spinning
-thread pools on a small machine slow each other several-fold), or there were too few rounds to see a spread
-at all. Each check gives a `Finding` with the numbers and the fix; a `Verdict` is trusted when no finding
-fails. A failed verdict never becomes a recommendation (see `recommend`).
+slower than the target; timed under another decoding than the run's), other processes took the cores while
+it was measured (two processes with spinning thread pools on a small machine slow each other several-fold), or
+there were too few rounds to see a spread at all. Each check gives a `Finding` with the numbers and the fix;
+a `Verdict` is trusted when no finding fails. A failed verdict never becomes a recommendation (see
+`recommend`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class TrustLimits:
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # drift, spread, rounds, calibration-noise, non-physical, slow-drafter, machine-load, steal
+    check: str  # drift, spread, rounds, calibration-noise, non-physical, slow-drafter, calibration-sampling,
+    # machine-load, steal
     severity: str  # FAIL or WARN
     message: str  # what was seen, with the numbers
     fix: str  # what to do about it
@@ -157,6 +159,23 @@ def check_calibration(timing, limits: TrustLimits = TrustLimits()) -> list[Findi
             out.append(Finding("calibration-noise", sev, f"the calibration's passes over {n} tokens spread "
                                f"{worst:.0%} (interquartile range / median)", "recalibrate on a quiet machine"))
     return out
+
+
+def check_sampling(timing, run_sampling: str) -> list[Finding]:
+    """A prediction from a calibration timed under another decoding than the run's (labels as
+    SamplingConfig.timing_label gives them): a sampled run does the warpers, softmax and draws in every pass
+    and proposal, a greedy one does not, so the pairing is non-physical in the way that matters here."""
+    timed = getattr(timing, "sampling", "greedy")
+    if timed == run_sampling:
+        return []
+    if timed == "greedy":
+        what = "the prediction leaves out the sampling work"
+    elif run_sampling == "greedy":
+        what = "the prediction counts sampling work the run does not do"
+    else:
+        what = "the prediction counts another decoding's sampling work"
+    return [Finding("calibration-sampling", WARN, f"calibrated under {timed}, run {run_sampling}: {what}",
+                    "calibrate with the run's sampling settings")]
 
 
 # --- the machine: other processes and the hypervisor ------------------------------------------------------

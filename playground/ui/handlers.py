@@ -164,10 +164,11 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     def work(emit, stopped):
         timing = None
         if request.k_mode == "adaptive":
-            timing = find_timing(session, store, name, ids, K_MAX + 1)
+            timing = find_timing(session, store, name, ids, K_MAX + 1, sampling)
             if timing is None:
-                phase(emit, "calibrating for adaptive k (once per pair, drafter and context length)")
-                timing, _ = calibrated_timing(pair, ids, proposer, store, K_MAX + 1, progress=ticker(emit, stopped))
+                phase(emit, "calibrating for adaptive k (once per pair, drafter, context length and decoding)")
+                timing, _ = calibrated_timing(pair, ids, proposer, store, K_MAX + 1, progress=ticker(emit, stopped),
+                                              sampling=sampling)
             session.timings[(name, prompt_key(ids))] = timing
             phase(emit, "")
         controller = k_controller(request, session, name, timing)

@@ -87,8 +87,8 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
     reps = repeats if repeats is not None else default[0]
     warm = warmup if warmup is not None else default[1]
     if not careful:
-        own = session.timing_for(name, key, N_NEEDED)
-        found = own or store.get(name, len(ids), N_NEEDED)
+        own = session.timing_for(name, key, N_NEEDED, request.sampling)
+        found = own or store.get(name, len(ids), N_NEEDED, request.sampling)
         if found is not None:
             session.timings[(name, key)] = found
             session.calibration = (name, found)
@@ -103,10 +103,12 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
     def work(emit, stopped):
         tick = ticker(emit, stopped)
         if careful:
-            timing = calibrate(pair, ids, proposer, n_max=N_NEEDED, repeats=reps, warmup=warm, progress=tick)
+            timing = calibrate(pair, ids, proposer, n_max=N_NEEDED, repeats=reps, warmup=warm, progress=tick,
+                               sampling=request.sampling)
             store.put(name, timing)
             return timing, False
-        return calibrated_timing(pair, ids, proposer, store, N_NEEDED, repeats=reps, warmup=warm, progress=tick)
+        return calibrated_timing(pair, ids, proposer, store, N_NEEDED, repeats=reps, warmup=warm, progress=tick,
+                                 sampling=request.sampling)
 
     with Background(work, "playground-calibrate", serving.device_lock(pair.device)) as bg:
         for line in progress_lines(bg, tracker):
@@ -135,7 +137,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     name = make_proposer(pair, req.drafter).describe()
     key, store = prompt_key(ids), provider.calibrations
     ks = list(range(1, k_max + 1))
-    timing = find_timing(session, store, name, ids, N_NEEDED)
+    timing = find_timing(session, store, name, ids, N_NEEDED, req.sampling)
     runs = rounds * (len(ks) + 2)  # plain decoding, every k and adaptive k, in each round
 
     def factory():
@@ -145,7 +147,8 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
         t, reused = timing, True
         if t is None:
             phase(emit, "step 1 of 2, calibrating")
-            t, reused = calibrated_timing(pair, ids, factory(), store, N_NEEDED, progress=ticker(emit, stopped))
+            t, reused = calibrated_timing(pair, ids, factory(), store, N_NEEDED, progress=ticker(emit, stopped),
+                                          sampling=req.sampling)
         phase(emit, "step 2 of 2, measuring" if timing is None else "measuring")
         result = sweep_fn(pair, ids, factory, ks=ks, rounds=rounds, max_new_tokens=req.max_new_tokens,
                           sampling=req.sampling, timing=t, progress=ticker(emit, stopped))

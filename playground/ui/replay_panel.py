@@ -26,6 +26,7 @@ from typing import Any
 
 import gradio as gr
 
+from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.registry import make_proposer
 from ..errors import PlaygroundError
 from ..inputs.presets import load_presets
@@ -105,17 +106,19 @@ def default_drafter(choices) -> str:
 # --- the work ------------------------------------------------------------------------------------------------
 
 
-def calibrations(pair, turns, drafter: str, store: CalibrationStore, how: str, progress):
+def calibrations(pair, turns, drafter: str, store: CalibrationStore, how: str, progress,
+                 sampling: SamplingConfig = GREEDY):
     """timing_of(drafter, prompt_ids) for the replay, from the pair's store (a short calibration where it has
     none): with how="once" one, on the turn of median prompt length; with "bucket" one per context-length bucket
-    the turns fall in. Also returns how many were reused."""
+    the turns fall in; each timed under `sampling`, the decoding replayed. Also returns how many were reused."""
     bucket = CalibrationStore.bucket
     firsts = calibration_contexts(turns, how)
     found, reused = {}, 0
     for i, (b, ids) in enumerate(firsts.items()):
         n = len(ids)
         tick = (lambda f, m, i=i, n=n: progress((i + f) / len(firsts), f"on {n} tokens of context: {m}"))
-        found[b], was = calibrated_timing(pair, ids, make_proposer(pair, drafter), store, N_NEEDED, progress=tick)
+        found[b], was = calibrated_timing(pair, ids, make_proposer(pair, drafter), store, N_NEEDED, progress=tick,
+                                          sampling=sampling)
         reused += was
     if how == "once":
         only = found[next(iter(found))]
@@ -184,7 +187,7 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
                 step += 1
             phase(emit, f"step {step} of {steps}, calibrating")
             timing_of, reused, count = calibrations(pair, replayed, req.drafter, provider.calibrations,
-                                                    req.calibration, tick)
+                                                    req.calibration, tick, req.sampling)
             phase(emit, f"step {step + 1} of {steps}, replaying")
             doc = replay(pair, replayed, [req.drafter], req.ks, req.controllers, timing_of=timing_of, progress=tick,
                          sampling=req.sampling, limits=limits, records="full", errors=errors)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.engine import check_k, check_request
-from ..core.sampling import SamplingConfig
+from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
 from ..drafters.registry import DRAFTERS
 from ..errors import PlaygroundError
@@ -245,9 +245,11 @@ class Session:
     whatif_from: tuple | None = None  # (calibration, run) the What-if tab was last filled from (ui/whatif_view.py)
     whatif_refused: tuple | None = None  # (the library's message, the slider's bound) after an alpha out of range
 
-    def timing_for(self, drafter: str, ids_key: str, n_needed: int = 1):
+    def timing_for(self, drafter: str, ids_key: str, n_needed: int = 1, sampling: SamplingConfig = GREEDY):
+        """This tab's calibration of this drafter and prompt, if it reaches passes of `n_needed` tokens and was
+        timed under `sampling` (a greedy one never predicts a sampled run, nor the reverse)."""
         t = self.timings.get((drafter, ids_key))
-        if t is not None and max(t.verify_s) >= n_needed:
+        if t is not None and max(t.verify_s) >= n_needed and t.sampling == sampling.timing_label():
             return t
         return None
 
@@ -257,21 +259,22 @@ def new_session() -> Session:
 
 
 def find_timing(session: Session, store: CalibrationStore | None, drafter: str, ids: Sequence[int],
-                n_needed: int = 1) -> Timing | None:
-    """The calibration of this drafter on this context reaching passes of `n_needed` tokens: the tab's own for
-    this very prompt, else the pair's (shared by every tab) for this context length, else None."""
-    timing = session.timing_for(drafter, prompt_key(ids), n_needed)
+                n_needed: int = 1, sampling: SamplingConfig = GREEDY) -> Timing | None:
+    """The calibration of this drafter on this context, under `sampling`, reaching passes of `n_needed` tokens:
+    the tab's own for this very prompt, else the pair's (shared by every tab) for this context length, else None."""
+    timing = session.timing_for(drafter, prompt_key(ids), n_needed, sampling)
     if timing is None and store is not None:
-        timing = store.get(drafter, len(ids), n_needed)
+        timing = store.get(drafter, len(ids), n_needed, sampling)
     return timing
 
 
 def run_timing(session: Session, store: CalibrationStore | None) -> Timing | None:
-    """The calibration behind the prediction for the session's run (None when there is none, or k varied)."""
+    """The calibration behind the prediction for the session's run, timed under the run's sampling (None when
+    there is none, or k varied)."""
     run = session.run
     if run is None or run.request.k_mode != "fixed":
         return None
-    return find_timing(session, store, run.drafter, run.prompt_ids, run.request.k + 1)
+    return find_timing(session, store, run.drafter, run.prompt_ids, run.request.k + 1, run.request.sampling)
 
 
 def k_controller(request: RunRequest, session: Session, drafter: str, timing: Timing | None = None):
