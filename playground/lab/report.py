@@ -9,6 +9,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, median_shares, percent, run_split, within_limits
 from ..drafters.adaptive import describe_choices
 from ..errors import PlaygroundError
 from .batch import batch_table
@@ -108,6 +109,23 @@ def misses_markdown(doc: dict) -> str:
     return markdown_table(head, rows)
 
 
+def time_split_line(doc: dict) -> str | None:
+    """Where the speculative runs' decoding time went, median share per run (every k and schedule), with the
+    worst run's share outside the buckets and in rollback, and whether the medians kept their limits."""
+    splits = [s for r in doc.get("runs") or [] if (s := run_split(r)) is not None and s.wall_s > 0]
+    if not splits:
+        return None
+    med = median_shares(splits)
+    worst = {name: max(s.shares()[name] for s in splits) for name in ("outside", "rollback")}
+    held = within_limits(med)
+    verdict = ", ".join(f"{name} < {limit:.0%} {'held' if held[name] else 'NOT held'}"
+                        for name, limit in (("outside", OUTSIDE_LIMIT), ("rollback", ROLLBACK_LIMIT)))
+    return (f"time split of the {len(splits)} speculative runs (median share of decode time, max over runs): "
+            f"draft {percent(med['draft'])}, verify {percent(med['verify'])}, rollback {percent(med['rollback'])} "
+            f"(max {percent(worst['rollback'])}), outside the buckets {percent(med['outside'])} (max "
+            f"{percent(worst['outside'])}); {verdict}")
+
+
 def _trust_cell(trust: dict | None) -> str:
     if not trust:
         return "-"
@@ -187,6 +205,8 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
              + ("" if c is None else f"; c = {c:.2f}") + ")", "", k_table(doc), ""]
     lines.append(f"best k measured: {doc['best_k']}" + (f"; predicted: {doc['predicted_best_k']}"
                                                          if "predicted_best_k" in doc else ""))
+    split = time_split_line(doc)
+    lines += [split] if split else []
     lines += verdict_lines(doc)
     if cmd == "speed":
         lines += ["", "per prompt: measured (empirical prediction)", "", speed_markdown(doc, kinds)]
@@ -341,8 +361,9 @@ def report(path: str | Path) -> str:
     if doc["experiment"] in ("speed", "sweep"):
         if doc.get("timing"):
             lines.append(timing_line(doc))
-        lines += ["", speed_markdown(doc), "", "measured - empirical prediction (\u00b1 the cell's min-max spread):",
-                  "", misses_markdown(doc)]
+        split = time_split_line(doc)
+        lines += ["", speed_markdown(doc), *(["", split] if split else []), "",
+                  "measured - empirical prediction (\u00b1 the cell's min-max spread):", "", misses_markdown(doc)]
         if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
             lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss):", "",
                       explained_markdown(doc)]

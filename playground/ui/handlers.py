@@ -47,7 +47,9 @@ from .session import (
     run_timing,
 )
 
-YIELD_EVERY_S = 0.1  # token / counter updates at most this often
+# Each update costs the run the CPU (and GIL) time Gradio's postprocessing of every output takes (~10 ms
+# on a 2-core Xeon), besides building the charts: scripts/bench_overhead.py measures what streaming costs.
+YIELD_EVERY_S = 0.25  # token / counter updates at most this often
 CHART_EVERY_S = 0.5  # chart updates at most this often while streaming (and once at the end)
 
 

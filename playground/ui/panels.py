@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 
 from ..core.records import Iteration
+from ..core.timesplit import TimeSplit, percent
 from ..drafters.adaptive import describe_choices
 from ..pairs.registry import PAIRS
 from . import charts
@@ -72,10 +73,34 @@ def counters_html(summary, max_new_tokens: int | None, running: bool, prefill_s:
         out.append(f'<div class="counter" data-counter="{key}" title="{html.escape(tip, quote=True)}">'
                    f'<div class="value">{html.escape(value)}</div><div class="label">{html.escape(label)}</div></div>')
     out.append("</div>")
+    split = time_split_html(s)
+    if split:
+        out.append(split)
     if s is not None and s.prefill_s:
         out.append(f'<div class="counters-note">prefill {s.prefill_s:.2f} s ({s.prompt_tokens} prompt tokens), '
                    f"not counted in tokens/s</div>")
     return "".join(out)
+
+
+SPLIT_HELP = {
+    "draft": "proposing: the drafter's calls, and choosing k",
+    "verify": "the target's verification passes and the acceptance rule",
+    "rollback": "cutting both caches back to the accepted tokens",
+    "outside": ("decode time in none of the three: the loop's own bookkeeping, and what streaming to this page "
+                "costs the run (the rendering shares the cores with it)"),
+}
+
+
+def time_split_html(summary) -> str:
+    """Where the decode time went: draft / verify / rollback / outside the three, each in seconds and as a
+    share of the decode time ('' before the first iteration, and for a plain run)."""
+    if summary is None or summary.mode != "speculative" or not summary.decode_s:
+        return ""
+    split = TimeSplit.from_summary(summary)
+    shares = split.shares()
+    parts = [f'<span class="split" data-bucket="{name}" title="{html.escape(SPLIT_HELP[name], quote=True)}">'
+             f"{name} {seconds:.2f} s ({percent(shares[name])})</span>" for name, seconds in split.seconds().items()]
+    return '<div class="counters-note time-split">decode time: ' + " \u00b7 ".join(parts) + "</div>"
 
 
 def check_html(preset, check) -> str:

@@ -1,0 +1,216 @@
+"""What an iteration spends outside its draft, verify and rollback buckets, and what streaming to the browser
+costs a run, on the embedded pair with the llama.cpp drafter at k = 4 (issue 14).
+
+Two arms, alternating A B A B in one process, on each preset (tool_call, prose, code) in every round:
+  A  headless: `list(speculative_generate(...))`, record_probs=False, as the lab runs it;
+  B  the browser's Run event, with no server: the app's real Blocks (playground.ui.build_ui around the same loaded
+     pair) and its "run" event driven through Gradio's own `Blocks.process_api`, update after update, as Gradio's
+     queue drives it: the wiring's event function (ui/wiring.py), ui.handlers.stream_run with the engine in its
+     worker thread, the token HTML, counters and plotly figures of every update, each component's postprocess,
+     the streaming diffs, and each message serialised as the queue's SSE route does.
+With --thread-arm, a third arm T runs A's loop in a worker thread, as the browser runs the engine: B / T is then
+the rendering's own cost and T / A the thread's. (They can differ a lot on a loaded machine: with another
+process on both cores, 2-thread torch matmuls ran 20x slower from the main thread than from a worker thread, and
+the loop 40x; the machine line says when other processes used the cores, and then no figure here is trusted.)
+Per arm: decode tokens/s (median, min-max), the median per-iteration share of each bucket (an iteration's wall
+time runs from the previous one's end), and B/A of decode tokens/s per adjacent pair (median, min-max): the
+streaming cost. Prefill is excluded everywhere. Run it on a quiet machine:
+
+    .venv/bin/python scripts/bench_overhead.py --threads 2 --rounds 5
+    .venv/bin/python scripts/bench_overhead.py --rounds 1 --max-new-tokens 8     # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import threading
+import time
+
+import torch
+
+from playground.core.engine import speculative_generate
+from playground.core.records import summarize
+from playground.core.timesplit import BUCKETS, OUTSIDE_LIMIT, ROLLBACK_LIMIT, iteration_splits, median_shares, percent
+from playground.drafters.registry import make_proposer
+from playground.envinfo import describe_setup
+from playground.inputs.presets import get_preset
+from playground.lab.trust import MachineMonitor, Verdict
+from playground.pairs.registry import choose_pair, load_choice
+
+PRESETS = ("tool_call", "prose", "code")
+STREAMING_LIMIT = 0.05  # streaming may cost at most this share of the headless decode speed
+RUN_CONTROLS = {"prompt": None, "preset": None, "chat": False, "drafter": "llama.cpp", "k": 4, "decoding": "greedy",
+                "temperature": 1.0, "top-k": 0, "top-p": 1.0, "max-new": 64, "seed": 0, "k-mode": "fixed"}
+
+
+def headless(pair, ids, k: int, max_new: int) -> list:
+    """Arm A: the engine's records, as the lab collects them."""
+    return list(speculative_generate(pair, ids, proposer=make_proposer(pair, "llama.cpp"), k=k,
+                                     max_new_tokens=max_new, record_probs=False))
+
+
+class Browser:
+    """Arm B: the app's Blocks around the loaded pair, and its Run event driven as Gradio's queue drives it."""
+
+    def __init__(self, pair):
+        import orjson
+        from gradio.server_messages import ProcessGeneratingMessage
+        from gradio.state_holder import SessionState
+
+        from playground.ui import build_ui
+        from playground.ui.serving import PairProvider
+
+        self._dumps, self._message, self._state = orjson.dumps, ProcessGeneratingMessage, SessionState
+        self.demo = build_ui(PairProvider(pair=pair))
+        self.fn = next(fn for fn in self.demo.fns.values() if fn.api_name == "run")
+        self.session_block = self.fn.inputs[0]  # the tab's gr.State
+        self.events = 0
+        self.updates = 0
+
+    def inputs(self, controls: dict) -> list:
+        """The event's inputs as the page sends them: the state first, then each control by its elem_id."""
+        return [None if block is self.session_block else controls[block.elem_id] for block in self.fn.inputs]
+
+    def run(self, controls: dict) -> list:
+        """Drive one Run event to its end; the records of the run it streamed."""
+        return asyncio.run(self._drive(self.inputs(controls)))
+
+    async def _drive(self, inputs: list) -> list:
+        state = self._state(self.demo)
+        self.events += 1
+        event_id, iterator = f"bench-{self.events}", None
+        while True:
+            out = await self.demo.process_api(block_fn=self.fn, inputs=inputs, state=state, iterator=iterator,
+                                              session_hash="bench", event_id=event_id, in_event_listener=True)
+            iterator = out.pop("iterator", None)
+            self._dumps(self._message(output=out, success=True).model_dump(), default=str)  # the SSE route's work
+            self.updates += 1
+            if not out["is_generating"]:
+                break
+        session = state[self.session_block._id]
+        if session is None or session.run is None or not session.run.finished:
+            raise RuntimeError("the Run event ended without a finished run")
+        return session.run.records
+
+
+def in_thread(run):
+    """Arm T: the same headless run in a worker thread (no rendering), as the browser runs the engine."""
+
+    def arm(name):
+        out = {}
+        worker = threading.Thread(target=lambda: out.setdefault("records", run(name)), name="bench-headless")
+        worker.start()
+        worker.join()
+        return out["records"]
+
+    return arm
+
+
+def _spread(xs: list[float], fmt: str = ".1f") -> str:
+    return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})"
+
+
+def measure(arms: dict, presets, rounds: int) -> tuple[dict, dict, dict]:
+    """Every arm on every preset, adjacent, in each round: decode tokens/s per (arm, preset), the iterations'
+    splits per arm, and the emitted tokens of each arm's first run per preset."""
+    speeds = {(a, n): [] for a in arms for n in presets}
+    splits: dict[str, list] = {a: [] for a in arms}
+    outputs: dict[tuple[str, str], tuple] = {}
+    for r in range(rounds):
+        for name in presets:
+            for arm, run in arms.items():
+                records = run(name)
+                s = summarize(records)
+                speeds[(arm, name)].append(s.tokens_per_s)
+                splits[arm] += iteration_splits(records)
+                outputs.setdefault((arm, name), tuple(t for rec in records for t in getattr(rec, "emitted", ())))
+                print(f"round {r + 1}, {name}, {arm}: {s.tokens_per_s:.1f} tokens/s, {s.new_tokens} tokens in "
+                      f"{s.target_passes} iterations", flush=True)
+    return speeds, splits, outputs
+
+
+def ratios(speeds: dict, presets, top: str, bottom: str) -> dict[str, list[float]]:
+    """top / bottom decode tokens/s per adjacent pair (same round and preset)."""
+    return {n: [t / b if b else float("nan") for t, b in zip(speeds[(top, n)], speeds[(bottom, n)])]
+            for n in presets}
+
+
+def ratio_line(label: str, by_preset: dict[str, list[float]]) -> str:
+    every = [x for xs in by_preset.values() for x in xs]
+    return (f"{label} decode tokens/s, adjacent pairs: " + "; ".join(f"{n} {_spread(xs, '.3f')}" for n, xs in
+                                                                     by_preset.items()) + f"; all {_spread(every, '.3f')}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2, help="torch (and llama.cpp) threads (default 2)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of A B on every preset (default 5)")
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="new tokens per run (default 64)")
+    ap.add_argument("--k", type=int, default=4, help="proposals per iteration (default 4)")
+    ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets (default %(default)s)")
+    ap.add_argument("--pair", default=None, help="a named pair (default: the embedded one)")
+    ap.add_argument("--thread-arm", action="store_true",
+                    help="add arm T, headless in a worker thread: B / T is the rendering's cost alone")
+    args = ap.parse_args()
+    if args.rounds < 1 or args.max_new_tokens < 1:
+        ap.error("--rounds and --max-new-tokens must be at least 1")
+    torch.set_num_threads(args.threads)
+    pair = load_choice(choose_pair(pair=args.pair), progress=None)
+    presets = {name: get_preset(name) for name in args.presets.split(",")}
+    ids = {name: p.prompt_ids(pair.tokenizer) for name, p in presets.items()}
+    controls = {name: {**RUN_CONTROLS, "prompt": p.prompt_text(pair.tokenizer), "preset": name, "k": args.k,
+                       "max-new": args.max_new_tokens} for name, p in presets.items()}
+    print(f"# {pair.target_name} | drafter: {make_proposer(pair, 'llama.cpp').describe()} | {describe_setup(pair)}")
+    print(f"# k = {args.k}, {args.max_new_tokens} new tokens, greedy, {args.rounds} rounds of A (headless) "
+          + ("and T (headless in a worker thread) " if args.thread_arm else "")
+          + f"and B (the browser's Run event through Gradio, no server), adjacent, on {', '.join(presets)}", flush=True)
+    browser = Browser(pair)
+    arms = {"A headless": lambda name: headless(pair, ids[name], args.k, args.max_new_tokens)}
+    if args.thread_arm:
+        arms["T in a thread"] = in_thread(arms["A headless"])
+    arms["B browser"] = lambda name: browser.run(controls[name])
+    first = next(iter(presets))
+    for run in arms.values():  # warm-up, untimed: one run of each arm
+        run(first)
+
+    t0 = time.perf_counter()
+    with MachineMonitor() as monitor:
+        speeds, splits, outputs = measure(arms, presets, args.rounds)
+    load = Verdict.of(monitor.load.findings())
+    print(f"\nmachine: {load.headline()} (other processes: {monitor.load.other_cores:.2f} cores) | "
+          f"{time.perf_counter() - t0:.0f} s | {browser.updates} Gradio updates over {browser.events} Run events")
+    same = all(len({outputs[(a, n)] for a in arms}) == 1 for n in presets)
+    print(f"same tokens in every arm on every preset: {'yes' if same else 'NO'}\n")
+    print("| arm | preset | decode tokens/s, median (min-max) |\n|---|---|---|")
+    for (arm, name), xs in speeds.items():
+        print(f"| {arm} | {name} | {_spread(xs)} |")
+    print("\nper-iteration shares of wall time (medians over every iteration of the arm)\n")
+    print("| arm | iterations | " + " | ".join(BUCKETS) + " |\n|---|---|" + "---|" * len(BUCKETS))
+    shares = {}
+    for arm, its in splits.items():
+        shares[arm] = median_shares(its)
+        print(f"| {arm} | {len(its)} | " + " | ".join(percent(shares[arm][b]) for b in BUCKETS) + " |")
+    streaming = ratios(speeds, presets, "B browser", "A headless")
+    print("\n" + ratio_line("B / A", streaming))
+    if args.thread_arm:
+        print(ratio_line("B / T (the rendering alone)", ratios(speeds, presets, "B browser", "T in a thread")))
+        print(ratio_line("T / A (the engine's thread alone)", ratios(speeds, presets, "T in a thread", "A headless")))
+    cost = 1 - statistics.median(x for xs in streaming.values() for x in xs)
+    outside = max(s["outside"] or 0.0 for s in shares.values())
+    rollback = max(s["rollback"] or 0.0 for s in shares.values())
+    held = {True: "held", False: "NOT held"}
+    verdict = [
+        (f"outside the buckets < {OUTSIDE_LIMIT:.0%} of an iteration: {held[outside < OUTSIDE_LIMIT]} "
+         f"({percent(outside)}, the larger arm median)"),
+        f"rollback < {ROLLBACK_LIMIT:.0%}: {held[rollback < ROLLBACK_LIMIT]} ({percent(rollback)})",
+        (f"streaming cost < {STREAMING_LIMIT:.0%}: {held[cost < STREAMING_LIMIT]} ({100 * cost:+.1f}% of the "
+         f"headless speed, median of {args.rounds * len(presets)} pairs)"),
+    ]
+    print("\n" + "; ".join(verdict) + ("" if load.trusted else " -- NOT TO BE TRUSTED: the machine was busy"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
