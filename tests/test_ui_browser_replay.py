@@ -57,7 +57,7 @@ def test_the_replay_tab_runs_the_sample_trace_and_shows_k_per_shape(replay_url, 
         k = status.split("recommended k = ")[1].split()[0]
         assert f"Recommended k = {k} with lookup" in verdict
     else:  # withheld: the reason, on the tab and in the status line
-        assert "No recommended k:" in verdict and "no recommended k \u2014" in status
+        assert "No recommended k:" in verdict and "no recommended k with lookup \u2014" in status
     assert "an estimate" in verdict and "Estimates" in verdict  # the sample was not written by the target
     assert f"{TURNS} turns (0 exact), 1 not replayed" in status
     assert "were skipped (PLAYGROUND_MAX_REPLAY_TURNS)" in text_of(page, "#replay-errors")

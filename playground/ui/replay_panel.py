@@ -140,7 +140,7 @@ def _read(pair, req: ReplayRequest, limits: Limits):
 def _done_status(doc: dict, drafter: str, seconds: float) -> str:
     k, why = recommendation(doc["summary"]["overall"])
     head = (f"Replay done: recommended k = {k} for all tokens with {drafter}" if k is not None
-            else f"Replay done: no recommended k \u2014 {html.escape(why)}")
+            else f"Replay done: no recommended k with {drafter} \u2014 {html.escape(why)}")
     exact = sum(1 for t in doc["turns"] if t["exact"])
     bad = f", {len(doc['errors'])} not replayed (listed below)" if doc["errors"] else ""
     kind = " (estimates)" if estimate_note(doc) else ""
