@@ -13,10 +13,12 @@ import pytest
 import torch
 
 from playground.core.cached import CachedLM
-from playground.core.engine import plain_generate, speculative_generate
+from playground.core import engine
+from playground.core.engine import plain_generate, spare_prefill_threads, speculative_generate
 from playground.core.records import Iteration, Prefill, Step, summarize
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 from playground.errors import PlaygroundError
+from tests.test_engine import tokens_of
 
 try:  # the embedded tests need llama_cpp; importing it after torch, like playground.drafters.llamacpp
     import llama_cpp  # noqa: F401
@@ -28,16 +30,6 @@ except Exception as e:  # noqa: BLE001  not installed, or a build that does not 
 needs_llama_cpp = pytest.mark.skipif(LLAMA_CPP_ERROR is not None, reason=LLAMA_CPP_ERROR or "")
 
 PROMPT = [10, 11, 12, 13, 10, 11, 12, 13, 10, 11]  # repetitive: lookup proposes, so the loop really runs
-
-
-def tokens_of(records):
-    out = []
-    for r in records:
-        if isinstance(r, Iteration):
-            out.extend(r.emitted)
-        elif isinstance(r, Step):
-            out.append(r.token)
-    return out
 
 
 def prefill_threads_alive() -> list[threading.Thread]:
@@ -68,12 +60,22 @@ class Recording(PromptLookupProposer):
 # --- the mechanics, on tiny models -------------------------------------------------------------
 
 
-def test_an_overlapping_proposer_begins_in_a_worker_and_the_output_is_unchanged(pair64):
+@pytest.fixture
+def spare(monkeypatch):
+    """Set the cores the engine sees free beside the target (engine.spare_prefill_threads)."""
+    def set_(n: int) -> None:
+        monkeypatch.setattr(engine, "spare_prefill_threads", lambda device: n)
+    return set_
+
+
+def test_an_overlapping_proposer_begins_in_a_worker_and_the_output_is_unchanged(pair64, spare):
+    spare(0)  # every core busy with the target: asked for, the drafter gets half of torch's threads
     plain = tokens_of(plain_generate(pair64, PROMPT, max_new_tokens=12))
     proposer = Recording(overlaps=True)
-    records = list(speculative_generate(pair64, PROMPT, proposer=proposer, k=3, max_new_tokens=12))
+    records = list(speculative_generate(pair64, PROMPT, proposer=proposer, k=3, max_new_tokens=12,
+                                        overlap_prefill=True))
     assert proposer.begin_thread != threading.get_ident()
-    assert proposer.threads_seen == max(1, torch.get_num_threads() // 2)  # the default share
+    assert proposer.threads_seen == max(1, torch.get_num_threads() // 2)  # the share asked for with no spare core
     assert proposer.ctx.prefill_threads is None  # reset once the prefill is over: drafting runs alone
     assert tokens_of(records) == plain
     prefill = records[0]
@@ -85,8 +87,29 @@ def test_an_overlapping_proposer_begins_in_a_worker_and_the_output_is_unchanged(
 
 def test_prefill_threads_reach_the_proposer(pair64):
     proposer = Recording(overlaps=True)
-    list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=3, prefill_threads=3))
+    list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=3, prefill_threads=3,
+                              overlap_prefill=True))
     assert proposer.threads_seen == 3
+
+
+def test_by_default_the_prefill_overlaps_only_on_spare_cores(pair64, spare):
+    """Two thread teams on the same cores slow each other (bench_prefill.py): no spare core, no overlap."""
+    spare(0)
+    proposer = Recording(overlaps=True)
+    records = list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=3))
+    assert not records[0].overlapped and proposer.begin_thread == threading.get_ident()
+    spare(3)
+    records = list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=3))
+    assert records[0].overlapped and proposer.threads_seen == 3  # the spare cores, not half of torch's
+
+
+def test_the_spare_cores_are_those_torch_leaves_or_all_beside_an_accelerator(monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert spare_prefill_threads("cpu") == 0
+    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    assert spare_prefill_threads("cpu") == 4
+    assert spare_prefill_threads("cuda") == 2  # the target's prefill runs on the GPU: the CPU is the drafter's
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
@@ -99,7 +122,7 @@ def test_bad_prefill_threads_are_a_clear_error(pair64, bad):
 def test_an_exception_in_the_workers_begin_surfaces_in_the_caller(pair64):
     proposer = Recording(overlaps=True, fail=ValueError("boom in the drafter's prefill"))
     with pytest.raises(ValueError, match="boom in the drafter's prefill"):
-        list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=4))
+        list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=4, overlap_prefill=True))
     assert proposer.begin_thread not in (None, threading.get_ident())  # it did fail in the worker
     assert not prefill_threads_alive()
 
@@ -112,7 +135,7 @@ def test_a_failing_target_prefill_still_joins_the_worker(pair64, monkeypatch):
     monkeypatch.setattr(CachedLM, "feed", failing_feed)
     proposer = Recording(overlaps=True, sleep_s=0.3)
     with pytest.raises(RuntimeError, match="target prefill failed"):
-        list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=4))
+        list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=4, overlap_prefill=True))
     assert proposer.finished_begin
     assert not prefill_threads_alive()
 
@@ -206,7 +229,8 @@ def test_greedy_with_overlap_equals_plain_and_the_run_in_turn(pair, drafter, tex
             runs[overlap] = tokens_of(records)
         assert runs[True] == runs[False] == plain, f"k={k}"
     drafter.forget()
-    hybrid = list(speculative_generate(pair, ids, proposer=HybridProposer(drafter), k=8, max_new_tokens=24))
+    hybrid = list(speculative_generate(pair, ids, proposer=HybridProposer(drafter), k=8, max_new_tokens=24,
+                                       overlap_prefill=True))
     assert hybrid[0].overlapped and tokens_of(hybrid) == plain
     assert not prefill_threads_alive()
 
@@ -225,7 +249,8 @@ def test_llama_cpp_prefills_with_its_share_and_drafts_with_the_whole_budget(pair
     drafter_threads = max(1, torch.get_num_threads())
     share = drafter_threads + 1  # anything but the whole budget, so that the two can be told apart
     drafter.forget()
-    records = list(speculative_generate(pair, ids, proposer=drafter, k=4, max_new_tokens=8, prefill_threads=share))
+    records = list(speculative_generate(pair, ids, proposer=drafter, k=4, max_new_tokens=8, prefill_threads=share,
+                                        overlap_prefill=True))
     assert records[0].overlapped
     assert seen[0] == share and seen[1:] and set(seen[1:]) == {drafter_threads}
     assert drafter.n_threads == drafter._threads_set == drafter_threads

@@ -12,6 +12,7 @@ holds a prefix of the committed tokens and catches up at its next propose.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -125,20 +126,22 @@ def speculative_generate(
     sampling uses `rule` (the exact rule by default; the wrong ones exist for the distribution test).
     k is an int or a KController (adaptive.py). min_confidence: a model drafter stops early after a
     token it gave less than this probability (k is then an upper bound).
-    overlap_prefill: run the drafter's prompt prefill in a worker thread beside the target's (None: where
-    the proposer can, `Proposer.prefill_overlaps`); prefill_threads: the threads the drafter's prefill
-    uses meanwhile (default half of torch's, at least one; torch keeps all of its own).
+    overlap_prefill: run the drafter's prompt prefill in a worker thread beside the target's (None: where the
+    proposer can, `Proposer.prefill_overlaps`, and cores are left for it, `spare_prefill_threads`);
+    prefill_threads: the threads the drafter's prefill uses meanwhile (default: the spare cores, else half of
+    torch's, at least one; torch keeps all of its own).
     """
     if min_confidence is not None and not (isinstance(min_confidence, (int, float)) and 0.0 <= min_confidence <= 1.0):
         raise PlaygroundError(f"the draft confidence threshold is a probability in [0, 1], got {min_confidence!r}")
     controller = k if hasattr(k, "next_k") else FixedK(check_k(k))
     if proposer.uses_draft_model and pair.draft is None:
         raise PlaygroundError(f"the {proposer.name} drafter needs a draft model, and this pair has none")
-    overlap = _check_overlap(proposer, overlap_prefill, prefill_threads)
+    spare = spare_prefill_threads(pair.device)
+    overlap = _check_overlap(proposer, overlap_prefill, prefill_threads, spare)
     clock, stops, generator, committed, target = _setup(pair, prompt_ids, max_new_tokens, sampling, stop_ids, clock)
 
     # The drafter's share is read here, in the caller: torch's thread count is what the target's prefill uses.
-    threads = (prefill_threads or max(1, torch.get_num_threads() // 2)) if overlap else None
+    threads = (prefill_threads or spare or max(1, torch.get_num_threads() // 2)) if overlap else None
     ctx = RunContext(sampling, generator, stops, min_confidence, prefill_threads=threads)
     if overlap:
         prefill, start = _prefill_overlapped(clock, target, proposer, committed, ctx)
@@ -209,12 +212,28 @@ def speculative_generate(
             return
 
 
-def _check_overlap(proposer: Proposer, overlap_prefill: bool | None, prefill_threads) -> bool:
+def spare_prefill_threads(device) -> int:
+    """Cores a drafter's prefill can have beside the target's without taking any from it: all of torch's
+    threads when the target runs on an accelerator (its prefill leaves the CPU idle), else the usable cores
+    torch does not use (0 on a machine where torch has every core). On 2 cores beside a 2-thread target an
+    overlapped llama.cpp prefill measured no gain at 2 threads and lost 0.2 of end-to-end speed-up at 1
+    (scripts/bench_prefill.py, docs/results.md): two thread teams on the same cores only slow each other."""
+    threads = max(1, torch.get_num_threads())
+    if torch.device(device).type != "cpu":
+        return threads
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity call (macOS): every core counts
+        cores = os.cpu_count() or 1
+    return max(0, cores - threads)
+
+
+def _check_overlap(proposer: Proposer, overlap_prefill: bool | None, prefill_threads, spare: int) -> bool:
     if prefill_threads is not None and (isinstance(prefill_threads, bool) or not isinstance(prefill_threads, int)
                                         or prefill_threads < 1):
         raise PlaygroundError(f"prefill threads must be a positive integer, got {prefill_threads!r}")
     if overlap_prefill is None:
-        return proposer.prefill_overlaps
+        return proposer.prefill_overlaps and spare > 0
     if overlap_prefill and not proposer.prefill_overlaps:
         # A torch drafter in a second thread would share (and oversubscribe) torch's own thread pool.
         raise PlaygroundError(f"the {proposer.name} drafter cannot prefill beside the target (only a drafter "
