@@ -449,8 +449,10 @@ PREVIOUS_DEFAULTS = {"decay": 0.9, "prior": 0.9, "prior_weight": 2.0, "position_
 
 
 def test_the_settings_defaults_are_the_controllers_former_defaults():
+    """The same constants; since then `uncertainty` (on by default, test_adaptive_uncertainty.py), whose
+    off is the former rule, which the golden choices below pin."""
     defaults = AdaptiveSettings()
-    assert dataclasses.asdict(defaults) == PREVIOUS_DEFAULTS
+    assert dataclasses.asdict(defaults) == {**PREVIOUS_DEFAULTS, "uncertainty": True}
     assert all(type(getattr(defaults, name)) is type(value) for name, value in PREVIOUS_DEFAULTS.items())
     ctl = AdaptiveK(FLAT_CHEAP)
     assert ctl.settings == defaults and ctl.k_max == K_MAX == 16
@@ -518,21 +520,31 @@ OTHER_SETTINGS = {"decay": 0.8, "prior": 0.7, "prior_weight": 3.0, "position_wei
                   "probe_max": 8, "horizon": 12, "optimism": 0.5, "growth": 1.5}
 
 
-@pytest.mark.parametrize("settings, golden", [(None, GOLDEN_DEFAULT), (AdaptiveSettings(), GOLDEN_DEFAULT),
-                                              (AdaptiveSettings(**OTHER_SETTINGS), GOLDEN_OTHER)],
-                         ids=["no-settings", "default-settings", "other-settings"])
+@pytest.mark.parametrize("settings, golden", [(AdaptiveSettings(uncertainty=False), GOLDEN_DEFAULT),
+                                              (AdaptiveSettings(**OTHER_SETTINGS, uncertainty=False), GOLDEN_OTHER)],
+                         ids=["former-default-settings", "other-settings"])
 def test_settings_choose_exactly_as_the_keyword_knobs_did(settings, golden):
     memory: dict = {}
 
     def make():
-        if settings is None:
-            return AdaptiveK(SCRIPT_CURVE, memory=memory)
         return AdaptiveK(SCRIPT_CURVE, settings=settings, memory=memory)
 
     first, second, remembered = golden
     assert scripted_choices(make()) == first
     assert scripted_choices(make()) == second
     assert memory["adaptive"] == pytest.approx(remembered, rel=1e-12)
+
+
+def test_the_uncertain_rate_starts_deeper_on_the_script_and_keeps_its_shape():
+    """Against the point estimate (GOLDEN_DEFAULT): the first call starts deep instead of ramping from 4, and
+    the long rejection still ends in plain steps with probes."""
+    first = scripted_choices(AdaptiveK(SCRIPT_CURVE)).split()
+    former = GOLDEN_DEFAULT[0].split()
+    assert len(first) == len(former)
+    assert int(first[0]) > int(former[0]) == 4
+    rejected = first[45:115]  # the 70 rejected iterations: k falls to plain steps within 15, then probes
+    assert set(rejected[15:]) <= {"0", "4"} and rejected[15:].count("4") <= 4
+    assert rejected[15:] == GOLDEN_DEFAULT[0].split()[60:115]  # the probes as before: the rate is certain by then
 
 
 def test_no_settings_and_default_settings_agree_at_every_step():

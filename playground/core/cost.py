@@ -85,6 +85,34 @@ def expected_tokens_empirical(per_position: Sequence[float], k: int) -> float:
     return total
 
 
+def expected_rates_beta(offsets: Sequence[float], slopes: Sequence[float], a: float, b: float) -> list[float]:
+    """Per-position rates r_1..r_k whose running products are expectations over an uncertain pooled rate x.
+
+    Position i's acceptance is u_i + s_i x (offsets u, slopes s, both >= 0) and x ~ Beta(a, b) (a, b >= 0,
+    a + b > 0; b = 0 puts x at 1, a = 0 at 0). Returns r_j = E[P_j] / E[P_(j-1)] with P_j = prod_(i<=j) (u_i + s_i x),
+    so that prod_(i<=j) r_i = E[P_j]: what the expected tokens of an iteration need. With an uncertain rate this is
+    more than the product of the means (Jensen: E[x^j] > E[x]^j), which is what makes deep drafting worth trying
+    when little has been observed. Written out because it is exact and O(k^2) (P_j is a polynomial in x and
+    E[x^n] = prod_(t<n) (a + t) / (a + b + t)); scipy's Beta moments refuse b = 0.
+    """
+    if not (a >= 0 and b >= 0 and a + b > 0):
+        raise ValueError(f"need a, b >= 0 with a + b > 0, got a={a}, b={b}")
+    moments = [1.0]
+    for t in range(len(offsets)):
+        moments.append(moments[-1] * (a + t) / (a + b + t))
+    poly, previous, rates = [1.0], 1.0, []
+    for u, s in zip(offsets, slopes):
+        nxt = [0.0] * (len(poly) + 1)
+        for i, coef in enumerate(poly):  # (sum_i coef_i x^i) (u + s x); every coefficient stays >= 0
+            nxt[i] += coef * u
+            nxt[i + 1] += coef * s
+        poly = nxt
+        expected = sum(coef * m for coef, m in zip(poly, moments))
+        rates.append(min(1.0, expected / previous) if previous > 0 else 0.0)
+        previous = expected
+    return rates
+
+
 def iteration_cost(k: int, c: float, v: VerifyCost = None, overhead: float = 0.0) -> float:
     """Cost of one iteration in target steps: k draft steps plus one target pass over k + 1 tokens."""
     if c < 0:

@@ -83,6 +83,8 @@ class AdaptiveSettings:
     """Standard errors of a_1 added to every estimate when the steady choice is k = 0 (0: off)."""
     growth: float = 2.0
     """Depth ramp (>= 1): a source with a per-token cost drafts at most int(growth * its last k) + 1."""
+    uncertainty: bool = True
+    """Expected acceptance over the pooled rate's uncertainty (a Beta posterior), not at its point estimate."""
 
     def __post_init__(self):
         if not 0.0 < self.decay <= 1.0:
@@ -111,7 +113,12 @@ class AdaptiveK:
         alpha = (sum_i accepted_i + p * w_p) / (sum_i reached_i + w_p)
     and each position shrunk towards alpha with weight w = `position_weight` (see `estimates`):
         a_i = (accepted_i + alpha * w) / (reached_i + w).
-    Iterations without proposals (plain steps) leave the counts unchanged.
+    Iterations without proposals (plain steps) leave the counts unchanged. With `uncertainty` (the default) the
+    pooled rate is not taken at its point estimate but as what the counts say of it, a Beta posterior with
+    sum_i accepted_i + p * w_p successes and the rest failures, and an iteration's expected tokens are averaged
+    over it (`cost.expected_rates_beta`): with few observations E[alpha^j] is well above alpha^j, so a first
+    call drafts deep when the prior is high (as transformers' heuristic does from k = 20), and the two agree
+    once the counts are many.
 
     Choice (`choice`), with c, o the source's costs from the `CostCurve`:
       1. steady state: k* = argmax over 0..k_max of E(k) / (k*c + v(k+1) + o), ties to the smaller k;
@@ -137,6 +144,10 @@ class AdaptiveK:
     controller given that dict uses it as the source's prior p, in the way transformers' "heuristic"
     schedule keeps its k between generate() calls. Only the rate carries over, not the counts: it
     weighs as w_p observations, so a new text's own observations outweigh it within a few iterations.
+    With `uncertainty`, memory["adaptive_evidence"][source] keeps the count the rate rests on (the decayed
+    number of evaluated proposals), and the new controller's posterior is that much narrower: a rate of 0.96
+    measured over 20 proposals is not bet on as if it could as well be 0.999 (which made an int8 draft at
+    c = 0.67 open a second call at k = 16 in replay), while a first call's prior keeps the width of w_p.
     """
 
     name = "adaptive"
@@ -152,6 +163,9 @@ class AdaptiveK:
         self.memory = memory
         saved = memory.get("adaptive") if memory is not None else None
         self.priors: dict[str | None, float] = dict(saved) if isinstance(saved, dict) else {}  # source -> p
+        # source -> what a remembered prior rests on (the last run's decayed count of evaluated proposals)
+        seen = memory.get("adaptive_evidence") if memory is not None else None
+        self.evidence: dict[str | None, float] = dict(seen) if isinstance(seen, dict) else {}
         self.last_k: dict[str | None, int] = {}  # source -> k of its last drafting iteration (the ramp)
         self._probe_ks: dict[str | None, int] = {}
         self.plain_run = 0  # plain steps in a row
@@ -177,11 +191,21 @@ class AdaptiveK:
         before it were accepted, so a deep position's count is small; shrunk, one rejection at a position
         not reached before gives a_i = alpha * w / (w + 1) (w = `position_weight`), not 0, and a_i departs
         from alpha only as its own observations accumulate. A position not reached lately drifts back to
-        alpha as its counts decay, which lets the controller draft deeper again.
+        alpha as its counts decay, which lets the controller draft deeper again. With `uncertainty`, alpha is
+        uncertain (the class docstring): the a_i returned are conditional rates whose running products are the
+        expected products over it, a_1 unchanged.
         """
-        pooled, w = self.alpha(source), self.settings.position_weight
+        s = self.settings
+        pooled, w = self.alpha(source), s.position_weight
         reached, accepted = self._counts(source)
-        return [(a + pooled * w) / (r + w) for r, a in zip(reached, accepted)]
+        if not s.uncertainty:
+            return [(a + pooled * w) / (r + w) for r, a in zip(reached, accepted)]
+        # The rate's posterior: mean alpha; its concentration the observations plus what the prior rests on
+        # (w_p for the default prior, the last run's own count for a remembered one, at least w_p).
+        concentration = sum(reached) + max(s.prior_weight, self.evidence.get(source, 0.0))
+        return cost.expected_rates_beta([a / (r + w) for r, a in zip(reached, accepted)],
+                                        [w / (r + w) for r in reached],
+                                        pooled * concentration, (1.0 - pooled) * concentration)
 
     def choice(self, remaining: int | None = None, source: str | None = None) -> cost.KChoice:
         """What the cost model says now (rules 1-3, before the ramp and probing): the k and its predicted speed-up."""
@@ -255,6 +279,8 @@ class AdaptiveK:
                 accepted[i] += 1.0
         if self.memory is not None:
             self.memory["adaptive"] = {**(self.memory.get("adaptive") or {}), **{s: self.alpha(s) for s in self.counts}}
+            self.memory["adaptive_evidence"] = {**(self.memory.get("adaptive_evidence") or {}),
+                                                **{s: sum(c[0]) for s, c in self.counts.items()}}
 
     def __repr__(self) -> str:
         return f"AdaptiveK(k_max={self.k_max}, c={self.curve.c:.3f}, decay={self.settings.decay})"

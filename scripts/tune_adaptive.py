@@ -1,0 +1,125 @@
+"""Adaptive k's settings against the heuristic schedule and the best fixed k, through replay (issue 14).
+
+Replay is deterministic: given one calibration per drafter, every controller's iterations over a preset's greedy
+output follow from the recorded text (lab.replay), so settings can be compared on identical costs and identical
+acceptance, without the noise of live runs. For every drafter and preset: the replayed predicted speed-up of the
+best fixed k (1..16), of transformers' heuristic schedule, and of adaptive k under each settings variant, on a
+first call (no memory) and on a second call of the same conversation (the controllers' memory from the first).
+Printed: per variant, adaptive / heuristic and adaptive / best fixed k, per preset and their minimum. What is
+compared is the cost model's prediction (its step costs from this machine's calibration, named in the header),
+not a measurement: confirm a chosen setting with `python -m playground speed` (live, adjacent rounds).
+
+    .venv/bin/python scripts/tune_adaptive.py --threads 2
+    .venv/bin/python scripts/tune_adaptive.py --drafters llama.cpp --presets tool_call,prose   # a short run
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from playground.drafters import adaptive
+from playground.drafters.registry import make_proposer
+from playground.envinfo import describe_setup
+from playground.inputs.presets import preset_names
+from playground.lab import replay as replay_mod
+from playground.lab.calibration import calibrate
+from playground.lab.report import markdown_table
+from playground.pairs.registry import load_named_pair
+
+VARIANTS = {
+    "point estimate": adaptive.AdaptiveSettings(uncertainty=False),
+    "uncertain rate (default)": adaptive.AdaptiveSettings(),
+}
+
+
+def replay_controllers(pair, turns, drafter, timing, ks, controllers, settings):
+    """replay() with adaptive k built from `settings` (replay builds its controllers with module defaults)."""
+    def factory(arm, curve=None, k_max=adaptive.K_MAX, memory=None):
+        if arm == "adaptive":
+            return adaptive.AdaptiveK(curve, k_max=k_max, settings=settings, memory=memory)
+        return adaptive.make_controller(arm, curve, k_max=k_max, memory=memory)
+
+    saved = replay_mod.make_controller
+    replay_mod.make_controller = factory  # the one hook replay has into its controllers; restored below
+    try:
+        return replay_mod.replay(pair, turns, drafters=[drafter], ks=ks, controllers=controllers,
+                                 timing_of=lambda d, ids: timing, records="none")
+    finally:
+        replay_mod.make_controller = saved
+
+
+def speedups(doc, drafter):
+    """{(turn name, arm): predicted speed-up} of a replay result."""
+    return {(t["name"], arm): w.get("predicted_speedup") for t in doc["turns"]
+            for arm, w in t["drafters"][drafter]["walks"].items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--drafters", default="llama.cpp,draft,lookup,hybrid")
+    ap.add_argument("--presets", default=None, help="comma-separated (default: all)")
+    ap.add_argument("--json", default=None, help="also write every figure here")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    pair = load_named_pair("embedded", device="cpu", progress=None)
+    names = args.presets.split(",") if args.presets else preset_names()
+    print(f"# {describe_setup(pair)} | presets: {', '.join(names)}", flush=True)
+    started = time.perf_counter()
+    firsts = replay_mod.preset_turns(pair, names)
+    # the second call: the same turn again in the same conversation, so the controllers start from their memory
+    turns = [t for first in firsts for t in (first, dataclasses.replace(first, name=first.name + " #2"))]
+    median = sorted(firsts, key=lambda t: len(t.prompt_ids))[len(firsts) // 2]
+    out, rows = {}, []
+    for drafter in args.drafters.split(","):
+        timing = calibrate(pair, median.prompt_ids, make_proposer(pair, drafter), n_max=17)
+        print(f"{drafter}: c = {timing.c:.3f}, v(2) = {timing.v[2]:.2f}, v(9) = {timing.v[9]:.2f}, "
+              f"v(17) = {timing.v[17]:.2f} ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+        base = speedups(replay_controllers(pair, turns, drafter, timing, range(1, 17), ("heuristic",),
+                                           adaptive.DEFAULT_SETTINGS), drafter)
+        per_variant = {name: speedups(replay_controllers(pair, turns, drafter, timing, [1], ("adaptive",), s), drafter)
+                       for name, s in VARIANTS.items()}
+        out[drafter] = {"timing": timing.to_dict(), "fixed_and_heuristic": {f"{t}|{a}": x for (t, a), x in base.items()},
+                        "adaptive": {v: {t: x for (t, a), x in d.items() if a == "adaptive"}
+                                     for v, d in per_variant.items()}}
+        for t in turns:
+            fixed = {a: x for (n, a), x in base.items() if n == t.name and a.startswith("k=") and x is not None}
+            best = max(fixed, key=lambda a: (fixed[a], -int(a[2:])))
+            heur = base[(t.name, "heuristic")]
+            row = [t.name, drafter, f"{best}: {fixed[best]:.2f}", f"{heur:.2f}"]
+            for v in VARIANTS:
+                a = per_variant[v][(t.name, "adaptive")]
+                row.append(f"{a:.2f} ({a / heur:.0%} of heur., {a / fixed[best]:.0%} of best)")
+            rows.append(row)
+        print(f"{drafter} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    print(markdown_table(["turn", "drafter", "best fixed k", "heuristic", *VARIANTS], rows))
+    for v in VARIANTS:
+        for call in ("first", "second"):
+            vs_h, vs_b = [], []
+            for drafter, d in out.items():
+                fh = d["fixed_and_heuristic"]
+                for t in turns:
+                    if (" #2" in t.name) != (call == "second"):
+                        continue
+                    a = d["adaptive"][v][t.name]
+                    fixed = [x for key, x in fh.items() if key.startswith(t.name + "|k=") and x is not None]
+                    vs_h.append(a / fh[f"{t.name}|heuristic"])
+                    vs_b.append(a / max(fixed))
+            print(f"{v}, {call} calls: adaptive / heuristic median {statistics.median(vs_h):.3f} "
+                  f"(min {min(vs_h):.3f}); adaptive / best fixed k median {statistics.median(vs_b):.3f} "
+                  f"(min {min(vs_b):.3f})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
