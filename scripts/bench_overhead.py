@@ -8,10 +8,13 @@ Two arms, alternating A B A B in one process, on each preset (tool_call, prose, 
      queue drives it: the wiring's event function (ui/wiring.py), ui.handlers.stream_run with the engine in its
      worker thread, the token HTML, counters and plotly figures of every update, each component's postprocess,
      the streaming diffs, and each message serialised as the queue's SSE route does.
-With --thread-arm, a third arm T runs A's loop in a worker thread, as the browser runs the engine: B / T is then
-the rendering's own cost and T / A the thread's. (They can differ a lot on a loaded machine: with another
-process on both cores, 2-thread torch matmuls ran 20x slower from the main thread than from a worker thread, and
-the loop 40x; the machine line says when other processes used the cores, and then no figure here is trusted.)
+Every arm's torch and llama.cpp work runs in a fresh thread that ends with the run (A in `in_thread`, B in the
+app's own serving.Background), and the main thread runs none (the pair is loaded in one such thread too): a thread
+that ran an OpenMP region keeps its team of worker threads, and while two teams are alive libgomp stops letting
+idle workers spin (it throttles when it manages more threads than there are cores), which slowed a 2-thread decode
+step by ~14% here (44.6 -> 50.9 ms once the main thread had run torch). A headless run in the main thread (the
+CLI's way, one team) and one in a lone fresh thread (the browser's way) then cost the same, and B / A is the
+rendering's and Gradio's cost alone.
 Per arm: decode tokens/s (median, min-max), the median per-iteration share of each bucket (an iteration's wall
 time runs from the previous one's end), and B/A of decode tokens/s per adjacent pair (median, min-max): the
 streaming cost. Prefill is excluded everywhere. Run it on a quiet machine:
@@ -95,17 +98,20 @@ class Browser:
         return session.run.records
 
 
+def fresh_thread(work):
+    """work() in a new thread that ends with it (so that its OpenMP team ends too); its result."""
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("result", work()), name="bench-worker")
+    worker.start()
+    worker.join()
+    if "result" not in out:
+        raise RuntimeError("the worker thread failed (its traceback is above)")
+    return out["result"]
+
+
 def in_thread(run):
-    """Arm T: the same headless run in a worker thread (no rendering), as the browser runs the engine."""
-
-    def arm(name):
-        out = {}
-        worker = threading.Thread(target=lambda: out.setdefault("records", run(name)), name="bench-headless")
-        worker.start()
-        worker.join()
-        return out["records"]
-
-    return arm
+    """Arm A's runs, each in a fresh thread (no rendering), as the browser runs the engine."""
+    return lambda name: fresh_thread(lambda: run(name))
 
 
 def _spread(xs: list[float], fmt: str = ".1f") -> str:
@@ -151,26 +157,23 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=4, help="proposals per iteration (default 4)")
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets (default %(default)s)")
     ap.add_argument("--pair", default=None, help="a named pair (default: the embedded one)")
-    ap.add_argument("--thread-arm", action="store_true",
-                    help="add arm T, headless in a worker thread: B / T is the rendering's cost alone")
     args = ap.parse_args()
     if args.rounds < 1 or args.max_new_tokens < 1:
         ap.error("--rounds and --max-new-tokens must be at least 1")
     torch.set_num_threads(args.threads)
-    pair = load_choice(choose_pair(pair=args.pair), progress=None)
+    pair = fresh_thread(lambda: load_choice(choose_pair(pair=args.pair), progress=None))
     presets = {name: get_preset(name) for name in args.presets.split(",")}
     ids = {name: p.prompt_ids(pair.tokenizer) for name, p in presets.items()}
     controls = {name: {**RUN_CONTROLS, "prompt": p.prompt_text(pair.tokenizer), "preset": name, "k": args.k,
                        "max-new": args.max_new_tokens} for name, p in presets.items()}
-    print(f"# {pair.target_name} | drafter: {make_proposer(pair, 'llama.cpp').describe()} | {describe_setup(pair)}")
-    print(f"# k = {args.k}, {args.max_new_tokens} new tokens, greedy, {args.rounds} rounds of A (headless) "
-          + ("and T (headless in a worker thread) " if args.thread_arm else "")
-          + f"and B (the browser's Run event through Gradio, no server), adjacent, on {', '.join(presets)}", flush=True)
+    drafter = fresh_thread(lambda: make_proposer(pair, "llama.cpp").describe())
+    print(f"# {pair.target_name} | drafter: {drafter} | {describe_setup(pair)}")
+    print(f"# k = {args.k}, {args.max_new_tokens} new tokens, greedy, {args.rounds} rounds of A (headless, a fresh "
+          f"thread per run) and B (the browser's Run event through Gradio, no server), adjacent, on {', '.join(presets)}",
+          flush=True)
     browser = Browser(pair)
-    arms = {"A headless": lambda name: headless(pair, ids[name], args.k, args.max_new_tokens)}
-    if args.thread_arm:
-        arms["T in a thread"] = in_thread(arms["A headless"])
-    arms["B browser"] = lambda name: browser.run(controls[name])
+    arms = {"A headless": in_thread(lambda name: headless(pair, ids[name], args.k, args.max_new_tokens)),
+            "B browser": lambda name: browser.run(controls[name])}
     first = next(iter(presets))
     for run in arms.values():  # warm-up, untimed: one run of each arm
         run(first)
@@ -194,9 +197,6 @@ def main() -> int:
         print(f"| {arm} | {len(its)} | " + " | ".join(percent(shares[arm][b]) for b in BUCKETS) + " |")
     streaming = ratios(speeds, presets, "B browser", "A headless")
     print("\n" + ratio_line("B / A", streaming))
-    if args.thread_arm:
-        print(ratio_line("B / T (the rendering alone)", ratios(speeds, presets, "B browser", "T in a thread")))
-        print(ratio_line("T / A (the engine's thread alone)", ratios(speeds, presets, "T in a thread", "A headless")))
     cost = 1 - statistics.median(x for xs in streaming.values() for x in xs)
     outside = max(s["outside"] or 0.0 for s in shares.values())
     rollback = max(s["rollback"] or 0.0 for s in shares.values())

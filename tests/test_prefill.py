@@ -12,10 +12,10 @@ import time
 import pytest
 import torch
 
-from playground.core.cached import CachedLM
 from playground.core import engine
+from playground.core.cached import CachedLM
 from playground.core.engine import plain_generate, spare_prefill_threads, speculative_generate
-from playground.core.records import Iteration, Prefill, Step, summarize
+from playground.core.records import Prefill, summarize
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 from playground.errors import PlaygroundError
 from tests.test_engine import tokens_of
