@@ -28,11 +28,14 @@ except Exception as e:  # noqa: BLE001  not installed, or a build that does not 
 
 from playground.core.engine import plain_generate, speculative_generate
 from playground.core.proposal import RunContext
-from playground.core.records import Iteration
+from playground.core.records import Iteration, summarize
 from playground.core.sampling import GREEDY, SamplingConfig, probabilities
 from playground.drafters.llamacpp import LlamaCppProposer, llama_cpp_available
+from playground.drafters.proposers import HybridProposer
 from playground.errors import PlaygroundError
 from playground.pairs.loading import load_pair
+from tests.test_engine import tokens_of
+from tests.test_prefill import prefill_threads_alive
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -290,3 +293,50 @@ def test_propose_rollback_cycles_survive_either_import_order(order):
     # One OpenMP runtime for both (or none in llama.cpp): two would fight over the cores.
     assert runtimes.get("llama.cpp") in (None, runtimes.get("torch")), runtimes
     assert proc.stdout.strip() == "ok 300"
+
+
+# --- the prefill beside the target's (engine.speculative_generate(overlap_prefill=...)) ----------------------
+
+
+@pytest.mark.parametrize("text", PROMPTS)
+def test_greedy_with_overlap_equals_plain_and_the_run_in_turn(pair, drafter, text):
+    ids = chat_ids(pair, text)
+    plain = tokens_of(plain_generate(pair, ids, max_new_tokens=24))
+    assert drafter.prefill_overlaps and HybridProposer(drafter).prefill_overlaps
+    for k in (2, 8):
+        runs = {}
+        for overlap in (True, False):
+            drafter.forget()  # a first call: the whole prompt prefilled, not the prefix kept from the last run
+            records = list(speculative_generate(pair, ids, proposer=drafter, k=k, max_new_tokens=24,
+                                                overlap_prefill=overlap))
+            prefill = records[0]
+            assert prefill.overlapped is overlap and drafter.kv_tokens[: len(ids) - 1] == ids[:-1]
+            assert 0 <= prefill.draft_s <= prefill.draft_total_s
+            assert summarize(records).prefill_s == prefill.wall_s
+            runs[overlap] = tokens_of(records)
+        assert runs[True] == runs[False] == plain, f"k={k}"
+    drafter.forget()
+    hybrid = list(speculative_generate(pair, ids, proposer=HybridProposer(drafter), k=8, max_new_tokens=24,
+                                       overlap_prefill=True))
+    assert hybrid[0].overlapped and tokens_of(hybrid) == plain
+    assert not prefill_threads_alive()
+
+
+def test_llama_cpp_prefills_with_its_share_and_drafts_with_the_whole_budget(pair, drafter, monkeypatch):
+    ids = chat_ids(pair, PROMPTS[0])
+    seen = []  # the context's thread setting at each llama.cpp decode: the prefill's first, then drafting's
+    real_eval = type(drafter)._eval
+
+    def eval_(self, tokens, logits):
+        seen.append(self._threads_set)
+        return real_eval(self, tokens, logits)
+
+    monkeypatch.setattr(type(drafter), "_eval", eval_)
+    drafter_threads = max(1, torch.get_num_threads())
+    share = drafter_threads + 1  # anything but the whole budget, so that the two can be told apart
+    drafter.forget()
+    records = list(speculative_generate(pair, ids, proposer=drafter, k=4, max_new_tokens=8, prefill_threads=share,
+                                        overlap_prefill=True))
+    assert records[0].overlapped
+    assert seen[0] == share and seen[1:] and set(seen[1:]) == {drafter_threads}
+    assert drafter.n_threads == drafter._threads_set == drafter_threads

@@ -1,7 +1,7 @@
 """The drafter's prompt prefill beside the target's (engine.speculative_generate, Proposer.prefill_overlaps).
 
-The thread mechanics run on tiny random models with fake proposers; exactness, the Prefill record and the
-thread split run on the embedded pair with the llama.cpp drafter (skipped, saying so, without llama.cpp).
+The thread mechanics, on tiny random models with fake proposers. Exactness, the Prefill record and the thread
+split with the llama.cpp drafter on the embedded pair are in tests/test_llamacpp.py (its fixtures).
 """
 
 from __future__ import annotations
@@ -19,15 +19,6 @@ from playground.core.records import Prefill, summarize
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 from playground.errors import PlaygroundError
 from tests.test_engine import tokens_of
-
-try:  # the embedded tests need llama_cpp; importing it after torch, like playground.drafters.llamacpp
-    import llama_cpp  # noqa: F401
-
-    LLAMA_CPP_ERROR = None
-except Exception as e:  # noqa: BLE001  not installed, or a build that does not load
-    LLAMA_CPP_ERROR = f"llama_cpp is not importable ({type(e).__name__}: {e}); install it with scripts/install_llama_cpp.sh"
-
-needs_llama_cpp = pytest.mark.skipif(LLAMA_CPP_ERROR is not None, reason=LLAMA_CPP_ERROR or "")
 
 PROMPT = [10, 11, 12, 13, 10, 11, 12, 13, 10, 11]  # repetitive: lookup proposes, so the loop really runs
 
@@ -178,79 +169,3 @@ def test_old_prefill_records_still_read():
     p = Prefill(5, target_s=0.1, draft_s=0.05)
     assert p.draft_total_s == 0.05 and p.wall_s == pytest.approx(0.15) and not p.overlapped
     assert summarize([p]).prefill_s == pytest.approx(0.15)
-
-
-# --- the llama.cpp drafter on the embedded pair ------------------------------------------------
-
-CHATS = [
-    "Write a Python function that adds two numbers.",
-    "Explain in two sentences why the sky is blue.",
-]
-
-
-@pytest.fixture(scope="module")
-def pair():
-    from playground.pairs.loading import load_pair
-
-    return load_pair(draft=None, progress=None)
-
-
-@pytest.fixture(scope="module")
-def drafter(pair):
-    from playground.drafters.llamacpp import LlamaCppProposer
-
-    proposer = LlamaCppProposer(pair.tokenizer, vocab_size=pair.vocab_size)
-    yield proposer
-    proposer.close()
-
-
-def chat_ids(pair, text):
-    return pair.tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True
-    )["input_ids"]
-
-
-@needs_llama_cpp
-@pytest.mark.parametrize("text", CHATS)
-def test_greedy_with_overlap_equals_plain_and_the_run_in_turn(pair, drafter, text):
-    ids = chat_ids(pair, text)
-    plain = tokens_of(plain_generate(pair, ids, max_new_tokens=24))
-    assert drafter.prefill_overlaps and HybridProposer(drafter).prefill_overlaps
-    for k in (2, 8):
-        runs = {}
-        for overlap in (True, False):
-            drafter.forget()  # a first call: the whole prompt prefilled, not the prefix kept from the last run
-            records = list(speculative_generate(pair, ids, proposer=drafter, k=k, max_new_tokens=24,
-                                                overlap_prefill=overlap))
-            prefill = records[0]
-            assert prefill.overlapped is overlap and drafter.kv_tokens[: len(ids) - 1] == ids[:-1]
-            assert 0 <= prefill.draft_s <= prefill.draft_total_s
-            assert summarize(records).prefill_s == prefill.wall_s
-            runs[overlap] = tokens_of(records)
-        assert runs[True] == runs[False] == plain, f"k={k}"
-    drafter.forget()
-    hybrid = list(speculative_generate(pair, ids, proposer=HybridProposer(drafter), k=8, max_new_tokens=24,
-                                       overlap_prefill=True))
-    assert hybrid[0].overlapped and tokens_of(hybrid) == plain
-    assert not prefill_threads_alive()
-
-
-@needs_llama_cpp
-def test_llama_cpp_prefills_with_its_share_and_drafts_with_the_whole_budget(pair, drafter, monkeypatch):
-    ids = chat_ids(pair, CHATS[0])
-    seen = []  # the context's thread setting at each llama.cpp decode: the prefill's first, then drafting's
-    real_eval = type(drafter)._eval
-
-    def eval_(self, tokens, logits):
-        seen.append(self._threads_set)
-        return real_eval(self, tokens, logits)
-
-    monkeypatch.setattr(type(drafter), "_eval", eval_)
-    drafter_threads = max(1, torch.get_num_threads())
-    share = drafter_threads + 1  # anything but the whole budget, so that the two can be told apart
-    drafter.forget()
-    records = list(speculative_generate(pair, ids, proposer=drafter, k=4, max_new_tokens=8, prefill_threads=share,
-                                        overlap_prefill=True))
-    assert records[0].overlapped
-    assert seen[0] == share and seen[1:] and set(seen[1:]) == {drafter_threads}
-    assert drafter.n_threads == drafter._threads_set == drafter_threads

@@ -87,12 +87,12 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
     reps = repeats if repeats is not None else default[0]
     warm = warmup if warmup is not None else default[1]
     if not careful:
-        own = session.timing_for(name, key, N_NEEDED, request.sampling)
-        found = own or store.get(name, len(ids), N_NEEDED, request.sampling)
+        found = find_timing(session, store, name, ids, N_NEEDED, request.sampling)
         if found is not None:
+            own = session.timings.get((name, key)) is found
             session.timings[(name, key)] = found
             session.calibration = (name, found)
-            yield CalibrateView(session, f"Already calibrated: {reused_text(found, own is not None)} \u00b7 {name}: "
+            yield CalibrateView(session, f"Already calibrated: {reused_text(found, own)} \u00b7 {name}: "
                                          f"{timing_text(found)} \u2014 {found.trust.headline()}",
                                 verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)))
             return
