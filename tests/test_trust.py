@@ -105,6 +105,8 @@ def test_a_drifting_plain_run_makes_the_sweep_withhold_its_recommendation(pair64
         hook.remove()
     assert res["drift"]["prompt"]["flagged"]
     assert not res["trust"]["trusted"] and res["trust"]["findings"][0]["check"] == "drift"
+    # the drift the table notes is the verdict's own figure, so a report never quotes two numbers for one drift
+    assert f"moved {res['drift']['prompt']['spread']:.0%}" in res["trust"]["findings"][0]["message"]
     assert res["recommended_k"] is None and "moved" in res["withheld"]
     assert res["best_k"] in (1, 2)  # the measured best is still reported, as a measurement, not advice
 

@@ -17,6 +17,7 @@ from .common import Progress, rotated, tick
 from .fit import explain_cell
 from .trust import (
     MachineMonitor,
+    TrustLimits,
     Verdict,
     check_calibration,
     check_drift,
@@ -24,6 +25,7 @@ from .trust import (
     check_sampling,
     check_spread,
     recommend,
+    relative_spread,
 )
 
 # --- speed: plain against speculative, in adjacent runs ----------------------------------------------
@@ -48,18 +50,22 @@ def _run_spec(pair, prompt, proposer_factory, k, sampling, max_new, timing=None,
 def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int | str] = (1, 2, 3, 4, 6),
           rounds: int = 3, max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY,
           timing: Timing | dict[str, Timing] | None = None,
-          drift_warning: float = 0.15, min_confidence: float | None = None, progress: Progress = None) -> dict:
+          drift_warning: float = 0.15, min_confidence: float | None = None, progress: Progress = None,
+          carry_state: bool = True, between_rounds: Callable[[int], None] | None = None) -> dict:
     """Measured speed-up of speculative over plain decoding per prompt and k, with the prediction beside it.
 
     In each round, for each prompt, plain and every k run back to back in an order that rotates from
     round to round; each speculative run is divided by the plain run of the same prompt and round.
     Quoted: the median ratio over rounds (and prompts). A prompt whose plain speed moved by more than
-    `drift_warning` between rounds is flagged: its ratios are still adjacent, but read them with care.
+    `drift_warning` between rounds ((max - min) / median) fails the verdict: its ratios are still adjacent, but
+    the machine changed under them.
     A k may also be "adaptive" (needs `timing`) or "heuristic" (transformers' schedule), see adaptive.py.
     `timing`: one calibration for every prompt, or one per prompt name (a longer context costs more per
     step, on both sides, so per-prompt calibrations predict better). A calibration timed under another
     decoding than `sampling` (Timing.sampling) is flagged: its prediction leaves out (or counts) the sampling
-    work of each pass.
+    work of each pass. `carry_state=False` starts every controller afresh in each round (each run a first call,
+    as replay predicts it). `between_rounds(r)` runs after round r but the last (a calibration to pool, say);
+    `timing`, when a dict, is read again for the predictions made at the end.
     """
     timing_of = (lambda name: timing.get(name)) if isinstance(timing, dict) else (lambda name: timing)
     arms = ["plain", *[f"k={k}" for k in ks]]
@@ -71,6 +77,10 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     done = 0
     monitor = MachineMonitor().__enter__()
     for r in range(rounds):
+        if r and between_rounds is not None:
+            between_rounds(r - 1)
+        if r and not carry_state:
+            memories = {arm: {} for arm in arms}
         for p_index, (name, prompt) in enumerate(prompts.items()):
             order = rotated(arms, r + p_index)
             results, iterations = {}, {}
@@ -110,11 +120,11 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     drift = {}
     for name in prompts:
         plain_speeds = [x["plain_tokens_per_s"] for x in runs if x["prompt"] == name and x["k"] == ks[0]]
-        lo, hi = min(plain_speeds), max(plain_speeds)
-        drift[name] = {"plain_tokens_per_s": plain_speeds, "spread": (hi - lo) / hi if hi else 0.0,
-                       "flagged": hi > 0 and (hi - lo) / hi > drift_warning}
+        moved = relative_spread(plain_speeds)  # as the verdict measures it, so the two never disagree
+        drift[name] = {"plain_tokens_per_s": plain_speeds, "spread": moved, "flagged": moved > drift_warning}
+    limits = TrustLimits(drift=drift_warning)
     overall = Verdict.of(check_rounds(rounds), load.findings(),
-                         *(check_drift(name, drift[name]["plain_tokens_per_s"]) for name in prompts),
+                         *(check_drift(name, drift[name]["plain_tokens_per_s"], limits) for name in prompts),
                          *(check_calibration(t) for name in prompts if (t := timing_of(name)) is not None),
                          *(check_sampling(t, sampling.timing_label()) for name in prompts
                            if (t := timing_of(name)) is not None))

@@ -94,7 +94,8 @@ class Verdict:
         return cls(tuple(sorted(seen.values(), key=lambda f: f.severity != FAIL)))
 
 
-def _relative_spread(xs: Sequence[float]) -> float:
+def relative_spread(xs: Sequence[float]) -> float:
+    """(max - min) / median: how far a set of figures moved, as every verdict here measures it."""
     xs = [x for x in xs if x is not None]
     if len(xs) < 2:
         return 0.0
@@ -112,7 +113,7 @@ def check_rounds(rounds: int, limits: TrustLimits = TrustLimits()) -> list[Findi
 
 
 def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustLimits = TrustLimits()) -> list[Finding]:
-    moved = _relative_spread(plain_tokens_per_s)
+    moved = relative_spread(plain_tokens_per_s)
     if moved > limits.drift:
         return [Finding("drift", FAIL, f"plain decoding of {prompt} moved {moved:.0%} between rounds "
                         f"({min(plain_tokens_per_s):.1f}-{max(plain_tokens_per_s):.1f} tokens/s), more than "
@@ -121,7 +122,7 @@ def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustL
 
 
 def check_spread(label: str, ratios: Sequence[float], limits: TrustLimits = TrustLimits()) -> list[Finding]:
-    s = _relative_spread(ratios)
+    s = relative_spread(ratios)
     if s > 2 * limits.cell_spread:
         sev = FAIL
     elif s > limits.cell_spread:
