@@ -1,5 +1,7 @@
 """The experiments on tiny models: structure, bookkeeping and verdicts (no timing assertions)."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -119,3 +121,54 @@ def test_distribution_tells_the_rules_apart_where_p_and_q_differ():
             assert r["p_value"] > 0.001
         else:
             assert r["p_value"] < 1e-4
+
+
+def test_pooled_calibrations_take_the_median_of_all_their_samples(pair64):
+    from playground.lab.calibration import Timing, pooled
+    a = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(pair64)(), n_max=4, repeats=3, warmup=1)
+    b = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(pair64)(), n_max=4, repeats=4, warmup=1)
+    both = pooled([a, b])
+    assert both.raw["pooled"] == 2 and len(both.raw["plain_step_s"]) == 7
+    assert both.target_step_s == sorted(a.raw["plain_step_s"] + b.raw["plain_step_s"])[3]
+    for n in (1, 2, 3, 4):
+        xs = sorted(a.raw["target_pass_s"][str(n)] + b.raw["target_pass_s"][str(n)])
+        assert both.verify_s[n] == xs[3]
+    assert both.verify_fit is not None  # the pooled samples still carry the monotone fit
+    assert pooled([a]) is a
+    again = Timing.from_dict(both.to_dict())
+    assert again is not None and again.verify_s == both.verify_s and again.c == pytest.approx(both.c)
+    other = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), n_max=4, repeats=3, warmup=1)
+    with pytest.raises(ValueError, match="one context length"):
+        pooled([a, other])
+    with pytest.raises(ValueError, match="at least one"):
+        pooled([])
+
+
+def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pair64, target64):
+    import dataclasses
+    timing = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), n_max=17, repeats=3, warmup=1)
+    later = dataclasses.replace(timing, target_step_s=timing.target_step_s * 2)
+    timings, seen = {"a": timing}, []
+
+    def between(r):
+        seen.append(r)
+        timings["a"] = later  # a dict of timings is read again for the predictions made at the end
+
+    res = lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=3, max_new_tokens=8,
+                    timing=timings, between_rounds=between)
+    assert seen == [0, 1]
+    for x in (x for x in res["runs"] if x["k"] == 2):
+        positions = list(itertools.takewhile(lambda a: a is not None, x["per_position"]))
+        assert x["predicted_empirical"] == pytest.approx(later.predict(positions, 2, new_tokens=x["new_tokens"]))
+    # A perfect draft where drafting pays: a controller that carries its state drafts deeper in the second round
+    # (it remembers a rate near 1); one that starts afresh makes the same first choice every round.
+    from playground.lab.calibration import Timing
+    perfect = tiny_pair(target64, target64)
+    cheap = Timing(target_step_s=1.0, verify_s={n: 1.0 + 0.05 * n for n in range(1, 18)}, draft_step_s=0.1,
+                   context_tokens=3)
+    firsts = {}
+    for carry in (True, False):
+        r = lab.speed(perfect, {"a": [1, 2, 3]}, factory(perfect), ks=("adaptive",), rounds=3, max_new_tokens=24,
+                      timing=cheap, carry_state=carry)
+        firsts[carry] = [x["iterations"][0][0] for x in r["runs"]]
+    assert len(set(firsts[False])) == 1 and firsts[True][0] == firsts[False][0] < firsts[True][1]

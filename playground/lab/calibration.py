@@ -250,6 +250,36 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     )
 
 
+def pooled(timings: Sequence[Timing]) -> Timing:
+    """One calibration from several of the same pair, drafter, context and decoding, their samples pooled (each
+    cost the median over all of them). Calibrations made between the rounds of a measurement see the machine in
+    the states the rounds saw (a 2-core VM's speed drifts by 10-30% over minutes), where one made before them
+    sees one moment. Only the lengths every calibration timed are kept; a hybrid's lookup cost is the median of
+    theirs (its searches are not kept as samples)."""
+    if not timings:
+        raise ValueError("pooled() needs at least one calibration")
+    if len({(t.context_tokens, t.sampling) for t in timings}) > 1:
+        raise ValueError("pooled() takes calibrations of one context length and decoding")
+    raws = [t.raw for t in timings]
+    if len(timings) == 1 or not all(r.get("target_pass_s") and r.get("plain_step_s") and r.get("draft_propose_s")
+                                    for r in raws):
+        return timings[0]
+    lengths = set.intersection(*(set(r["target_pass_s"]) for r in raws))
+    samples = {n: [x for r in raws for x in r["target_pass_s"][n]] for n in sorted(lengths, key=int)}
+    drafts = {k: [x for r in raws for x in r["draft_propose_s"].get(k, [])] for k in ("1", "4")}
+    plain = [x for r in raws for x in r["plain_step_s"]]
+    one, four = statistics.median(drafts["1"]), statistics.median(drafts["4"])
+    per_token = max(0.0, (four - one) / 3)
+    sources = {name: tuple(statistics.median(t.source_s[name][i] for t in timings) for i in (0, 1))
+               for name in set.intersection(*(set(t.source_s) for t in timings))}
+    return Timing(target_step_s=statistics.median(plain),
+                  verify_s={int(n): statistics.median(xs) for n, xs in samples.items()},
+                  draft_step_s=per_token, draft_call_s=max(0.0, one - per_token), source_s=sources,
+                  context_tokens=timings[0].context_tokens, sampling=timings[0].sampling,
+                  raw={"target_pass_s": samples, "plain_step_s": plain, "draft_propose_s": drafts,
+                       "target_spread": {n: spread(xs) for n, xs in samples.items()}, "pooled": len(timings)})
+
+
 class CalibrationStore:
     """The calibrations of one loaded pair, one per drafter, context-length bucket and decoding, reused by every run.
 
