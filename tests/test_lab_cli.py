@@ -156,3 +156,13 @@ def test_timing_at_several_batch_sizes(dirs, tmp_path, capsys):
     assert main(["timing", "--batch", "0,2", "--target", dirs[0], "--draft", dirs[1], "--device", "cpu",
                  "--prompt", "w1 w2"]) == 2
     assert "batch sizes" in capsys.readouterr().err
+
+
+def test_report_reads_a_saved_vllm_sweep_as_vllm_report_does(tmp_path, capsys):
+    doc = {"experiment": "vllm-sweep", "cells": [], "servers": [], "plan": {}, "environment": {"cpu": "test CPU"}}
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(doc))
+    assert main(["vllm-report", str(path)]) == 0
+    direct = capsys.readouterr().out
+    assert main(["report", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == direct.strip() and "# vLLM sweep" in direct

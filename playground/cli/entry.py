@@ -106,7 +106,7 @@ def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
     add_replay_parser(sub, _add_pair_args)
     add_vllm_parsers(sub)
 
-    rep = sub.add_parser("report", help="Markdown tables from saved lab results (--out files)")
+    rep = sub.add_parser("report", help="Markdown tables from saved results (--out files: lab, replay, vllm-sweep)")
     rep.add_argument("files", nargs="+", metavar="FILE")
     sub.add_parser("presets", help="list the presets")
     sub.add_parser("pairs", help="list the named model pairs (--pair NAME) and which other models may be loaded")

@@ -368,9 +368,9 @@ def report(path: str | Path) -> str:
             lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss):", "",
                       explained_markdown(doc)]
         lines += [""] + verdict_lines(doc) if doc.get("trust") else []
-        flagged = [n for n, d in doc.get("drift", {}).items() if d.get("flagged")]
+        flagged = [f"{n} ({d['spread']:.0%})" for n, d in doc.get("drift", {}).items() if d.get("flagged")]
         if flagged:
-            lines.append(f"\nplain speed drifted > 15% between rounds on: {', '.join(flagged)}")
+            lines.append(f"\nplain speed drifted between rounds beyond the limit on: {', '.join(flagged)}")
     else:
         lines.append(timing_line(doc))
     return "\n".join(lines)
