@@ -36,6 +36,7 @@ from playground.pairs.registry import load_named_pair
 VARIANTS = {
     "point estimate": adaptive.AdaptiveSettings(uncertainty=False),
     "uncertain rate (default)": adaptive.AdaptiveSettings(),
+    "uncertain rate, remembered rate weighs as its count": adaptive.AdaptiveSettings(remembered_weight=True),
 }
 
 

@@ -105,3 +105,33 @@ def test_a_remembered_rate_is_as_certain_as_the_count_it_rests_on():
     assert narrow.next_k() < bare.next_k()
     point = AdaptiveK(COSTLY, settings=POINT, memory={"adaptive": dict(memory["adaptive"])})
     assert narrow.next_k() <= point.next_k() + 2  # close to the point estimate's choice
+
+
+def test_a_remembered_rate_weighs_in_the_mean_as_the_count_it_rests_on():
+    # A free source (prompt lookup: c = 0) that copied well in the last call: 12 of 12, then a miss at 2.
+    free = CostCurve(c=0.0, v={n: 1.0 + 0.08 * (n - 1) for n in range(1, 18)})
+    memory: dict = {}
+    first = AdaptiveK(free, memory=memory)
+    for obs in [(16, 1), (12, 12), (12, 12)]:
+        first.observe(it(*obs))
+    evidence = memory["adaptive_evidence"][None]
+    assert evidence > 2
+    weighed = AdaptiveSettings(remembered_weight=True)
+    old, new = (AdaptiveK(free, settings=s, memory={k: dict(v) for k, v in memory.items()})
+                for s in (UNCERTAIN, weighed))
+    for c in (old, new):
+        assert c.alpha() == pytest.approx(memory["adaptive"][None])  # before any observation: the remembered rate
+        c.observe(it(16, 1))  # the second call opens with an early miss
+    p = memory["adaptive"][None]
+    assert old.alpha() == pytest.approx((1 + p * 2) / (2 + 2))
+    assert new.alpha() == pytest.approx((1 + p * evidence) / (2 + evidence))
+    # one miss no longer outweighs the count the remembered rate rests on: the next guess stays long
+    assert new.alpha() > old.alpha() and new.next_k() > old.next_k()
+    # without a memory, or with the point estimate, the setting changes nothing
+    fresh = [AdaptiveK(free, settings=s) for s in (UNCERTAIN, weighed)]
+    for c in fresh:
+        c.observe(it(16, 1))
+    assert fresh[0].alpha() == fresh[1].alpha() and fresh[0].next_k() == fresh[1].next_k()
+    point = [AdaptiveK(free, settings=AdaptiveSettings(uncertainty=False, remembered_weight=w),
+                       memory={k: dict(v) for k, v in memory.items()}) for w in (False, True)]
+    assert point[0].alpha() == point[1].alpha()

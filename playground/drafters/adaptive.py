@@ -85,6 +85,10 @@ class AdaptiveSettings:
     """Depth ramp (>= 1): a source with a per-token cost drafts at most int(growth * its last k) + 1."""
     uncertainty: bool = True
     """Expected acceptance over the pooled rate's uncertainty (a Beta posterior), not at its point estimate."""
+    remembered_weight: bool = False
+    """With `uncertainty`, a remembered rate weighs in the pooled mean as the count it rests on (as it does in the
+    posterior's width), not as `prior_weight` observations: steadier when calls repeat one shape, slower to follow
+    a change of shape (docs/results.md measures both), so off by default."""
 
     def __post_init__(self):
         if not 0.0 < self.decay <= 1.0:
@@ -142,12 +146,14 @@ class AdaptiveK:
     Memory: `memory` is a dict the caller keeps across runs on one pair and drafter (a browser tab, a
     lab arm). After every drafting iteration memory["adaptive"][source] = alpha(source); a new
     controller given that dict uses it as the source's prior p, in the way transformers' "heuristic"
-    schedule keeps its k between generate() calls. Only the rate carries over, not the counts: it
-    weighs as w_p observations, so a new text's own observations outweigh it within a few iterations.
-    With `uncertainty`, memory["adaptive_evidence"][source] keeps the count the rate rests on (the decayed
-    number of evaluated proposals), and the new controller's posterior is that much narrower: a rate of 0.96
-    measured over 20 proposals is not bet on as if it could as well be 0.999 (which made an int8 draft at
-    c = 0.67 open a second call at k = 16 in replay), while a first call's prior keeps the width of w_p.
+    schedule keeps its k between generate() calls. Without `uncertainty` only the rate carries over: it
+    weighs as w_p observations. With it, memory["adaptive_evidence"][source] keeps the count the rate rests on
+    (the decayed number of evaluated proposals, which the decay bounds), and the new controller's posterior is
+    as narrow as that count makes it (never wider than w_p's), so a rate of 0.96 measured over 20
+    proposals is not bet on as if it could as well be 0.999 (which made an int8 draft at c = 0.67 open a second
+    call at k = 16 in replay). Its mean still weighs as w_p, so a new text's own observations outweigh it within
+    a few iterations; `remembered_weight` gives the mean the count's weight too, for calls that repeat one shape.
+    A first call's prior keeps the width and weight of w_p.
     """
 
     name = "adaptive"
@@ -181,8 +187,14 @@ class AdaptiveK:
     def alpha(self, source: str | None = None) -> float:
         """The pooled acceptance rate: accepted / evaluated proposals (decayed), shrunk towards the prior."""
         reached, accepted = self._counts(source)
-        prior, weight = self.priors.get(source, self.settings.prior), self.settings.prior_weight
+        prior, weight = self.priors.get(source, self.settings.prior), self._prior_weight(source)
         return (sum(accepted) + prior * weight) / (sum(reached) + weight)
+
+    def _prior_weight(self, source: str | None) -> float:
+        s = self.settings
+        if s.uncertainty and s.remembered_weight:
+            return max(s.prior_weight, self.evidence.get(source, 0.0))
+        return s.prior_weight
 
     def estimates(self, source: str | None = None) -> list[float]:
         """Current per-position acceptance estimates a_1..a_k_max (of proposals from `source`).
