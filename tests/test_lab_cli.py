@@ -166,3 +166,31 @@ def test_report_reads_a_saved_vllm_sweep_as_vllm_report_does(tmp_path, capsys):
     direct = capsys.readouterr().out
     assert main(["report", str(path)]) == 0
     assert capsys.readouterr().out.strip() == direct.strip() and "# vLLM sweep" in direct
+
+
+def test_transformers_assisted_arms_draft_the_k_they_are_given(target64):
+    """transformers reads the drafting settings from the assistant's own generation_config; lab.peers sets them
+    there for each call (and puts them back), so its "assisted k = 3" verifies 3 proposals a pass."""
+    import copy
+
+    import torch
+
+    from playground.lab.peers import _assistant_settings
+
+    draft = copy.deepcopy(target64)  # accepts everything: every pass verifies as many proposals as were drafted
+    before = (draft.generation_config.num_assistant_tokens, draft.generation_config.assistant_confidence_threshold)
+    lengths = []
+    hook = target64.register_forward_pre_hook(lambda m, a, kw: lengths.append(kw["input_ids"].shape[1]),
+                                              with_kwargs=True)
+    try:
+        x = torch.tensor([[1, 2, 3]])
+        with torch.inference_mode(), _assistant_settings(draft, {"num_assistant_tokens": 3,
+                                                                 "num_assistant_tokens_schedule": "constant",
+                                                                 "assistant_confidence_threshold": 1e-9}):
+            target64.generate(x, attention_mask=torch.ones_like(x), assistant_model=draft, do_sample=False,
+                              max_new_tokens=16, min_new_tokens=16, pad_token_id=0)
+    finally:
+        hook.remove()
+    assert lengths[0] == 3 + 3  # the prompt and the first 3 proposals in one pass
+    assert max(lengths[1:]) == 4 and len(lengths) >= 4  # then the last token and 3 proposals, never more
+    assert (draft.generation_config.num_assistant_tokens, draft.generation_config.assistant_confidence_threshold) == before

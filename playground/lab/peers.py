@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -16,6 +17,26 @@ from ..drafters.registry import make_proposer
 from ..envinfo import environment
 from ..pairs.models import EMBEDDED_NAME
 from .common import Progress, rotated, spread, tick
+
+
+@contextmanager
+def _assistant_settings(model, settings: dict):
+    """Set the assistant's drafting settings for one generate() call, then put the old ones back.
+
+    transformers' AssistedCandidateGenerator reads num_assistant_tokens, its schedule and the confidence
+    threshold from the assistant model's own generation_config (it deep-copies assistant_model.generation_config,
+    generation/candidate_generator.py); the same names passed to the target's generate() never reach it, so an
+    "assisted k = 4" run drafted up to its default 20 per round, stopping below confidence 0.4 (measured: target
+    passes over 8, 7, 7 and 3 tokens on the tool call, where k = 4 makes passes over 5)."""
+    cfg = model.generation_config if settings else None
+    saved = {name: getattr(cfg, name, None) for name in settings} if cfg is not None else {}
+    for name, value in settings.items():
+        setattr(cfg, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(cfg, name, value)
 
 
 def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, max_new_tokens: int = 64,
@@ -33,10 +54,11 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
     gen_kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos or None,
                       pad_token_id=eos[0] if eos else 0)
 
-    def hf(ids, **extra):
+    def hf(ids, assistant: dict | None = None, **extra):
         x = torch.tensor([list(ids)], device=pair.device)
-        with torch.inference_mode():
-            out = pair.target.generate(x, attention_mask=torch.ones_like(x), **gen_kwargs, **extra)
+        with torch.inference_mode(), _assistant_settings(pair.draft, assistant or {}):
+            out = pair.target.generate(x, attention_mask=torch.ones_like(x), **gen_kwargs,
+                                       **({"assistant_model": pair.draft} if assistant else {}), **extra)
         return out[0, x.shape[1]:].tolist()
 
     def ours(ids, proposer=None, min_confidence=None):
@@ -49,18 +71,16 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
 
     arms: dict[str, Callable] = {"hf plain": lambda ids: hf(ids)}
     if pair.draft is not None:
-        # transformers stops drafting after a token the assistant gave less than its confidence threshold
-        # (default 0.4); a threshold of 0 reads as unset and leaves that default on (measured: variable
-        # candidate lengths, 85 draft passes where k = 4 would take 136). 1e-9 is "never stop"; each
-        # transformers arm has our arm with the same policy beside it.
-        arms[f"hf assisted k={k}"] = lambda ids: hf(ids, assistant_model=pair.draft, num_assistant_tokens=k,
-                                                     num_assistant_tokens_schedule="constant",
-                                                     assistant_confidence_threshold=1e-9)
-        arms[f"hf assisted k={k} conf 0.4"] = lambda ids: hf(ids, assistant_model=pair.draft, num_assistant_tokens=k,
-                                                              num_assistant_tokens_schedule="constant",
-                                                              assistant_confidence_threshold=0.4)
-        arms["hf assisted heuristic"] = lambda ids: hf(ids, assistant_model=pair.draft, num_assistant_tokens=k,
-                                                        num_assistant_tokens_schedule="heuristic_transient")
+        # transformers stops drafting after a token the assistant gave less than its confidence threshold; 1e-9 is
+        # "never stop" (0 reads as unset and leaves the default, 0.4). Each transformers arm has our arm with the
+        # same policy beside it.
+        arms[f"hf assisted k={k}"] = lambda ids: hf(ids, {"num_assistant_tokens": k, "num_assistant_tokens_schedule":
+                                                          "constant", "assistant_confidence_threshold": 1e-9})
+        arms[f"hf assisted k={k} conf 0.4"] = lambda ids: hf(ids, {"num_assistant_tokens": k,
+                                                                   "num_assistant_tokens_schedule": "constant",
+                                                                   "assistant_confidence_threshold": 0.4})
+        arms["hf assisted heuristic"] = lambda ids: hf(ids, {"num_assistant_tokens": k,
+                                                             "num_assistant_tokens_schedule": "heuristic_transient"})
     arms[f"hf prompt-lookup k={k}"] = lambda ids: hf(ids, prompt_lookup_num_tokens=k, max_matching_ngram_size=max_ngram)
     arms["ours plain"] = lambda ids: ours(ids)
     if pair.draft is not None:
