@@ -253,8 +253,8 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
 def pooled(timings: Sequence[Timing]) -> Timing:
     """One calibration from several of the same pair, drafter, context and decoding, their samples pooled (each
     cost the median over all of them). Calibrations made between the rounds of a measurement see the machine in
-    the states the rounds saw (a 2-core VM's speed drifts by 10-30% over minutes), where one made before them
-    sees one moment. Only the lengths every calibration timed are kept; a hybrid's lookup cost is the median of
+    the states the rounds saw (on the 2-core VMs of docs/results.md plain decoding moves by tens of percent
+    between rounds), where one made before them sees one moment. Only the lengths every calibration timed are kept; a hybrid's lookup cost is the median of
     theirs (its searches are not kept as samples)."""
     if not timings:
         raise ValueError("pooled() needs at least one calibration")

@@ -25,9 +25,8 @@ def _assistant_settings(model, settings: dict):
 
     transformers' AssistedCandidateGenerator reads num_assistant_tokens, its schedule and the confidence
     threshold from the assistant model's own generation_config (it deep-copies assistant_model.generation_config,
-    generation/candidate_generator.py); the same names passed to the target's generate() never reach it, so an
-    "assisted k = 4" run drafted up to its default 20 per round, stopping below confidence 0.4 (measured: target
-    passes over 8, 7, 7 and 3 tokens on the tool call, where k = 4 makes passes over 5)."""
+    generation/candidate_generator.py); the same names passed to the target's generate() never reach it, and the
+    assistant drafts up to its default 20 a round, stopping below confidence 0.4."""
     cfg = model.generation_config if settings else None
     saved = {name: getattr(cfg, name, None) for name in settings} if cfg is not None else {}
     for name, value in settings.items():
