@@ -64,7 +64,7 @@ def best_arm(turn_doc: dict, drafter: str) -> tuple[int, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--drafters", default="llama.cpp", help="comma-separated (default llama.cpp)")
     ap.add_argument("--presets", default=None, help="comma-separated (default: all)")
     ap.add_argument("--repeats", type=int, default=4, help="repeats of each calibration made between rounds")
@@ -89,7 +89,8 @@ def main() -> int:
                 return replay(pair, [turn], drafters=[drafter], ks=range(1, 17), controllers=CONTROLLERS,
                               timing_of=lambda d, ids: timing, records="none")["turns"][0]
 
-            k, first_predicted = best_arm(replayed(first), drafter)
+            first_doc = replayed(first)
+            k, first_predicted = best_arm(first_doc, drafter)
             live_timing = {name: first}
 
             def recalibrate(_round, turn=turn, proposer=proposer, live_timing=live_timing, timings=timings, name=name):
@@ -101,7 +102,7 @@ def main() -> int:
                          timing=live_timing, carry_state=False,
                          between_rounds=recalibrate if args.spread_calibration else None)
             timing = live_timing[name]
-            tdoc = replayed(timing)
+            tdoc = replayed(timing) if timing is not first else first_doc
             predicted = tdoc["drafters"][drafter]["walks"][f"k={k}"]["predicted_speedup"]
             cell = live["table"][0]
             walks = tdoc["drafters"][drafter]["walks"]

@@ -224,8 +224,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
         if rep >= warmup:
             plain.append(t1 - t0)
     verify = {n: statistics.median(xs) for n, xs in samples.items()}
-    one, four = statistics.median(drafts[1]), statistics.median(drafts[4])
-    per_token = max(0.0, (four - one) / 3)
+    per_token, per_call = _draft_costs(drafts[1], drafts[4])
     source_s = {}
     if hybrid is not None:
         # A lookup's cost is its search, whatever k: one number per call (in the run it is made once per
@@ -240,7 +239,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
         target_step_s=statistics.median(plain),
         verify_s=verify,
         draft_step_s=per_token,
-        draft_call_s=max(0.0, one - per_token),
+        draft_call_s=per_call,
         source_s=source_s,
         context_tokens=len(prompt),
         sampling=sampling.timing_label(),
@@ -248,6 +247,13 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
              "draft_propose_s": {str(k): xs for k, xs in drafts.items()},
              "target_spread": {str(n): spread(xs) for n, xs in samples.items()}},
     )
+
+
+def _draft_costs(propose_1: Sequence[float], propose_4: Sequence[float]) -> tuple[float, float]:
+    """(per token, per call beyond it) from timed propose(1) and propose(4) calls: the slope and the rest."""
+    one, four = statistics.median(propose_1), statistics.median(propose_4)
+    per_token = max(0.0, (four - one) / 3)
+    return per_token, max(0.0, one - per_token)
 
 
 def pooled(timings: Sequence[Timing]) -> Timing:
@@ -268,13 +274,12 @@ def pooled(timings: Sequence[Timing]) -> Timing:
     samples = {n: [x for r in raws for x in r["target_pass_s"][n]] for n in sorted(lengths, key=int)}
     drafts = {k: [x for r in raws for x in r["draft_propose_s"].get(k, [])] for k in ("1", "4")}
     plain = [x for r in raws for x in r["plain_step_s"]]
-    one, four = statistics.median(drafts["1"]), statistics.median(drafts["4"])
-    per_token = max(0.0, (four - one) / 3)
+    per_token, per_call = _draft_costs(drafts["1"], drafts["4"])
     sources = {name: tuple(statistics.median(t.source_s[name][i] for t in timings) for i in (0, 1))
                for name in set.intersection(*(set(t.source_s) for t in timings))}
     return Timing(target_step_s=statistics.median(plain),
                   verify_s={int(n): statistics.median(xs) for n, xs in samples.items()},
-                  draft_step_s=per_token, draft_call_s=max(0.0, one - per_token), source_s=sources,
+                  draft_step_s=per_token, draft_call_s=per_call, source_s=sources,
                   context_tokens=timings[0].context_tokens, sampling=timings[0].sampling,
                   raw={"target_pass_s": samples, "plain_step_s": plain, "draft_propose_s": drafts,
                        "target_spread": {n: spread(xs) for n, xs in samples.items()}, "pooled": len(timings)})
