@@ -347,6 +347,9 @@ def test_a_queued_second_tab_shows_its_place_in_line(tiny_app_url, browser, slow
     try:
         for p in (first, second):
             p.set_default_timeout(TIMEOUT_MS)
+        # The first run must still be going when Stop is clicked: its 33-token answer takes about 100 s at 0.6 s a
+        # pass, while loading the second tab and queueing it took over 15 s on a busy machine (the `slower` pace).
+        PASS_S["sleep"] = 0.6
         start_run(first, tiny_app_url, "200")
         first.wait_for_selector("#tokens .tok")
         start_run(second, tiny_app_url, "8")
