@@ -190,6 +190,7 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     assert "measured" in prediction and "\u00d7" in prediction and "prefill excluded" in prediction
     assert "predicted, iid \u03b1" in prediction  # the calibration fed the prediction beside the measurement
     assert "This comparison:" in prediction and "one speculative and one plain run" in prediction  # the verdict
+    assert "Both runs showed only their progress while they decoded" in prediction  # drawn alike: no page cost
     assert "valid against the schema" in page.locator("#check").inner_text()
     page.evaluate("window.scrollTo(0, 0)")
     shot = tmp_path / "tool-call-run.png"

@@ -392,6 +392,30 @@ def test_stopping_a_run_stops_the_engine_thread(provider, monkeypatch):
     assert handlers.stopped_view(session) == handlers.StoppedView()  # reported once
 
 
+def test_a_stopped_compare_run_still_shows_its_tokens(provider, monkeypatch):
+    import playground.core.engine
+
+    def slowed(*args, **kwargs):
+        for rec in real(*args, **kwargs):
+            time.sleep(0.02)
+            yield rec
+
+    real = playground.core.engine.speculative_generate
+    monkeypatch.setattr(playground.core.engine, "speculative_generate", slowed)
+    monkeypatch.setattr(handlers, "HEARTBEAT_QUIET_S", 0.0)
+    gen = handlers.stream_run(provider, None, request(provider, k=2, max_new_tokens=200), stream_tokens=False)
+    session = None
+    for view in gen:
+        session = view.session
+        assert view.tokens is None or view.tokens == ""  # nothing drawn while it runs
+        if "tokens and charts when it ends" in view.status:
+            break
+    gen.close()
+    assert worker_ends("playground-run")
+    after = handlers.stopped_view(session)
+    assert after.status.startswith("Stopped after ") and 'class="tok' in after.tokens
+
+
 def test_compare_needs_a_run_then_measures_plain_right_after(provider):
     with pytest.raises(PlaygroundError, match="no finished speculative run"):
         list(handlers.stream_compare(provider, Session()))
@@ -403,6 +427,28 @@ def test_compare_needs_a_run_then_measures_plain_right_after(provider):
     assert final.doc["measured_speedup"] == pytest.approx(run.summary.tokens_per_s / run.plain.tokens_per_s)
     assert "measured" in final.prediction and "n = 1 pair of runs" in final.prediction
     assert "prefill excluded" in final.prediction
+
+
+def test_compares_run_draws_the_page_at_the_end_as_its_plain_run_does(provider, monkeypatch):
+    """A browser drawing the streamed tokens and charts on the same 2 cores slowed the run it showed 2.2x, and
+    the plain run after it is not streamed: Compare's speculative run shows its progress only, then everything."""
+    monkeypatch.setattr(handlers, "HEARTBEAT_QUIET_S", 0.0)  # a view at every new record, either way
+    monkeypatch.setattr(handlers, "YIELD_EVERY_S", 0.02)
+    req = request(provider, k=2, max_new_tokens=40)
+    quiet = list(handlers.stream_run(provider, None, req, stream_tokens=False))
+    middle = quiet[1:-1]
+    assert middle and all(v.tokens is None and v.counters is None and v.figures is None for v in middle)
+    assert any("tokens and charts when it ends" in v.status for v in middle)  # its progress, said
+    assert quiet[-1].status.startswith("Done") and 'class="tok' in quiet[-1].tokens and quiet[-1].figures
+    session = quiet[-1].session
+    assert session.run.streamed is False
+    final = list(handlers.stream_compare(provider, session))[-1]
+    assert "Both runs showed only their progress while they decoded" in final.prediction
+    streamed = list(handlers.stream_run(provider, None, req))
+    assert any(v.tokens for v in streamed[1:-1])  # the Run button's run streams its tokens
+    session = streamed[-1].session
+    final = list(handlers.stream_compare(provider, session))[-1]
+    assert "slows that side alone" in final.prediction
 
 
 def test_calibrate_is_cached_per_session_and_feeds_the_prediction(provider):

@@ -51,6 +51,7 @@ from .session import (
 # on a 2-core Xeon), besides building the charts: scripts/bench_overhead.py measures what streaming costs.
 YIELD_EVERY_S = 0.25  # token / counter updates at most this often
 CHART_EVERY_S = 0.5  # chart updates at most this often while streaming (and once at the end)
+HEARTBEAT_QUIET_S = 0.5  # status-only updates of a run that is not streamed (Compare's), as for the plain run
 
 
 def document(provider: PairProvider, session: Session) -> dict:
@@ -92,6 +93,7 @@ class StoppedView:
     counters: str | None = None
     figures: dict | None = None
     sweep_status: str | None = None
+    tokens: str | None = None  # a stopped run that was not streamed: its tokens, drawn now
 
 
 @dataclass
@@ -125,7 +127,7 @@ def stopped_view(session: Session | None) -> StoppedView:
         return StoppedView(f"Stopped after {s.new_tokens} new tokens in {s.target_passes} iterations; the partial "
                            f"run stays on the page (it is not saved for Compare or Download).{again}",
                            panels.counters_html(s, run.request.max_new_tokens, running=False),
-                           panels.figures(run.records, s))
+                           panels.figures(run.records, s), tokens=None if run.streamed else run.tokens_html or "")
     if what == "compare":
         return StoppedView("Stopped the plain run: no measured speed-up this time." + again)
     if what == "calibrate":
@@ -139,8 +141,12 @@ def stopped_view(session: Session | None) -> StoppedView:
 
 @stoppable("run")
 def stream_run(provider: PairProvider, session: Session | None, request: RunRequest,
-               limits: Limits | None = None) -> Iterator[RunView]:
-    """Speculative decoding of the prompt, streamed: token HTML and counters as records arrive, charts throttled."""
+               limits: Limits | None = None, stream_tokens: bool = True) -> Iterator[RunView]:
+    """Speculative decoding of the prompt, streamed: token HTML and counters as records arrive, charts throttled.
+
+    stream_tokens=False (Compare's run): the status line only until the end, as for the plain run after it. A
+    browser drawing the tokens and charts on the same cores slowed the run it showed 2.2x on 2 cores (its
+    renderer used half a core), so streamed, one side of the comparison would pay for it and the other not."""
     started = time.monotonic()
     limits = limits or Limits.from_env()
     pair = yield from mapped(load_pair(provider, started), lambda line: RunView(session, line))
@@ -150,7 +156,8 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     setup = describe_setup(pair)
     sampling = request.sampling
     run = RunResult(request=request, prompt_ids=ids, drafter=name, records=[], summary=None, text="",
-                    preset=preset_obj, check=None, setup=setup, environment=environment(pair), finished=False)
+                    preset=preset_obj, check=None, setup=setup, environment=environment(pair), finished=False,
+                    streamed=stream_tokens)
     session.run = run  # the session keeps the partial run if the user stops it
     tokenizer = pair.tokenizer
     special = getattr(tokenizer, "all_special_ids", []) if tokenizer is not None else []
@@ -199,7 +206,13 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
             if bg.finished:
                 break
             clock = clock_text(now - started)
-            if dirty and now - last_yield >= YIELD_EVERY_S:
+            n_iterations = sum(isinstance(r, Iteration) for r in run.records) if not stream_tokens else 0
+            if dirty and n_iterations and now - last_yield >= HEARTBEAT_QUIET_S:
+                run.tokens_html = renderer.html()  # drawn only if the run is stopped (stopped_view)
+                yield RunView(session, f"{head} \u2014 iteration {n_iterations} \u00b7 {clock} (tokens and charts "
+                                       "when it ends, so that drawing them does not slow what is compared)")
+                last_yield, dirty = now, False
+            elif dirty and stream_tokens and now - last_yield >= YIELD_EVERY_S:
                 summary = summarize(run.records)
                 figs = None
                 if now - last_chart >= CHART_EVERY_S:

@@ -189,11 +189,19 @@ def prediction_markdown(session: Session, timing=None) -> str:
             f"How measured: one speculative run and one plain run of the same prompt, length "
             f"({run.request.max_new_tokens} max new tokens) and sampling, back to back (plain started {gap} after "
             f"the speculative run ended); tokens/s over decoding only, prefill excluded; n = 1 pair of runs, so "
-            f"expect noise on a shared machine. Setup: {run.plain_setup or run.setup}. The speculative run was "
-            f"streamed to this page, which renders in another thread while it decodes; the **k per output shape** "
-            f"tab measures medians over rounds.")
+            f"expect noise on a shared machine. Setup: {run.plain_setup or run.setup}. {_drawn(run)} The **k per "
+            f"output shape** tab measures medians over rounds.")
     lines.append(glossary_html())
     return "\n\n".join(lines)
+
+
+def _drawn(run: RunResult) -> str:
+    if run.streamed:
+        return ("The speculative run was streamed to this page while it decoded, the plain run was not: a browser "
+                "drawing it on the same cores slows that side alone (press Compare with plain, which draws both at "
+                "the end).")
+    return ("Both runs showed only their progress while they decoded (tokens and charts were drawn after), so a "
+            "browser on the same machine weighs on both alike.")
 
 
 def _k_chosen(run: RunResult) -> str:

@@ -158,6 +158,15 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
 
         yield from _guarded(views(), run_outputs_of, len(run_outputs))
 
+    def run_to_compare(session, values):
+        """Compare's speculative run: as `run`, but the page is drawn when it ends, as for the plain run after it."""
+
+        def views():
+            request = parse_request(values, drafters_of(session), limits)
+            yield from handlers.stream_run(provider, session, request, limits=limits, stream_tokens=False)
+
+        yield from _guarded(views(), run_outputs_of, len(run_outputs))
+
     def compare(session):
         """Plain decoding of the last run's prompt and length, right after it: the measured speed-up, with the
         verdict of one adjacent pair."""
@@ -187,6 +196,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
                                                 _skip(v.doc), v.session), 6)
 
     run_event, run_inputs = _event(run, session, {**run_controls, "k_mode": ui.k_mode})
+    compare_run_event, _ = _event(run_to_compare, session, {**run_controls, "k_mode": ui.k_mode})
     calibrate_event, calibrate_inputs = _event(calibrate, session, {**run_controls, "careful": ui.careful})
     sweep_event, sweep_inputs = _event(sweep, session, sweep_controls)
 
@@ -237,7 +247,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
                 elif status.startswith("Stopping"):
                     line = "Stopped before it began. Press Run to start again."
             return (_skip(line), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
-                    _skip(figs.get("alpha")), _skip(v.sweep_status))
+                    _skip(figs.get("alpha")), _skip(v.sweep_status), _skip(v.tokens))
 
         return after_event
 
@@ -249,7 +259,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
         btn.click(None, None, [ui.status], js=scripts.starting(STARTING), **starting)
     ui.sweep_btn.click(None, None, [ui.status], js=scripts.starting(SWEEP_STARTING, "#sweep-status"), **starting)
     run_ev = ui.run_btn.click(run_event, run_inputs, run_outputs, api_name="run", **on_status, **device_events)
-    cmp_run_ev = ui.compare_btn.click(run_event, run_inputs, run_outputs, api_visibility="private", **on_status,
+    cmp_run_ev = ui.compare_btn.click(compare_run_event, run_inputs, run_outputs, api_visibility="private", **on_status,
                                       **device_events)
     cmp_ev = cmp_run_ev.success(compare, [session], [ui.status, ui.prediction, ui.run_json, ui.download, session],
                                 api_name="compare", **on_status, **device_events)
@@ -279,7 +289,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
     # Stop cancels whichever model event runs (or waits) for this tab; API clients use job.cancel().
     device_evs = [run_ev, cmp_run_ev, cmp_ev, cal_ev, sweep_ev, show_ev]
     ui.stop_btn.click(None, [ui.status], [ui.status], js=STOP_JS, cancels=device_evs, queue=False)
-    after_outputs = [ui.status, ui.counters, ui.time_plot, ui.pos_plot, ui.alpha_plot, ui.sweep_status]
+    after_outputs = [ui.status, ui.counters, ui.time_plot, ui.pos_plot, ui.alpha_plot, ui.sweep_status, ui.tokens]
     for ev, kind in ((run_ev, "run"), (cmp_run_ev, "run"), (cmp_ev, "compare"), (cal_ev, "calibrate"),
                      (sweep_ev, "sweep"), (show_ev, "run")):
         ev.then(after(kind), [session, ui.status], after_outputs, api_visibility="private", queue=False,
