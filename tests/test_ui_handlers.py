@@ -764,6 +764,21 @@ def test_a_compare_is_one_pair_a_warning_and_untrustworthy_under_load(provider):
     assert set(final.doc["machine"]) == {"speculative", "plain"}
 
 
+def test_a_run_under_load_says_so_on_its_done_line(provider, monkeypatch):
+    """The Run button's figures (tokens/s, time split) carry no verdict box: its status line names other
+    processes on the cores, the page's own browser among them when it runs on this machine."""
+    from playground.lab.trust import MachineLoad, MachineMonitor
+
+    monkeypatch.setattr(MachineMonitor, "stop", lambda self: MachineLoad(1.0, 0.0, 0.0, 2))
+    assert "other processes" not in run_to_end(provider, max_new=12)[-1].status
+    monkeypatch.setattr(MachineMonitor, "stop", lambda self: MachineLoad(1.0, 0.52, 0.0, 2))
+    done = run_to_end(provider, max_new=12)[-1].status
+    assert done.startswith("Done") and "other processes used 0.52 of the 2 cores during this run" in done
+    assert "a browser showing this page on this machine counts" in done
+    quiet_run = list(handlers.stream_run(provider, None, request(provider, k=3, max_new_tokens=12), stream_tokens=False))
+    assert "other processes" not in quiet_run[-1].status  # Compare's run: the comparison's verdict says it
+
+
 def test_prediction_and_measurement_far_apart_is_flagged():
     assert verdicts.miss_findings(1.5, 1.4) == []
     assert verdicts.miss_findings(1.5, 1.1)[0].severity == "warn"

@@ -241,7 +241,8 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     doc = document(provider, session)
     done = (f"Done: {summary.new_tokens} new tokens in {summary.target_passes} target passes, finished by "
             f"{summary.finished} \u00b7 drafter {run.drafter}, k = {panels.k_text(request, summary)}, "
-            f"{sampling.describe()} \u00b7 {setup} \u00b7 {clock_text(time.monotonic() - started)}")
+            f"{sampling.describe()} \u00b7 {setup} \u00b7 {clock_text(time.monotonic() - started)}"
+            + (verdicts.run_load_note(run) if run.streamed else ""))
     yield RunView(session, done, tokens=renderer.html(),
                   counters=panels.counters_html(summary, request.max_new_tokens, False),
                   figures=panels.figures(run.records, summary), check=panels.check_html(preset_obj, run.check),

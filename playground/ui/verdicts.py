@@ -81,6 +81,18 @@ def machine_findings(*loads: MachineLoad | None) -> list[Finding]:
                        steal=max(x.steal for x in loads), cores=worst.cores, loadavg=worst.loadavg).findings()
 
 
+def run_load_note(run: RunResult) -> str:
+    """For a run's status line: other processes on the cores while a streamed run decoded ('' when none were).
+    The page's own browser counts when it runs on this machine: drawing the streamed tokens and charts took
+    half of 2 cores (docs/results.md), which the run's tokens/s and time split then show."""
+    load = run.machine
+    if load is None or not any(f.check == "machine-load" for f in machine_findings(load)):
+        return ""
+    return (f" \u00b7 \u26a0 other processes used {load.other_cores:.2f} of the {load.cores} cores during this run "
+            "(a browser showing this page on this machine counts): its tokens/s and time split are slowed; Compare "
+            "with plain draws the page only when each run ends")
+
+
 def miss_findings(predicted: float | None, measured: float | None) -> list[Finding]:
     """A prediction and a measurement that disagree: a warning past 25%, a failure past 2x."""
     if not predicted or not measured or predicted <= 0 or measured <= 0:
