@@ -121,3 +121,24 @@ def test_rules_are_reproducible_with_a_seeded_generator():
     a = first_tokens(accept_sample, P, Q, 300, seed=9)
     b = first_tokens(accept_sample, P, Q, 300, seed=9)
     assert (a == b).all()
+
+
+def test_draw_follows_the_weights_and_never_draws_a_zero_one(monkeypatch):
+    """The one-token sampler every rule, drafter and plain step uses (core.sampling.draw: an inverse CDF, in place
+    of torch.multinomial): chi-square against the weights, top-k style zeros, an unnormalised residual."""
+    from playground.core.sampling import draw
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.rand(40, generator=g)
+    w[torch.randperm(40, generator=g)[:15]] = 0.0  # zeros inside and, likely, at the end
+    w[-1] = 0.0
+    n = 20_000
+    counts = np.bincount([draw(w * 3.7, g) for _ in range(n)], minlength=40)  # weights need not sum to 1
+    assert counts[(w == 0).numpy()].sum() == 0
+    keep = (w > 0).numpy()
+    expected = (w / w.sum()).double().numpy()[keep]
+    expected = expected / expected.sum() * n
+    assert chisquare(counts[keep], expected).pvalue > 1e-3
+    # u * total rounding up to the total: the last token with weight, not a zero-weight one after it
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: torch.ones(1, dtype=torch.float64))
+    assert draw(torch.tensor([0.2, 0.8, 0.0, 0.0]), g) == 1

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .sampling import draw
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -68,22 +70,18 @@ def residual(p_row: torch.Tensor, q_row: torch.Tensor | None, proposal: int) -> 
     return torch.where(total > 0, res / total.clamp(min=torch.finfo(res.dtype).tiny), p_row)
 
 
-def _draw(row: torch.Tensor, generator: torch.Generator) -> int:
-    return int(torch.multinomial(row, 1, generator=generator))
-
-
 def accept_sample(
     proposals: Sequence[int], p: torch.Tensor, q: torch.Tensor | None, generator: torch.Generator
 ) -> Verdict:
     """The exact rule: accept with min(1, p/q); on rejection sample the residual; else a bonus from p."""
     k = len(proposals)
     if k == 0:
-        return Verdict(0, _draw(p[0], generator))
+        return Verdict(0, draw(p[0], generator))
     px, qx = _proposal_probs(proposals, p, q)
     n = _first_rejection(px, qx, generator)
     if n == k:
-        return Verdict(k, _draw(p[k], generator))
-    return Verdict(n, _draw(residual(p[n], None if q is None else q[n], proposals[n]), generator))
+        return Verdict(k, draw(p[k], generator))
+    return Verdict(n, draw(residual(p[n], None if q is None else q[n], proposals[n]), generator))
 
 
 def accept_resample_target(
@@ -96,10 +94,10 @@ def accept_resample_target(
     """
     k = len(proposals)
     if k == 0:
-        return Verdict(0, _draw(p[0], generator))
+        return Verdict(0, draw(p[0], generator))
     px, qx = _proposal_probs(proposals, p, q)
     n = _first_rejection(px, qx, generator)
-    return Verdict(n, _draw(p[n], generator))
+    return Verdict(n, draw(p[n], generator))
 
 
 def accept_keep_draft(
@@ -107,7 +105,7 @@ def accept_keep_draft(
 ) -> Verdict:
     """WRONG: keep every draft token and ignore p. Samples the draft's distribution, not the target's."""
     k = len(proposals)
-    return Verdict(k, _draw(p[k], generator))
+    return Verdict(k, draw(p[k], generator))
 
 
 SampleRule = Callable[[Sequence[int], torch.Tensor, "torch.Tensor | None", torch.Generator], Verdict]

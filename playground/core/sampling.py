@@ -113,5 +113,19 @@ def choose(logits_row: torch.Tensor, sampling: SamplingConfig, generator: torch.
     """Pick the next token from one row of logits: the arg-max, or a draw from the warped distribution."""
     if sampling.greedy:
         return int(torch.argmax(logits_row))
-    probs = probabilities(logits_row.unsqueeze(0), sampling)[0]
-    return int(torch.multinomial(probs, 1, generator=generator))
+    return draw(probabilities(logits_row.unsqueeze(0), sampling)[0], generator)
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One index drawn from a vector of non-negative weights (a distribution, or a residual not yet normalised):
+    the first index whose running sum exceeds u * total, u uniform in [0, 1), sums in float64; a zero weight
+    is never drawn.
+
+    By hand rather than `torch.multinomial(probs, 1)`, which on the CPU took 1.9 ms a draw over SmolLM2's
+    49,152 tokens against 0.08 ms for this (Intel Xeon, 2 threads, torch 2.13): with sampling, every drafted
+    token and every iteration draws once, beside a draft step of ~10 ms and a target step of ~35 ms."""
+    cdf = torch.cumsum(probs, 0, dtype=torch.float64)
+    u = torch.rand(1, generator=generator, dtype=torch.float64, device=probs.device) * cdf[-1:]
+    # u * total can round up to the total itself: then the last index with weight, never a zero one after it
+    last = torch.searchsorted(cdf, cdf[-1:])
+    return int(torch.minimum(torch.searchsorted(cdf, u, right=True), last))

@@ -37,7 +37,7 @@ import torch
 
 from ..core.cached import common_prefix
 from ..core.proposal import EMPTY, Proposal, Proposer, RunContext
-from ..core.sampling import probabilities
+from ..core.sampling import draw, probabilities
 from ..errors import PlaygroundError
 from ..pairs.loading import embedded_gguf_path
 from .vocab_check import check_tokenizer
@@ -268,7 +268,7 @@ class LlamaCppProposer(Proposer):
                 go_on = ctx.min_confidence is None or ctx.confident(torch.softmax(logits, -1), x)
             else:
                 probs = probabilities(logits.unsqueeze(0), sampling)[0]
-                x = int(torch.multinomial(probs, 1, generator=ctx.generator))
+                x = draw(probs, ctx.generator)
                 rows[i] = probs
                 go_on = ctx.confident(probs, x)
             out.append(x)

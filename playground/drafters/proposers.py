@@ -9,7 +9,7 @@ import torch
 
 from ..core.cached import CachedLM, common_prefix
 from ..core.proposal import EMPTY, LOOKUP_MAX, Proposal, Proposer, RunContext
-from ..core.sampling import probabilities
+from ..core.sampling import draw, probabilities
 
 
 class DraftModelProposer(Proposer):
@@ -44,7 +44,7 @@ class DraftModelProposer(Proposer):
             if ctx.sampling.greedy:
                 x = int(torch.argmax(logits))
             else:
-                x = int(torch.multinomial(probs, 1, generator=ctx.generator))
+                x = draw(probs, ctx.generator)
             out.append(x)
             dists.append(probs)
             if x in ctx.stop_ids or not ctx.confident(probs, x):  # nothing after an EOS can be kept
