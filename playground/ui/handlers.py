@@ -195,19 +195,19 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
             run.machine = monitor.stop()
 
     last_yield = last_chart = 0.0
-    dirty = False
+    dirty, n_iterations = False, 0
     with Background(work, "playground-run", serving.device_lock(pair.device)) as bg:
         while not bg.finished:
             for rec in tracker.take(bg.poll(timeout=YIELD_EVERY_S)):
                 run.records.append(rec)
                 renderer.add(rec)
+                n_iterations += isinstance(rec, Iteration)
                 dirty = True
             now = time.monotonic()
             if bg.finished:
                 break
             clock = clock_text(now - started)
-            n_iterations = sum(isinstance(r, Iteration) for r in run.records) if not stream_tokens else 0
-            if dirty and n_iterations and now - last_yield >= HEARTBEAT_QUIET_S:
+            if dirty and not stream_tokens and n_iterations and now - last_yield >= HEARTBEAT_QUIET_S:
                 run.tokens_html = renderer.html()  # drawn only if the run is stopped (stopped_view)
                 yield RunView(session, f"{head} \u2014 iteration {n_iterations} \u00b7 {clock} (tokens and charts "
                                        "when it ends, so that drawing them does not slow what is compared)")

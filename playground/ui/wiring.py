@@ -147,25 +147,20 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
                 _skip(figs.get("alpha")), _skip(v.check), _skip(v.prediction), _skip(v.doc), _skip(v.download),
                 v.session)
 
-    def run(session, values):
+    def run(session, values, stream_tokens: bool = True):
         """Speculative decoding of the prompt, streamed. Returns status, token HTML, counters, the three
         charts, the output check, the prediction panel, the run record (JSON) and its download.
         k_mode: "fixed" (k every iteration), "adaptive" or "heuristic" (k chosen per iteration)."""
 
         def views():
             request = parse_request(values, drafters_of(session), limits)
-            yield from handlers.stream_run(provider, session, request, limits=limits)
+            yield from handlers.stream_run(provider, session, request, limits=limits, stream_tokens=stream_tokens)
 
         yield from _guarded(views(), run_outputs_of, len(run_outputs))
 
     def run_to_compare(session, values):
         """Compare's speculative run: as `run`, but the page is drawn when it ends, as for the plain run after it."""
-
-        def views():
-            request = parse_request(values, drafters_of(session), limits)
-            yield from handlers.stream_run(provider, session, request, limits=limits, stream_tokens=False)
-
-        yield from _guarded(views(), run_outputs_of, len(run_outputs))
+        yield from run(session, values, stream_tokens=False)
 
     def compare(session):
         """Plain decoding of the last run's prompt and length, right after it: the measured speed-up, with the
