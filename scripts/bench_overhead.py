@@ -8,6 +8,10 @@ Two arms, alternating A B A B in one process, on each preset (tool_call, prose, 
      queue drives it: the wiring's event function (ui/wiring.py), ui.handlers.stream_run with the engine in its
      worker thread, the token HTML, counters and plotly figures of every update, each component's postprocess,
      the streaming diffs, and each message serialised as the queue's SSE route does.
+  C  (--chromium) a real browser on the same cores: the same Blocks served on a loopback port and driven from
+     Debian's Chromium (Playwright, headless), B's prompt typed into the box and Run clicked, its tokens/s read
+     off the page's counters when the status says Done. What B does not show: the browser's own drawing, which on a 2-core
+     machine takes cores from the run it shows.
 Every arm's torch and llama.cpp work runs in a fresh thread that ends with the run (A in `in_thread`, B in the
 app's own serving.Background), and the main thread runs none (the pair is loaded in one such thread too): a thread
 that ran an OpenMP region keeps its team of worker threads, and while two teams are alive libgomp stops letting
@@ -17,9 +21,10 @@ CLI's way, one team) and one in a lone fresh thread (the browser's way) then cos
 rendering's and Gradio's cost alone.
 Per arm: decode tokens/s (median, min-max), the median per-iteration share of each bucket (an iteration's wall
 time runs from the previous one's end), and B/A of decode tokens/s per adjacent pair (median, min-max): the
-streaming cost. Prefill is excluded everywhere. Run it on a quiet machine:
+streaming cost (C / A too, with --chromium; C has no records, so no time split). Prefill is excluded everywhere.
+Run it on a quiet machine:
 
-    .venv/bin/python scripts/bench_overhead.py --threads 2 --rounds 5
+    .venv/bin/python scripts/bench_overhead.py --threads 2 --rounds 5 --chromium
     .venv/bin/python scripts/bench_overhead.py --rounds 1 --max-new-tokens 8     # a smoke run
 """
 
@@ -27,10 +32,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import os
+import socket
 import statistics
 import threading
 import time
+from dataclasses import dataclass
 
+import psutil
 import torch
 
 from playground.core.engine import speculative_generate
@@ -98,6 +108,85 @@ class Browser:
         return session.run.records
 
 
+@dataclass(frozen=True)
+class Shown:
+    """What arm C reads off the page after a run: the counters' figures (it has no records)."""
+
+    tokens_per_s: float
+    new_tokens: int
+    target_passes: int
+
+
+class Chromium:
+    """Arm C: the Blocks of arm B served on a loopback port, driven from Debian's Chromium on this machine."""
+
+    PATH = "/usr/bin/chromium"
+    ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage")
+
+    def __init__(self, pair, k: int, max_new: int, drafter: str = "llama.cpp"):
+        from playwright.sync_api import sync_playwright
+
+        from playground.ui import build_ui, launch
+        from playground.ui.serving import PairProvider
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.demo = build_ui(PairProvider(pair=pair))
+        _, self.url, _ = launch(self.demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+        self._playwright = sync_playwright().start()
+        self._browser = self._playwright.chromium.launch(executable_path=self.PATH, args=list(self.ARGS))
+        self.page = page = self._browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.set_default_timeout(600_000)
+        page.goto(self.url)
+        page.wait_for_selector("#run-btn")
+        page.locator("#drafter label", has_text=drafter).click()
+        for selector, value in (("#max-new input", max_new), ("#k input[type=number]", k)):
+            page.locator(selector).fill(str(value))
+            page.locator(selector).press("Tab")
+        self.prompt = None
+
+    def run(self, prompt: str, chat: bool = False) -> Shown:
+        """One Run of `prompt` (as typed into the box, wrapped in the chat template or not), to its Done line."""
+        page = self.page
+        if (prompt, chat) != self.prompt:
+            page.locator("#prompt textarea").fill(prompt)
+            page.locator("#chat input").set_checked(chat)
+            self.prompt = (prompt, chat)
+        page.locator("#run-btn").click()
+        status = "document.querySelector('#status').innerText"
+        page.wait_for_function(f"!{status}.includes('Done: ')")  # the click's first step replaced the last line
+        # Polled twice a second: Playwright's default polls on every animation frame, which is work in the page.
+        # (includes, not startsWith: the status row also shows Gradio's timer of the event after the run)
+        page.wait_for_function(f"{status}.includes('Done: ') || {status}.includes('\\u26a0')", polling=500)
+        if "Done: " not in page.locator("#status").inner_text():
+            raise RuntimeError(f"the page's run failed: {page.locator('#status').inner_text()}")
+
+        def value(key: str) -> str:
+            return page.locator(f'#counters [data-counter="{key}"] .value').inner_text()
+
+        return Shown(float(value("tokens_per_s")), int(value("new_tokens").split("/")[0]), int(value("iterations")))
+
+    @staticmethod
+    def cpu_s() -> float:
+        """CPU time of this process's descendants so far: Playwright's driver and the browser it started."""
+        total = 0.0
+        for child in psutil.Process().children(recursive=True):
+            try:
+                times = child.cpu_times()
+            except psutil.Error:  # a helper process that has just ended
+                continue
+            total += times.user + times.system
+        return total
+
+    def close(self) -> None:
+        self._browser.close()
+        self._playwright.stop()
+        self.demo.close()
+
+
 def fresh_thread(work):
     """work() in a new thread that ends with it (so that its OpenMP team ends too); its result."""
     out = {}
@@ -120,7 +209,8 @@ def _spread(xs: list[float], fmt: str = ".1f") -> str:
 
 def measure(arms: dict, presets, rounds: int) -> tuple[dict, dict, dict]:
     """Every arm on every preset, adjacent, in each round: decode tokens/s per (arm, preset), the iterations'
-    splits per arm, and the emitted tokens of each arm's first run per preset."""
+    splits per arm, and what each arm's first run per preset emitted (its tokens; arm C: its counts of new tokens
+    and iterations)."""
     speeds = {(a, n): [] for a in arms for n in presets}
     splits: dict[str, list] = {a: [] for a in arms}
     outputs: dict[tuple[str, str], tuple] = {}
@@ -128,10 +218,14 @@ def measure(arms: dict, presets, rounds: int) -> tuple[dict, dict, dict]:
         for name in presets:
             for arm, run in arms.items():
                 records = run(name)
-                s = summarize(records)
+                if isinstance(records, Shown):  # arm C: the page's counters
+                    s = records
+                    outputs.setdefault((arm, name), (s.new_tokens, s.target_passes))
+                else:
+                    s = summarize(records)
+                    splits[arm] += iteration_splits(records)
+                    outputs.setdefault((arm, name), tuple(t for rec in records for t in getattr(rec, "emitted", ())))
                 speeds[(arm, name)].append(s.tokens_per_s)
-                splits[arm] += iteration_splits(records)
-                outputs.setdefault((arm, name), tuple(t for rec in records for t in getattr(rec, "emitted", ())))
                 print(f"round {r + 1}, {name}, {arm}: {s.tokens_per_s:.1f} tokens/s, {s.new_tokens} tokens in "
                       f"{s.target_passes} iterations", flush=True)
     return speeds, splits, outputs
@@ -157,9 +251,12 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=4, help="proposals per iteration (default 4)")
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets (default %(default)s)")
     ap.add_argument("--pair", default=None, help="a named pair (default: the embedded one)")
+    ap.add_argument("--chromium", action="store_true", help=f"arm C too: the app in {Chromium.PATH} on this machine")
     args = ap.parse_args()
     if args.rounds < 1 or args.max_new_tokens < 1:
         ap.error("--rounds and --max-new-tokens must be at least 1")
+    if args.chromium and not os.path.exists(Chromium.PATH):
+        ap.error(f"--chromium: {Chromium.PATH} is missing (scripts/install_browser.sh installs it)")
     torch.set_num_threads(args.threads)
     pair = fresh_thread(lambda: load_choice(choose_pair(pair=args.pair), progress=None))
     presets = {name: get_preset(name) for name in args.presets.split(",")}
@@ -172,20 +269,36 @@ def main() -> int:
           f"thread per run) and B (the browser's Run event through Gradio, no server), adjacent, on {', '.join(presets)}",
           flush=True)
     browser = Browser(pair)
+    # B's event loop runs in a thread of its own: Playwright's sync API (arm C) keeps one in the main thread.
     arms = {"A headless": in_thread(lambda name: headless(pair, ids[name], args.k, args.max_new_tokens)),
-            "B browser": lambda name: browser.run(controls[name])}
+            "B browser": lambda name: fresh_thread(lambda: browser.run(controls[name]))}
+    chromium = Chromium(pair, args.k, args.max_new_tokens) if args.chromium else None
+    if chromium is not None:
+        arms["C Chromium"] = lambda name: chromium.run(controls[name]["prompt"], controls[name]["chat"])
     first = next(iter(presets))
     for run in arms.values():  # warm-up, untimed: one run of each arm
         run(first)
 
-    t0 = time.perf_counter()
+    t0, browser_cpu0 = time.perf_counter(), Chromium.cpu_s()
     with MachineMonitor() as monitor:
         speeds, splits, outputs = measure(arms, presets, args.rounds)
-    load = Verdict.of(monitor.load.findings())
-    print(f"\nmachine: {load.headline()} (other processes: {monitor.load.other_cores:.2f} cores) | "
-          f"{time.perf_counter() - t0:.0f} s | {browser.updates} Gradio updates over {browser.events} Run events")
-    same = all(len({outputs[(a, n)] for a in arms}) == 1 for n in presets)
-    print(f"same tokens in every arm on every preset: {'yes' if same else 'NO'}\n")
+    # Arm C's browser is what it measures, not a disturbance: the verdict counts the other processes without it.
+    browser_cores = (Chromium.cpu_s() - browser_cpu0) / monitor.load.wall_s
+    others = dataclasses.replace(monitor.load, other_cores=max(0.0, monitor.load.other_cores - browser_cores))
+    load = Verdict.of(others.findings())
+    print(f"\nmachine: {load.headline()} (other processes: {others.other_cores:.2f} cores"
+          + (f"; arm C's browser: {browser_cores:.2f} cores over the whole run" if chromium else "")
+          + f") | {time.perf_counter() - t0:.0f} s | {browser.updates} Gradio updates over {browser.events} B events")
+    if chromium is not None:
+        chromium.close()
+    same = all(len({outputs[(a, n)] for a in arms if a != "C Chromium"}) == 1 for n in presets)
+    print(f"same tokens in arms A and B on every preset: {'yes' if same else 'NO'}")
+    if chromium is not None:  # C's page shows counts, not token ids
+        shown = {n: outputs[("C Chromium", n)] for n in presets}
+        same_c = all(shown[n][0] == len(outputs[("A headless", n)]) for n in presets)
+        print(f"arm C: as many new tokens as A on every preset: {'yes' if same_c else 'NO'} (new tokens, "
+              "iterations: " + ", ".join(f"{n} {c}" for n, c in shown.items()) + ")")
+    print()
     print("| arm | preset | decode tokens/s, median (min-max) |\n|---|---|---|")
     for (arm, name), xs in speeds.items():
         print(f"| {arm} | {name} | {_spread(xs)} |")
@@ -193,10 +306,15 @@ def main() -> int:
     print("| arm | iterations | " + " | ".join(BUCKETS) + " |\n|---|---|" + "---|" * len(BUCKETS))
     shares = {}
     for arm, its in splits.items():
+        if not its:  # arm C: no records
+            continue
         shares[arm] = median_shares(its)
         print(f"| {arm} | {len(its)} | " + " | ".join(percent(shares[arm][b]) for b in BUCKETS) + " |")
     streaming = ratios(speeds, presets, "B browser", "A headless")
     print("\n" + ratio_line("B / A", streaming))
+    if chromium is not None:
+        drawn = ratios(speeds, presets, "C Chromium", "A headless")
+        print(ratio_line("C / A", drawn))
     cost = 1 - statistics.median(x for xs in streaming.values() for x in xs)
     outside = max(s["outside"] or 0.0 for s in shares.values())
     rollback = max(s["rollback"] or 0.0 for s in shares.values())
@@ -208,6 +326,10 @@ def main() -> int:
         (f"streaming cost < {STREAMING_LIMIT:.0%}: {held[cost < STREAMING_LIMIT]} ({100 * cost:+.1f}% of the "
          f"headless speed, median of {args.rounds * len(presets)} pairs)"),
     ]
+    if chromium is not None:
+        c_cost = 1 - statistics.median(x for xs in drawn.values() for x in xs)
+        verdict.append(f"with a browser on the same cores < {STREAMING_LIMIT:.0%}: {held[c_cost < STREAMING_LIMIT]} "
+                       f"({100 * c_cost:+.1f}%)")
     print("\n" + "; ".join(verdict) + ("" if load.trusted else " -- NOT TO BE TRUSTED: the machine was busy"))
     return 0
 

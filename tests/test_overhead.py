@@ -1,10 +1,13 @@
 """Where decoding time went (issue 14): the time split of runs and iterations on hand-built records, the line the
-speed and sweep commands print, the browser's time-split note, and the benchmark's browser arm on a tiny pair."""
+speed and sweep commands print, the browser's time-split note, and the benchmark's browser arms (Gradio's
+event, and a real Chromium) on a tiny pair."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import sys
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -163,6 +166,7 @@ def test_a_streamed_run_ends_on_its_time_split(word_pair):
 def _bench():
     spec = importlib.util.spec_from_file_location("bench_overhead", ROOT / "scripts" / "bench_overhead.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
@@ -176,3 +180,20 @@ def test_the_benchmarks_browser_arm_drives_the_run_event_through_gradio(word_pai
     again = browser.run(CONTROLS)  # a second event on a fresh tab state gives the same tokens (greedy)
     assert [r.emitted for r in again if isinstance(r, Iteration)] == [r.emitted for r in records
                                                                       if isinstance(r, Iteration)]
+
+
+@pytest.mark.slow
+def test_the_benchmarks_chromium_arm_reads_a_run_off_the_page(word_pair):
+    if not os.path.exists("/usr/bin/chromium"):
+        pytest.skip("/usr/bin/chromium is missing: run scripts/install_browser.sh")
+    pytest.importorskip("playwright.sync_api")
+    chromium = _bench().Chromium(word_pair, k=3, max_new=12, drafter="draft")
+    try:
+        shown = chromium.run(PROMPT, chat=True)
+        again = chromium.run(PROMPT, chat=True)  # the second run waits for its own Done line, not the first's
+    finally:
+        chromium.close()
+    same = summarize(_bench().Browser(word_pair).run(CONTROLS))  # arm B, the same controls, after the browser
+    assert (shown.new_tokens, shown.target_passes) == (again.new_tokens, again.target_passes) == (
+        same.new_tokens, same.target_passes)
+    assert shown.tokens_per_s > 0 and again.tokens_per_s > 0
