@@ -371,6 +371,7 @@ def test_stopping_a_run_stops_the_engine_thread(provider, monkeypatch):
             yield rec
 
     monkeypatch.setattr(playground.core.engine, "speculative_generate", slowed)
+    monkeypatch.setattr(handlers, "YIELD_EVERY_S", 0.02)  # tokens drawn before the run can end
     gen = handlers.stream_run(provider, None, request(provider, k=2, max_new_tokens=200))
     session = None
     for view in gen:
@@ -445,7 +446,12 @@ def test_compares_run_draws_the_page_at_the_end_as_its_plain_run_does(provider, 
     final = list(handlers.stream_compare(provider, session))[-1]
     assert "Both runs showed only their progress while they decoded" in final.prediction
     streamed = list(handlers.stream_run(provider, None, req))
-    assert any(v.tokens for v in streamed[1:-1])  # the Run button's run streams its tokens
+    assert any(v.tokens for v in streamed[1:-1])  # the Run button's run streams its tokens and counters ...
+    assert any(v.counters for v in streamed[1:-1])
+    # ... but draws its charts only when it ends: redrawn while streaming, they cost a third of its speed
+    # with a browser on the same 2 cores (scripts/bench_overhead.py --chromium)
+    assert set(streamed[0].figures) == {"time", "positions", "alpha"} and streamed[-1].figures
+    assert all(v.figures is None for v in streamed[1:-1]) and "charts when it ends" in streamed[1].status
     session = streamed[-1].session
     final = list(handlers.stream_compare(provider, session))[-1]
     assert "slows that side alone" in final.prediction

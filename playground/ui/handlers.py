@@ -47,10 +47,11 @@ from .session import (
     run_timing,
 )
 
-# Each update costs the run the CPU (and GIL) time Gradio's postprocessing of every output takes (~10 ms
-# on a 2-core Xeon), besides building the charts: scripts/bench_overhead.py measures what streaming costs.
-YIELD_EVERY_S = 0.25  # token / counter updates at most this often
-CHART_EVERY_S = 0.5  # chart updates at most this often while streaming (and once at the end)
+# Each update costs the run the server's postprocessing of every output (CPU and GIL), and a browser on the same
+# cores its drawing: scripts/bench_overhead.py --chromium measures both. Redrawing the three plotly charts while
+# streaming cost a run a third of its speed there, tokens every 0.25 s another few percent; so a streamed run
+# draws its tokens and counters twice a second and its charts once, at the end.
+YIELD_EVERY_S = 0.5  # token / counter updates at most this often
 HEARTBEAT_QUIET_S = 0.5  # status-only updates of a run that is not streamed (Compare's), as for the plain run
 
 
@@ -142,11 +143,12 @@ def stopped_view(session: Session | None) -> StoppedView:
 @stoppable("run")
 def stream_run(provider: PairProvider, session: Session | None, request: RunRequest,
                limits: Limits | None = None, stream_tokens: bool = True) -> Iterator[RunView]:
-    """Speculative decoding of the prompt, streamed: token HTML and counters as records arrive, charts throttled.
+    """Speculative decoding of the prompt, streamed: token HTML and counters as records arrive (at most every
+    YIELD_EVERY_S), the charts once, when it ends.
 
     stream_tokens=False (Compare's run): the status line only until the end, as for the plain run after it. A
-    browser drawing the tokens and charts on the same cores slowed the run it showed 2.2x on 2 cores (its
-    renderer used half a core), so streamed, one side of the comparison would pay for it and the other not."""
+    browser drawing the tokens on the same cores slows the run it shows (bench_overhead.py --chromium), so
+    streamed, one side of the comparison would pay for it and the other not."""
     started = time.monotonic()
     limits = limits or Limits.from_env()
     pair = yield from mapped(load_pair(provider, started), lambda line: RunView(session, line))
@@ -194,7 +196,7 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
             run.ended_at = time.perf_counter()
             run.machine = monitor.stop()
 
-    last_yield = last_chart = 0.0
+    last_yield = 0.0
     dirty, n_iterations = False, 0
     with Background(work, "playground-run", serving.device_lock(pair.device)) as bg:
         while not bg.finished:
@@ -214,12 +216,9 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
                 last_yield, dirty = now, False
             elif dirty and stream_tokens and now - last_yield >= YIELD_EVERY_S:
                 summary = summarize(run.records)
-                figs = None
-                if now - last_chart >= CHART_EVERY_S:
-                    figs, last_chart = panels.figures(run.records, summary), now
-                yield RunView(session, f"{head} \u2014 iteration {summary.target_passes} \u00b7 {clock}",
-                              tokens=renderer.html(), counters=panels.counters_html(summary, request.max_new_tokens,
-                                                                                     True), figures=figs)
+                yield RunView(session, f"{head} \u2014 iteration {summary.target_passes} \u00b7 {clock} (charts "
+                                       "when it ends)", tokens=renderer.html(),
+                              counters=panels.counters_html(summary, request.max_new_tokens, True))
                 last_yield, dirty = now, False
             elif tracker.phase and (tracker.ticked or now - last_yield >= serving.HEARTBEAT_S):
                 yield RunView(session, tracker.line())  # calibrating for adaptive k

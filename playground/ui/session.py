@@ -211,7 +211,7 @@ class RunResult:
     plain_setup: str | None = None
     machine: Any = None  # lab.trust.MachineLoad: other processes' CPU use during the speculative run
     plain_machine: Any = None  # ... and during the plain run after it
-    streamed: bool = True  # tokens and charts drawn while it decoded (False: Compare's run, drawn at the end)
+    streamed: bool = True  # tokens drawn while it decoded (False: Compare's run, drawn at the end)
     tokens_html: str | None = None  # a run not streamed: its tokens so far, for the page if it is stopped
 
     @property

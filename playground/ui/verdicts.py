@@ -83,8 +83,8 @@ def machine_findings(*loads: MachineLoad | None) -> list[Finding]:
 
 def run_load_note(run: RunResult) -> str:
     """For a run's status line: other processes on the cores while a streamed run decoded ('' when none were).
-    The page's own browser counts when it runs on this machine: drawing the streamed tokens and charts took
-    half of 2 cores (docs/results.md), which the run's tokens/s and time split then show."""
+    The page's own browser counts when it runs on this machine: drawing the streamed tokens slows the run on 2
+    cores (docs/results.md), which the run's tokens/s and time split then show."""
     load = run.machine
     if load is None or not any(f.check == "machine-load" for f in machine_findings(load)):
         return ""
