@@ -194,3 +194,6 @@ def test_transformers_assisted_arms_draft_the_k_they_are_given(target64):
     assert lengths[0] == 3 + 3  # the prompt and the first 3 proposals in one pass
     assert max(lengths[1:]) == 4 and len(lengths) >= 4  # then the last token and 3 proposals, never more
     assert (draft.generation_config.num_assistant_tokens, draft.generation_config.assistant_confidence_threshold) == before
+    with _assistant_settings(draft, {"playground_probe": 1}):  # a setting the config did not have ...
+        assert draft.generation_config.playground_probe == 1
+    assert not hasattr(draft.generation_config, "playground_probe")  # ... is gone again, not left as None

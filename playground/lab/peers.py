@@ -28,14 +28,18 @@ def _assistant_settings(model, settings: dict):
     generation/candidate_generator.py); the same names passed to the target's generate() never reach it, and the
     assistant drafts up to its default 20 a round, stopping below confidence 0.4."""
     cfg = model.generation_config if settings else None
-    saved = {name: getattr(cfg, name, None) for name in settings} if cfg is not None else {}
+    missing = object()
+    saved = {name: getattr(cfg, name, missing) for name in settings} if cfg is not None else {}
     for name, value in settings.items():
         setattr(cfg, name, value)
     try:
         yield
     finally:
         for name, value in saved.items():
-            setattr(cfg, name, value)
+            if value is missing:  # as it was: without the setting
+                delattr(cfg, name)
+            else:
+                setattr(cfg, name, value)
 
 
 def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, max_new_tokens: int = 64,
