@@ -260,8 +260,8 @@ def pooled(timings: Sequence[Timing]) -> Timing:
     """One calibration from several of the same pair, drafter, context and decoding, their samples pooled (each
     cost the median over all of them). Calibrations made between the rounds of a measurement see the machine in
     the states the rounds saw (on the 2-core VMs of docs/results.md plain decoding moves by tens of percent
-    between rounds), where one made before them sees one moment. Only the lengths every calibration timed are kept; a hybrid's lookup cost is the median of
-    theirs (its searches are not kept as samples)."""
+    between rounds), where one made before them sees one moment. Only the lengths every calibration timed are
+    kept; a hybrid's lookup cost is the median of theirs (its searches are not kept as samples)."""
     if not timings:
         raise ValueError("pooled() needs at least one calibration")
     if len({(t.context_tokens, t.sampling) for t in timings}) > 1:
