@@ -10,8 +10,8 @@ Two arms, alternating A B A B in one process, on each preset (tool_call, prose, 
      the streaming diffs, and each message serialised as the queue's SSE route does.
   C  (--chromium) a real browser on the same cores: the same Blocks served on a loopback port and driven from
      Debian's Chromium (Playwright, headless), B's prompt typed into the box and Run clicked, its tokens/s read
-     off the page's counters when the status says Done. What B does not show: the browser's own drawing, which on a 2-core
-     machine takes cores from the run it shows.
+     off the page's counters when the status says Done. What B does not show: the browser's own drawing, which
+     on a 2-core machine takes cores from the run it shows.
 Every arm's torch and llama.cpp work runs in a fresh thread that ends with the run (A in `in_thread`, B in the
 app's own serving.Background), and the main thread runs none (the pair is loaded in one such thread too): a thread
 that ran an OpenMP region keeps its team of worker threads, and while two teams are alive libgomp stops letting
@@ -135,7 +135,8 @@ class Chromium:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         self.demo = build_ui(PairProvider(pair=pair))
-        _, self.url, _ = launch(self.demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+        _, self.url, _ = launch(self.demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
+                                quiet=True)
         self._playwright = sync_playwright().start()
         self._browser = self._playwright.chromium.launch(executable_path=self.PATH, args=list(self.ARGS))
         self.page = page = self._browser.new_page(viewport={"width": 1440, "height": 1000})
@@ -146,15 +147,15 @@ class Chromium:
         for selector, value in (("#max-new input", max_new), ("#k input[type=number]", k)):
             page.locator(selector).fill(str(value))
             page.locator(selector).press("Tab")
-        self.prompt = None
+        self._typed = None  # (prompt, chat) as the page holds them now
 
     def run(self, prompt: str, chat: bool = False) -> Shown:
         """One Run of `prompt` (as typed into the box, wrapped in the chat template or not), to its Done line."""
         page = self.page
-        if (prompt, chat) != self.prompt:
+        if (prompt, chat) != self._typed:
             page.locator("#prompt textarea").fill(prompt)
             page.locator("#chat input").set_checked(chat)
-            self.prompt = (prompt, chat)
+            self._typed = (prompt, chat)
         page.locator("#run-btn").click()
         status = "document.querySelector('#status').innerText"
         page.wait_for_function(f"!{status}.includes('Done: ')")  # the click's first step replaced the last line

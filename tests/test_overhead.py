@@ -184,16 +184,17 @@ def test_the_benchmarks_browser_arm_drives_the_run_event_through_gradio(word_pai
 
 @pytest.mark.slow
 def test_the_benchmarks_chromium_arm_reads_a_run_off_the_page(word_pair):
-    if not os.path.exists("/usr/bin/chromium"):
-        pytest.skip("/usr/bin/chromium is missing: run scripts/install_browser.sh")
+    bench = _bench()
+    if not os.path.exists(bench.Chromium.PATH):
+        pytest.skip(f"{bench.Chromium.PATH} is missing: run scripts/install_browser.sh")
     pytest.importorskip("playwright.sync_api")
-    chromium = _bench().Chromium(word_pair, k=3, max_new=12, drafter="draft")
+    chromium = bench.Chromium(word_pair, k=3, max_new=12, drafter="draft")
     try:
         shown = chromium.run(PROMPT, chat=True)
         again = chromium.run(PROMPT, chat=True)  # the second run waits for its own Done line, not the first's
     finally:
         chromium.close()
-    same = summarize(_bench().Browser(word_pair).run(CONTROLS))  # arm B, the same controls, after the browser
+    same = summarize(bench.Browser(word_pair).run(CONTROLS))  # arm B, the same controls, after the browser
     assert (shown.new_tokens, shown.target_passes) == (again.new_tokens, again.target_passes) == (
         same.new_tokens, same.target_passes)
     assert shown.tokens_per_s > 0 and again.tokens_per_s > 0
