@@ -98,4 +98,6 @@ def describe_setup(pair) -> str:
     """One line that goes with every printed figure: threads, dtype and device."""
     d = pair.describe()
     where = torch.cuda.get_device_name(pair.device) if pair.device.type == "cuda" else cpu_name()
-    return f"{d['device']} ({where}), {d['dtype']}, {torch.get_num_threads()} torch threads"
+    kernels = (d.get("kernels") or {}).get("target", {}).get("kernels")
+    named = {"onednn": ", oneDNN kernels", "blas": ", BLAS kernels"}.get(kernels, "")
+    return f"{d['device']} ({where}), {d['dtype']}, {torch.get_num_threads()} torch threads{named}"

@@ -47,6 +47,10 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-map", default=None,
                    help="auto/balanced/sequential: accelerate splits the target across GPUs; none: never "
                         "(default: $PLAYGROUND_DEVICE_MAP, else auto only with several GPUs and no GPU index)")
+    p.add_argument("--kernels", default=None, choices=("auto", "blas", "onednn"),
+                   help="what a CPU fp32 model's linear layers run on: auto (BLAS or oneDNN, whichever a probe "
+                        "at load times faster here), blas (torch's default) or onednn (default: $PLAYGROUND_KERNELS, "
+                        "else auto)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's own choice); plain and speculative runs get the same")
 

@@ -1,5 +1,5 @@
 """The model pair a command runs on, chosen by its --pair / --target / --draft / --device / --dtype /
---device-map / --threads arguments and loaded with its progress and memory warnings on stderr."""
+--device-map / --kernels / --threads arguments and loaded with its progress and memory warnings on stderr."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def load_pair(args: argparse.Namespace, quiet: bool = False) -> ModelPair:
             raise PlaygroundError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     choice = choose_pair(pair=args.pair, target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
-                         device_map=args.device_map or os.environ.get("PLAYGROUND_DEVICE_MAP"))
+                         device_map=args.device_map or os.environ.get("PLAYGROUND_DEVICE_MAP"),
+                         kernels=getattr(args, "kernels", None))
     say = (lambda m: print(m, file=sys.stderr)) if not quiet else None
     pair = load_choice(choice, progress=say)
     for warning in pair.memory_report().get("warnings", []):

@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import PlaygroundError
 from .hub import hub_problem
+from .kernels import choose_kernels, resolve_kernels
 from .models import (
     EMBEDDED,
     EMBEDDED_GGUF,
@@ -185,6 +186,7 @@ def load_pair(
     dtype: str | torch.dtype = "auto",
     progress=print,
     device_map: str | None = None,
+    kernels: str | None = None,
 ) -> ModelPair:
     """Load a target and an optional draft.
 
@@ -192,6 +194,8 @@ def load_pair(
     None (model-free drafters only), or a local path / hub id of a model sharing the target's vocabulary.
     device "auto" is CUDA when present, except with the int8 draft (a CPU quantization): then the CPU.
     device_map: see resolve_device_map (the draft always goes whole onto the first device).
+    kernels: auto (the faster of BLAS and oneDNN on this machine, timed on each CPU fp32 model), blas or onednn;
+    None reads $PLAYGROUND_KERNELS (see pairs.kernels). The int8 draft is copied before the target's layers move.
     """
     int8 = draft is not None and str(draft) == INT8
     dev = torch.device("cpu") if int8 and str(device) == "auto" else resolve_device(device)
@@ -217,6 +221,10 @@ def load_pair(
         draft_source = ensure_embedded_safetensors(progress) if str(draft) == EMBEDDED else draft
         check_vocab(tokenizer, load_tokenizer(draft_source), str(target), str(draft))
         draft_model, draft_name = load_model(draft_source, dev, dt), str(draft)
+    asked = resolve_kernels(kernels)
+    choices = {"target": choose_kernels(target_model, asked, progress)}
+    if draft_model is not None and not int8:
+        choices["draft"] = choose_kernels(draft_model, asked, progress)
     return ModelPair(
         target=target_model,
         tokenizer=tokenizer,
@@ -225,6 +233,7 @@ def load_pair(
         dtype=dt,
         target_name=target_name,
         draft_name=draft_name,
+        kernels={role: c.to_dict() for role, c in choices.items()},
     )
 
 

