@@ -120,8 +120,7 @@ def explain_run(run: Mapping, k: int, predicted: float) -> dict | None:
     plain_tokens = run.get("plain_new_tokens")
     if not its or not plain_tokens or not run.get("plain_decode_s") or run.get("ratio") is None:
         return None
-    # the plain step at the machine speed of this run (lab.pulse; 1 without a pulse), as the ratio is corrected
-    unit = run["plain_decode_s"] / plain_tokens * run.get("pulse_factor", 1.0)
+    unit = run["plain_decode_s"] / plain_tokens
     fitted = fit_loop(its, unit)
     positions = [a for a in run.get("per_position") or [] if a is not None]
     if fitted is None or not positions:

@@ -195,10 +195,6 @@ def k_table(doc: dict) -> str:
     return markdown_table(head, rows)
 
 
-def _pulsed(doc: dict) -> bool:
-    return any(x.get("pulse_s") for x in doc.get("runs") or ())
-
-
 def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> str:
     """What `speed` and `sweep` print: the runs' conditions, the per-k table, the best k, per prompt (speed)
     the prompt x k table, and the prompts whose plain speed drifted between rounds."""
@@ -206,7 +202,6 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
     c = (doc.get("timing") or {}).get("c")
     lines = [f"{cmd} ({setup}; {doc.get('sampling') or 'greedy'}; {doc['max_new_tokens']} new tokens; {doc['rounds']} rounds of adjacent runs "
              f"in rotating order; ratio = speculative / plain tokens/s, prefill excluded"
-             + ("; corrected for the machine's speed by a reference pulse before each run" if _pulsed(doc) else "")
              + ("" if c is None else f"; c = {c:.2f}") + ")", "", k_table(doc), ""]
     lines.append(f"best k measured: {doc['best_k']}" + (f"; predicted: {doc['predicted_best_k']}"
                                                          if "predicted_best_k" in doc else ""))
@@ -221,8 +216,7 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
     drifted = [(name, d) for name, d in doc.get("drift", {}).items() if d.get("flagged")]
     if drifted:
         lines.append("")
-    lines += [f"note: plain speed on {name} moved {100 * d['spread']:.0f}% between rounds"
-              + (" against the reference pulse" if d.get("plain_pulse_s") else " (machine drift)")
+    lines += [f"note: plain speed on {name} moved {100 * d['spread']:.0f}% between rounds (machine drift)"
               for name, d in drifted]
     return "\n".join(lines)
 

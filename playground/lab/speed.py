@@ -15,7 +15,6 @@ from ..envinfo import environment
 from .calibration import Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
 from .fit import explain_cell
-from .pulse import Pulse
 from .trust import (
     MachineMonitor,
     TrustLimits,
@@ -52,8 +51,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
           rounds: int = 3, max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY,
           timing: Timing | dict[str, Timing] | None = None,
           drift_warning: float = 0.15, min_confidence: float | None = None, progress: Progress = None,
-          carry_state: bool = True, between_rounds: Callable[[int], None] | None = None,
-          pulse: bool = True) -> dict:
+          carry_state: bool = True, between_rounds: Callable[[int], None] | None = None) -> dict:
     """Measured speed-up of speculative over plain decoding per prompt and k, with the prediction beside it.
 
     In each round, for each prompt, plain and every k run back to back in an order that rotates from
@@ -68,9 +66,6 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     work of each pass. `carry_state=False` starts every controller afresh in each round (each run a first call,
     as replay predicts it). `between_rounds(r)` runs after round r but the last (a calibration to pool, say);
     `timing`, when a dict, is read again for the predictions made at the end.
-    With `pulse` (the default) a reference pulse (lab.pulse) is timed before every run, and each ratio is corrected
-    for the machine's speed between the plain run and the speculative one (`raw_ratio` keeps the uncorrected
-    figure); the drift the verdict fails on is then what the pulse did not track.
     """
     timing_of = (lambda name: timing.get(name)) if isinstance(timing, dict) else (lambda name: timing)
     arms = ["plain", *[f"k={k}" for k in ks]]
@@ -80,7 +75,6 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     runs = []
     total = rounds * len(prompts) * len(arms)
     done = 0
-    reference = Pulse(pair, next(iter(prompts.values()))) if pulse and prompts else None
     monitor = MachineMonitor().__enter__()
     for r in range(rounds):
         if r and between_rounds is not None:
@@ -89,9 +83,8 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
             memories = {arm: {} for arm in arms}
         for p_index, (name, prompt) in enumerate(prompts.items()):
             order = rotated(arms, r + p_index)
-            results, iterations, pulses = {}, {}, {}
+            results, iterations = {}, {}
             for arm in order:
-                pulses[arm] = reference.measure() if reference is not None else None
                 if arm == "plain":
                     results[arm] = _run_plain(pair, prompt, sampling, max_new_tokens)
                 else:
@@ -103,15 +96,11 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
                 tick(progress, done / total, f"round {r + 1}/{rounds}, {name}: {arm}")
             for k in ks:
                 s, p = results[f"k={k}"], results["plain"]
-                # > 1 when the machine was slower before this run than before the plain run
-                factor = pulses[f"k={k}"] / pulses["plain"] if reference is not None else 1.0
-                raw = s.tokens_per_s / p.tokens_per_s if p.tokens_per_s else None
                 runs.append({
                     "round": r, "prompt": name, "k": k, "order": order,
                     "plain_tokens_per_s": p.tokens_per_s, "spec_tokens_per_s": s.tokens_per_s,
-                    "ratio": raw * factor if raw is not None else None, "raw_ratio": raw,
-                    "pulse_s": pulses[f"k={k}"], "plain_pulse_s": pulses["plain"], "pulse_factor": factor,
-                    "e2e_ratio": _e2e(s) / _e2e(p) * factor if _e2e(p) else None,
+                    "ratio": s.tokens_per_s / p.tokens_per_s if p.tokens_per_s else None,
+                    "e2e_ratio": _e2e(s) / _e2e(p) if _e2e(p) else None,
                     "alpha": s.alpha, "per_position": list(s.per_position_acceptance),
                     "tokens_per_pass": s.tokens_per_pass, "new_tokens": s.new_tokens,
                     "plain_new_tokens": p.new_tokens,
@@ -128,12 +117,14 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     table = [_speed_row(k, [x for x in runs if x["k"] == k], timing_of) for k in ks]
     by_prompt = [{"prompt": name, **_speed_row(k, [x for x in runs if x["k"] == k and x["prompt"] == name], timing_of)}
                  for name in prompts for k in ks]
-    drift = {name: _drift([x for x in runs if x["prompt"] == name and x["k"] == ks[0]], drift_warning)
-             for name in prompts}
+    drift = {}
+    for name in prompts:
+        plain_speeds = [x["plain_tokens_per_s"] for x in runs if x["prompt"] == name and x["k"] == ks[0]]
+        moved = relative_spread(plain_speeds)  # as the verdict measures it, so the two never disagree
+        drift[name] = {"plain_tokens_per_s": plain_speeds, "spread": moved, "flagged": moved > drift_warning}
     limits = TrustLimits(drift=drift_warning)
     overall = Verdict.of(check_rounds(rounds), load.findings(),
-                         *(check_drift(name, drift[name]["plain_tokens_per_s"], limits,
-                                       pulses=drift[name].get("plain_pulse_s")) for name in prompts),
+                         *(check_drift(name, drift[name]["plain_tokens_per_s"], limits) for name in prompts),
                          *(check_calibration(t) for name in prompts if (t := timing_of(name)) is not None),
                          *(check_sampling(t, sampling.timing_label()) for name in prompts
                            if (t := timing_of(name)) is not None))
@@ -150,21 +141,6 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
             "timing": first.to_dict() if (first := timing_of(next(iter(prompts)))) else None,
             "timing_by_prompt": {n: timing[n].to_dict() for n in prompts if n in timing}
             if isinstance(timing, dict) else None}
-
-
-def _drift(rows: list[dict], limit: float) -> dict:
-    """How one prompt's plain runs moved between rounds: raw, and per reference step (the residual the pulse did
-    not track), with `spread` the figure the verdict judges (lab.trust.check_drift), so the two never disagree."""
-    speeds = [x["plain_tokens_per_s"] for x in rows]
-    pulses = [x.get("plain_pulse_s") for x in rows]
-    out = {"plain_tokens_per_s": speeds, "machine_spread": relative_spread(speeds)}
-    if speeds and all(pulses):
-        out["plain_pulse_s"] = pulses
-        out["spread"] = relative_spread([v * t for v, t in zip(speeds, pulses)])
-    else:
-        out["spread"] = out["machine_spread"]
-    out["flagged"] = out["spread"] > limit
-    return out
 
 
 def _best_fixed(rows: list[dict]) -> dict:

@@ -37,8 +37,8 @@ class TrustLimits:
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # drift, machine-drift, spread, rounds, calibration-noise, non-physical, slow-drafter,
-    # calibration-sampling, machine-load, steal
+    check: str  # drift, spread, rounds, calibration-noise, non-physical, slow-drafter, calibration-sampling,
+    # machine-load, steal
     severity: str  # FAIL or WARN
     message: str  # what was seen, with the numbers
     fix: str  # what to do about it
@@ -112,28 +112,12 @@ def check_rounds(rounds: int, limits: TrustLimits = TrustLimits()) -> list[Findi
     return []
 
 
-def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustLimits = TrustLimits(),
-                pulses: Sequence[float] | None = None) -> list[Finding]:
-    """A plain run that moved between rounds. With `pulses` (the reference pulse timed before each plain run,
-    lab.pulse), the ratios were corrected for the machine's speed: what fails is the plain speed per pulse step
-    moving (drift the pulse did not track); the machine's own movement, corrected, only warns."""
-    speeds = list(plain_tokens_per_s)
-    span = f"{min(speeds):.1f}-{max(speeds):.1f} tokens/s" if speeds else ""
-    moved = relative_spread(speeds)
-    if not pulses:
-        if moved > limits.drift:
-            return [Finding("drift", FAIL, f"plain decoding of {prompt} moved {moved:.0%} between rounds ({span}), "
-                            f"more than {limits.drift:.0%}", "measure on a quiet machine, with more rounds")]
-        return []
-    residual = relative_spread([v * t for v, t in zip(speeds, pulses)])
-    if residual > limits.drift:
-        return [Finding("drift", FAIL, f"plain decoding of {prompt} moved {residual:.0%} between rounds against "
-                        f"the reference pulse (raw {moved:.0%}, {span}), more than {limits.drift:.0%}",
-                        "measure on a quiet machine, with more rounds")]
+def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustLimits = TrustLimits()) -> list[Finding]:
+    moved = relative_spread(plain_tokens_per_s)
     if moved > limits.drift:
-        return [Finding("machine-drift", WARN, f"the machine's speed moved {moved:.0%} between rounds of {prompt} "
-                        f"({span} plain); ratios are corrected by the reference pulse, which tracked it to within "
-                        f"{residual:.0%}", "a quieter machine gives tighter figures")]
+        return [Finding("drift", FAIL, f"plain decoding of {prompt} moved {moved:.0%} between rounds "
+                        f"({min(plain_tokens_per_s):.1f}-{max(plain_tokens_per_s):.1f} tokens/s), more than "
+                        f"{limits.drift:.0%}", "measure on a quiet machine, with more rounds")]
     return []
 
 

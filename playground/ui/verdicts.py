@@ -309,8 +309,7 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
     if spreads:
         lines.append("Rounds disagree: " + "; ".join(html.escape(m) for m in spreads) + ".")
     lines.append(f"How measured: in each round plain decoding and every k ran back to back in a rotating order, "
-                 f"each speculative run divided by the plain run of its round and corrected for the machine's speed "
-                 f"by a reference pulse (a few plain steps) timed before each run; {max_new} max new tokens, prefill "
+                 f"each speculative run divided by the plain run of its round; {max_new} max new tokens, prefill "
                  f"excluded; {setup}.")
     out.append(" ".join(lines))
     out.append(glossary_html(["k", "\u03b1 (acceptance rate)", "iid \u03b1", "per position", "break-even \u03b1",
