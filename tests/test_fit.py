@@ -62,3 +62,21 @@ def test_the_three_parts_of_a_miss_add_up():
     assert ex["step_costs"] + ex["acceptance"] + ex["overhead"] == pytest.approx(1.3 - 1.5)
     assert ex["outside_buckets_share"] == pytest.approx(1 - 1 / 1.03)
     assert ex["overhead"] < 0  # time outside the buckets can only cost
+
+
+def test_prediction_score_counts_close_cells_overall_and_among_the_sharp_ones():
+    from playground.lab.fit import prediction_score
+
+    flagged = {"trusted": False}
+    cells = [
+        {"prompt": "a", "k": 1, "miss_empirical": 0.03, "spread": 0.06},  # close, sharp
+        {"prompt": "a", "k": 2, "miss_empirical": -0.08, "spread": 0.08},  # sharp, not close
+        {"prompt": "b", "k": 1, "miss_empirical": 0.04, "spread": 0.40},  # close, too noisy to count as sharp
+        {"prompt": "b", "k": 2, "miss_empirical": -0.20, "spread": 0.50, "trust": flagged},  # past 0.15, flagged
+        {"prompt": "c", "k": 4, "miss_empirical": 0.16, "spread": 0.30, "trust": {"trusted": True}},  # past, trusted
+        {"prompt": "c", "k": 5, "miss_empirical": None, "spread": 0.1},  # no prediction: not a cell
+    ]
+    score = prediction_score(cells)
+    assert (score["cells"], score["close"], score["sharp"], score["sharp_close"], score["loose"]) == (5, 2, 2, 1, 1)
+    assert (score["worst_prompt"], score["worst_k"], score["worst_miss"]) == ("b", 2, -0.20)
+    assert prediction_score([{"miss_empirical": None}]) is None

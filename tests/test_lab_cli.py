@@ -57,6 +57,10 @@ def test_report_rereads_a_saved_result_as_markdown(dirs, tmp_path, capsys):
     # the table carries the file's own figures: measured (empirical prediction)
     assert f"{row['median_ratio']:.2f} ({row['predicted_empirical']:.2f})" in out
     assert "| preset | k=1 | k=3 | best fixed k | adaptive |" in out and "within 0.05" in out
+    # the prediction's score over the fixed-k cells, counted from the file's own misses, live and re-read alike
+    misses = [r["miss_empirical"] for r in res["by_prompt"] if isinstance(r["k"], int)]
+    score = f"prediction: within 0.05 of the measured median in {sum(abs(m) <= 0.05 for m in misses)} of {len(misses)}"
+    assert score in out and score in live
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert main(["report", str(bad)]) == 2

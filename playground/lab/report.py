@@ -13,6 +13,7 @@ from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, median_shares, perce
 from ..drafters.adaptive import describe_choices
 from ..errors import PlaygroundError
 from .batch import batch_table
+from .fit import prediction_score
 
 
 def load_result(path: str | Path) -> dict:
@@ -107,6 +108,20 @@ def misses_markdown(doc: dict) -> str:
                  else _fmt(m, "+.2f") for m, c in zip(misses, cells)]
         rows.append([name, *shown, f"{within}/{len(ks)}"])
     return markdown_table(head, rows)
+
+
+def prediction_line(doc: dict) -> str | None:
+    """How close the empirical prediction came over a result's fixed-k cells (lab.fit.prediction_score)."""
+    by, prompts = _cells(doc)
+    score = prediction_score([{"prompt": name, **by[(name, k)]} for name in prompts for k in doc["ks"]
+                              if isinstance(k, int) and (name, k) in by])
+    if score is None:
+        return None
+    w, p = score["within"], score["past"]
+    return (f"prediction: within {w} of the measured median in {score['close']} of {score['cells']} cells, in "
+            f"{score['sharp_close']} of the {score['sharp']} whose half-spread is at most {w}; largest miss "
+            f"{score['worst_miss']:+.2f} ({score['worst_prompt']}, k={score['worst_k']}); {score['loose']} past {p} in "
+            f"a trusted cell")
 
 
 def time_split_line(doc: dict) -> str | None:
@@ -213,6 +228,7 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
     if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
         lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss)", "",
                   explained_markdown(doc)]
+        lines += ["", score] if (score := prediction_line(doc)) else []
     drifted = [(name, d) for name, d in doc.get("drift", {}).items() if d.get("flagged")]
     if drifted:
         lines.append("")
@@ -364,6 +380,7 @@ def report(path: str | Path) -> str:
         split = time_split_line(doc)
         lines += ["", speed_markdown(doc), *(["", split] if split else []), "",
                   "measured - empirical prediction (\u00b1 the cell's min-max spread):", "", misses_markdown(doc)]
+        lines += ["", score] if (score := prediction_line(doc)) else []
         if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
             lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss):", "",
                       explained_markdown(doc)]
