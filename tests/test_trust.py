@@ -90,6 +90,17 @@ def test_a_busy_process_on_the_cores_is_seen():
     assert not finding.trusted and finding.failures[0].check == "machine-load"
 
 
+def test_drift_on_a_quiet_machine_says_the_host_moved_instead_of_asking_for_a_quiet_machine():
+    quiet_vm = MachineLoad(wall_s=60.0, other_cores=0.01, steal=0.0, cores=2)
+    busy_vm = MachineLoad(wall_s=60.0, other_cores=0.9, steal=0.0, cores=2)
+    (on_quiet,) = check_drift("p", [30.0, 20.0, 30.0], load=quiet_vm)
+    assert on_quiet.severity == FAIL and "the host under it changed speed" in on_quiet.fix
+    assert "0.01 cores" in on_quiet.fix and "more rounds" in on_quiet.fix
+    (on_busy,) = check_drift("p", [30.0, 20.0, 30.0], load=busy_vm)
+    assert on_busy.fix == "measure on a quiet machine, with more rounds"
+    assert check_drift("p", [30.0, 31.0, 30.5], load=quiet_vm) == []
+
+
 def test_a_drifting_plain_run_makes_the_sweep_withhold_its_recommendation(pair64, quiet):
     state = {"slow": False}
     hook = pair64.target.register_forward_pre_hook(lambda *_: time.sleep(0.01) if state["slow"] else None)

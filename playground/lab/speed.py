@@ -124,7 +124,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
         drift[name] = {"plain_tokens_per_s": plain_speeds, "spread": moved, "flagged": moved > drift_warning}
     limits = TrustLimits(drift=drift_warning)
     overall = Verdict.of(check_rounds(rounds), load.findings(),
-                         *(check_drift(name, drift[name]["plain_tokens_per_s"], limits) for name in prompts),
+                         *(check_drift(name, drift[name]["plain_tokens_per_s"], limits, load) for name in prompts),
                          *(check_calibration(t) for name in prompts if (t := timing_of(name)) is not None),
                          *(check_sampling(t, sampling.timing_label()) for name in prompts
                            if (t := timing_of(name)) is not None))
