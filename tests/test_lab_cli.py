@@ -44,6 +44,16 @@ def test_speed_and_sweep_commands(dirs, tmp_path, capsys, cmd):
         assert "per prompt: measured (empirical prediction)" in out
 
 
+@pytest.mark.parametrize("spread", [True, False])
+def test_speed_pools_a_calibration_made_between_rounds_unless_told_not_to(dirs, tmp_path, spread):
+    flag = () if spread else ("--no-spread-calibration",)
+    res = run(dirs, tmp_path, "speed", "--ks", "1,adaptive", "--rounds", "3", "--max-new-tokens", "4", *flag)
+    (timing,) = res["timing_by_prompt"].values()
+    # one calibration before the rounds, one after each round but the last: their samples pooled
+    assert timing["raw"].get("pooled", 1) == (3 if spread else 1)
+    assert len(timing["raw"]["plain_step_s"]) == (8 + 2 * 4 if spread else 8)
+
+
 def test_report_rereads_a_saved_result_as_markdown(dirs, tmp_path, capsys):
     res = run(dirs, tmp_path, "speed", "--ks", "1,3,adaptive", "--rounds", "2", "--max-new-tokens", "6")
     assert res["command"].startswith("python -m playground speed --ks 1,3,adaptive") and res["drafter"]

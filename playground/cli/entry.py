@@ -176,6 +176,10 @@ def _add_lab_parsers(sub) -> None:
         if name in ("speed", "sweep"):
             p.add_argument("--min-confidence", type=float, default=None,
                            help="model drafters stop after a token they gave less than this probability")
+        if name == "speed":
+            p.add_argument("--no-spread-calibration", dest="spread_calibration", action="store_false",
+                           help="predict from the calibrations made before the rounds only (default: a short one "
+                                "more between rounds, pooled, so the step costs span the minutes the rounds ran)")
         if name != "timing" and name != "distribution":
             p.add_argument("--max-new-tokens", type=int, default=None,
                            help="default: each preset's own (64 for a prompt)")

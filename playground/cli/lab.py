@@ -23,6 +23,7 @@ from ..inputs.presets import get_preset, load_presets
 from ..inputs.text import encode_prompt
 from ..lab import acceptance, calibrate, distribution, divergence, peers, speed, sweep
 from ..lab.batch import batch_predictions, batch_timing
+from ..lab.calibration import pooled
 from ..lab.report import experiment_text
 from ..pairs.models import ModelPair
 from .load import load_pair
@@ -114,10 +115,31 @@ def _rest_of_bar(job: Job) -> Callable[[float, str], None]:
     return lambda f, m: job.progress(0.3 + 0.7 * f, m)
 
 
+def _spread(job: Job, timings: dict) -> Callable[[int], None] | None:
+    """With --spread-calibration (the default): after each round but the last, a short calibration of every
+    prompt, pooled with the ones before (lab.calibration.pooled) into `timings`, which the adaptive arm and the
+    predictions read. On the AMD EPYC VM a calibration made before the rounds saw one moment of a host whose
+    speed moved 16-30% between rounds: its predictions missed prompt by prompt in one direction (+0.08..+0.18 on
+    code, -0.11..-0.28 on the JSON extraction). Pooled this way on an Intel Xeon, replay's predictions came within
+    0.05 of live runs on 9 of 11 presets (scripts/replay_misses.py, docs/results.md)."""
+    if not job.args.spread_calibration:
+        return None
+    made = {name: [t] for name, t in timings.items()}
+    n_max = max(max(t.verify_s) for t in timings.values())  # as the first calibrations timed
+
+    def recalibrate(_round: int) -> None:
+        for name, ids in job.ids.items():
+            made[name].append(calibrate(job.pair, ids, job.proposer(), n_max=n_max, repeats=4, warmup=1,
+                                        sampling=_sampling(job.args)))
+            timings[name] = pooled(made[name])
+    return recalibrate
+
+
 def _speed(job: Job) -> dict:
     timings = _calibrations(job, list(job.ids))
     return speed(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.max_new,
-                 sampling=_sampling(job.args), timing=timings, min_confidence=job.args.min_confidence, progress=_rest_of_bar(job))
+                 sampling=_sampling(job.args), timing=timings, min_confidence=job.args.min_confidence,
+                 progress=_rest_of_bar(job), between_rounds=_spread(job, timings))
 
 
 def _sweep(job: Job) -> dict:
