@@ -154,3 +154,23 @@ def test_embedded_target_on_either_kernels_is_exact_and_says_which(embedded_both
             assert spec_tokens(pair, ids, PromptLookupProposer(3), k, 32) == expected, (name, k)
     assert (logits["blas"] - logits["onednn"]).abs().max() < 1e-3
     assert logits["blas"].argmax() == logits["onednn"].argmax()
+
+
+@pytest.mark.slow
+def test_bench_kernels_times_both_kernels_side_by_side(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_kernels.py"
+    spec = importlib.util.spec_from_file_location("bench_kernels", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.main(["--rounds", "2", "--sizes", "2", "--context", "16"])
+    for name in ("blas", "onednn"):
+        per = result["kernels"][name]
+        assert set(per) == {1, 2} and per[1]["v"] == 1.0
+        assert all(0 < x["min_ms"] <= x["median_ms"] <= x["max_ms"] for x in per.values())
+    out = capsys.readouterr().out
+    assert "| n | BLAS ms [min-max] | v(n) BLAS | oneDNN ms [min-max] | v(n) oneDNN | BLAS / oneDNN |" in out
+    ratio = result["kernels"]["blas"][2]["median_ms"] / result["kernels"]["onednn"][2]["median_ms"]
+    assert f"| {ratio:.2f} |" in out and "verdict:" in out
