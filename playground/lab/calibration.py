@@ -218,8 +218,8 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
         # token costs without speculation), and it is cheaper than a pass right after the drafter ran (here
         # by 5-8%), which the v(n) above include. Timed once in every repetition, beside the passes, so that
         # the unit sees the machine the passes saw: timed in one burst after them, on a shared host (an AMD
-        # EPYC VM), it came out at 41.6 ms where the passes ran one-token steps at 33 ms, and every v(n), a
-        # ratio to it, 0.79 of the truth; predictions missed by up to 0.85.
+        # EPYC VM), it came out at 41.6 ms where the passes ran one-token steps at 33 ms, so v(1), a ratio to it,
+        # read 0.79 (a pass is never cheaper than a step) and predictions missed by up to 0.85.
         _plain_step(lm, filler[:1], sampling, ctx.generator)
         lm.crop(base)
         t0 = clock.now()
