@@ -31,6 +31,7 @@ KERNELS_ENV = "PLAYGROUND_KERNELS"
 MARGIN = 0.05
 PROBE_SIZES = (1, 5)  # a plain step and a k = 4 verification
 PROBE_CONTEXT = 64
+PROBE_ROUNDS = 3
 
 
 def resolve_kernels(kernels: str | None, env=None) -> str:
@@ -122,7 +123,7 @@ class Swap:
         self.sites, self.onednn = [], []
 
 
-def time_kernels(model: torch.nn.Module, swap: Swap, sizes=PROBE_SIZES, rounds: int = 3,
+def time_kernels(model: torch.nn.Module, swap: Swap, sizes=PROBE_SIZES, rounds: int = PROBE_ROUNDS,
                  context_tokens: int = PROBE_CONTEXT) -> dict[str, dict[int, list[float]]]:
     """Seconds of a pass over each of `sizes` tokens after a `context_tokens`-token prompt, per kernel, `rounds`
     times; the two kernels alternate within each round, so that a drifting machine moves both alike. Leaves the
@@ -179,10 +180,10 @@ def choose_kernels(model: torch.nn.Module, kernels: str | None = "auto",
     if total["onednn"] < (1 - MARGIN) * total["blas"]:
         chosen, how = "onednn", "faster"
     else:
-        chosen, how = "blas", "not 5% faster"
+        chosen, how = "blas", f"not {MARGIN:.0%} faster"
     swap.keep(chosen, model)
     reason = (f"oneDNN {how} than BLAS on passes over {sizes} tokens: {total['onednn']:.1f} ms against "
-              f"{total['blas']:.1f} ms (medians of 3, alternating)")
+              f"{total['blas']:.1f} ms (medians of {PROBE_ROUNDS}, alternating)")
     return KernelChoice(chosen, asked, reason, probe)
 
 
