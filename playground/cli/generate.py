@@ -9,7 +9,7 @@ import os
 import sys
 
 from ..core.engine import check_request, plain_generate, speculative_generate
-from ..core.records import Iteration, RunSummary, summarize
+from ..core.records import Iteration, RunSummary, prefill_note, summarize
 from ..core.sampling import SamplingConfig
 from ..document import RunConfig, run_document
 from ..drafters.adaptive import describe_choices, make_controller, parse_k
@@ -128,7 +128,8 @@ class _Streamer:
 def format_summary(s: RunSummary, setup: str) -> str:
     lines = [f"summary ({setup}; prefill excluded from tokens/s)"]
     lines.append(f"  new tokens {s.new_tokens} in {s.target_passes} target passes: {s.tokens_per_pass:.2f} tokens/pass, "
-                 f"{s.tokens_per_s:.1f} tokens/s, decode {s.decode_s:.2f} s, prefill {s.prefill_s:.2f} s")
+                 f"{s.tokens_per_s:.1f} tokens/s, decode {s.decode_s:.2f} s, prefill {s.prefill_s:.2f} s"
+                 + (f" ({note})" if (note := prefill_note(s)) else ""))
     if s.alpha is not None:
         lines.append(f"  alpha {s.alpha:.3f} (accepted {s.accepted} of {s.proposed} proposed; alpha counts only "
                      f"proposals the rule evaluated)")

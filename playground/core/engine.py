@@ -232,8 +232,8 @@ def _check_overlap(proposer: Proposer, overlap_prefill: bool | None, prefill_thr
     if prefill_threads is not None and (isinstance(prefill_threads, bool) or not isinstance(prefill_threads, int)
                                         or prefill_threads < 1):
         raise PlaygroundError(f"prefill threads must be a positive integer, got {prefill_threads!r}")
-    if overlap_prefill is None:
-        return proposer.prefill_overlaps and spare > 0
+    if overlap_prefill is None:  # a drafter that copies the target's KV needs it done: in turn
+        return proposer.prefill_overlaps and spare > 0 and not proposer.takes_target_kv
     if overlap_prefill and not proposer.prefill_overlaps:
         # A torch drafter in a second thread would share (and oversubscribe) torch's own thread pool.
         raise PlaygroundError(f"the {proposer.name} drafter cannot prefill beside the target (only a drafter "
@@ -247,9 +247,14 @@ def _prefill_in_turn(clock: Clock, target: CachedLM, proposer: Proposer, committ
     t0 = clock.now()
     target.feed(committed[:-1], last_only=True)
     t1 = clock.now()
-    proposer.begin(committed, ctx)
+    ctx.target_kv = target
+    try:
+        proposer.begin(committed, ctx)
+    finally:
+        ctx.target_kv = None  # the target's cache changes from here on
     t2 = clock.now()
-    return Prefill(len(committed), target_s=t1 - t0, draft_s=t2 - t1, draft_total_s=t2 - t1, wall_s=t2 - t0), t2
+    return Prefill(len(committed), target_s=t1 - t0, draft_s=t2 - t1, draft_total_s=t2 - t1, wall_s=t2 - t0,
+                   draft_shared=proposer.shared_kv), t2
 
 
 def _prefill_overlapped(clock: Clock, target: CachedLM, proposer: Proposer, committed, ctx: RunContext):

@@ -56,6 +56,10 @@ class RunContext:
     # proposer's prefill may use then, leaving the rest to the target's. None: begin runs alone, and
     # may use the whole thread budget.
     prefill_threads: int | None = None
+    # Set only while `begin` runs after the target's prefill (in turn): the target's CachedLM, holding the
+    # prompt but its last token. A drafter that runs the target's own weights may copy that KV instead of
+    # computing it (Proposer.takes_target_kv); nothing may change it.
+    target_kv: object | None = None
 
     def confident(self, probs: torch.Tensor, token: int) -> bool:
         """Whether drafting may go on after `token`, drawn from (or the argmax of) `probs`."""
@@ -67,6 +71,11 @@ class Proposer(ABC):
     uses_draft_model: bool = False
     # Whether `begin` may run in a worker thread beside the target's prefill (see the module docstring).
     prefill_overlaps: bool = False
+    # Whether `begin` copies the prompt's KV from the target's cache (ctx.target_kv) rather than computing
+    # it: it then runs after the target's prefill, never beside it. `shared_kv`: the prompt positions the
+    # last begin copied.
+    takes_target_kv: bool = False
+    shared_kv: int = 0
 
     def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         self.ctx = ctx

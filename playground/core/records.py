@@ -45,6 +45,9 @@ class Prefill:
     draft_total_s: float | None = None
     overlapped: bool = False
     wall_s: float | None = None
+    # Prompt positions whose KV the drafter copied from the target's cache instead of computing them
+    # (Proposer.takes_target_kv); its draft_s is then that copy.
+    draft_shared: int = 0
 
     def __post_init__(self):
         if self.draft_total_s is None:
@@ -118,6 +121,8 @@ class RunSummary:
     decode_s: float  # wall time of decoding, prefill excluded
     prefill_s: float
     tokens_per_s: float  # new_tokens / decode_s
+    prefill_draft_s: float = 0.0  # what of prefill_s the run waited for the drafter (Prefill.draft_s)
+    prefill_shared: int = 0  # prompt positions whose KV the drafter copied from the target (Prefill.draft_shared)
     # Speculative runs only (zero / empty for plain runs):
     alpha: float | None = None  # acceptance rate: accepted / evaluated proposals (see `alpha_of`)
     proposed: int = 0
@@ -155,6 +160,15 @@ def alpha_of(iterations: Iterable[Iteration]) -> float | None:
         accepted += it.n_accepted
         evaluated += it.evaluated
     return accepted / evaluated if evaluated else None
+
+
+def prefill_note(s: RunSummary) -> str:
+    """What the drafter's part of the prefill was: '' for a plain run or a drafter that keeps no state."""
+    if s.prefill_shared:
+        return f"drafter {s.prefill_draft_s:.2f} s: its KV of {s.prefill_shared} prompt tokens copied from the target"
+    if s.mode == "speculative" and s.prefill_draft_s > 0:
+        return f"drafter {s.prefill_draft_s:.2f} s"
+    return ""
 
 
 def summarize(records: Iterable[Record]) -> RunSummary:
@@ -210,6 +224,8 @@ def summarize(records: Iterable[Record]) -> RunSummary:
         tokens_per_pass=new_tokens / passes,
         decode_s=decode_s,
         prefill_s=prefill_s,
+        prefill_draft_s=prefill.draft_s if prefill else 0.0,
+        prefill_shared=prefill.draft_shared if prefill else 0,
         tokens_per_s=new_tokens / decode_s if decode_s > 0 else 0.0,
         alpha=alpha_of(drafting),
         proposed=proposed,

@@ -2,24 +2,22 @@
 
 The target is the embedded GGUF dequantized to fp32 and run by torch; llama.cpp runs the same
 quantized weights several times faster per token on the CPU, so its guesses are nearly always the
-target's (acceptance 0.9-1.0 in MEASURED.md) at about a quarter of a target step.
+target's (acceptance 0.9-1.0 in MEASURED.md) at about a quarter of a target step. Run after the target's
+prefill, `begin` copies the prompt's KV from the target's cache rather than computing it (llamacpp_kv).
 
 It talks to llama.cpp through llama-cpp-python's low-level C API rather than its `Llama` class:
-the model has to be loaded with `use_extra_bufts = False` (MEASURED.md: ggml's AMX extra buffer
-type segfaulted in the first decode on a CPU that has AMX), and `Llama()` has no argument for it.
-The low-level API also lets the hot path ask for logits of the last position only and read them
-as a numpy view of llama.cpp's own buffer.
+the model has to be loaded with `use_extra_bufts = False` (MEASURED.md: ggml's AMX extra buffer type
+segfaulted on a CPU with AMX), which `Llama()` cannot set; and the hot path reads the last position's
+logits only, as a numpy view of llama.cpp's own buffer.
 
 Threads and OpenMP. llama-cpp-python is built with OpenMP (scripts/install_llama_cpp.sh says why).
 torch's wheel bundles its own libgomp under the same soname, libgomp.so.1, so the dynamic loader
-binds torch and llama.cpp to ONE OpenMP runtime: the one loaded first. This module imports torch
-before llama_cpp, so that is torch's own copy; either order works (tests/test_llamacpp.py runs both),
-and `llama_cpp_available` refuses a process where the two ended up on different runtimes. Draft and
-target decode in turn, never at once, so each gets the whole thread budget (torch.get_num_threads()).
+binds torch and llama.cpp to ONE OpenMP runtime, the one loaded first (torch's, imported first here;
+tests/test_llamacpp.py runs both orders); `llama_cpp_available` refuses a process with two runtimes. Draft
+and target decode in turn, never at once, so each gets the whole thread budget (torch.get_num_threads()).
 
-The exception is the prompt prefill (`prefill_overlaps`): the engine may run `begin` in a worker thread
-beside torch's prefill (the ctypes calls release the GIL); n torch threads beside n llama.cpp threads would
-oversubscribe n cores, so that prefill uses `ctx.prefill_threads` and restores the whole budget before returning.
+The exception is a prefill beside torch's (`prefill_overlaps`: the ctypes calls release the GIL): it uses
+`ctx.prefill_threads` and restores the whole budget before returning.
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ from ..core.proposal import EMPTY, Proposal, Proposer, RunContext
 from ..core.sampling import draw, probabilities
 from ..errors import PlaygroundError
 from ..pairs.loading import embedded_gguf_path
+from .llamacpp_kv import KvShare
 from .vocab_check import check_tokenizer
 
 # The version scripts/install_llama_cpp.sh installs and this module was written and tested against.
@@ -145,10 +144,13 @@ class LlamaCppProposer(Proposer):
         vocab_size: int | None = None,
         n_ctx: int | None = None,
         n_batch: int = 512,
+        target_config=None,
     ):
         """tokenizer: the target's (its ids are checked against the GGUF's; None skips the check).
         gguf_path: default the embedded SmolLM2 GGUF. vocab_size: logits columns the target uses
-        (default: the tokenizer's length). n_ctx: default the model's training context."""
+        (default: the tokenizer's length). n_ctx: default the model's training context.
+        target_config: the config of a target dequantized from this same GGUF, whose cache of the prompt
+        `begin` then copies instead of prefilling (llamacpp_kv); None: it always prefills."""
         ok, why = llama_cpp_available()
         if not ok:
             raise PlaygroundError(f"the llama.cpp drafter is not available: {why}")
@@ -213,6 +215,15 @@ class LlamaCppProposer(Proposer):
             batch.seq_id[i][0] = 0
         self.kv_tokens: list[int] = []
         self.device = torch.device("cpu")
+        self.kv_share, self.kv_share_note = KvShare.check(ll, model, ctx, self._memory,
+                                                          lambda ids: self._eval(ids, logits=False), target_config)
+        self.kv_tokens = []
+        self.share_kv = True  # benchmarks turn it off to time the drafter's own prefill
+        self.shared_kv = 0  # prompt positions the last begin copied from the target
+
+    @property
+    def takes_target_kv(self) -> bool:
+        return self.kv_share is not None and self.share_kv
 
     # --- the proposer interface ---------------------------------------------------------------
 
@@ -236,6 +247,14 @@ class LlamaCppProposer(Proposer):
         # llama.cpp's batch-shape rounding, which can only change a proposal, never the output.
         prefix = [int(t) for t in prompt_ids[:-1]]
         keep = common_prefix(self.kv_tokens, prefix)
+        self.shared_kv = 0
+        if self.takes_target_kv and len(prefix) - keep >= KvShare.MIN_TOKENS:
+            try:
+                if self.kv_share.load(ctx.target_kv, prefix):
+                    self.kv_tokens, self.shared_kv, self.reused_prefix = prefix, len(prefix), 0
+                    return
+            except RuntimeError:  # llama.cpp refused it and emptied the sequence: prefill it all here
+                keep = 0
         if keep == 0:
             self._ll.llama_memory_clear(self._memory, False)  # metadata only: no 100 MB memset
             self.kv_tokens = []
@@ -286,7 +305,8 @@ class LlamaCppProposer(Proposer):
         self._truncate(keep)
 
     def describe(self) -> str:
-        return f"{self.name} ({self.gguf_path.name}, {self.n_threads} threads)"
+        shared = ", prompt KV from the target" if self.takes_target_kv else ""
+        return f"{self.name} ({self.gguf_path.name}, {self.n_threads} threads{shared})"
 
     def forget(self) -> None:
         """Drop the KV memory: the next begin prefills its whole prompt, as a first call (benchmarks)."""

@@ -123,6 +123,14 @@ class HybridProposer(Proposer):
         self.name = name or f"hybrid (lookup + {model.name})"
         self._found: tuple | None = None
 
+    @property
+    def takes_target_kv(self) -> bool:
+        return self.model.takes_target_kv
+
+    @property
+    def shared_kv(self) -> int:
+        return self.model.shared_kv
+
     def describe(self) -> str:
         return f"hybrid: prompt lookup (n-gram {self.min_ngram}..{self.max_ngram}) else {self.model.describe()}"
 

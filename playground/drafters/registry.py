@@ -69,5 +69,6 @@ def shared_llama_cpp(pair) -> LlamaCppProposer:
         raise PlaygroundError("the llama.cpp drafter runs the embedded GGUF, so it drafts for the embedded target only")
     with _BUILD_LOCK:
         if pair.llama_cpp is None:
-            pair.llama_cpp = LlamaCppProposer(pair.tokenizer, vocab_size=pair.vocab_size)
+            pair.llama_cpp = LlamaCppProposer(pair.tokenizer, vocab_size=pair.vocab_size,
+                                              target_config=pair.target.config)
         return pair.llama_cpp

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 
-from ..core.records import Iteration
+from ..core.records import Iteration, prefill_note
 from ..core.timesplit import TimeSplit, percent
 from ..drafters.adaptive import describe_choices
 from ..pairs.registry import PAIRS
@@ -77,8 +77,9 @@ def counters_html(summary, max_new_tokens: int | None, running: bool, prefill_s:
     if split:
         out.append(split)
     if s is not None and s.prefill_s:
-        out.append(f'<div class="counters-note">prefill {s.prefill_s:.2f} s ({s.prompt_tokens} prompt tokens), '
-                   f"not counted in tokens/s</div>")
+        note = html.escape(prefill_note(s))
+        out.append(f'<div class="counters-note">prefill {s.prefill_s:.2f} s ({s.prompt_tokens} prompt tokens'
+                   f"{'; ' + note if note else ''}), not counted in tokens/s</div>")
     return "".join(out)
 
 
