@@ -1,15 +1,18 @@
-"""End to end, as an agent sees it (issue 14): the llama.cpp drafter's prompt prefill run beside the target's
-(engine.speculative_generate(overlap_prefill=...)) against in turn, on a first call.
+"""End to end, as an agent sees it (issue 14): how the llama.cpp drafter gets the prompt on a first call.
 
 Every speculative run starts from an empty llama.cpp KV (`forget`), as an agent's first call does (otherwise
 the drafter keeps the prompt from the previous run and prefills nothing). For each preset and drafter, each
-round runs plain, overlap off and overlap on (one arm per --prefill-threads value: the threads llama.cpp
-uses beside the target, which keeps all of its own) back to back, in an order that rotates from round to
-round; each speculative run is divided by the plain run of its round. Printed: the end-to-end ratio
-(prefill counted, lab.speed._e2e), the decode-only ratio, each as median and min-max over rounds, the
-paired gain of each overlap arm over "off" (median of the per-round differences of the end-to-end
-ratio), and the median prefill times: target, drafter total (its own prefill wall time), drafter not
-hidden (what the run waited for after the target finished) and the phase's wall time.
+round runs, back to back in an order that rotates from round to round:
+  plain      plain decoding;
+  off        the drafter prefills the prompt itself, after the target (in turn);
+  shared     the drafter copies the prompt's KV from the target's cache (llamacpp_kv; the default);
+  on, N thr  the drafter prefills itself beside the target's prefill, llama.cpp on N threads (one arm per
+             --prefill-threads value; torch keeps all of its own).
+Each speculative run is divided by the plain run of its round. Printed: the end-to-end ratio (prefill counted,
+lab.speed._e2e), the decode-only ratio, each as median and min-max over rounds, the paired gain of each arm
+over "off" (median of the per-round differences of the end-to-end ratio), and the median prefill times: target,
+drafter total (its own prefill wall time, or the copy), drafter not hidden (what the run waited for after the
+target finished) and the phase's wall time.
 
     .venv/bin/python scripts/bench_prefill.py --threads 2 --rounds 5
     .venv/bin/python scripts/bench_prefill.py --rounds 1 --max-new-tokens 8     # a smoke run
@@ -49,15 +52,24 @@ def run_plain(pair, ids, max_new):
     return summarize(records), records[0]
 
 
-def run_spec(pair, ids, proposer, k, max_new, overlap, threads):
-    llama_of(proposer).forget()  # a first call: the drafter prefills the whole prompt
-    records = list(speculative_generate(pair, ids, proposer=proposer, k=k, max_new_tokens=max_new,
-                                        record_probs=False, overlap_prefill=overlap, prefill_threads=threads))
+def run_spec(pair, ids, proposer, k, max_new, overlap, threads, share):
+    drafter = llama_of(proposer)
+    drafter.forget()  # a first call: the drafter has nothing of the prompt
+    drafter.share_kv = share
+    try:
+        records = list(speculative_generate(pair, ids, proposer=proposer, k=k, max_new_tokens=max_new,
+                                            record_probs=False, overlap_prefill=overlap, prefill_threads=threads))
+    finally:
+        drafter.share_kv = True
+    if share and not records[0].draft_shared:
+        raise SystemExit(f"the drafter did not take the target's KV: {drafter.kv_share_note}")
     return summarize(records), records[0]
 
 
-def arm_names(prefill_threads: list[int]) -> list[str]:
-    return ["plain", "off", *[f"on, llama.cpp {t} thr" for t in prefill_threads]]
+def arm_settings(prefill_threads: list[int]) -> dict[str, tuple]:
+    """arm -> (overlap_prefill, prefill_threads, share_kv) of its speculative runs."""
+    return {"off": (False, None, False), "shared": (False, None, True),
+            **{f"on, llama.cpp {t} thr": (True, t, False) for t in prefill_threads}}
 
 
 def med(xs) -> str:
@@ -81,26 +93,31 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--prefill-threads", default=None,
                     help="comma-separated llama.cpp threads beside the target's prefill, one overlap arm each "
-                         "(default: 1,2 with 2 or more threads, else 1; the engine's default is threads // 2)")
+                         "(default: 1,2 with 2 or more threads, else 1; the engine's default is threads // 2); "
+                         "'none': no overlap arm")
     ap.add_argument("--json", default=None, help="also write every run here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    prefill_threads = ([int(t) for t in args.prefill_threads.split(",")] if args.prefill_threads
-                       else ([1, 2] if args.threads >= 2 else [1]))
+    if args.prefill_threads == "none":
+        prefill_threads = []
+    elif args.prefill_threads:
+        prefill_threads = [int(t) for t in args.prefill_threads.split(",")]
+    else:
+        prefill_threads = [1, 2] if args.threads >= 2 else [1]
     pair = load_named_pair("embedded", device="cpu", progress=None)
     prompts = {name: get_preset(name).prompt_ids(pair.tokenizer) for name in args.presets.split(",")}
     drafters = {d: make_proposer(pair, d) for d in args.drafters.split(",")}
     for p in drafters.values():
         llama_of(p)
-    arms = arm_names(prefill_threads)
-    setting = {"off": (False, None), **{a: (True, t) for a, t in zip(arms[2:], prefill_threads)}}
+    setting = arm_settings(prefill_threads)
+    arms = ["plain", *setting]
 
     # Warm-up, untimed: every arm once on the first prompt (the first passes of a process run slow).
     warm = next(iter(prompts.values()))
     run_plain(pair, warm, 4)
     for proposer in drafters.values():
-        for overlap, threads in setting.values():
-            run_spec(pair, warm, proposer, args.k, 4, overlap, threads)
+        for arm in setting.values():
+            run_spec(pair, warm, proposer, args.k, 4, *arm)
 
     runs = []
     groups = [(name, d) for name in prompts for d in drafters]
@@ -122,7 +139,8 @@ def main() -> int:
                            "decode_ratio": s.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s else None,
                            "new_tokens": s.new_tokens, "plain_new_tokens": plain.new_tokens,
                            "target_s": pre.target_s, "draft_total_s": pre.draft_total_s, "draft_s": pre.draft_s,
-                           "wall_s": pre.wall_s, "overlapped": pre.overlapped, "decode_s": s.decode_s}
+                           "wall_s": pre.wall_s, "overlapped": pre.overlapped, "shared": pre.draft_shared,
+                           "decode_s": s.decode_s}
                     runs.append(row)
                     if arm != "plain":
                         print(f"round {r + 1}, {name}, {d}, {arm}: e2e {row['e2e_ratio']:.2f}x, decode "
@@ -133,7 +151,7 @@ def main() -> int:
     print(f"\n# {describe_setup(pair)} | CPU: {env.get('cpu')} | prompt tokens: {tokens} | k={args.k} | "
           f"{args.max_new_tokens} max new tokens | {args.rounds} rounds | greedy | a first call (drafter KV empty)")
     print(f"machine: {Verdict.of(m.load.findings()).headline()} (other processes: {m.load.other_cores:.2f} cores)")
-    print("ratios: speculative / plain of the same round, median (min-max); gain: median per-round e2e(on) - e2e(off); "
+    print("ratios: speculative / plain of the same round, median (min-max); gain: median per-round e2e(arm) - e2e(off); "
           "prefill: median ms")
     print("| preset | drafter | arm | e2e ratio | decode ratio | gain vs off | target prefill | drafter total | "
           "drafter not hidden | prefill wall |")
@@ -145,7 +163,7 @@ def main() -> int:
             xs = [x for x in cell if x["arm"] == arm]
             spec = arm != "plain"
             gain = (med([x["e2e_ratio"] - off[x["round"]] for x in xs if x["e2e_ratio"] is not None
-                         and off.get(x["round"]) is not None]) if arm.startswith("on") else "-")
+                         and off.get(x["round"]) is not None]) if arm not in ("plain", "off") else "-")
             print(f"| {name} | {d} | {arm} | {med(x['e2e_ratio'] for x in xs) if spec else '-'} | "
                   f"{med(x['decode_ratio'] for x in xs) if spec else '-'} | {gain} | "
                   f"{ms([x['target_s'] for x in xs])} | {ms([x['draft_total_s'] for x in xs]) if spec else '-'} | "
