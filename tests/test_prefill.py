@@ -15,7 +15,9 @@ import torch
 from playground.core import engine
 from playground.core.cached import CachedLM
 from playground.core.engine import plain_generate, spare_prefill_threads, speculative_generate
+from playground.core.proposal import RunContext
 from playground.core.records import Prefill, summarize
+from playground.core.sampling import GREEDY
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 from playground.errors import PlaygroundError
 from tests.test_engine import tokens_of
@@ -169,3 +171,36 @@ def test_old_prefill_records_still_read():
     p = Prefill(5, target_s=0.1, draft_s=0.05)
     assert p.draft_total_s == 0.05 and p.wall_s == pytest.approx(0.15) and not p.overlapped
     assert summarize([p]).prefill_s == pytest.approx(0.15)
+
+
+def test_a_draft_that_copies_the_target_takes_its_prompt_kv(pair64, monkeypatch):
+    """A draft that is a copy of the target (here the target itself) copies the target's prompt KV after the
+    target's prefill, never beside it, drafts what its own prefill would have, and the output is unchanged."""
+    monkeypatch.setattr(engine, "spare_prefill_threads", lambda device: 2)
+    plain = tokens_of(plain_generate(pair64, PROMPT, max_new_tokens=12))
+    runs = {}
+    for copies in (True, False):
+        proposer = DraftModelProposer(pair64.target, "cpu", None, copies_target=copies)
+        records = list(speculative_generate(pair64, PROMPT, proposer=proposer, k=3, max_new_tokens=12))
+        assert records[0].draft_shared == (len(PROMPT) - 1 if copies else 0) and not records[0].overlapped
+        assert summarize(records).prefill_shared == records[0].draft_shared
+        assert tokens_of(records) == plain
+        runs[copies] = [r.proposed for r in records[1:]]
+    assert runs[True] == runs[False]
+    hybrid = list(speculative_generate(pair64, PROMPT, proposer=HybridProposer(
+        DraftModelProposer(pair64.target, "cpu", None, copies_target=True)), k=3, max_new_tokens=12))
+    assert hybrid[0].draft_shared == len(PROMPT) - 1 and tokens_of(hybrid) == plain
+
+
+def test_the_copy_is_the_drafters_own(pair64):
+    """The drafter's cache is a copy: the target's cache changing afterwards does not reach it."""
+    target = CachedLM(pair64.target, "cpu")
+    target.feed(PROMPT[:-1], last_only=True)
+    proposer = DraftModelProposer(pair64.target, "cpu", None, copies_target=True)
+    proposer.begin(PROMPT, RunContext(GREEDY, torch.Generator(), target_kv=target))
+    assert proposer.shared_kv == len(PROMPT) - 1 and proposer.lm.tokens == PROMPT[:-1]
+    target.crop(3)
+    assert proposer.lm.cache_length() == len(PROMPT) - 1
+    # a prompt the target's cache does not hold: the drafter prefills it itself
+    proposer.begin(PROMPT + [12], RunContext(GREEDY, torch.Generator(), target_kv=target))
+    assert proposer.shared_kv == 0 and proposer.lm.tokens == PROMPT

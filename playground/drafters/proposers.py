@@ -3,6 +3,7 @@ implement is playground.core.proposal; llama.cpp is playground.drafters.llamacpp
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -21,17 +22,27 @@ class DraftModelProposer(Proposer):
 
     uses_draft_model = True
 
-    def __init__(self, model: torch.nn.Module, device: torch.device | str, vocab_size: int | None, name: str = "draft"):
+    def __init__(self, model: torch.nn.Module, device: torch.device | str, vocab_size: int | None, name: str = "draft",
+                 copies_target: bool = False):
+        """copies_target: the model is a quantized copy of the target (ModelPair.draft_copies_target), so its
+        `begin` copies the target's cache of the prompt (ctx.target_kv) instead of computing it again."""
         self.model = model
         self.device = device
         self.vocab_size = vocab_size
         self.name = name
+        self.takes_target_kv = copies_target
         self.lm: CachedLM | None = None
 
     def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         super().begin(prompt_ids, ctx)
         self.lm = CachedLM(self.model, self.device, self.vocab_size)
-        self.lm.feed(list(prompt_ids[:-1]), last_only=True)
+        prefix, target = list(prompt_ids[:-1]), ctx.target_kv
+        self.shared_kv = 0
+        if self.takes_target_kv and target is not None and target.tokens == prefix:
+            # The same layers' keys and values up to the quantization's rounding: a copy, not a second prefill.
+            self.lm.cache, self.lm.tokens, self.shared_kv = copy.deepcopy(target.cache), prefix, len(prefix)
+        else:
+            self.lm.feed(prefix, last_only=True)
 
     def propose(self, tokens: Sequence[int], k: int) -> Proposal:
         lm, ctx = self.lm, self.ctx

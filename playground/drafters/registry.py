@@ -46,7 +46,8 @@ def make_proposer(pair, drafter: str = "draft", max_ngram: int = 3) -> Proposer:
     if drafter == "draft":
         if pair.draft is None:
             raise PlaygroundError("this model pair has no draft model; choose the 'lookup' drafter or load a draft")
-        return DraftModelProposer(pair.draft, pair.device, pair.vocab_size, name=pair.draft_name or "draft")
+        return DraftModelProposer(pair.draft, pair.device, pair.vocab_size, name=pair.draft_name or "draft",
+                                  copies_target=pair.draft_copies_target)
     if drafter == "lookup":
         return PromptLookupProposer(max_ngram=max_ngram)
     if drafter == "llama.cpp":

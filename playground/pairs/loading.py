@@ -233,6 +233,7 @@ def load_pair(
         dtype=dt,
         target_name=target_name,
         draft_name=draft_name,
+        draft_copies_target=int8,
         kernels={role: c.to_dict() for role, c in choices.items()},
     )
 

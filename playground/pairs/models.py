@@ -34,6 +34,9 @@ class ModelPair:
     dtype: torch.dtype = torch.float32
     target_name: str = "target"
     draft_name: str | None = None
+    # The draft is a quantized copy of the target (the int8 draft): same layers, so its KV of a prompt is the
+    # target's up to rounding, and a drafter may copy the target's instead of computing it.
+    draft_copies_target: bool = False
     vocab_size: int | None = None  # logits columns used (the shared vocabulary; padding columns dropped)
     eos_ids: frozenset[int] = frozenset()
     max_context: int | None = None
