@@ -1,5 +1,6 @@
 """The lab commands end to end on a tiny local pair (tokenizer + models saved to a temp dir)."""
 
+import dataclasses
 import json
 
 import pytest
@@ -130,6 +131,17 @@ def test_bench_peers_runs_transformers_and_ours_side_by_side(target64, drafts64)
     assert text.startswith("bench-peers (cpu; greedy; end to end incl. prefill")
     assert len(table_lines(text)) == 2 + len(res["table"]) and "| hf plain | 1.00x | 1.00-1.00 |" in text
     assert "same draft, k = 3, drafting all k, per round and prompt: median" in text
+
+
+def test_bench_peers_shows_what_copying_the_targets_kv_is_worth(target64):
+    """With a draft that copies the target (the int8 draft's case), ours copies the prompt's KV and an extra arm
+    prefills it as transformers' assistant does; both reproduce plain greedy."""
+    pair = dataclasses.replace(tiny_pair(target64, target64), draft_copies_target=True)
+    res = lab.peers(pair, {"a": [1, 2, 3]}, k=3, rounds=1, max_new_tokens=8)
+    assert "ours draft k=3 own prefill" in {row["arm"] for row in res["table"]}
+    assert all(row["outputs_equal"] == row["n"] for row in res["table"])
+    assert res["ours_vs_hf_assisted_own_prefill"]["n"] == 1
+    assert "our draft prefilling the prompt itself" in experiment_text(res, "cpu")
 
 
 def test_bad_lab_arguments(dirs, capsys):

@@ -87,9 +87,15 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
     arms[f"hf prompt-lookup k={k}"] = lambda ids: hf(ids, prompt_lookup_num_tokens=k, max_matching_ngram_size=max_ngram)
     arms["ours plain"] = lambda ids: ours(ids)
     if pair.draft is not None:
-        arms[f"ours draft k={k}"] = lambda ids: ours(ids, DraftModelProposer(pair.draft, pair.device, pair.vocab_size))
-        arms[f"ours draft k={k} conf 0.4"] = lambda ids: ours(
-            ids, DraftModelProposer(pair.draft, pair.device, pair.vocab_size), min_confidence=0.4)
+        # As the playground runs it: a draft that is a quantized copy of the target copies the target's prompt KV
+        # (transformers' assistant prefills the prompt itself); the "own prefill" arm shows what that is worth.
+        def draft(copies=pair.draft_copies_target):
+            return DraftModelProposer(pair.draft, pair.device, pair.vocab_size, copies_target=copies)
+
+        arms[f"ours draft k={k}"] = lambda ids: ours(ids, draft())
+        arms[f"ours draft k={k} conf 0.4"] = lambda ids: ours(ids, draft(), min_confidence=0.4)
+        if pair.draft_copies_target:
+            arms[f"ours draft k={k} own prefill"] = lambda ids: ours(ids, draft(False))
     arms[f"ours prompt-lookup k={k}"] = lambda ids: ours(ids, PromptLookupProposer(max_ngram))
     if pair.target_name == EMBEDDED_NAME and llama_cpp_available()[0]:  # ours fastest, which transformers cannot run
         arms[f"ours llama.cpp k={k}"] = lambda ids: ours(ids, make_proposer(pair, "llama.cpp"))
@@ -138,6 +144,8 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
 
     vs_assisted = head_to_head(f"ours draft k={k}", f"hf assisted k={k}")
     vs_assisted_conf = head_to_head(f"ours draft k={k} conf 0.4", f"hf assisted k={k} conf 0.4")
+    vs_assisted_own = head_to_head(f"ours draft k={k} own prefill", f"hf assisted k={k}")
     return {"experiment": "peers", "environment": environment(pair), "k": k, "rounds": rounds,
             "ours_vs_hf_assisted": vs_assisted, "ours_vs_hf_assisted_conf": vs_assisted_conf,
+            "ours_vs_hf_assisted_own_prefill": vs_assisted_own,
             "max_new_tokens": max_new_tokens, "timed": "end to end, prefill included", "table": table, "runs": runs}
