@@ -3,6 +3,8 @@ fixed k and both controllers), the shared pass against live feeding, the samplin
 directly, the walk in expectation against the walk, the per-shape summary and its recommendation rules, and the
 command line end to end."""
 
+import copy
+import dataclasses
 import json
 
 import pytest
@@ -16,6 +18,7 @@ from playground.core.engine import FixedK, speculative_generate
 from playground.core.records import Iteration
 from playground.core.sampling import GREEDY, SamplingConfig, probabilities
 from playground.drafters.adaptive import CostCurve, make_controller
+from playground.drafters.proposers import DraftModelProposer
 from playground.drafters.registry import make_proposer
 from playground.inputs.traces import Turn
 from playground.lab import replay_summary
@@ -110,6 +113,34 @@ def test_the_walk_is_the_live_run(pair, turns, drafter):
             for it, r in zip(live, simulated):  # the decided proposals are the live ones
                 assert list(it.proposed[: len(r["proposed"])]) == list(r["proposed"])
                 assert (it.sources or [None])[0] == (r["sources"] or [None])[0]
+
+
+def test_a_draft_that_copies_the_target_walks_as_it_runs_live(target64, turns, monkeypatch):
+    """A draft that is a perturbed copy of the target (as the int8 draft is) copies the target's prompt KV live;
+    replay hands its drafters the same prompt cache, and the walk is still the live run."""
+    noisy = copy.deepcopy(target64)
+    with torch.no_grad():
+        for p in noisy.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    pair = dataclasses.replace(tiny_pair(target64, noisy, eos_ids=(EOS,)), draft_copies_target=True)
+    seen = []
+    real_begin = DraftModelProposer.begin
+
+    def begin(self, prompt_ids, ctx):
+        seen.append(ctx.target_kv is not None and ctx.target_kv.tokens == list(prompt_ids[:-1]))
+        return real_begin(self, prompt_ids, ctx)
+
+    monkeypatch.setattr(DraftModelProposer, "begin", begin)
+    doc = replay(pair, turns, drafters=["draft"], ks=[2, 5], controllers=(), timing_of=lambda d, ids: fake_timing())
+    assert seen and all(seen)
+    for t, turn in zip(doc["turns"], turns):
+        for k in (2, 5):
+            records = list(speculative_generate(pair, list(turn.prompt_ids), proposer=make_proposer(pair, "draft"),
+                                                k=k, max_new_tokens=turn.max_new))
+            assert records[0].draft_shared == len(turn.prompt_ids) - 1
+            live = [(it.k, it.n_accepted, list(it.emitted)) for it in records[1:]]
+            simulated = [(r["k"], r["n_accepted"], list(r["emitted"])) for r in t["drafters"]["draft"]["walks"][f"k={k}"]["records"]]
+            assert live == simulated, (t["name"], k)
 
 
 def test_the_shared_pass_equals_live_feeding_for_a_drafter_whose_logits_do_not_depend_on_feeding(pair, turns):

@@ -51,6 +51,7 @@ from .replay_walk import (
     TimingIndex,
     drafter_pass,
     exactness,
+    prompt_cache,
     replay_context,
     summarize_rows,
     target_chunks,
@@ -105,7 +106,7 @@ class _SharedPrefillDraft(DraftModelProposer):
     values a fresh begin() computes (one deterministic forward), without paying for it again each walk."""
 
     def __init__(self, base: DraftModelProposer):
-        super().__init__(base.model, base.device, base.vocab_size, base.name)
+        super().__init__(base.model, base.device, base.vocab_size, base.name, copies_target=base.takes_target_kv)
         self._prefilled: tuple | None = None
 
     def begin(self, prompt_ids, ctx) -> None:
@@ -167,9 +168,9 @@ def _label(arm) -> str:
     return f"k={arm}" if isinstance(arm, int) else str(arm)
 
 
-def _target(pair, turn: Turn, chunk: int) -> TargetPass:
+def _target(pair, turn: Turn, chunk: int, prompt) -> TargetPass:
     tp = TargetPass([], [], [], [], pair.dtype)
-    for a, logits in target_chunks(pair, turn.prompt_ids, turn.completion_ids, chunk):
+    for a, logits in target_chunks(pair, turn.prompt_ids, turn.completion_ids, chunk, prompt):
         summarize_rows(logits, turn.completion_ids[a: a + logits.shape[0]], tp)
     return tp
 
@@ -220,7 +221,8 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
                 timing_of: Callable | None, feeding: str, max_ngram: int, chunk: int, records: str,
                 memories: dict, timings: dict, progress: Callable[[str], None]) -> dict:
     """Everything `replay` reports about one greedy turn (see the module docstring)."""
-    tp = _target(pair, turn, chunk)
+    prompt = prompt_cache(pair, turn.prompt_ids, chunk)  # what a live prefill leaves, for drafters that copy it
+    tp = _target(pair, turn, chunk, prompt)
     progress("target pass")
     doc = {**turn.to_dict(), **exactness(turn, tp, GREEDY)}
     shapes = segment(pair.tokenizer, turn.prompt_ids, turn.completion_ids, pair.eos_ids)
@@ -229,7 +231,7 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
     models = sorted({m for d in drafters if (m := probe.model_name(d)) in MODEL_DRAFTERS})
     preds: dict[str, list[int]] = {}
     for name in models:  # the shared one-token pass: the agreement sequence, and a shared-pass walk's proposals
-        ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset(pair.eos_ids))
+        ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset(pair.eos_ids), target_kv=prompt)
         preds[name] = [x for x, _ in drafter_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids,
                                                   turn.completion_ids, ctx)]
         progress(f"{name} pass")
@@ -259,6 +261,7 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
             memory = memories.setdefault((turn.conversation, drafter, label), {})
             controller = make_controller(arm, curve, memory=memory)
             ctx = replay_context(GREEDY, pair.device, pair.eos_ids)
+            ctx.target_kv = prompt
             w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposers.get(drafter), controller,
                      turn.max_new, ctx)
             entry["walks"][label] = _walk_doc(w, curve, shapes, records, label)

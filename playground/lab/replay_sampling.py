@@ -30,6 +30,7 @@ from .replay_walk import (
     exactness,
     expected_acceptance,
     expected_walk,
+    prompt_cache,
     summarize_rows,
     target_chunks,
 )
@@ -81,11 +82,13 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], sa
     found = {m: lookups(turn.prompt_ids, completion, max_ngram, m, stops) for m in set(mins.values())}
     need = {m: _needed(f, completion) for m, f in found.items()}
     got = {m: [[0.0] * len(xs) for xs in f] for m, f in found.items()}
+    prompt = prompt_cache(pair, turn.prompt_ids, chunk)  # what a live prefill leaves, for drafters that copy it
     gens = {name: drafter_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids, completion,
-                               RunContext(sampling, sampling.generator(pair.device), stops)) for name in models}
+                               RunContext(sampling, sampling.generator(pair.device), stops, target_kv=prompt))
+            for name in models}
     beta: dict[str, list[float]] = {name: [] for name in models}
     tp = TargetPass([], [], [], [], pair.dtype)
-    for a, logits in target_chunks(pair, turn.prompt_ids, completion, chunk):
+    for a, logits in target_chunks(pair, turn.prompt_ids, completion, chunk, prompt):
         summarize_rows(logits, completion[a: a + logits.shape[0]], tp)
         p = probabilities(logits, sampling)
         for name, gen in gens.items():

@@ -29,6 +29,7 @@ text: an estimate (the accepted tokens of a sampled run need not be the recorded
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -118,15 +119,28 @@ class TargetPass:
         return _spacing(self.top[t], self.dtype)
 
 
-def target_chunks(pair, prompt_ids: Sequence[int], completion_ids: Sequence[int], chunk: int
-                  ) -> Iterator[tuple[int, torch.Tensor]]:
-    """(first completion position, logits [n, V]) for the target after the recorded text, `chunk` positions at a
-    time; the prompt is prefilled in chunks too, so no more than chunk x V logits are held at once."""
+def prompt_cache(pair, prompt_ids: Sequence[int], chunk: int) -> CachedLM:
+    """The target after the prompt but its last token, what a live run's prefill leaves (RunContext.target_kv: a
+    drafter that copies the target's KV copies it from here), prefilled `chunk` positions at a time."""
     lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    head = [int(t) for t in prompt_ids[:-1]]
+    for a in range(0, len(head), chunk):
+        lm.feed(head[a: a + chunk], last_only=True)
+    return lm
+
+
+def target_chunks(pair, prompt_ids: Sequence[int], completion_ids: Sequence[int], chunk: int,
+                  prompt: CachedLM | None = None) -> Iterator[tuple[int, torch.Tensor]]:
+    """(first completion position, logits [n, V]) for the target after the recorded text, `chunk` positions at a
+    time; the prompt is prefilled in chunks too (or taken from `prompt_cache`'s `prompt`, left unchanged), so no
+    more than chunk x V logits are held at once."""
+    if prompt is None:
+        lm = prompt_cache(pair, prompt_ids, chunk)
+    else:
+        lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+        lm.cache, lm.tokens = copy.deepcopy(prompt.cache), list(prompt.tokens)
     seq = [int(t) for t in (*prompt_ids, *completion_ids)]
     head = len(prompt_ids) - 1
-    for a in range(0, head, chunk):
-        lm.feed(seq[a: min(a + chunk, head)], last_only=True)
     feed = seq[head: head + len(completion_ids)]
     for a in range(0, len(feed), chunk):
         yield a, lm.feed(feed[a: a + chunk]).float()
