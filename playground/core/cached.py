@@ -7,6 +7,7 @@ negative count of tokens to drop).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -37,6 +38,11 @@ class CachedLM:
         if self.vocab_size is not None:
             logits = logits[:, : self.vocab_size]
         return logits
+
+    def load(self, cache: DynamicCache, tokens: Sequence[int]) -> None:
+        """Hold a deep copy of `cache`, which holds `tokens` (another CachedLM's of the same layer shapes):
+        later feeds and crops leave the original as it was."""
+        self.cache, self.tokens = copy.deepcopy(cache), list(tokens)
 
     def crop(self, length: int) -> None:
         """Keep the first `length` cached tokens (DynamicCache.crop takes the number to drop, negated)."""

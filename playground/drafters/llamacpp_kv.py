@@ -13,8 +13,8 @@ llama.cpp has no call that writes KV cells, but it restores a sequence from the 
 `llama_state_seq_get_data` writes (llama-context.cpp and llama-kv-cache.cpp `state_write` in the pinned
 llama-cpp-python): a header (magic, sequence id, streams, cell count), each cell's position and
 sequence ids, then per layer the keys' rows and per layer the values' rows (or, with `v_trans`, the
-values transposed). This module writes that blob by hand because no library does; `probe` checks that
-it reads the layout as this build writes it (two tokens evaluated, exported, parsed and rebuilt: the
+values transposed). This module writes that blob by hand because no library does; `KvShare.check` checks
+that it reads the layout as this build writes it (two tokens evaluated, exported, parsed and rebuilt: the
 rebuild must equal llama.cpp's bytes), and sharing is off, with the reason, where it does not.
 
 Key order. convert_hf_to_gguf permutes the rows of q_proj and k_proj per head so that llama.cpp's RoPE

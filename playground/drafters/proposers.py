@@ -3,7 +3,6 @@ implement is playground.core.proposal; llama.cpp is playground.drafters.llamacpp
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
 import torch
@@ -40,7 +39,8 @@ class DraftModelProposer(Proposer):
         self.shared_kv = 0
         if self.takes_target_kv and target is not None and target.tokens == prefix:
             # The same layers' keys and values up to the quantization's rounding: a copy, not a second prefill.
-            self.lm.cache, self.lm.tokens, self.shared_kv = copy.deepcopy(target.cache), prefix, len(prefix)
+            self.lm.load(target.cache, prefix)
+            self.shared_kv = len(prefix)
         else:
             self.lm.feed(prefix, last_only=True)
 

@@ -117,8 +117,7 @@ class _SharedPrefillDraft(DraftModelProposer):
             return
         self.ctx = ctx
         self.lm = CachedLM(self.model, self.device, self.vocab_size)
-        self.lm.cache = copy.deepcopy(self._prefilled[1])  # the cache only: the model is shared, never copied
-        self.lm.tokens = list(key)
+        self.lm.load(self._prefilled[1], key)  # the cache only: the model is shared, never copied
 
 
 class _Proposers:

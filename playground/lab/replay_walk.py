@@ -29,7 +29,6 @@ text: an estimate (the accepted tokens of a sampled run need not be the recorded
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -138,7 +137,7 @@ def target_chunks(pair, prompt_ids: Sequence[int], completion_ids: Sequence[int]
         lm = prompt_cache(pair, prompt_ids, chunk)
     else:
         lm = CachedLM(pair.target, pair.device, pair.vocab_size)
-        lm.cache, lm.tokens = copy.deepcopy(prompt.cache), list(prompt.tokens)
+        lm.load(prompt.cache, prompt.tokens)
     seq = [int(t) for t in (*prompt_ids, *completion_ids)]
     head = len(prompt_ids) - 1
     feed = seq[head: head + len(completion_ids)]
