@@ -60,6 +60,14 @@ class CostCurve:
         """(c, overhead) of a proposal from `source`; the drafter's own when it has no separate figure."""
         return self.sources.get(source, (self.c, self.overhead)) if source is not None else (self.c, self.overhead)
 
+    def iteration_cost(self, k: int, drafted: int, source: str | None = None) -> float:
+        """An iteration's cost in plain target steps: 1 for a plain step (k = 0), else the source's c per proposal
+        drafted, its cost per call and a target pass over drafted + 1 tokens (playground.core.cost)."""
+        if k == 0:
+            return 1.0
+        c, overhead = self.for_source(source)
+        return cost.iteration_cost(drafted, c, self.v, overhead)
+
 
 @dataclass(frozen=True)
 class AdaptiveSettings:

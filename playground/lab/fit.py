@@ -92,10 +92,13 @@ def fit_loop(iterations: Sequence[Sequence[float]], unit_s: float) -> LoopCosts 
 
     Only iterations that proposed something count for the drafter (k = 0 is a plain step). None when nothing
     was drafted or the unit is unknown."""
-    rows = [r for r in iterations if r[0] > 0]
+    # The proposals drafted (row[6]: fewer than k after a confidence stop, or from a drafter with fewer to give),
+    # else k (rows saved without it).
+    rows = [r for r in iterations if r[0] > 0 and (len(r) <= 6 or r[6] > 0)]
     if not rows or not unit_s or unit_s <= 0:
         return None
-    ks = [float(r[0]) for r in rows]
+    drafted = [int(r[6]) if len(r) > 6 else int(r[0]) for r in rows]
+    ks = [float(d) for d in drafted]
     draft = [(r[3] + r[5]) / unit_s for r in rows]  # a rollback is paid once per drafting iteration
     if len(set(ks)) >= 2:
         fit = linregress(ks, draft)
@@ -104,8 +107,8 @@ def fit_loop(iterations: Sequence[Sequence[float]], unit_s: float) -> LoopCosts 
     else:  # one k: only the total per call is known; put it on the tokens, as the calibration's slope would
         c, c_se, overhead, overhead_se = statistics.median(draft) / ks[0], None, 0.0, None
     by_n: dict[int, list[float]] = {}
-    for r in rows:
-        by_n.setdefault(int(r[0]) + 1, []).append(r[4])
+    for r, d in zip(rows, drafted):
+        by_n.setdefault(d + 1, []).append(r[4])
     return LoopCosts(unit_s, c, c_se, overhead, overhead_se, fit_verify(by_n, unit_s), len(rows))
 
 

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..core import cost
 from ..core.cached import CachedLM
 from ..core.engine import _clip, _cut  # the engine's own clipping and stop rules, so the walk cannot drift from them
 from ..core.proposal import EMPTY, Proposal, Proposer, RunContext
@@ -264,22 +263,13 @@ def walk(prompt_ids: Sequence[int], completion_ids: Sequence[int], target: Seque
     return Walk(records, drafted, list(getattr(controller, "decisions", [])))
 
 
-def iteration_cost(curve: CostCurve, k: int, drafted: int, source: str | None) -> float:
-    """An iteration's cost in plain target steps: 1 for a plain step (k = 0), else the source's c per proposal
-    drafted, its cost per call and a target pass over drafted + 1 tokens (playground.core.cost)."""
-    if k == 0:
-        return 1.0
-    c, overhead = curve.for_source(source)
-    return cost.iteration_cost(drafted, c, curve.v, overhead)
-
-
 def walk_costs(w: Walk, curve: CostCurve | None) -> tuple[list[float], list[float]] | None:
     """(cost per iteration, cost per emitted token: each token its iteration's cost shared equally)."""
     if curve is None:
         return None
     per_it, per_token = [], []
     for it, drafted in zip(w.records, w.drafted):
-        c = iteration_cost(curve, it.k, drafted, it.sources[0] if it.sources else None)
+        c = curve.iteration_cost(it.k, drafted, it.sources[0] if it.sources else None)
         per_it.append(c)
         per_token += [c / len(it.emitted)] * len(it.emitted)
     return per_it, per_token
@@ -308,7 +298,7 @@ def expected_walk(accept: Callable[[int], Sequence[float]], drafted: Callable[[i
         k_i = max(0, min(k, length - i - 1))
         m = drafted(i, k_i) if k_i else 0
         a = list(accept(i))[: min(k_i, m)] if m else []
-        c = iteration_cost(curve, k_i, m, source(i)) if curve is not None else 0.0
+        c = curve.iteration_cost(k_i, m, source(i)) if curve is not None else 0.0
         survive = np.cumprod([1.0, *a])  # survive[j] = P(the first j proposals accepted)
         for j in range(len(a) + 1):
             pj = survive[j] - (survive[j + 1] if j < len(a) else 0.0)

@@ -14,6 +14,7 @@ from ..drafters.adaptive import describe_choices
 from ..errors import PlaygroundError
 from .batch import batch_table
 from .fit import prediction_score
+from .schedules import schedules_rows, summary_line
 
 
 def load_result(path: str | Path) -> dict:
@@ -193,7 +194,7 @@ def k_table(doc: dict) -> str:
     the break-even alpha, an adaptive / heuristic arm how often each k was chosen."""
     sweep = doc["experiment"] == "sweep"
     schedules = any(not isinstance(row["k"], int) for row in doc["table"])
-    head = ["k", "median", "min-max", "alpha", "pred iid", "pred emp", "trust"]
+    head = ["k", "median", "min-max", "alpha", "pred iid", "pred emp", "costed", "trust"]
     head += (["break-even alpha"] if sweep else []) + (["k chosen: k\u00d7iterations"] if schedules else [])
     rows = []
     for row in doc["table"]:
@@ -201,7 +202,7 @@ def k_table(doc: dict) -> str:
         be = row.get("break_even_alpha")
         cells = [str(row["k"]), f"{row['median_ratio']:.2f}", f"{row['min_ratio']:.2f}-{row['max_ratio']:.2f}",
                  _fmt(row["alpha"], ".3f"), _fmt(row.get("predicted_iid")), _fmt(row.get("predicted_empirical")),
-                 _trust_cell(row.get("trust"))]
+                 _fmt(row.get("median_costed")), _trust_cell(row.get("trust"))]
         if sweep:
             cells.append(("never" if be is None else f"{be:.2f}") if fixed else "-")
         if schedules:
@@ -225,6 +226,10 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
     lines += verdict_lines(doc)
     if cmd == "speed":
         lines += ["", "per prompt: measured (empirical prediction)", "", speed_markdown(doc, kinds)]
+    if (sched := schedules_rows(doc)) is not None:
+        lines += ["", "schedules: costed = each run's own iterations under the calibration (no host noise), medians",
+                  "", markdown_table(*sched)]
+        lines += [line] if (line := summary_line(doc)) else []
     if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
         lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss)", "",
                   explained_markdown(doc)]

@@ -15,6 +15,7 @@ from ..envinfo import environment
 from .calibration import Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
 from .fit import explain_cell
+from .schedules import compare, costed_ratio
 from .trust import (
     MachineMonitor,
     TrustLimits,
@@ -37,13 +38,14 @@ def _run_plain(pair, prompt, sampling, max_new):
 
 def _run_spec(pair, prompt, proposer_factory, k, sampling, max_new, timing=None, min_confidence=None, memory=None):
     """The run's summary and its iterations as compact rows (k, accepted, emitted, draft_s, verify_s,
-    rollback_s): what lab.fit needs to fit the step costs the loop really paid."""
+    rollback_s, drafted, source): what lab.fit needs to fit the step costs the loop really paid, and
+    lab.schedules to cost the run's decisions."""
     curve = CostCurve.from_timing(timing) if timing is not None else None
     controller = make_controller(k, curve, memory=memory)
     records = list(speculative_generate(pair, prompt, proposer=proposer_factory(), k=controller, sampling=sampling,
                                         max_new_tokens=max_new, record_probs=False, min_confidence=min_confidence))
-    rows = [[it.k, it.n_accepted, len(it.emitted), it.draft_s, it.verify_s, it.rollback_s]
-            for it in records if isinstance(it, Iteration)]
+    rows = [[it.k, it.n_accepted, len(it.emitted), it.draft_s, it.verify_s, it.rollback_s, len(it.proposed),
+             it.sources[0] if it.sources else None] for it in records if isinstance(it, Iteration)]
     return summarize(records), rows
 
 
@@ -113,7 +115,9 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
                 })
     load = monitor.stop()
     for x in runs:
-        x["predicted_empirical"] = _run_prediction(x, timing_of(x["prompt"]))
+        t = timing_of(x["prompt"])
+        x["predicted_empirical"] = _run_prediction(x, t)
+        x["costed"] = costed_ratio(x["iterations"], CostCurve.from_timing(t) if t is not None else None)
     table = [_speed_row(k, [x for x in runs if x["k"] == k], timing_of) for k in ks]
     by_prompt = [{"prompt": name, **_speed_row(k, [x for x in runs if x["k"] == k and x["prompt"] == name], timing_of)}
                  for name in prompts for k in ks]
@@ -137,7 +141,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
             "min_confidence": min_confidence,
             "table": table, "best_k": best["k"], "by_prompt": by_prompt, "best_k_by_prompt": {
                 name: _best_fixed([r for r in by_prompt if r["prompt"] == name])["k"] for name in prompts},
-            "drift": drift, "runs": runs,
+            "drift": drift, "schedules": compare(runs, list(prompts), ks), "runs": runs,
             "timing": first.to_dict() if (first := timing_of(next(iter(prompts)))) else None,
             "timing_by_prompt": {n: timing[n].to_dict() for n in prompts if n in timing}
             if isinstance(timing, dict) else None}
@@ -164,7 +168,9 @@ def _speed_row(k: int, runs: list[dict], timing_of: Callable[[str], Timing | Non
     row = {"k": k, "median_ratio": statistics.median(x["ratio"] for x in rows),
            "min_ratio": min(x["ratio"] for x in rows), "max_ratio": max(x["ratio"] for x in rows),
            "median_e2e_ratio": statistics.median(e2e) if e2e else None,
-           "n": len(rows), "alpha": statistics.median(alphas) if alphas else None}
+           "n": len(rows), "alpha": statistics.median(alphas) if alphas else None,
+           "median_costed": statistics.median(costed) if (costed := [x["costed"] for x in rows
+                                                                       if x.get("costed") is not None]) else None}
     if isinstance(k, str):  # adaptive / heuristic: k varies by iteration; show how it was spread
         spread: dict[str, int] = {}
         for x in rows:

@@ -1,0 +1,136 @@
+"""What a run's decisions were worth, with the host's noise taken out: schedules compared on their own iterations.
+
+A speculative run's iterations are its decisions (the k of each) and what the text made of them (the proposals
+drafted, accepted and emitted). Costed under one calibration (`CostCurve.iteration_cost`: 1 for a plain step,
+drafted * c + o + v(drafted + 1) for a drafting iteration, with its source's c and o), the run's tokens over the
+target steps its iterations cost is its *costed* speed-up: the ratio it would have measured on a host that ran
+every step at its calibrated cost. It is exact arithmetic on the records, so it does not move between rounds
+unless the decisions or the text do.
+
+Why: a measured ratio carries the host's noise (on the 2-core VMs of docs/results.md, 10% between two runs that
+did identical work), and a schedule that beats another by less than that noise in one run is no finding. Greedy
+runs of one prompt emit the same text whatever the schedule, so two schedules that chose the same k in every
+iteration did the same work: their costed figures are equal, and any gap between their measured ratios is the
+host's. Where their decisions differ, the costed figures say which decisions were better under the calibrated
+costs and the measured ones whether the host agreed.
+
+Compact iteration rows, as lab.speed keeps them: (k, accepted, emitted, draft_s, verify_s, rollback_s, drafted,
+source); rows without the last two (results saved before they were kept) are costed as if k were drafted by the
+drafter's own source.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+from ..drafters.adaptive import CostCurve
+
+SCHEDULES = ("adaptive", "heuristic")
+
+
+def _drafted(row: Sequence) -> int:
+    return int(row[6]) if len(row) > 6 else int(row[0])
+
+
+def costed_ratio(rows: Sequence[Sequence], curve: CostCurve | None) -> float | None:
+    """A run's emitted tokens over the target steps its iterations cost under `curve` (None without a curve or
+    iterations)."""
+    if curve is None or not rows:
+        return None
+    steps = sum(curve.iteration_cost(int(r[0]), _drafted(r), r[7] if len(r) > 7 else None) for r in rows)
+    tokens = sum(int(r[2]) for r in rows)
+    return tokens / steps if steps > 0 else None
+
+
+def decisions(rows: Sequence[Sequence]) -> tuple[tuple[int, int], ...]:
+    """A run's (k, drafted) per iteration: what two runs must share to have done the same work on the same text."""
+    return tuple((int(r[0]), _drafted(r)) for r in rows)
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def compare(runs: Sequence[Mapping], prompts: Sequence[str], ks: Sequence) -> list[dict]:
+    """Per prompt, every arm's median costed and measured ratio, the best fixed k by its costed figure, and each
+    schedule (adaptive, heuristic) against it; adaptive against the heuristic too, with whether the two made the
+    same decisions in every round. `runs`: lab.speed's runs, each with its `costed` figure and `iterations`."""
+    out = []
+    fixed = [k for k in ks if isinstance(k, int)]
+    for name in prompts:
+        mine = [x for x in runs if x["prompt"] == name]
+        arms = {k: {"costed": _median(x.get("costed") for x in mine if x["k"] == k),
+                    "measured": _median(x["ratio"] for x in mine if x["k"] == k)} for k in ks}
+        entry: dict = {"prompt": name, "arms": {str(k): a for k, a in arms.items()}}
+        costed_fixed = {k: arms[k]["costed"] for k in fixed if arms[k]["costed"] is not None}
+        if costed_fixed:
+            best = max(costed_fixed, key=lambda k: (costed_fixed[k], -k))
+            entry["best_fixed"] = {"k": best, "costed": costed_fixed[best], "measured": arms[best]["measured"]}
+            for s in SCHEDULES:
+                if s in arms and arms[s]["costed"] is not None:
+                    entry[f"{s}_of_best"] = arms[s]["costed"] / costed_fixed[best]
+        if all(s in arms for s in SCHEDULES):
+            a, h = arms["adaptive"], arms["heuristic"]
+            rounds = sorted({x["round"] for x in mine})
+            same = all(decisions(_rows(mine, "adaptive", r)) == decisions(_rows(mine, "heuristic", r)) for r in rounds)
+            entry["adaptive_vs_heuristic"] = {
+                "costed": a["costed"] / h["costed"] if a["costed"] and h["costed"] else None,
+                "measured": a["measured"] / h["measured"] if a["measured"] and h["measured"] else None,
+                "same_decisions": same}
+        out.append(entry)
+    return out
+
+
+def _rows(runs: Sequence[Mapping], arm, r: int) -> Sequence[Sequence]:
+    return next((x.get("iterations") or () for x in runs if x["k"] == arm and x["round"] == r), ())
+
+
+def summary_line(doc: Mapping) -> str | None:
+    """Adaptive against the heuristic and the best fixed k over a result's prompts, costed and measured."""
+    entries = [e for e in doc.get("schedules") or [] if e.get("adaptive_vs_heuristic")]
+    costed = [(e["adaptive_vs_heuristic"]["costed"], e["prompt"]) for e in entries
+              if e["adaptive_vs_heuristic"]["costed"] is not None]
+    if not costed:
+        return None
+    same = sum(1 for e in entries if e["adaptive_vs_heuristic"]["same_decisions"])
+    measured = [e["adaptive_vs_heuristic"]["measured"] for e in entries if e["adaptive_vs_heuristic"]["measured"]]
+    low = min(costed)
+    line = (f"adaptive / heuristic, costed (their own iterations under the calibration, no host noise): median "
+            f"{statistics.median(x for x, _ in costed):.3f}, lowest {low[0]:.3f} ({low[1]}); measured: median "
+            f"{statistics.median(measured):.3f} ({min(measured):.3f}-{max(measured):.3f}); same k in every "
+            f"iteration on {same} of {len(entries)} prompts")
+    shares = [(e["adaptive_of_best"], e["prompt"]) for e in doc.get("schedules") or [] if "adaptive_of_best" in e]
+    if shares:
+        lo = min(shares)
+        line += (f"; adaptive / best fixed k, costed: median {statistics.median(x for x, _ in shares):.3f}, lowest "
+                 f"{lo[0]:.3f} ({lo[1]})")
+    return line
+
+
+def schedules_rows(doc: Mapping) -> tuple[list[str], list[list[str]]] | None:
+    """A table's head and rows, per prompt: the best fixed k by its costed figure, each schedule's costed figure
+    and its share of that, and adaptive against the heuristic, costed and measured."""
+    entries = doc.get("schedules") or []
+    present = [s for s in SCHEDULES if any(s in e["arms"] for e in entries)]
+    if not entries or not present:
+        return None
+    head = ["preset", "best fixed k, costed (measured)",
+            *(f"{s}, costed (measured)" for s in present)]
+    both = len(present) == 2
+    head += ["adaptive / heuristic: costed, measured"] if both else []
+    rows = []
+    for e in entries:
+        best = e.get("best_fixed")
+        row = [e["prompt"], f"k={best['k']}: {best['costed']:.2f} ({best['measured']:.2f})" if best else "-"]
+        for s in present:
+            a = e["arms"].get(s) or {}
+            share = f", {e[f'{s}_of_best']:.0%} of best" if f"{s}_of_best" in e else ""
+            row.append("-" if a.get("costed") is None else f"{a['costed']:.2f}{share} ({a['measured']:.2f})")
+        if both:
+            vs = e.get("adaptive_vs_heuristic") or {}
+            text = "-" if vs.get("costed") is None else f"{vs['costed']:.3f}, {vs['measured']:.3f}"
+            row.append(text + (" (same k every iteration)" if vs.get("same_decisions") else ""))
+        rows.append(row)
+    return head, rows
