@@ -92,6 +92,9 @@ def test_sweep_through_the_api_uses_the_lab_and_recommends_a_k(client):
     assert "No recommended k" in summary and "Recommended k =" not in summary and "prefill excluded" in summary
     assert f"The best measured k was {result['best_k']}" in summary or "no k beat plain decoding" in summary.lower()
     assert "Adaptive k (chosen per iteration:" in summary
+    # and what its decisions were worth with the host's noise taken out (lab.schedules)
+    costed = result["schedules"][0]
+    assert f"{costed['adaptive_of_best']:.0%} of the best fixed k costed the same way" in summary
     assert [str(r[0]) for r in table["data"]] == ["1", "2", "adaptive"]
 
 

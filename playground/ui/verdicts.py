@@ -289,11 +289,17 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
         lines.append(f"The cost model, from the per-position acceptance at the largest k and the calibration, "
                      f"predicts k = {predicted} would be best.{agree}")
     ref = next((r for r in fixed if r["k"] == k), best)
+    costed = next(iter(result.get("schedules") or []), {})  # lab.schedules: one entry, the sweep's one prompt
     for r in table:
         if not isinstance(r["k"], int):  # the adaptive arm of the same rounds
-            lines.append(f"Adaptive k (chosen per iteration: {describe_choices(r.get('k_values') or {})}): "
-                         f"{r['median_ratio']:.2f}\u00d7, {r['median_ratio'] / ref['median_ratio']:.0%} of "
-                         f"{'the recommended' if k is not None else 'the best measured'} k.")
+            line = (f"Adaptive k (chosen per iteration: {describe_choices(r.get('k_values') or {})}): "
+                    f"{r['median_ratio']:.2f}\u00d7, {r['median_ratio'] / ref['median_ratio']:.0%} of "
+                    f"{'the recommended' if k is not None else 'the best measured'} k")
+            if r.get("median_costed") is not None and costed.get("adaptive_of_best") is not None:
+                line += (f"; its own iterations costed under the calibration, without the host's noise: "
+                         f"{r['median_costed']:.2f}\u00d7, {costed['adaptive_of_best']:.0%} of the best fixed k "
+                         f"costed the same way (k = {costed['best_fixed']['k']})")
+            lines.append(line + ".")
     losing = [str(r["k"]) for r in fixed if r["median_ratio"] < 1.0]
     if losing:
         lines.append(f"Slower than plain decoding at k = {', '.join(losing)}.")
