@@ -34,8 +34,8 @@ from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup
 from playground.inputs.presets import get_preset, preset_names
 from playground.lab.calibration import calibrate, pooled
+from playground.lab.common import markdown_table
 from playground.lab.replay import preset_turns, replay
-from playground.lab.report import markdown_table
 from playground.lab.speed import speed
 from playground.pairs.registry import load_named_pair
 

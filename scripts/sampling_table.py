@@ -28,7 +28,7 @@ from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup
 from playground.inputs.presets import get_preset, preset_names
 from playground.lab.calibration import calibrate
-from playground.lab.report import markdown_table
+from playground.lab.common import markdown_table
 from playground.lab.speed import speed
 from playground.pairs.registry import load_named_pair
 

@@ -30,7 +30,7 @@ from playground.envinfo import describe_setup
 from playground.inputs.presets import preset_names
 from playground.lab import replay as replay_mod
 from playground.lab.calibration import calibrate
-from playground.lab.report import markdown_table
+from playground.lab.common import markdown_table
 from playground.pairs.registry import load_named_pair
 
 VARIANTS = {

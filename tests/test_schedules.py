@@ -1,6 +1,8 @@
 """Schedules compared on their own iterations (lab.schedules): the costed figure, same-decision detection, and the
 speed result and report that carry them."""
 
+import json
+
 import pytest
 
 from playground import lab
@@ -8,7 +10,7 @@ from playground.drafters.adaptive import CostCurve
 from playground.drafters.proposers import DraftModelProposer
 from playground.lab.calibration import Timing
 from playground.lab.fit import fit_loop
-from playground.lab.report import experiment_text
+from playground.lab.report import experiment_text, report
 from playground.lab.schedules import compare, costed_ratio, decisions, summary_line
 from tests.tiny import tiny_model, tiny_pair
 
@@ -70,7 +72,7 @@ def test_the_loop_fit_verifies_what_was_drafted_not_k():
     assert fitted.c == pytest.approx((0.04 - 0.02) / 0.01 / 2)
 
 
-def test_speed_costs_every_runs_decisions_and_the_report_prints_the_schedules():
+def test_speed_costs_every_runs_decisions_and_the_report_prints_the_schedules(tmp_path):
     target = tiny_model(vocab=64, seed=1)
     perfect = tiny_pair(target, target)  # every proposal accepted: the iterations follow from k and the length alone
     cheap = Timing(target_step_s=1.0, verify_s={n: 1.0 + 0.05 * n for n in range(1, 18)}, draft_step_s=0.1,
@@ -90,3 +92,6 @@ def test_speed_costs_every_runs_decisions_and_the_report_prints_the_schedules():
     assert {r["k"]: r["median_costed"] is not None for r in res["table"]} == {4: True, "adaptive": True, "heuristic": True}
     text = experiment_text(res, "tiny")
     assert "schedules: costed" in text and "adaptive / heuristic, costed" in text and "| costed |" in text
+    saved = tmp_path / "speed.json"
+    saved.write_text(json.dumps(res))
+    assert "adaptive / heuristic, costed" in report(saved)  # a saved result re-read prints them too

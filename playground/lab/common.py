@@ -20,6 +20,11 @@ def spread(xs: Sequence[float]) -> dict:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
+def markdown_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def rotated(arms: list[str], shift: int) -> list[str]:
     """The arms in an order that moves by one from round to round (and prompt to prompt), so drift on
     a shared machine does not always hit the same arm."""

@@ -6,15 +6,15 @@ and `--out` saves) and returns text; the tables are Markdown, for the terminal a
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, median_shares, percent, run_split, within_limits
 from ..drafters.adaptive import describe_choices
 from ..errors import PlaygroundError
 from .batch import batch_table
+from .common import markdown_table
 from .fit import prediction_score
-from .schedules import schedules_rows, summary_line
+from .schedules import schedules_lines
 
 
 def load_result(path: str | Path) -> dict:
@@ -52,11 +52,6 @@ def _fmt(x, spec=".2f") -> str:
 def _text(value) -> str:
     """Free text in a table cell: a '|' would end the cell."""
     return str(value).replace("|", "\\|")
-
-
-def markdown_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def _cells(doc: dict) -> tuple[dict, list[str]]:
@@ -226,10 +221,7 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
     lines += verdict_lines(doc)
     if cmd == "speed":
         lines += ["", "per prompt: measured (empirical prediction)", "", speed_markdown(doc, kinds)]
-    if (sched := schedules_rows(doc)) is not None:
-        lines += ["", "schedules: costed = each run's own iterations under the calibration (no host noise), medians",
-                  "", markdown_table(*sched)]
-        lines += [line] if (line := summary_line(doc)) else []
+    lines += schedules_lines(doc)
     if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
         lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss)", "",
                   explained_markdown(doc)]
@@ -387,6 +379,7 @@ def report(path: str | Path) -> str:
         lines += ["", speed_markdown(doc), *(["", split] if split else []), "",
                   "measured - empirical prediction (\u00b1 the cell's min-max spread):", "", misses_markdown(doc)]
         lines += ["", score] if (score := prediction_line(doc)) else []
+        lines += schedules_lines(doc)
         if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
             lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss):", "",
                       explained_markdown(doc)]

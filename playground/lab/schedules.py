@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from ..drafters.adaptive import CostCurve
+from .common import markdown_table
 
 SCHEDULES = ("adaptive", "heuristic")
 
@@ -134,3 +135,12 @@ def schedules_rows(doc: Mapping) -> tuple[list[str], list[list[str]]] | None:
             row.append(text + (" (same k every iteration)" if vs.get("same_decisions") else ""))
         rows.append(row)
     return head, rows
+
+
+def schedules_lines(doc: Mapping) -> list[str]:
+    """The schedules table and its summary line, as the lab's text prints them (nothing without schedules)."""
+    if (table := schedules_rows(doc)) is None:
+        return []
+    lines = ["", "schedules: costed = each run's own iterations under the calibration (no host noise), medians", "",
+             markdown_table(*table)]
+    return lines + ([line] if (line := summary_line(doc)) else [])
