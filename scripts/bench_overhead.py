@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import dataclasses
 import os
-import socket
 import statistics
 import threading
 import time
@@ -43,6 +42,7 @@ from dataclasses import dataclass
 import psutil
 import torch
 
+from playground.backends.vllm_server import free_port
 from playground.core.engine import speculative_generate
 from playground.core.records import summarize
 from playground.core.timesplit import BUCKETS, OUTSIDE_LIMIT, ROLLBACK_LIMIT, iteration_splits, median_shares, percent
@@ -51,6 +51,7 @@ from playground.envinfo import describe_setup
 from playground.inputs.presets import get_preset
 from playground.lab.trust import MachineMonitor, Verdict
 from playground.pairs.registry import choose_pair, load_choice
+from playground.ui import chromium
 
 PRESETS = ("tool_call", "prose", "code")
 STREAMING_LIMIT = 0.05  # streaming may cost at most this share of the headless decode speed
@@ -120,25 +121,18 @@ class Shown:
 class Chromium:
     """Arm C: the Blocks of arm B served on a loopback port, driven from Debian's Chromium on this machine."""
 
-    PATH = "/usr/bin/chromium"
-    ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-dev-shm-usage")
-
     def __init__(self, pair, k: int, max_new: int, drafter: str = "llama.cpp"):
         from playwright.sync_api import sync_playwright
 
         from playground.ui import build_ui, launch
         from playground.ui.serving import PairProvider
 
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         self.demo = build_ui(PairProvider(pair=pair))
         _, self.url, _ = launch(self.demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
                                 quiet=True)
         self._playwright = sync_playwright().start()
-        self._browser = self._playwright.chromium.launch(executable_path=self.PATH, args=list(self.ARGS))
+        self._browser = chromium.launch(self._playwright)
         self.page = page = self._browser.new_page(viewport={"width": 1440, "height": 1000})
         page.set_default_timeout(600_000)
         page.goto(self.url)
@@ -252,12 +246,12 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=4, help="proposals per iteration (default 4)")
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets (default %(default)s)")
     ap.add_argument("--pair", default=None, help="a named pair (default: the embedded one)")
-    ap.add_argument("--chromium", action="store_true", help=f"arm C too: the app in {Chromium.PATH} on this machine")
+    ap.add_argument("--chromium", action="store_true", help=f"arm C too: the app in {chromium.PATH} on this machine")
     args = ap.parse_args()
     if args.rounds < 1 or args.max_new_tokens < 1:
         ap.error("--rounds and --max-new-tokens must be at least 1")
-    if args.chromium and not os.path.exists(Chromium.PATH):
-        ap.error(f"--chromium: {Chromium.PATH} is missing (scripts/install_browser.sh installs it)")
+    if args.chromium and not os.path.exists(chromium.PATH):
+        ap.error(f"--chromium: {chromium.PATH} is missing (scripts/install_browser.sh installs it)")
     torch.set_num_threads(args.threads)
     pair = fresh_thread(lambda: load_choice(choose_pair(pair=args.pair), progress=None))
     presets = {name: get_preset(name) for name in args.presets.split(",")}
@@ -273,9 +267,9 @@ def main() -> int:
     # B's event loop runs in a thread of its own: Playwright's sync API (arm C) keeps one in the main thread.
     arms = {"A headless": in_thread(lambda name: headless(pair, ids[name], args.k, args.max_new_tokens)),
             "B browser": lambda name: fresh_thread(lambda: browser.run(controls[name]))}
-    chromium = Chromium(pair, args.k, args.max_new_tokens) if args.chromium else None
-    if chromium is not None:
-        arms["C Chromium"] = lambda name: chromium.run(controls[name]["prompt"], controls[name]["chat"])
+    chrome = Chromium(pair, args.k, args.max_new_tokens) if args.chromium else None
+    if chrome is not None:
+        arms["C Chromium"] = lambda name: chrome.run(controls[name]["prompt"], controls[name]["chat"])
     first = next(iter(presets))
     for run in arms.values():  # warm-up, untimed: one run of each arm
         run(first)
@@ -288,13 +282,13 @@ def main() -> int:
     others = dataclasses.replace(monitor.load, other_cores=max(0.0, monitor.load.other_cores - browser_cores))
     load = Verdict.of(others.findings())
     print(f"\nmachine: {load.headline()} (other processes: {others.other_cores:.2f} cores"
-          + (f"; arm C's browser: {browser_cores:.2f} cores over the whole run" if chromium else "")
+          + (f"; arm C's browser: {browser_cores:.2f} cores over the whole run" if chrome else "")
           + f") | {time.perf_counter() - t0:.0f} s | {browser.updates} Gradio updates over {browser.events} B events")
-    if chromium is not None:
-        chromium.close()
+    if chrome is not None:
+        chrome.close()
     same = all(len({outputs[(a, n)] for a in arms if a != "C Chromium"}) == 1 for n in presets)
     print(f"same tokens in arms A and B on every preset: {'yes' if same else 'NO'}")
-    if chromium is not None:  # C's page shows counts, not token ids
+    if chrome is not None:  # C's page shows counts, not token ids
         shown = {n: outputs[("C Chromium", n)] for n in presets}
         same_c = all(shown[n][0] == len(outputs[("A headless", n)]) for n in presets)
         print(f"arm C: as many new tokens as A on every preset: {'yes' if same_c else 'NO'} (new tokens, "
@@ -313,7 +307,7 @@ def main() -> int:
         print(f"| {arm} | {len(its)} | " + " | ".join(percent(shares[arm][b]) for b in BUCKETS) + " |")
     streaming = ratios(speeds, presets, "B browser", "A headless")
     print("\n" + ratio_line("B / A", streaming))
-    if chromium is not None:
+    if chrome is not None:
         drawn = ratios(speeds, presets, "C Chromium", "A headless")
         print(ratio_line("C / A", drawn))
     cost = 1 - statistics.median(x for xs in streaming.values() for x in xs)
@@ -327,7 +321,7 @@ def main() -> int:
         (f"streaming cost < {STREAMING_LIMIT:.0%}: {held[cost < STREAMING_LIMIT]} ({100 * cost:+.1f}% of the "
          f"headless speed, median of {args.rounds * len(presets)} pairs)"),
     ]
-    if chromium is not None:
+    if chrome is not None:
         c_cost = 1 - statistics.median(x for xs in drawn.values() for x in xs)
         verdict.append(f"with a browser on the same cores < {STREAMING_LIMIT:.0%}: {held[c_cost < STREAMING_LIMIT]} "
                        f"({100 * c_cost:+.1f}%)")

@@ -1,8 +1,7 @@
-import socket
-
 import pytest
 import torch
 
+from playground.backends.vllm_server import free_port
 from tests.tiny import perturbed, tiny_model, tiny_pair
 
 
@@ -44,12 +43,6 @@ def drafts64(target64):
 @pytest.fixture(scope="session")
 def pair64(target64, drafts64):
     return tiny_pair(target64, drafts64["useful"])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from playground.core.timesplit import (
 from playground.drafters.registry import make_proposer
 from playground.lab.report import experiment_text, time_split_line
 from playground.pairs.models import ModelPair
-from playground.ui import charts, handlers, panels, serving
+from playground.ui import charts, chromium, handlers, panels, serving
 from playground.ui.session import parse_request
 from tests.tiny import perturbed, tiny_model, tiny_pair, word_tokenizer
 
@@ -185,15 +185,15 @@ def test_the_benchmarks_browser_arm_drives_the_run_event_through_gradio(word_pai
 @pytest.mark.slow
 def test_the_benchmarks_chromium_arm_reads_a_run_off_the_page(word_pair):
     bench = _bench()
-    if not os.path.exists(bench.Chromium.PATH):
-        pytest.skip(f"{bench.Chromium.PATH} is missing: run scripts/install_browser.sh")
+    if not os.path.exists(chromium.PATH):
+        pytest.skip(f"{chromium.PATH} is missing: run scripts/install_browser.sh")
     pytest.importorskip("playwright.sync_api")
-    chromium = bench.Chromium(word_pair, k=3, max_new=12, drafter="draft")
+    chrome = bench.Chromium(word_pair, k=3, max_new=12, drafter="draft")
     try:
-        shown = chromium.run(PROMPT, chat=True)
-        again = chromium.run(PROMPT, chat=True)  # the second run waits for its own Done line, not the first's
+        shown = chrome.run(PROMPT, chat=True)
+        again = chrome.run(PROMPT, chat=True)  # the second run waits for its own Done line, not the first's
     finally:
-        chromium.close()
+        chrome.close()
     same = summarize(bench.Browser(word_pair).run(CONTROLS))  # arm B, the same controls, after the browser
     assert (shown.new_tokens, shown.target_passes) == (again.new_tokens, again.target_passes) == (
         same.new_tokens, same.target_passes)

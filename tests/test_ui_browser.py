@@ -21,12 +21,10 @@ import time
 
 import pytest
 
+from playground.ui import chromium
+
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
 TIMEOUT_MS = 180_000
 ROLE_COLOURS = {"acc": "rgb(187, 247, 208)", "cor": "rgb(254, 202, 202)", "bon": "rgb(191, 219, 254)"}
 
@@ -47,11 +45,11 @@ def app_url(launch_app):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing: run scripts/install_browser.sh")
+    if not os.path.exists(chromium.PATH):
+        pytest.skip(f"{chromium.PATH} is missing: run scripts/install_browser.sh")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        b = chromium.launch(p)
         try:
             yield b
         finally:

@@ -98,10 +98,11 @@ def summary_line(doc: Mapping) -> str | None:
     same = sum(1 for e in entries if e["adaptive_vs_heuristic"]["same_decisions"])
     measured = [e["adaptive_vs_heuristic"]["measured"] for e in entries if e["adaptive_vs_heuristic"]["measured"]]
     low = min(costed)
+    shown = (f"median {statistics.median(measured):.3f} ({min(measured):.3f}-{max(measured):.3f})" if measured
+             else "none")
     line = (f"adaptive / heuristic, costed (their own iterations under the calibration, no host noise): median "
-            f"{statistics.median(x for x, _ in costed):.3f}, lowest {low[0]:.3f} ({low[1]}); measured: median "
-            f"{statistics.median(measured):.3f} ({min(measured):.3f}-{max(measured):.3f}); same k in every "
-            f"iteration on {same} of {len(entries)} prompts")
+            f"{statistics.median(x for x, _ in costed):.3f}, lowest {low[0]:.3f} ({low[1]}); measured: {shown}; "
+            f"same k in every iteration on {same} of {len(entries)} prompts")
     shares = [(e["adaptive_of_best"], e["prompt"]) for e in doc.get("schedules") or [] if "adaptive_of_best" in e]
     if shares:
         lo = min(shares)
