@@ -99,7 +99,7 @@ def main() -> int:
 
             live = speed(pair, {name: list(turn.prompt_ids)}, lambda d=drafter: make_proposer(pair, d),
                          ks=(k, *CONTROLLERS), rounds=args.rounds, max_new_tokens=preset.max_new_tokens,
-                         timing=live_timing, carry_state=False,
+                         timing=live_timing, memory="none",
                          between_rounds=recalibrate if args.spread_calibration else None)
             timing = live_timing[name]
             tdoc = replayed(timing) if timing is not first else first_doc

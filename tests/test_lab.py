@@ -8,6 +8,7 @@ import torch
 from playground import lab
 from playground.core.sampling import SamplingConfig
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
+from playground.errors import PlaygroundError
 from playground.lab.calibration import pass_lengths
 from tests.tiny import tiny_model, tiny_pair
 
@@ -167,8 +168,16 @@ def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pa
     cheap = Timing(target_step_s=1.0, verify_s={n: 1.0 + 0.05 * n for n in range(1, 18)}, draft_step_s=0.1,
                    context_tokens=3)
     firsts = {}
-    for carry in (True, False):
-        r = lab.speed(perfect, {"a": [1, 2, 3]}, factory(perfect), ks=("adaptive",), rounds=3, max_new_tokens=24,
-                      timing=cheap, carry_state=carry)
-        firsts[carry] = [x["iterations"][0][0] for x in r["runs"]]
-    assert len(set(firsts[False])) == 1 and firsts[True][0] == firsts[False][0] < firsts[True][1]
+    for memory in ("conversation", "none", "prompt"):
+        r = lab.speed(perfect, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(perfect), ks=("adaptive",), rounds=3,
+                      max_new_tokens=24, timing=cheap, memory=memory)
+        assert r["memory"] == memory
+        firsts[memory] = {(x["round"], x["prompt"]): x["iterations"][0][0] for x in r["runs"]}
+    fresh = firsts["none"][(0, "a")]
+    assert set(firsts["none"].values()) == {fresh}  # every run a first call
+    # one conversation: prompt b's first run already remembers a's rate, and drafts deeper
+    assert firsts["conversation"][(0, "a")] == fresh < firsts["conversation"][(0, "b")]
+    # per prompt: each prompt's first round is a first call, its later rounds remember its own runs
+    assert firsts["prompt"][(0, "a")] == firsts["prompt"][(0, "b")] == fresh < firsts["prompt"][(1, "b")]
+    with pytest.raises(PlaygroundError, match="memory must be one of"):
+        lab.speed(perfect, {"a": [1, 2, 3]}, factory(perfect), ks=(2,), rounds=1, max_new_tokens=4, memory="tab")

@@ -53,6 +53,16 @@ def test_speed_pools_a_calibration_made_between_rounds_unless_told_not_to(dirs, 
     # one calibration before the rounds, one after each round but the last: their samples pooled
     assert timing["raw"].get("pooled", 1) == (3 if spread else 1)
     assert len(timing["raw"]["plain_step_s"]) == (8 + 2 * 4 if spread else 8)
+    assert res["memory"] == "conversation"  # the default scope of the schedules' memory
+
+
+def test_speed_takes_the_scope_of_the_schedules_memory(dirs, tmp_path):
+    res = run(dirs, tmp_path, "speed", "--ks", "1,adaptive", "--rounds", "2", "--max-new-tokens", "4", "--memory", "none")
+    assert res["memory"] == "none"
+    assert "schedules' memory: none" in experiment_text(res, "cpu")
+    with pytest.raises(SystemExit) as refused:  # argparse names the choices
+        main(["speed", "--target", dirs[0], "--draft", "none", "--drafter", "lookup", "--prompt", "w1", "--memory", "tab"])
+    assert refused.value.code == 2
 
 
 def test_report_rereads_a_saved_result_as_markdown(dirs, tmp_path, capsys):

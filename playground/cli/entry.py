@@ -177,6 +177,11 @@ def _add_lab_parsers(sub) -> None:
             p.add_argument("--min-confidence", type=float, default=None,
                            help="model drafters stop after a token they gave less than this probability")
         if name == "speed":
+            # lab.speed.MEMORY_SCOPES, spelled out: the parser imports nothing that loads torch
+            p.add_argument("--memory", choices=("conversation", "prompt", "none"), default="conversation",
+                           help="what adaptive k and the heuristic carry from run to run: conversation (every prompt "
+                                "and round, as an agent's calls; default), prompt (rounds of one prompt only: a "
+                                "figure per output shape whatever the order) or none (every run a first call)")
             p.add_argument("--no-spread-calibration", dest="spread_calibration", action="store_false",
                            help="predict from the calibrations made before the rounds only (default: a short one "
                                 "more between rounds, pooled, so the step costs span the minutes the rounds ran)")

@@ -139,7 +139,7 @@ def _speed(job: Job) -> dict:
     timings = _calibrations(job, list(job.ids))
     return speed(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.max_new,
                  sampling=_sampling(job.args), timing=timings, min_confidence=job.args.min_confidence,
-                 progress=_rest_of_bar(job), between_rounds=_spread(job, timings))
+                 progress=_rest_of_bar(job), between_rounds=_spread(job, timings), memory=job.args.memory)
 
 
 def _sweep(job: Job) -> dict:

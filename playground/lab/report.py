@@ -213,7 +213,9 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
     c = (doc.get("timing") or {}).get("c")
     lines = [f"{cmd} ({setup}; {doc.get('sampling') or 'greedy'}; {doc['max_new_tokens']} new tokens; {doc['rounds']} rounds of adjacent runs "
              f"in rotating order; ratio = speculative / plain tokens/s, prefill excluded"
-             + ("" if c is None else f"; c = {c:.2f}") + ")", "", k_table(doc), ""]
+             + ("" if c is None else f"; c = {c:.2f}")
+             + (f"; schedules' memory: {doc['memory']}" if any(isinstance(k, str) for k in doc["ks"])
+                and doc.get("memory") else "") + ")", "", k_table(doc), ""]
     lines.append(f"best k measured: {doc['best_k']}" + (f"; predicted: {doc['predicted_best_k']}"
                                                          if "predicted_best_k" in doc else ""))
     split = time_split_line(doc)

@@ -12,6 +12,7 @@ from ..core.records import Iteration, summarize
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
 from ..envinfo import environment
+from ..errors import PlaygroundError
 from .calibration import Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
 from .fit import explain_cell
@@ -30,6 +31,8 @@ from .trust import (
 )
 
 # --- speed: plain against speculative, in adjacent runs ----------------------------------------------
+
+MEMORY_SCOPES = ("conversation", "prompt", "none")  # what a schedule's state carries over between runs (speed())
 
 
 def _run_plain(pair, prompt, sampling, max_new):
@@ -53,7 +56,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
           rounds: int = 3, max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY,
           timing: Timing | dict[str, Timing] | None = None,
           drift_warning: float = 0.15, min_confidence: float | None = None, progress: Progress = None,
-          carry_state: bool = True, between_rounds: Callable[[int], None] | None = None) -> dict:
+          memory: str = "conversation", between_rounds: Callable[[int], None] | None = None) -> dict:
     """Measured speed-up of speculative over plain decoding per prompt and k, with the prediction beside it.
 
     In each round, for each prompt, plain and every k run back to back in an order that rotates from
@@ -65,15 +68,24 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     `timing`: one calibration for every prompt, or one per prompt name (a longer context costs more per
     step, on both sides, so per-prompt calibrations predict better). A calibration timed under another
     decoding than `sampling` (Timing.sampling) is flagged: its prediction leaves out (or counts) the sampling
-    work of each pass. `carry_state=False` starts every controller afresh in each round (each run a first call,
-    as replay predicts it). `between_rounds(r)` runs after round r but the last (a calibration to pool, say);
+    work of each pass. `memory` says what a schedule's state (adaptive.py) carries over: "conversation" (the
+    default) from every run of its arm to the next, across prompts and rounds, as from one call of an agent to the
+    next on one pair and drafter, so a prompt's figures depend on the prompt before it; "prompt" from one round to
+    the next of the same prompt only (a figure per output shape, whatever the order); "none": every run a first
+    call, as replay predicts it. `between_rounds(r)` runs after round r but the last (a calibration to pool, say);
     `timing`, when a dict, is read again for the predictions made at the end.
     """
     timing_of = (lambda name: timing.get(name)) if isinstance(timing, dict) else (lambda name: timing)
     arms = ["plain", *[f"k={k}" for k in ks]]
-    # A schedule's state carries from run to run of its arm (see adaptive.py), as it would from one call
-    # of an agent to the next on the same pair and drafter.
-    memories: dict[str, dict] = {arm: {} for arm in arms}
+    if memory not in MEMORY_SCOPES:
+        raise PlaygroundError(f"memory must be one of {', '.join(MEMORY_SCOPES)}, got {memory!r}")
+    memories: dict = {}
+
+    def memory_of(arm: str, name: str) -> dict:
+        if memory == "none":
+            return {}
+        return memories.setdefault(arm if memory == "conversation" else (arm, name), {})
+
     runs = []
     total = rounds * len(prompts) * len(arms)
     done = 0
@@ -81,8 +93,6 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     for r in range(rounds):
         if r and between_rounds is not None:
             between_rounds(r - 1)
-        if r and not carry_state:
-            memories = {arm: {} for arm in arms}
         for p_index, (name, prompt) in enumerate(prompts.items()):
             order = rotated(arms, r + p_index)
             results, iterations = {}, {}
@@ -93,7 +103,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
                     setting = arm[2:]
                     results[arm], iterations[arm] = _run_spec(
                         pair, prompt, proposer_factory, int(setting) if setting.isdigit() else setting, sampling,
-                        max_new_tokens, timing_of(name), min_confidence, memories[arm])
+                        max_new_tokens, timing_of(name), min_confidence, memory_of(arm, name))
                 done += 1
                 tick(progress, done / total, f"round {r + 1}/{rounds}, {name}: {arm}")
             for k in ks:
@@ -138,7 +148,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     return {"experiment": "speed", "trust": overall.to_dict(), "machine": load.to_dict(),
             **recommend(best["k"], Verdict.of(overall, Verdict.from_dict(best["trust"]))), "environment": environment(pair), "ks": list(ks), "rounds": rounds,
             "max_new_tokens": max_new_tokens, "sampling": sampling.describe(), "prompts": list(prompts),
-            "min_confidence": min_confidence,
+            "min_confidence": min_confidence, "memory": memory,
             "table": table, "best_k": best["k"], "by_prompt": by_prompt, "best_k_by_prompt": {
                 name: _best_fixed([r for r in by_prompt if r["prompt"] == name])["k"] for name in prompts},
             "drift": drift, "schedules": compare(runs, list(prompts), ks), "runs": runs,
