@@ -6,6 +6,7 @@ command line end to end."""
 import copy
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -20,10 +21,12 @@ from playground.core.sampling import GREEDY, SamplingConfig, probabilities
 from playground.drafters.adaptive import CostCurve, make_controller
 from playground.drafters.proposers import DraftModelProposer
 from playground.drafters.registry import make_proposer
+from playground.errors import PlaygroundError
 from playground.inputs.traces import Turn
 from playground.lab import replay_summary
 from playground.lab.calibration import Timing
 from playground.lab.replay import DRAFTERS, FEEDINGS, greedy_turn, replay
+from playground.lab.replay_report import replay_table
 from playground.lab.replay_walk import PassProposer, expected_walk, replay_context, walk
 from tests.test_models import save
 from tests.tiny import tiny_pair
@@ -113,6 +116,43 @@ def test_the_walk_is_the_live_run(pair, turns, drafter):
             for it, r in zip(live, simulated):  # the decided proposals are the live ones
                 assert list(it.proposed[: len(r["proposed"])]) == list(r["proposed"])
                 assert (it.sources or [None])[0] == (r["sources"] or [None])[0]
+
+
+@pytest.mark.parametrize("drafter", ["draft", "hybrid"])
+@pytest.mark.parametrize("threshold", [0.5, 0.9])
+def test_a_confidence_stop_replays_as_it_runs_live(pair, turns, drafter, threshold):
+    """With a draft confidence stop the drafter stops where a live run's does, not at a rejection: every proposal
+    of the live run is replayed (and costed), and the iterations are the live ones."""
+    timing = fake_timing()
+    curve = CostCurve.from_timing(timing)
+    doc = replay(pair, turns, drafters=[drafter], ks=[2, 8], timing_of=lambda d, ids: timing,
+                 min_confidence=threshold)
+    assert doc["min_confidence"] == threshold and "confidence stop" in doc["records_note"]
+    assert f"draft confidence stop {threshold:g}" in replay_table(doc).splitlines()[0]
+    stopped = 0
+    for t, turn in zip(doc["turns"], turns):
+        assert t["drafters"][drafter]["feeding"] == "live"
+        for arm in (2, 8, "adaptive", "heuristic"):
+            label = f"k={arm}" if isinstance(arm, int) else arm
+            live = [r for r in speculative_generate(pair, list(turn.prompt_ids), proposer=make_proposer(pair, drafter),
+                                                    k=make_controller(arm, curve, memory={}),
+                                                    max_new_tokens=turn.max_new, min_confidence=threshold)
+                    if isinstance(r, Iteration)]
+            simulated = t["drafters"][drafter]["walks"][label]["records"]
+            assert [(it.k, list(it.proposed), it.n_accepted, list(it.emitted), it.finished) for it in live] == \
+                [(r["k"], list(r["proposed"]), r["n_accepted"], list(r["emitted"]), r["finished"]) for r in simulated], \
+                (t["name"], label)
+            assert [r["drafted"] for r in simulated] == [len(it.proposed) for it in live]
+            stopped += sum(0 < len(it.proposed) < it.k and not set(it.proposed) & {EOS} for it in live)
+    assert stopped > 0  # the threshold stopped some drafts short of k, so the test saw the stop
+
+
+def test_a_confidence_stop_is_refused_where_replay_cannot_apply_it(pair, turns):
+    for bad, kwargs, says in [(1.5, {}, "probability in [0, 1]"), (True, {}, "probability in [0, 1]"),
+                              (0.5, {"feeding": "shared"}, "needs live feeding"),
+                              (0.5, {"sampling": SamplingConfig(do_sample=True)}, "greedy decoding only")]:
+        with pytest.raises(PlaygroundError, match=re.escape(says)):
+            replay(pair, turns[:1], drafters=["draft"], ks=[2], min_confidence=bad, **kwargs)
 
 
 def test_a_draft_that_copies_the_target_walks_as_it_runs_live(target64, turns, monkeypatch):

@@ -131,6 +131,36 @@ def test_replaying_the_targets_greedy_output_reproduces_live_runs(embedded, turn
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("drafter", ["llama.cpp", "draft"])
+def test_a_confidence_stop_replays_as_live_runs_stop(embedded, turn_of, drafter, capsys):
+    """Both model drafters under a draft confidence stop (fed live in the replay): the iterations and every proposal
+    drafted, so the cost, are the live run's (departures explained as near-ties, as above)."""
+    if drafter == "llama.cpp" and not llama_cpp_available()[0]:
+        pytest.skip(f"llama.cpp drafter unavailable: {llama_cpp_available()[1]}")
+    curve, notes, stopped = CostCurve.from_timing(TIMING), [], 0
+    for name in ("prose", "tool_call"):
+        turn = turn_of(name)
+        doc = replay(embedded, [turn], drafters=[drafter], ks=(4, 16), controllers=("adaptive",),
+                     timing_of=lambda d, ids: TIMING, records="full", min_confidence=0.5)
+        walks = doc["turns"][0]["drafters"][drafter]["walks"]
+        for arm in (4, 16, "adaptive"):
+            live = [r for r in speculative_generate(embedded, list(turn.prompt_ids),
+                                                    proposer=make_proposer(embedded, drafter),
+                                                    k=make_controller(arm, curve, memory={}), max_new_tokens=turn.max_new,
+                                                    record_probs=False, min_confidence=0.5) if isinstance(r, Iteration)]
+            simulated = walks[f"k={arm}" if isinstance(arm, int) else arm]["records"]
+            if [_key(it) for it in live] != [_sim_key(r) for r in simulated]:
+                notes.append(explain(embedded, turn, live, simulated, arm))
+                continue
+            assert [r["drafted"] for r in simulated] == [len(it.proposed) for it in live], (name, arm)
+            stopped += sum(0 < len(it.proposed) < it.k and not set(it.proposed) & set(embedded.eos_ids) for it in live)
+    assert stopped > 0
+    with capsys.disabled():
+        print(f"\n{drafter} with a confidence stop of 0.5: {stopped} drafts stopped short of k"
+              + "".join(f"\n  {n}" for n in notes))
+
+
+@pytest.mark.slow
 def test_the_sample_trace_replays_end_to_end(embedded, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr("playground.cli.load.load_choice", lambda choice, progress=None: embedded)
     out = tmp_path / "replay.json"

@@ -15,7 +15,7 @@ from ..envinfo import describe_setup, redact
 from ..errors import PlaygroundError
 from ..inputs.traces import read_trace
 from ..lab.calibration import CalibrationStore, calibrated_timing
-from ..lab.replay import available_drafters, calibration_contexts, preset_turns, replay, text_turn
+from ..lab.replay import available_drafters, calibration_contexts, check_confidence, preset_turns, replay, text_turn
 from ..lab.replay_report import replay_table
 from ..lab.report import load_result, report
 from ..limits import Limits
@@ -49,6 +49,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise PlaygroundError("give a trace FILE, --preset NAME or --text PROMPT to replay")
     if args.max_ngram < 1:
         raise PlaygroundError(f"--max-ngram must be >= 1, got {args.max_ngram}")
+    check_confidence(args.min_confidence, sampling, args.feeding)  # before the pair loads
     limits = Limits.from_env()
     pair = load_pair(args)
     drafters = args.drafter or available_drafters(pair)
@@ -73,7 +74,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                               sampling)
     result = replay(pair, turns, drafters, ks, controllers, timing_of=timing_of,
                     progress=lambda f, m: bar(0.3 + 0.7 * f, m), sampling=sampling, feeding=args.feeding,
-                    max_ngram=args.max_ngram, limits=limits, records=args.records, errors=errors)
+                    max_ngram=args.max_ngram, limits=limits, records=args.records, errors=errors,
+                    min_confidence=args.min_confidence)
     result["calibration"] = args.calibration
     result["drafter_descriptions"] = descriptions
     result["command"] = "python -m playground " + shlex.join(getattr(args, "argv", []))

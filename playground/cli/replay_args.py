@@ -33,6 +33,9 @@ def add_replay_parser(sub, add_pair_args) -> None:
                    help="once (default): one calibration per drafter, on the turn of median prompt length; bucket: one "
                         "per drafter and context-length bucket (64, 128, 256, ... tokens): more accurate when the "
                         "contexts differ a lot, a calibration (seconds) per bucket")
+    p.add_argument("--min-confidence", type=float, default=None,
+                   help="replay runs with a draft confidence stop: a model drafter stops drafting after a token it "
+                        "gave less than this probability (greedy; model drafters are then fed live)")
     p.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="presets and --text: tokens generated (default: each preset's own, 64 for --text)")

@@ -19,6 +19,11 @@ the target's teacher-forced arg-max equals the recorded token at every position)
 live run's iterations, up to floating-point near-ties of the target (reported with their logit gaps). A
 completion written by another model, a shared-pass replay of the int8 draft, and every sampling replay are
 estimates, and say so. replay_summary.py pools the turns per output shape and recommends a k.
+
+`min_confidence` replays runs with a draft confidence stop (`speculative_generate(min_confidence=)`, transformers'
+assistant_confidence_threshold): a model drafter stops drafting after a proposal whose own probability is below it.
+Where it stops depends on the drafter's probabilities after its own proposals, which one shared pass does not have,
+so every model drafter is then fed live, a completion the target did not write included (an estimate, as always).
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ SHARED_EXACT = ("llama.cpp",)  # model drafters whose shared-pass walks equal th
 SIMULATED = ("simulated: these iterations were computed from teacher-forced passes over the recorded text, not run; "
              "their timings are 0, and a model drafter's proposals stop at the first one the target rejects (a live "
              "drafter drafts all k; 'drafted' counts those)")
+SIMULATED_STOP = ("simulated: these iterations were computed from teacher-forced passes over the recorded text, not run; "
+                  "their timings are 0; a model drafter drafted as a live one does, up to its confidence stop")
 
 
 def available_drafters(pair) -> list[str]:
@@ -218,7 +225,8 @@ def _chunking_differs(w, pred: list[int], completion) -> list[int]:
 
 def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], controllers: Sequence[str],
                 timing_of: Callable | None, feeding: str, max_ngram: int, chunk: int, records: str,
-                memories: dict, timings: dict, progress: Callable[[str], None]) -> dict:
+                memories: dict, timings: dict, progress: Callable[[str], None],
+                min_confidence: float | None = None) -> dict:
     """Everything `replay` reports about one greedy turn (see the module docstring)."""
     prompt = prompt_cache(pair, turn.prompt_ids, chunk)  # what a live prefill leaves, for drafters that copy it
     tp = _target(pair, turn, chunk, prompt)
@@ -235,8 +243,9 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
                                                   turn.completion_ids, ctx)]
         progress(f"{name} pass")
     # a completion the target did not write: draft/target agreement on that text, from the shared pass
-    shared = frozenset(m for m in models if feeding == "shared" or not doc["exact"]
-                       or (feeding == "auto" and m in SHARED_EXACT))
+    # ... except under a confidence stop, which only a live-fed drafter can apply (the module docstring)
+    shared = frozenset() if min_confidence is not None else frozenset(
+        m for m in models if feeding == "shared" or not doc["exact"] or (feeding == "auto" and m in SHARED_EXACT))
     proposers = _Proposers(pair, turn, max_ngram, shared, preds, tp.argmax)
     doc["drafters"] = {}
     for drafter in drafters:
@@ -259,7 +268,7 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
                 continue
             memory = memories.setdefault((turn.conversation, drafter, label), {})
             controller = make_controller(arm, curve, memory=memory)
-            ctx = replay_context(GREEDY, pair.device, pair.eos_ids)
+            ctx = replay_context(GREEDY, pair.device, pair.eos_ids, min_confidence)
             ctx.target_kv = prompt
             w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposers.get(drafter), controller,
                      turn.max_new, ctx)
@@ -302,14 +311,16 @@ def _check_turn(pair, turn: Turn, limits: Limits) -> None:
 def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, ks: Sequence[int] = range(1, K_MAX + 1),
            controllers: Sequence[str] = ("adaptive", "heuristic"), timing_of: Callable | None = None,
            progress: Progress = None, sampling: SamplingConfig = GREEDY, feeding: str = "auto", max_ngram: int = 3,
-           limits: Limits | None = None, records: str = "full", errors: Sequence = ()) -> dict:
+           limits: Limits | None = None, records: str = "full", errors: Sequence = (),
+           min_confidence: float | None = None) -> dict:
     """Replay `turns` with every drafter, k and controller; a JSON-ready result (see the module docstring).
 
     drafters: default `available_drafters(pair)`. timing_of(drafter, prompt_ids) -> Timing or None: the
     calibration that turns iterations into predicted speed-ups (and that adaptive k needs). feeding: auto, live or
     shared (the module docstring; live is exact for every drafter and costs a drafter run per walk). records: "full"
     (every simulated Iteration), "compact" ([k, drafted, accepted, emitted, source] rows) or "none". errors: the
-    trace file's bad lines, carried into the result. Sampling replays fixed k only (controllers are greedy-only)."""
+    trace file's bad lines, carried into the result. Sampling replays fixed k only (controllers are greedy-only).
+    min_confidence: the draft confidence stop replayed (greedy only; model drafters are then fed live)."""
     limits = limits or Limits()
     drafters = list(drafters) if drafters is not None else available_drafters(pair)
     ks = [int(k) for k in ks]
@@ -324,6 +335,7 @@ def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, k
         raise PlaygroundError(f"feeding must be one of {', '.join(FEEDINGS)}, got {feeding!r}")
     if records not in ("full", "compact", "none"):
         raise PlaygroundError(f"records must be full, compact or none, got {records!r}")
+    check_confidence(min_confidence, sampling, feeding)
     controllers = list(controllers) if sampling.greedy else []
     steps = len(turns) * (1 + len(drafters) * (len(ks) + len(controllers)) + len(MODEL_DRAFTERS))
     done = [0]
@@ -342,7 +354,8 @@ def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, k
             _check_turn(pair, turn, limits)
             if sampling.greedy:
                 doc = replay_turn(pair, turn, drafters, ks, controllers, timing_of, feeding, max_ngram,
-                                  limits.replay_chunk_tokens, records, memories, timings, step(turn.name))
+                                  limits.replay_chunk_tokens, records, memories, timings, step(turn.name),
+                                  min_confidence)
             else:
                 doc = replay_sampling.replay_turn(pair, turn, drafters, ks, sampling, timing_of, max_ngram,
                                                   limits.replay_chunk_tokens, timings, step(turn.name))
@@ -356,10 +369,26 @@ def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, k
     result = {"experiment": "replay", "environment": environment(pair), "sampling": sampling.describe(),
               "feeding": feeding, "ks": ks, "controllers": controllers, "drafters": drafters,
               "max_ngram": max_ngram, "limits": {k: v for k, v in limits.to_dict().items() if "replay" in k},
-              "records": records, "records_note": SIMULATED, "turns": out_turns, "errors": out_errors,
+              "min_confidence": min_confidence, "records": records,
+              "records_note": SIMULATED if min_confidence is None else SIMULATED_STOP, "turns": out_turns,
+              "errors": out_errors,
               "timings": timing_docs, "trust": trust}
     result["summary"] = replay_summary.summarize_replay(result)
     return result
+
+
+def check_confidence(min_confidence, sampling: SamplingConfig, feeding: str) -> None:
+    if min_confidence is None:
+        return
+    if isinstance(min_confidence, bool) or not isinstance(min_confidence, (int, float)) \
+            or not 0.0 <= min_confidence <= 1.0:
+        raise PlaygroundError(f"the draft confidence threshold is a probability in [0, 1], got {min_confidence!r}")
+    if not sampling.greedy:
+        raise PlaygroundError("a confidence stop is replayed for greedy decoding only (a sampling replay runs in "
+                              "expectation and has no drafter run to stop)")
+    if feeding == "shared":
+        raise PlaygroundError("a confidence stop needs live feeding: one shared pass has no drafter probabilities "
+                              "after the drafter's own proposals; use --feeding auto or live")
 
 
 def _trust(timings: list) -> dict:

@@ -26,7 +26,9 @@ def header(doc: dict) -> str:
     cores = f"{env['cpu_count']} cores" if env.get("cpu_count") else None
     threads = f"{env['torch_threads']} torch threads (llama.cpp gets the same)" if env.get("torch_threads") else None
     bits = [pair.get("target"), where, cores, threads, pair.get("device"), pair.get("dtype"), doc.get("sampling"),
-            f"{doc.get('feeding', 'auto')} feeding", f"{len(turns)} turns ({exact} exact, {len(turns) - exact} estimates)",
+            f"{doc.get('feeding', 'auto')} feeding",
+            f"draft confidence stop {doc['min_confidence']:g}" if doc.get("min_confidence") is not None else None,
+            f"{len(turns)} turns ({exact} exact, {len(turns) - exact} estimates)",
             f"{len(doc.get('errors', []))} errors" if doc.get("errors") else None]
     return "replay (" + "; ".join(str(b) for b in bits if b) + ")"
 

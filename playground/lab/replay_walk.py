@@ -14,7 +14,8 @@ much more than rounding (measured on the embedded pair: llama.cpp's batched deco
 time, up to 1.3 logits at 330 tokens of context; the int8 draft's dynamic activation quantization, up to 9
 logits for two tokens fed together), so only the live feeding reproduces the live proposals. A `ReplayContext`
 stops it right after its first proposal the target rejects (a live drafter drafts all k and throws the rest
-away; what it keeps is the same). A shared-pass walk reads a model drafter's proposals from one shared pass instead
+away; what it keeps is the same); replaying a run with a draft confidence stop, it stops where that stop does,
+as live. A shared-pass walk reads a model drafter's proposals from one shared pass instead
 (`drafter_pass`: its own propose, one token at a time, as a live drafter is fed except after a fully accepted
 iteration, when it catches up two tokens at once). Whether that changes the walks is measured, not assumed
 (playground.lab.replay's docstring): for llama.cpp it did not (the logit changes left every arg-max in place), for
@@ -48,24 +49,33 @@ from .quality import _spacing  # the dtype spacing the divergence experiment com
 class ReplayContext(RunContext):
     """A RunContext whose `confident` stops a model drafter right after the first proposal that differs from
     `expected` (the target's tokens there): both model drafters call it after every proposal when
-    min_confidence is set (the walk sets 0.0). `stopped`: the last propose was cut short by it."""
+    min_confidence is set (the walk sets 0.0). `stopped`: the last propose was cut short by it.
+
+    With a `threshold` (a replay of a run with a draft confidence stop) it stops the drafter where a live run's
+    context would, at the first proposal whose draft probability is below it, and not at a rejected one: how far
+    a live drafter goes on after a rejection decides what it costs, and only drafting on tells."""
 
     expected: list[int] = field(default_factory=list)
     cursor: int = 0
     stopped: bool = False
+    threshold: float | None = None
 
     def expect(self, tokens: Sequence[int]) -> None:
         self.expected, self.cursor, self.stopped = list(tokens), 0, False
 
     def confident(self, probs: torch.Tensor, token: int) -> bool:
+        if self.threshold is not None:
+            return float(probs[token]) >= self.threshold
         i, self.cursor = self.cursor, self.cursor + 1
         ok = i < len(self.expected) and int(token) == self.expected[i]
         self.stopped = self.stopped or not ok
         return ok
 
 
-def replay_context(sampling: SamplingConfig, device, stop_ids) -> ReplayContext:
-    return ReplayContext(sampling, sampling.generator(device), frozenset(stop_ids), min_confidence=0.0)
+def replay_context(sampling: SamplingConfig, device, stop_ids, min_confidence: float | None = None) -> ReplayContext:
+    """The walk's context; `min_confidence`: the draft confidence stop of the run replayed (None: drafts all k)."""
+    return ReplayContext(sampling, sampling.generator(device), frozenset(stop_ids),
+                         min_confidence=0.0 if min_confidence is None else min_confidence, threshold=min_confidence)
 
 
 class PassProposer(Proposer):
