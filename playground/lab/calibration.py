@@ -7,6 +7,7 @@ import statistics
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..core import cost
 from ..core.cached import CachedLM
@@ -54,7 +55,7 @@ class Timing:
     def v_measured(self) -> dict[int, float]:
         return {n: s / self.target_step_s for n, s in self.verify_s.items()}
 
-    @property
+    @cached_property  # an isotonic fit and its tests: once per calibration, not at every read of v
     def verify_fit(self) -> VerifyFit | None:
         samples = {int(n): xs for n, xs in (self.raw.get("target_pass_s") or {}).items() if xs}
         if not samples or set(samples) != set(self.verify_s):
