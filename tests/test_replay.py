@@ -147,6 +147,21 @@ def test_a_confidence_stop_replays_as_it_runs_live(pair, turns, drafter, thresho
     assert stopped > 0  # the threshold stopped some drafts short of k, so the test saw the stop
 
 
+def test_a_confidence_stop_replays_a_text_the_target_did_not_write_as_an_estimate(pair, turns):
+    """Under a stop even a completion written by another model is walked with the live-fed drafter: it replays to
+    the end along the recorded text, is labelled an estimate, and costs every proposal the drafter made."""
+    other = Turn("other", turns[0].prompt_ids, tuple((t + 7) % 60 for t in turns[0].completion_ids[:20]))
+    doc = replay(pair, [other], drafters=["draft"], ks=[4], controllers=("adaptive",),
+                 timing_of=lambda d, ids: fake_timing(), min_confidence=0.5)
+    assert doc["errors"] == []
+    (t,) = doc["turns"]
+    entry = t["drafters"]["draft"]
+    assert not t["exact"] and not entry["exact"] and entry["feeding"] == "live"
+    for walk_doc in entry["walks"].values():
+        assert sum(len(r["emitted"]) for r in walk_doc["records"]) == len(other.completion_ids)
+        assert [r["drafted"] for r in walk_doc["records"]] == [len(r["proposed"]) for r in walk_doc["records"]]
+
+
 def test_a_confidence_stop_is_refused_where_replay_cannot_apply_it(pair, turns):
     for bad, kwargs, says in [(1.5, {}, "probability in [0, 1]"), (True, {}, "probability in [0, 1]"),
                               (0.5, {"feeding": "shared"}, "needs live feeding"),
