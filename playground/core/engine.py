@@ -68,6 +68,13 @@ def check_k(k) -> int:
     return k
 
 
+def check_min_confidence(value):
+    """A draft confidence threshold: None (draft all k) or a probability in [0, 1]."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0):
+        raise PlaygroundError(f"the draft confidence threshold is a probability in [0, 1], got {value!r}")
+    return value
+
+
 def check_request(pair: ModelPair, prompt_ids: Sequence[int], max_new_tokens) -> None:
     if len(prompt_ids) == 0:
         raise PlaygroundError("the prompt is empty: type something, or pick a preset")
@@ -131,8 +138,7 @@ def speculative_generate(
     prefill_threads: the threads the drafter's prefill uses meanwhile (default: the spare cores, else half of
     torch's, at least one; torch keeps all of its own).
     """
-    if min_confidence is not None and not (isinstance(min_confidence, (int, float)) and 0.0 <= min_confidence <= 1.0):
-        raise PlaygroundError(f"the draft confidence threshold is a probability in [0, 1], got {min_confidence!r}")
+    check_min_confidence(min_confidence)
     controller = k if hasattr(k, "next_k") else FixedK(check_k(k))
     if proposer.uses_draft_model and pair.draft is None:
         raise PlaygroundError(f"the {proposer.name} drafter needs a draft model, and this pair has none")

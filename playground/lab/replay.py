@@ -32,7 +32,7 @@ import copy
 from collections.abc import Callable, Sequence
 
 from ..core.cached import CachedLM
-from ..core.engine import K_MAX, plain_generate
+from ..core.engine import K_MAX, check_min_confidence, plain_generate
 from ..core.proposal import RunContext
 from ..core.records import Step, record_to_dict, summarize
 from ..core.sampling import GREEDY, SamplingConfig
@@ -69,11 +69,10 @@ DRAFTERS = ("draft", "llama.cpp", "lookup", "hybrid")
 MODEL_DRAFTERS = ("draft", "llama.cpp")
 FEEDINGS = ("auto", "live", "shared")
 SHARED_EXACT = ("llama.cpp",)  # model drafters whose shared-pass walks equal the live-fed ones (module docstring)
-SIMULATED = ("simulated: these iterations were computed from teacher-forced passes over the recorded text, not run; "
-             "their timings are 0, and a model drafter's proposals stop at the first one the target rejects (a live "
-             "drafter drafts all k; 'drafted' counts those)")
-SIMULATED_STOP = ("simulated: these iterations were computed from teacher-forced passes over the recorded text, not run; "
-                  "their timings are 0; a model drafter drafted as a live one does, up to its confidence stop")
+_COMPUTED = "simulated: these iterations were computed from teacher-forced passes over the recorded text, not run; "
+SIMULATED = _COMPUTED + ("their timings are 0, and a model drafter's proposals stop at the first one the target rejects "
+                         "(a live drafter drafts all k; 'drafted' counts those)")
+SIMULATED_STOP = _COMPUTED + "their timings are 0; a model drafter drafted as a live one does, up to its confidence stop"
 
 
 def available_drafters(pair) -> list[str]:
@@ -378,11 +377,9 @@ def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, k
 
 
 def check_confidence(min_confidence, sampling: SamplingConfig, feeding: str) -> None:
-    if min_confidence is None:
+    """What a replay with a draft confidence stop needs (the engine's check of the threshold, greedy, live feeding)."""
+    if check_min_confidence(min_confidence) is None:
         return
-    if isinstance(min_confidence, bool) or not isinstance(min_confidence, (int, float)) \
-            or not 0.0 <= min_confidence <= 1.0:
-        raise PlaygroundError(f"the draft confidence threshold is a probability in [0, 1], got {min_confidence!r}")
     if not sampling.greedy:
         raise PlaygroundError("a confidence stop is replayed for greedy decoding only (a sampling replay runs in "
                               "expectation and has no drafter run to stop)")
