@@ -317,7 +317,7 @@ def tiny_app_url(launch_app):
                      eos_ids=frozenset({63}), target_name="tiny-target", draft_name="tiny-draft")
 
     def untrusted_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
-                        sampling=None):
+                        sampling=None, min_confidence=None):
         for i in range(3):
             progress((i + 1) / 3, f"round 1/1: arm {i}")
             time.sleep(0.3)

@@ -476,7 +476,7 @@ def test_sweep_calls_lab_sweep_with_the_settings_and_reports_progress(provider):
     seen = {}
 
     def fake_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
-                   sampling=None):
+                   sampling=None, min_confidence=None):
         seen.update(ks=list(ks), rounds=rounds, max_new=max_new_tokens, timing=timing, n_prompt=len(prompt_ids),
                     proposer=proposer_factory().describe())
         for i in range(4):
@@ -517,7 +517,7 @@ def test_stopping_a_sweep_stops_the_worker(provider):
     stopped = threading.Event()
 
     def endless_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
-                      sampling=None):
+                      sampling=None, min_confidence=None):
         try:
             while True:
                 progress(0.5, "working")
@@ -591,11 +591,11 @@ def test_build_ui_loads_no_model_and_names_every_event(word_pair):
     api = demo.get_api_info()["named_endpoints"]
     run_names = ["prompt", "preset", "chat", "drafter", "k", "decoding", "temperature", "top_k", "top_p",
                  "max_new_tokens", "seed"]
-    assert [p["parameter_name"] for p in api["/run"]["parameters"]] == [*run_names, "k_mode"]
+    assert [p["parameter_name"] for p in api["/run"]["parameters"]] == [*run_names, "k_mode", "min_confidence"]
     assert [p["parameter_name"] for p in api["/calibrate"]["parameters"]] == [*run_names, "careful"]
     assert [p["parameter_name"] for p in api["/sweep"]["parameters"]] == [
         "prompt", "preset", "chat", "drafter", "decoding", "temperature", "top_k", "top_p", "seed", "k_max", "rounds",
-        "max_new_tokens"]
+        "max_new_tokens", "min_confidence"]
     assert [p["parameter_name"] for p in api["/time_batches"]["parameters"]] == ["prompt", "preset", "chat"]
     assert [p["parameter_name"] for p in api["/whatif"]["parameters"]] == ["c", "alpha", "positions", "v", "overhead"]
     assert by_name["whatif"].concurrency_id != "device:auto"  # arithmetic: never waits behind a model event
@@ -838,7 +838,7 @@ def test_the_calibration_store_is_reused_by_every_tab_calibrate_run_and_sweep(wo
     seen = {}
 
     def fake_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
-                   sampling=None):
+                   sampling=None, min_confidence=None):
         seen["timing"] = timing
         return json.loads(json.dumps(SWEEP_RESULT))
 

@@ -29,7 +29,7 @@ WORDS = [f"w{i}" for i in range(63)]  # + "<eos>" = 64 tokens
 PROMPTS = ["w1 w2 w3 w4 w5 w1 w2 w3", "w7 w8 w9 w7 w8", "w20 w21 w22 w23 w20 w21", "w30 w31 w32 w30 w31"]
 BASE = {"source": "file", "trace_file": None, "presets": [], "drafter": "draft", "ks": "1-4",
         "controllers": ["heuristic"], "calibration": "once", "decoding": "greedy", "temperature": 1.0, "top_k": 0,
-        "top_p": 1.0, "seed": 0}
+        "top_p": 1.0, "seed": 0, "min_confidence": 0.0}
 DRAFTERS = ["draft", "lookup", "hybrid"]
 
 
@@ -153,6 +153,21 @@ def test_the_token_view_is_coloured_by_what_each_k_would_have_accepted(provider,
     public = replay_view.public_doc(doc)
     assert "records" not in json.dumps(public["turns"]) and "records" in doc["turns"][0]["drafters"]["draft"][
         "walks"]["k=1"]
+
+
+def test_the_run_tabs_confidence_stop_is_replayed_and_named(provider, trace):
+    """The stop decides how far a drafter drafts: the replay stops where a live run with it would (lab.replay's
+    tests compare the two), so a k = 4 walk iterates more often than without it, and the page names the stop."""
+    plain = run(provider, request(trace_file=trace))[-1].doc
+    updates = run(provider, request(trace_file=trace, min_confidence=0.5))
+    doc = updates[-1].doc
+    assert doc["min_confidence"] == 0.5 and plain["min_confidence"] is None
+    assert any("drafting stopped below confidence 0.5" in u.status for u in updates)
+    assert "stopped below confidence 0.5" in replay_view.recommendation_html(doc, "draft")
+    assert "confidence" not in replay_view.recommendation_html(plain, "draft")
+    walks = [(t["drafters"]["draft"]["walks"]["k=4"]["iterations"], p["drafters"]["draft"]["walks"]["k=4"][
+        "iterations"]) for t, p in zip(doc["turns"], plain["turns"])]
+    assert all(a >= b for a, b in walks) and any(a > b for a, b in walks)
 
 
 def test_nothing_to_replay_lists_the_bad_lines_and_says_so(provider, tmp_path):

@@ -24,10 +24,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
+from ..core.records import Iteration
 from ..drafters.adaptive import CostCurve
 from .common import markdown_table
 
 SCHEDULES = ("adaptive", "heuristic")
+
+
+def iteration_rows(records) -> list[list]:
+    """A run's iterations as the compact rows above (its Prefill and Step records left out)."""
+    return [[it.k, it.n_accepted, len(it.emitted), it.draft_s, it.verify_s, it.rollback_s, len(it.proposed),
+             it.sources[0] if it.sources else None] for it in records if isinstance(it, Iteration)]
 
 
 def _drafted(row: Sequence) -> int:

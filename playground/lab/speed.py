@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from ..core import cost
 from ..core.engine import K_MAX, plain_generate, speculative_generate
-from ..core.records import Iteration, summarize
+from ..core.records import summarize
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
 from ..envinfo import environment
@@ -16,7 +16,7 @@ from ..errors import PlaygroundError
 from .calibration import Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
 from .fit import explain_cell
-from .schedules import compare, costed_ratio
+from .schedules import compare, costed_ratio, iteration_rows
 from .trust import (
     MachineMonitor,
     TrustLimits,
@@ -47,9 +47,7 @@ def _run_spec(pair, prompt, proposer_factory, k, sampling, max_new, timing=None,
     controller = make_controller(k, curve, memory=memory)
     records = list(speculative_generate(pair, prompt, proposer=proposer_factory(), k=controller, sampling=sampling,
                                         max_new_tokens=max_new, record_probs=False, min_confidence=min_confidence))
-    rows = [[it.k, it.n_accepted, len(it.emitted), it.draft_s, it.verify_s, it.rollback_s, len(it.proposed),
-             it.sources[0] if it.sources else None] for it in records if isinstance(it, Iteration)]
-    return summarize(records), rows
+    return summarize(records), iteration_rows(records)
 
 
 def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int | str] = (1, 2, 3, 4, 6),
@@ -126,10 +124,13 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     load = monitor.stop()
     for x in runs:
         t = timing_of(x["prompt"])
-        x["predicted_empirical"] = _run_prediction(x, t)
+        # The fixed-k model drafts every k; under a confidence stop it would charge drafts that never ran, so
+        # such a run gets no prediction from it (its costed figure, above, counts what was drafted).
+        x["predicted_empirical"] = _run_prediction(x, t) if min_confidence is None else None
         x["costed"] = costed_ratio(x["iterations"], CostCurve.from_timing(t) if t is not None else None)
-    table = [_speed_row(k, [x for x in runs if x["k"] == k], timing_of) for k in ks]
-    by_prompt = [{"prompt": name, **_speed_row(k, [x for x in runs if x["k"] == k and x["prompt"] == name], timing_of)}
+    model_of = timing_of if min_confidence is None else (lambda name: None)  # no fixed-k model under a stop
+    table = [_speed_row(k, [x for x in runs if x["k"] == k], model_of) for k in ks]
+    by_prompt = [{"prompt": name, **_speed_row(k, [x for x in runs if x["k"] == k and x["prompt"] == name], model_of)}
                  for name in prompts for k in ks]
     drift = {}
     for name in prompts:
@@ -268,7 +269,7 @@ def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] =
         if isinstance(row["k"], int):
             row["break_even_alpha"] = cost.break_even_alpha(row["k"], timing.c, timing.v, timing.overhead)
     positions = _pooled_positions([x for x in result["runs"] if x["k"] == max(fixed)])
-    if positions:  # the per-position acceptance seen at the deepest k, through the empirical model
+    if positions and min_confidence is None:  # the per-position acceptance at the deepest k, through the model
         choice = cost.best_k(positions, timing.c, timing.v, k_max=max(fixed), overhead=timing.overhead)
         result["predicted_best_k"] = choice.k
     result["experiment"] = "sweep"

@@ -26,6 +26,8 @@ from .wiring import _guarded, wire  # noqa: F401 - _guarded: its first home, whe
 
 TITLE = "Speculative decoding playground"
 K_HELP = "fixed k only; adaptive and heuristic choose k themselves"
+STOP_HELP = ("0 = off: every iteration drafts its k. Above 0 a model drafter stops after a token it gave less than "
+             "this probability (transformers' assistant stops at 0.4), so k is a cap; prompt lookup never stops")
 
 
 def _controls(ui, preset_list):
@@ -61,6 +63,8 @@ def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, defau
                              info="adaptive: the cost model picks k (0-16) each iteration from the acceptance so far "
                                   "(its first use on a pair and context length calibrates; the status line says how "
                                   "long that takes); heuristic: +2 after a fully accepted iteration, -1 otherwise")
+        ui.min_confidence = gr.Slider(0.0, 1.0, value=0.0, step=0.05, label="Stop drafting below confidence",
+                                      elem_id="min-confidence", info=STOP_HELP)
         ui.careful = gr.Checkbox(value=False, label="Careful calibration (12 timed cycles instead of 5: about twice "
                                                     "as long, less noise)", elem_id="careful")
         with gr.Accordion("Decoding", open=False, elem_id="decoding-box"):

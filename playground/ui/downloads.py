@@ -32,7 +32,8 @@ def run_document(run: RunResult, timing=None, trust=None) -> dict:
     req = run.request
     config = RunConfig(prompt_ids=run.prompt_ids, drafter=run.drafter,
                        k=req.k if req.k_mode == "fixed" else req.k_mode, sampling=run.sampling,
-                       max_new_tokens=req.max_new_tokens, prompt=req.prompt, preset=req.preset, chat_template=req.chat)
+                       max_new_tokens=req.max_new_tokens, prompt=req.prompt, preset=req.preset, chat_template=req.chat,
+                       min_confidence=req.min_confidence)
     doc = build(config, run.records, run.environment, run.text, summary=run.summary, setup=run.setup,
                 check=run.check, plain_summary=run.plain, plain_gap_s=run.plain_gap_s, calibration=timing)
     if trust is not None:

@@ -185,7 +185,7 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
         controller = k_controller(request, session, name, timing)
         monitor = MachineMonitor().__enter__()
         gen = engine.speculative_generate(pair, ids, proposer=proposer, k=controller, sampling=sampling,
-                                          max_new_tokens=request.max_new_tokens)
+                                          max_new_tokens=request.max_new_tokens, min_confidence=request.min_confidence)
         try:
             for rec in gen:
                 emit(rec)

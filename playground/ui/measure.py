@@ -151,10 +151,13 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
                                           sampling=req.sampling)
         phase(emit, "step 2 of 2, measuring" if timing is None else "measuring")
         result = sweep_fn(pair, ids, factory, ks=ks, rounds=rounds, max_new_tokens=req.max_new_tokens,
-                          sampling=req.sampling, timing=t, progress=ticker(emit, stopped))
+                          sampling=req.sampling, timing=t, min_confidence=req.min_confidence,
+                          progress=ticker(emit, stopped))
         return result, t, reused
 
-    plan = (f"{rounds} round(s) of plain decoding, k = 1..{k_max} and adaptive k back to back, "
+    stop = (f" (drafting stopped below confidence {req.min_confidence:g}, so no fixed-k prediction)"
+            if req.min_confidence is not None else "")
+    plan = (f"{rounds} round(s) of plain decoding, k = 1..{k_max} and adaptive k back to back{stop}, "
             f"{req.max_new_tokens} new tokens per run: {runs} runs"
             + (f"; {reused_text(timing, False)}" if timing is not None else ", after a short calibration"))
     tracker = Tracker(f"Sweeping k = 1..{k_max}", started, plan)

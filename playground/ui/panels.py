@@ -34,12 +34,13 @@ def pair_info(provider: PairProvider) -> str:
 
 
 def k_text(req: RunRequest, summary=None) -> str:
-    """'4', or 'adaptive (chosen: 2x3 16x5)' once a run says which k it used."""
+    """'4', or 'adaptive (chosen: 2x3 16x5)' once a run says which k it used; with a confidence stop, which."""
+    stop = f", drafting stopped below confidence {req.min_confidence:g}" if req.min_confidence is not None else ""
     if req.k_mode == "fixed":
-        return str(req.k)
+        return f"{req.k}{stop}"
     if summary is None or not summary.k_values:
-        return req.k_mode
-    return f"{req.k_mode} (chosen: {describe_choices(summary.k_values)})"
+        return f"{req.k_mode}{stop}"
+    return f"{req.k_mode} (chosen: {describe_choices(summary.k_values)}){stop}"
 
 
 def figures(records, summary) -> dict:

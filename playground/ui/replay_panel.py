@@ -69,7 +69,7 @@ INTRO = (
     "`{\"prompt\": ..., \"completion\": ...}`), or use the sample trace or presets. Exact where the completion is "
     "the target's own greedy output (presets); an estimate elsewhere, and labelled so. The prediction uses this "
     "pair's calibration (shared with the other tabs; a short one is made when there is none); **Stop** stops it. "
-    "Uses the Run tab's decoding settings.")
+    "Uses the Run tab's decoding settings and its draft confidence stop.")
 
 
 @dataclass
@@ -172,7 +172,9 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
         what = f"{n} preset(s)" if req.source == "presets" else f"{n} turns of {SOURCES[req.source]}"
         arms = ", ".join([f"k = {','.join(map(str, req.ks))}", *[f"{c} k" for c in req.controllers]])
         tracker = Tracker(f"Replaying {what} with {req.drafter}", started,
-                          f"{arms}; {req.sampling.describe()}; calibration: "
+                          f"{arms}; {req.sampling.describe()}"
+                          + (f", drafting stopped below confidence {req.min_confidence:g}"
+                             if req.min_confidence is not None else "") + "; calibration: "
                           + ("one, on the median prompt" if req.calibration == "once" else "one per context length"))
 
         def work(emit, stopped):
@@ -190,7 +192,8 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
                                                     req.calibration, tick, req.sampling)
             phase(emit, f"step {step + 1} of {steps}, replaying")
             doc = replay(pair, replayed, [req.drafter], req.ks, req.controllers, timing_of=timing_of, progress=tick,
-                         sampling=req.sampling, limits=limits, records="full", errors=errors)
+                         sampling=req.sampling, limits=limits, records="full", errors=errors,
+                         min_confidence=req.min_confidence)
             doc["calibration"] = {"how": req.calibration, "calibrations": count, "reused": reused}
             return doc
 
@@ -277,7 +280,7 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
     controls = {"state": ui.rp_state, "source": ui.rp_source, "trace_file": ui.rp_file, "presets": ui.rp_presets,
                 "drafter": ui.rp_drafter, "ks": ui.rp_ks, "controllers": ui.rp_controllers,
                 "calibration": ui.rp_calibration, "decoding": ui.decoding, "temperature": ui.temperature,
-                "top_k": ui.top_k, "top_p": ui.top_p, "seed": ui.seed}
+                "top_k": ui.top_k, "top_p": ui.top_p, "seed": ui.seed, "min_confidence": ui.min_confidence}
     outputs = [ui.rp_status, ui.rp_verdict, ui.rp_plot, ui.rp_table, ui.rp_errors, ui.rp_turn, ui.rp_arm,
                ui.rp_turn_note, ui.rp_tokens, ui.rp_json, ui.rp_state]
 

@@ -17,6 +17,7 @@ from ..core.engine import K_MAX, check_k
 from ..core.sampling import SamplingConfig
 from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
+from ..lab.replay import check_confidence
 from ..limits import ENV_VARS, Limits
 from .session import parse_request
 
@@ -36,6 +37,7 @@ class ReplayRequest:
     controllers: tuple[str, ...]
     calibration: str  # "once" (on the turn of median prompt length) or "bucket" (one per context-length bucket)
     sampling: SamplingConfig
+    min_confidence: float | None = None  # the Run tab's draft confidence stop, replayed (greedy only)
 
 
 def parse_ks(text) -> tuple[int, ...]:
@@ -87,7 +89,7 @@ def check_upload(path, limits: Limits) -> str:
 
 def parse_replay(values: Mapping, drafters, limits: Limits) -> ReplayRequest:
     """The tab's controls (source, trace_file, presets, drafter, ks, controllers, calibration, and the Run tab's
-    decoding, temperature, top_k, top_p, seed) -> a ReplayRequest."""
+    decoding, temperature, top_k, top_p, seed and min_confidence) -> a ReplayRequest."""
     source = values.get("source")
     if source not in SOURCES:
         raise PlaygroundError(f"replay what? choose one of {', '.join(SOURCES)}, got {source!r}")
@@ -116,5 +118,7 @@ def parse_replay(values: Mapping, drafters, limits: Limits) -> ReplayRequest:
     # the decoding settings through the Run tab's parser, the one place they are read (prompt and k: fillers)
     run = parse_request({**values, "prompt": "replay", "preset": "", "chat": False, "drafter": drafter, "k": 1,
                          "max_new_tokens": 1}, [drafter], limits)
+    check_confidence(run.min_confidence, run.sampling, "auto")  # greedy only: said before the pair loads
     return ReplayRequest(source, path, presets, drafter, parse_ks(values.get("ks")),
-                         tuple(c for c in CONTROLLERS if c in controllers), calibration, run.sampling)
+                         tuple(c for c in CONTROLLERS if c in controllers), calibration, run.sampling,
+                         run.min_confidence)

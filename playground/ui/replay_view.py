@@ -187,6 +187,8 @@ def recommendation_html(doc: dict, drafter: str) -> str:
         best = (f" The best predicted was k = {rec['k']} ({rec['speedup']:.2f}\u00d7"
                 f"{', an estimate' if estimate else ''})." if rec.get("k") is not None else "")
         head, cls = f"\u2717 No recommended k: {why}.{best}", "warn"
+    if doc.get("min_confidence") is not None:
+        head += f" (model drafters stopped below confidence {doc['min_confidence']:g}, as in a run with that stop)"
     out = [(f'<div class="trust {cls}" id="replay-recommendation" data-recommended="{k if k is not None else ""}">'
            f'<div class="trust-head">{html.escape(head)}</div></div>')]
     rows = [('<div class="whatif-scroll"><table class="whatif-table" data-table="shapes"><thead><tr>'

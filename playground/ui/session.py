@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.engine import check_k, check_request
+from ..core.records import Iteration
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
 from ..drafters.registry import DRAFTERS
@@ -65,6 +66,7 @@ class RunRequest:
     max_new_tokens: int
     sampling: SamplingConfig
     k_mode: str = "fixed"  # "fixed" (the k slider), "adaptive" or "heuristic" (k chosen per iteration)
+    min_confidence: float | None = None  # a model drafter stops after a token it gave less (None: draft all k)
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ def _number(value, what: str) -> float:
 def parse_request(controls: Mapping[str, Any], drafters: Sequence[str] | None = None,
                   limits: Limits | None = None) -> RunRequest:
     """The controls' raw values, by name (prompt, preset, chat, drafter, k, decoding, temperature, top_k,
-    top_p, max_new_tokens, seed, and k_mode: "fixed" when missing) -> a RunRequest; raises PlaygroundError with
+    top_p, max_new_tokens, seed, k_mode: "fixed" when missing, min_confidence: 0 or missing for none) -> a RunRequest; raises PlaygroundError with
     what to fix. `drafters`: the names this pair offers (default: every drafter). `limits` (a
     playground.limits.Limits) default to the environment's, read now."""
     c = controls
@@ -134,7 +136,19 @@ def parse_request(controls: Mapping[str, Any], drafters: Sequence[str] | None = 
                               top_k=_integer(c.get("top_k"), "top-k") if sample else 0,
                               top_p=_number(c.get("top_p"), "top-p") if sample else 1.0, seed=seed)
     return RunRequest(prompt=prompt, preset=preset or None, chat=bool(c.get("chat")), drafter=drafter, k=k,
-                      max_new_tokens=max_new, sampling=sampling, k_mode=k_mode)
+                      max_new_tokens=max_new, sampling=sampling, k_mode=k_mode,
+                      min_confidence=_confidence_stop(c.get("min_confidence")))
+
+
+def _confidence_stop(value) -> float | None:
+    """The draft confidence stop as typed: empty or 0 is off (None: every k drafted, as a stop at 0 would)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    x = _number(value, "the draft confidence stop")
+    if not 0.0 <= x <= 1.0:
+        raise PlaygroundError(f"the draft confidence stop is a probability from 0 to 1 (0: off, draft all k), "
+                              f"got {x:g}")
+    return x or None
 
 
 def parse_sweep(controls: Mapping[str, Any], drafters: Sequence[str] | None = None,
@@ -271,12 +285,14 @@ def find_timing(session: Session, store: CalibrationStore | None, drafter: str, 
 
 
 def run_timing(session: Session, store: CalibrationStore | None) -> Timing | None:
-    """The calibration behind the prediction for the session's run, timed under the run's sampling (None when
-    there is none, or k varied)."""
+    """The calibration behind the prediction for the session's run, timed under the run's sampling and reaching
+    its deepest pass (k + 1 tokens at a fixed k; where k varied, the most it drafted + 1); None when there is none."""
     run = session.run
-    if run is None or run.request.k_mode != "fixed":
+    if run is None:
         return None
-    return find_timing(session, store, run.drafter, run.prompt_ids, run.request.k + 1, run.request.sampling)
+    deepest = run.request.k if run.request.k_mode == "fixed" else max(
+        (len(r.proposed) for r in run.records if isinstance(r, Iteration)), default=0)
+    return find_timing(session, store, run.drafter, run.prompt_ids, deepest + 1, run.request.sampling)
 
 
 def k_controller(request: RunRequest, session: Session, drafter: str, timing: Timing | None = None):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import html
 
 from ..core.cost import break_even_alpha, verify_cost
-from ..drafters.adaptive import AdaptiveSettings, describe_choices
+from ..core.records import Iteration
+from ..drafters.adaptive import AdaptiveSettings, CostCurve, describe_choices
+from ..lab.schedules import costed_ratio, iteration_rows
 from ..lab.trust import FAIL, WARN, Finding, MachineLoad, Verdict
 from .session import RunResult, Session
 
@@ -162,12 +164,15 @@ def prediction_markdown(session: Session, timing=None) -> str:
     s = run.summary
     k = run.request.k
     varying = run.request.k_mode != "fixed"
-    timing = None if varying else timing
     rows = ["| | speed-up | from |", "|---|---:|---|"]
     predicted = None
     if varying:
         rows.append(f"| predicted | \u2013 | k was chosen per iteration ({_k_chosen(run)}); the cost model "
                     f"predicts a fixed k (the **k per output shape** tab compares them) |")
+    elif timing is not None and run.request.min_confidence is not None:
+        rows.append(f"| predicted | \u2013 | drafting stopped below confidence {run.request.min_confidence:g} "
+                    f"({_drafted_text(run)}); the fixed-k model drafts all k, so only the costed row below "
+                    "applies |")
     elif timing is not None:
         positions = [a for a in s.per_position_acceptance if a is not None]
         if s.alpha is not None:
@@ -180,6 +185,13 @@ def prediction_markdown(session: Session, timing=None) -> str:
                         f"{s.new_tokens} tokens, the last iterations clipped as the loop clips them |")
     else:
         rows.append("| predicted | \u2013 | press **Calibrate** (times the target and the drafter: c and v(n)) |")
+    costed = costed_speedup(run, timing)
+    if costed is not None:
+        rows.append(f"| costed: this run's own iterations | **{costed:.2f}\u00d7** | its {s.target_passes} "
+                    "iterations as they went (k drafted, tokens kept), each step at its calibrated cost: no "
+                    "acceptance model, so a gap to the prediction is the acceptance model's, a gap to the "
+                    "measurement the steps' and the machine's |")
+        predicted = costed if predicted is None else predicted
     ratio = run.measured_speedup
     if run.plain is not None:
         rows.append(f"| measured | **{ratio:.2f}\u00d7** | {s.tokens_per_s:.1f} tokens/s speculative, "
@@ -191,8 +203,11 @@ def prediction_markdown(session: Session, timing=None) -> str:
     elif timing is not None:
         lines.append(verdict_html(timing.trust, "The prediction's calibration"))
     lines.append("\n".join(rows))
-    if timing is not None:
+    if timing is not None and not varying:
         lines.append(cost_inputs(timing, k))
+    elif timing is not None and s.alpha is not None:
+        lines.append(f"What each fixed k would give at this run's \u03b1 = {s.alpha:.2f} under the same calibration:")
+        lines.append(per_k_table(timing, s.alpha))
     elif session.calibration is not None:  # no prediction for this run: what the last calibration predicts per k
         lines.extend(_calibration_only(session))
     if run.plain is not None:
@@ -205,6 +220,22 @@ def prediction_markdown(session: Session, timing=None) -> str:
             f"output shape** tab measures medians over rounds.")
     lines.append(glossary_html())
     return "\n\n".join(lines)
+
+
+def _drafted_text(run: RunResult) -> str:
+    drafting = [len(r.proposed) for r in run.records if isinstance(r, Iteration) and r.k > 0]
+    if not drafting:
+        return "no iteration drafted"
+    return f"{sum(drafting) / len(drafting):.1f} of k = {run.request.k} drafted per iteration on average"
+
+
+def costed_speedup(run: RunResult, timing) -> float | None:
+    """The run's iterations costed under `timing` (lab.schedules.costed_ratio): what a machine that ran every
+    step at its calibrated cost would measure for the decisions the run made on the text it got (None without a
+    calibration)."""
+    if timing is None or run.summary is None:
+        return None
+    return costed_ratio(iteration_rows(run.records), CostCurve.from_timing(timing))
 
 
 def _drawn(run: RunResult) -> str:

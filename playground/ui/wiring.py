@@ -134,7 +134,8 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
                     "max_new_tokens": ui.max_new, "seed": ui.seed}
     sweep_controls = {**{n: run_controls[n] for n in ("prompt", "preset", "chat", "drafter", "decoding",
                                                       "temperature", "top_k", "top_p", "seed")},
-                      "k_max": ui.k_max, "rounds": ui.rounds, "max_new_tokens": ui.sweep_new}
+                      "k_max": ui.k_max, "rounds": ui.rounds, "max_new_tokens": ui.sweep_new,
+                      "min_confidence": ui.min_confidence}  # last: API clients' positional calls keep working
     run_outputs = [ui.status, ui.tokens, ui.counters, ui.time_plot, ui.pos_plot, ui.alpha_plot, ui.check,
                    ui.prediction, ui.run_json, ui.download, session]
 
@@ -190,8 +191,9 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
         yield from _guarded(views(), lambda v: (v.status, _skip(v.figure), _skip(v.table), _skip(v.summary),
                                                 _skip(v.doc), v.session), 6)
 
-    run_event, run_inputs = _event(run, session, {**run_controls, "k_mode": ui.k_mode})
-    compare_run_event, _ = _event(run_to_compare, session, {**run_controls, "k_mode": ui.k_mode})
+    speculative = {**run_controls, "k_mode": ui.k_mode, "min_confidence": ui.min_confidence}
+    run_event, run_inputs = _event(run, session, speculative)
+    compare_run_event, _ = _event(run_to_compare, session, speculative)
     calibrate_event, calibrate_inputs = _event(calibrate, session, {**run_controls, "careful": ui.careful})
     sweep_event, sweep_inputs = _event(sweep, session, sweep_controls)
 
@@ -264,14 +266,15 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
                                                               ui.sweep_text, ui.sweep_json, session],
                                   api_name="sweep", **on_status, **device_events)
     ui.sweep_event = sweep_ev  # whatif_panel chains the batch note after it
-    example = [ui.prompt, ui.chat, ui.drafter, ui.k, ui.k_mode, ui.decoding, ui.max_new, ui.preset, ui.preset_info]
+    example = [ui.prompt, ui.chat, ui.drafter, ui.k, ui.k_mode, ui.min_confidence, ui.decoding, ui.max_new, ui.preset,
+               ui.preset_info]
     names = provider.drafter_names()
 
     def show_me():
         """The example the page opens on: every token role in one run."""
         drafter = SHOW_ME["drafter"] if SHOW_ME["drafter"] in names else names[0]
-        return (SHOW_ME["prompt"], SHOW_ME["chat"], drafter, SHOW_ME["k"], SHOW_ME["k_mode"], SHOW_ME["decoding"],
-                min(SHOW_ME["max_new_tokens"], limits.max_new_tokens), "", SHOW_ME_NOTE)
+        return (SHOW_ME["prompt"], SHOW_ME["chat"], drafter, SHOW_ME["k"], SHOW_ME["k_mode"], 0.0,
+                SHOW_ME["decoding"], min(SHOW_ME["max_new_tokens"], limits.max_new_tokens), "", SHOW_ME_NOTE)
 
     show_ev = ui.show_btn.click(show_me, None, example, queue=False, api_visibility="private").then(
         run_event, run_inputs, run_outputs, api_visibility="private", **on_status, **device_events)
@@ -301,6 +304,7 @@ def _wire_controls(ui, limits) -> None:
               (ui.top_k, "top-k", 0, None, True, False, ui.status), (ui.seed, "seed", 0, None, True, False, ui.status),
               (ui.temperature, "temperature", 0.05, 2.0, False, True, ui.status),
               (ui.top_p, "top-p", 0.05, 1.0, False, True, ui.status),
+              (ui.min_confidence, "the draft confidence stop", 0.0, 1.0, False, True, ui.status),
               (ui.k_max, "the largest k", 1, 16, True, True, ui.sweep_status),
               (ui.rounds, "rounds", 1, 5, True, True, ui.sweep_status),
               (ui.sweep_new, "max new tokens per run", 1, limits.max_new_tokens, True, False, ui.sweep_status)]
@@ -320,7 +324,7 @@ def _wire_controls(ui, limits) -> None:
 
     ui.k_mode.change(k_control, [ui.k_mode], [ui.k], **quiet)
     clear = scripts.clear_stale_error(READY)
-    for comp in (ui.prompt, ui.chat, ui.drafter, ui.k_mode, ui.decoding, ui.preset):
+    for comp in (ui.prompt, ui.chat, ui.drafter, ui.k_mode, ui.min_confidence, ui.decoding, ui.preset):
         comp.input(None, [ui.status], [ui.status], js=clear, **quiet)
 
     def nothing_yet(session):
