@@ -187,6 +187,7 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     prediction = page.locator("#prediction").inner_text()
     assert "measured" in prediction and "\u00d7" in prediction and "prefill excluded" in prediction
     assert "predicted, iid \u03b1" in prediction  # the calibration fed the prediction beside the measurement
+    assert "costed: this run's own iterations" in prediction  # and costed the run's own iterations
     assert "This comparison:" in prediction and "one speculative and one plain run" in prediction  # the verdict
     assert "Both runs showed only their progress while they decoded" in prediction  # drawn alike: no page cost
     assert "valid against the schema" in page.locator("#check").inner_text()
@@ -499,6 +500,16 @@ def test_statuses_say_what_is_true_now(tiny_app_url, page):
     page.locator("#run-btn").click()
     wait_status(page, "Done")
     assert page.locator("#tokens .tok").count() == 6
+    stop = page.locator("#min-confidence input[type=number]")  # the draft confidence stop: a probability
+    stop.fill("1.5")
+    stop.press("Tab")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('draft confidence stop must be')")
+    stop.fill("0.5")
+    stop.press("Tab")
+    wait_status(page, "Ready")
+    page.locator("#run-btn").click()
+    wait_status(page, "Done")
+    assert "drafting stopped below confidence 0.5" in status(page)
 
 
 @pytest.mark.parametrize("width, height", [(390, 844), (1440, 1000)])
