@@ -184,3 +184,16 @@ def test_the_page_has_the_stop_control_and_every_event_reads_it(word_pair):
     assert len(stop) == 1 and stop[0]["props"]["value"] == 0.0
     reads = {d.get("api_name") for d in config["dependencies"] if stop[0]["id"] in d.get("inputs", [])}
     assert {"run", "sweep", "replay"} <= reads and "calibrate" not in reads  # a calibration drafts all k
+
+
+@pytest.mark.parametrize("mode", ["fixed", "adaptive"])
+def test_a_compare_far_from_its_prediction_fails_on_the_page_and_in_the_download_alike(word_pair, mode):
+    """A calibration that makes drafting 20x dearer than it is: the prediction (the model's at a fixed k, the
+    run's own iterations costed where k varied) is far below the measurement, and both verdicts say so."""
+    p = serving.PairProvider(pair=word_pair)
+    p.calibrations.put(make_proposer(word_pair, "draft").describe(), fake_timing(c=20.0))
+    session = Session()
+    list(handlers.stream_run(p, session, request(k_mode=mode)))
+    final = list(handlers.stream_compare(p, session))[-1]
+    checks = {f["check"]: f["severity"] for f in final.doc["trust"]["findings"]}
+    assert checks.get("prediction-miss") == "fail" and "-fold" in final.prediction

@@ -59,7 +59,8 @@ def document(provider: PairProvider, session: Session) -> dict:
     """The run document of the session's run, with the calibration behind it and the Compare's verdict."""
     run = session.run
     timing = run_timing(session, provider.calibrations)
-    trust = verdicts.compare_verdict(run, timing) if run.plain is not None else None
+    trust = None if run.plain is None else verdicts.compare_verdict(run, timing,
+                                                                    verdicts.compared_prediction(run, timing))
     return run_document(run, timing, trust)
 
 

@@ -165,7 +165,6 @@ def prediction_markdown(session: Session, timing=None) -> str:
     k = run.request.k
     varying = run.request.k_mode != "fixed"
     rows = ["| | speed-up | from |", "|---|---:|---|"]
-    predicted = None
     if varying:
         rows.append(f"| predicted | \u2013 | k was chosen per iteration ({_k_chosen(run)}); the cost model "
                     f"predicts a fixed k (the **k per output shape** tab compares them) |")
@@ -179,8 +178,7 @@ def prediction_markdown(session: Session, timing=None) -> str:
             rows.append(f"| predicted, iid \u03b1 | **{timing.predict(s.alpha, k):.2f}\u00d7** | "
                         f"\u03b1 = {s.alpha:.3f} at k = {k} |")
         if positions:
-            predicted = timing.predict(positions, k, new_tokens=s.new_tokens or None)
-            rows.append(f"| predicted, per-position acceptance | **{predicted:.2f}\u00d7** | "
+            rows.append(f"| predicted, per-position acceptance | **{_model_prediction(run, timing):.2f}\u00d7** | "
                         f"P(accept) by position: {' '.join(f'{a:.2f}' for a in positions)}; "
                         f"{s.new_tokens} tokens, the last iterations clipped as the loop clips them |")
     else:
@@ -191,7 +189,6 @@ def prediction_markdown(session: Session, timing=None) -> str:
                     "iterations as they went (k drafted, tokens kept), each step at its calibrated cost: no "
                     "acceptance model, so a gap to the prediction is the acceptance model's, a gap to the "
                     "measurement the steps' and the machine's |")
-        predicted = costed if predicted is None else predicted
     ratio = run.measured_speedup
     if run.plain is not None:
         rows.append(f"| measured | **{ratio:.2f}\u00d7** | {s.tokens_per_s:.1f} tokens/s speculative, "
@@ -199,7 +196,7 @@ def prediction_markdown(session: Session, timing=None) -> str:
     else:
         rows.append("| measured | \u2013 | press **Compare with plain** |")
     if run.plain is not None:
-        lines.append(verdict_html(compare_verdict(run, timing, predicted), "This comparison"))
+        lines.append(verdict_html(compare_verdict(run, timing, compared_prediction(run, timing)), "This comparison"))
     elif timing is not None:
         lines.append(verdict_html(timing.trust, "The prediction's calibration"))
     lines.append("\n".join(rows))
@@ -220,6 +217,24 @@ def prediction_markdown(session: Session, timing=None) -> str:
             f"output shape** tab measures medians over rounds.")
     lines.append(glossary_html())
     return "\n\n".join(lines)
+
+
+def _model_prediction(run: RunResult, timing) -> float | None:
+    """The model's prediction of a fixed-k run that drafted every k: its per-position acceptance, at its length."""
+    s = run.summary
+    positions = [a for a in s.per_position_acceptance if a is not None]
+    if timing is None or run.request.k_mode != "fixed" or run.request.min_confidence is not None or not positions:
+        return None
+    return timing.predict(positions, run.request.k, new_tokens=s.new_tokens or None)
+
+
+def compared_prediction(run: RunResult, timing) -> float | None:
+    """The figure a Compare's verdict holds the measurement against: the model's prediction where it applies
+    (a fixed k, every k drafted), else the run's own iterations costed."""
+    if run.summary is None:
+        return None
+    model = _model_prediction(run, timing)
+    return model if model is not None else costed_speedup(run, timing)
 
 
 def _drafted_text(run: RunResult) -> str:
