@@ -102,6 +102,7 @@ def test_the_costed_row_is_the_runs_own_iterations_at_the_calibrations_step_cost
     text = final.prediction
     assert "costed: this run's own iterations" in text and f"**{by_hand(its, timing):.2f}\u00d7**" in text
     assert "per-position acceptance" in text  # a fixed k without a stop keeps the model's own prediction
+    assert "<dt>costed</dt>" in text and "<dt>confidence stop</dt>" in text  # both terms in the glossary
 
 
 def test_a_stopped_run_gets_the_costed_row_and_no_fixed_k_prediction(provider):

@@ -41,6 +41,10 @@ GLOSSARY = {
                      "machine hits both alike",
     "calibration": "timing the target's passes over 1..17 tokens and the drafter's proposals on this pair and "
                    "context length: the cost model's input (c and v(n))",
+    "costed": "a run's own iterations (what each drafted and kept) priced at the calibration's step costs: the "
+              "speed-up the run would measure on a machine whose every step cost what the calibration says",
+    "confidence stop": "a model drafter stops drafting after a token it gave less than this probability, so k is a "
+                       "cap (transformers' assistant stops at 0.4)",
     "trust verdict": "whether a figure may be believed: it fails when what it is made of moved more than the effect "
                      "it shows (other processes on the cores, rounds that disagree, a noisy or non-physical "
                      "calibration, a drafter slower than the target, a single round)",
