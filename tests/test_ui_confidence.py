@@ -129,7 +129,7 @@ def test_a_run_that_chose_k_gets_the_costed_row_and_what_each_fixed_k_would_give
 
 def test_without_a_calibration_there_is_no_costed_row(word_pair):
     final = run(serving.PairProvider(pair=word_pair), k_mode="heuristic")[-1]
-    assert "costed" not in final.prediction and "k was chosen per iteration" in final.prediction
+    assert "costed: this run" not in final.prediction and "k was chosen per iteration" in final.prediction
 
 
 def test_the_sweep_takes_the_stop_and_says_it_predicts_no_fixed_k_under_it(provider):
