@@ -108,9 +108,9 @@ def _number(value, what: str) -> float:
 def parse_request(controls: Mapping[str, Any], drafters: Sequence[str] | None = None,
                   limits: Limits | None = None) -> RunRequest:
     """The controls' raw values, by name (prompt, preset, chat, drafter, k, decoding, temperature, top_k,
-    top_p, max_new_tokens, seed, k_mode: "fixed" when missing, min_confidence: 0 or missing for none) -> a RunRequest; raises PlaygroundError with
-    what to fix. `drafters`: the names this pair offers (default: every drafter). `limits` (a
-    playground.limits.Limits) default to the environment's, read now."""
+    top_p, max_new_tokens, seed, k_mode: "fixed" when missing, min_confidence: 0 or missing for none) -> a
+    RunRequest; raises PlaygroundError with what to fix. `drafters`: the names this pair offers (default: every
+    drafter). `limits` (a playground.limits.Limits) default to the environment's, read now."""
     c = controls
     limits = limits or Limits.from_env()
     prompt, preset = c.get("prompt"), c.get("preset")
