@@ -198,3 +198,29 @@ def test_a_compare_far_from_its_prediction_fails_on_the_page_and_in_the_download
     final = list(handlers.stream_compare(p, session))[-1]
     checks = {f["check"]: f["severity"] for f in final.doc["trust"]["findings"]}
     assert checks.get("prediction-miss") == "fail" and "-fold" in final.prediction
+
+
+def test_prompt_lookup_has_nothing_to_stop_on_so_its_run_claims_no_stop(word_pair):
+    p = serving.PairProvider(pair=word_pair)
+    p.calibrations.put(make_proposer(word_pair, "lookup").describe(), fake_timing())
+    session = Session()
+    views = run(p, session, drafter="lookup", min_confidence=STOP)
+    final = views[-1]
+    assert session.run.request.min_confidence is None and final.doc["config"]["min_confidence"] is None
+    assert not any("confidence" in v.status for v in views)
+    assert "per-position acceptance" in final.prediction  # the fixed-k model applies: lookup drafted as it would
+
+    seen = {}
+
+    def fake_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
+                   sampling=None, min_confidence=None):
+        seen["min_confidence"] = min_confidence
+        return json.loads(json.dumps(SWEEP_RESULT))
+
+    controls = {n: CONTROLS[n] for n in ("prompt", "preset", "chat", "decoding", "temperature", "top_k", "top_p",
+                                         "seed")}
+    req = parse_sweep({**controls, "drafter": "lookup", "k_max": 2, "rounds": 1, "max_new_tokens": 8,
+                       "min_confidence": STOP}, list(DRAFTERS))
+    list(measure.stream_sweep(p, Session(), req, sweep_fn=fake_sweep))
+    assert seen == {"min_confidence": None}
+    assert [make_proposer(word_pair, d).confidence_stops for d in ("draft", "hybrid", "lookup")] == [True, True, False]

@@ -76,6 +76,9 @@ class Proposer(ABC):
     # last begin copied.
     takes_target_kv: bool = False
     shared_kv: int = 0
+    # Whether `propose` honours ctx.min_confidence (a model drafter stops on its own probabilities; prompt lookup
+    # has none, so a confidence stop changes nothing it does).
+    confidence_stops: bool = False
 
     def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         self.ctx = ctx

@@ -135,6 +135,7 @@ class LlamaCppProposer(Proposer):
 
     name = "llama.cpp"
     uses_draft_model = False
+    confidence_stops = True
     prefill_overlaps = True  # host-synchronous, GIL-free C calls, outside torch's thread pool
 
     def __init__(

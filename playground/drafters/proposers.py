@@ -20,6 +20,7 @@ class DraftModelProposer(Proposer):
     """
 
     uses_draft_model = True
+    confidence_stops = True
 
     def __init__(self, model: torch.nn.Module, device: torch.device | str, vocab_size: int | None, name: str = "draft",
                  copies_target: bool = False):
@@ -129,6 +130,7 @@ class HybridProposer(Proposer):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.uses_draft_model = model.uses_draft_model
+        self.confidence_stops = model.confidence_stops
         # begin is lookup's nothing plus the model drafter's prefill, so it overlaps where that one does.
         self.prefill_overlaps = model.prefill_overlaps
         self.name = name or f"hybrid (lookup + {model.name})"

@@ -45,6 +45,7 @@ from .session import (
     k_controller,
     prompt_key,
     run_timing,
+    without_idle_stop,
 )
 
 # Each update costs the run the server's postprocessing of every output (CPU and GIL), and a browser on the same
@@ -155,6 +156,7 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     pair = yield from mapped(load_pair(provider, started), lambda line: RunView(session, line))
     ids, preset_obj = encode_request(pair, request, request.max_new_tokens, limits)
     proposer = make_proposer(pair, request.drafter)
+    request = without_idle_stop(request, proposer)
     name, store = proposer.describe(), provider.calibrations
     setup = describe_setup(pair)
     sampling = request.sampling

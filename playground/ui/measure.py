@@ -26,7 +26,16 @@ from .batching import batch_curves
 from .downloads import jsonable
 from .progress import Tracker, clock_text, load_pair, mapped, phase, progress_lines, ticker
 from .serving import Background, PairProvider, stoppable
-from .session import RunRequest, Session, SweepRequest, encode_request, find_timing, prompt_key, run_timing
+from .session import (
+    RunRequest,
+    Session,
+    SweepRequest,
+    encode_request,
+    find_timing,
+    prompt_key,
+    run_timing,
+    without_idle_stop,
+)
 
 SHORT = SHORT_CALIBRATION  # (repeats, warm-up cycles) of the Calibrate button
 CAREFUL = (12, 3)  # ... of a careful calibration
@@ -134,7 +143,8 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     req, k_max, rounds = sweep_req.run, sweep_req.k_max, sweep_req.rounds
     pair = yield from mapped(load_pair(provider, started), lambda line: SweepView(session, line))
     ids, _ = encode_request(pair, req, req.max_new_tokens, limits)
-    name = make_proposer(pair, req.drafter).describe()
+    proposer = make_proposer(pair, req.drafter)
+    req, name = without_idle_stop(req, proposer), proposer.describe()
     key, store = prompt_key(ids), provider.calibrations
     ks = list(range(1, k_max + 1))
     timing = find_timing(session, store, name, ids, N_NEEDED, req.sampling)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core.engine import check_k, check_request
@@ -149,6 +149,14 @@ def _confidence_stop(value) -> float | None:
         raise PlaygroundError(f"the draft confidence stop is a probability from 0 to 1 (0: off, draft all k), "
                               f"got {x:g}")
     return x or None
+
+
+def without_idle_stop(request: RunRequest, proposer) -> RunRequest:
+    """The request as it runs with `proposer`: a confidence stop is dropped for a drafter that has no probabilities
+    to stop on (prompt lookup), so that neither the page nor the run's record claims a stop that did nothing."""
+    if request.min_confidence is None or getattr(proposer, "confidence_stops", False):
+        return request
+    return replace(request, min_confidence=None)
 
 
 def parse_sweep(controls: Mapping[str, Any], drafters: Sequence[str] | None = None,
