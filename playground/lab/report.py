@@ -112,7 +112,8 @@ def prediction_line(doc: dict) -> str | None:
     score = prediction_score([{"prompt": name, **by[(name, k)]} for name in prompts for k in doc["ks"]
                               if isinstance(k, int) and (name, k) in by])
     if score is None:
-        return None
+        return ("prediction: none at a fixed k under a confidence stop (the model drafts every k); the costed "
+                "column counts what was drafted") if doc.get("min_confidence") is not None else None
     w, p = score["within"], score["past"]
     return (f"prediction: within {w} of the measured median in {score['close']} of {score['cells']} cells, in "
             f"{score['sharp_close']} of the {score['sharp']} whose half-spread is at most {w}; largest miss "
