@@ -1,5 +1,6 @@
-"""The draft confidence stop in the browser (one control, read by Run, Compare, the sweep and Replay), and the
-prediction panel's costed row: a run's own iterations at the calibration's step costs, for every kind of run."""
+"""The draft confidence stop in the browser (one control, read by Run, Compare, the sweep and Replay) and in the
+lab's figures (no fixed-k prediction under it), and the prediction panel's costed row: a run's own iterations at
+the calibration's step costs, for every kind of run."""
 
 from __future__ import annotations
 
