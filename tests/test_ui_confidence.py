@@ -134,7 +134,8 @@ def test_without_a_calibration_there_is_no_costed_row(word_pair):
     assert "costed: this run" not in final.prediction and "k was chosen per iteration" in final.prediction
 
 
-def test_the_sweep_takes_the_stop_and_says_it_predicts_no_fixed_k_under_it(provider):
+def sweep_with_stop(provider, drafter: str) -> tuple[float | None, list[str]]:
+    """A sweep asked with the stop, its lab part faked: the stop the lab was given, and the status lines."""
     seen = {}
 
     def fake_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
@@ -142,12 +143,17 @@ def test_the_sweep_takes_the_stop_and_says_it_predicts_no_fixed_k_under_it(provi
         seen["min_confidence"] = min_confidence
         return json.loads(json.dumps(SWEEP_RESULT))
 
-    controls = {n: CONTROLS[n] for n in ("prompt", "preset", "chat", "drafter", "decoding", "temperature", "top_k",
-                                         "top_p", "seed")}
-    req = parse_sweep({**controls, "k_max": 2, "rounds": 1, "max_new_tokens": 8, "min_confidence": STOP},
-                      list(DRAFTERS))
+    controls = {n: CONTROLS[n] for n in ("prompt", "preset", "chat", "decoding", "temperature", "top_k", "top_p",
+                                         "seed")}
+    req = parse_sweep({**controls, "drafter": drafter, "k_max": 2, "rounds": 1, "max_new_tokens": 8,
+                       "min_confidence": STOP}, list(DRAFTERS))
     lines = [view.status for view in measure.stream_sweep(provider, Session(), req, sweep_fn=fake_sweep)]
-    assert seen["min_confidence"] == STOP
+    return seen["min_confidence"], lines
+
+
+def test_the_sweep_takes_the_stop_and_says_it_predicts_no_fixed_k_under_it(provider):
+    stop, lines = sweep_with_stop(provider, "draft")
+    assert stop == STOP
     assert any("drafting stopped below confidence 0.5, so no fixed-k prediction" in line for line in lines)
 
 
@@ -214,17 +220,6 @@ def test_prompt_lookup_has_nothing_to_stop_on_so_its_run_claims_no_stop(word_pai
     assert not any("confidence" in v.status for v in views)
     assert "per-position acceptance" in final.prediction  # the fixed-k model applies: lookup drafted as it would
 
-    seen = {}
-
-    def fake_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
-                   sampling=None, min_confidence=None):
-        seen["min_confidence"] = min_confidence
-        return json.loads(json.dumps(SWEEP_RESULT))
-
-    controls = {n: CONTROLS[n] for n in ("prompt", "preset", "chat", "decoding", "temperature", "top_k", "top_p",
-                                         "seed")}
-    req = parse_sweep({**controls, "drafter": "lookup", "k_max": 2, "rounds": 1, "max_new_tokens": 8,
-                       "min_confidence": STOP}, list(DRAFTERS))
-    list(measure.stream_sweep(p, Session(), req, sweep_fn=fake_sweep))
-    assert seen == {"min_confidence": None}
+    stop, lines = sweep_with_stop(p, "lookup")
+    assert stop is None and not any("confidence" in line for line in lines)
     assert [make_proposer(word_pair, d).confidence_stops for d in ("draft", "hybrid", "lookup")] == [True, True, False]
