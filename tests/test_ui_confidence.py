@@ -124,7 +124,7 @@ def test_a_run_that_chose_k_gets_the_costed_row_and_what_each_fixed_k_would_give
     final = run(provider, session, k_mode=mode)[-1]
     its = iterations(session.run)
     assert f"**{by_hand(its, fake_timing()):.2f}\u00d7**" in final.prediction
-    assert "What each fixed k would give at this run's" in final.prediction
+    assert "Predicted speed-up per k at this run's" in final.prediction
     compare = list(handlers.stream_compare(provider, session))[-1]
     assert "costed: this run's own iterations" in compare.prediction and "measured" in compare.prediction
 

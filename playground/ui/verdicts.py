@@ -207,7 +207,8 @@ def prediction_markdown(session: Session, timing=None) -> str:
     if timing is not None and not varying:
         lines.append(cost_inputs(timing, k))
     elif timing is not None and s.alpha is not None:
-        lines.append(f"What each fixed k would give at this run's \u03b1 = {s.alpha:.2f} under the same calibration:")
+        lines.append(f"Predicted speed-up per k at this run's \u03b1 = {s.alpha:.2f}, under the same calibration: "
+                     "what a fixed k would have given")
         lines.append(per_k_table(timing, s.alpha))
     elif session.calibration is not None:  # no prediction for this run: what the last calibration predicts per k
         lines.extend(_calibration_only(session))
