@@ -908,6 +908,11 @@ def test_typed_values_out_of_range_get_a_message_not_a_silent_clamp():
     stale = "\u26a0 k must be from 1 to 16, got 100; the slider moved to 16"
     assert isinstance(k(16, stale), type(k(5, "Ready")))  # the clamp's own change keeps the message (a skip)
     assert k(5, stale) == panels.READY  # fixed: the status line is current again
+    assert k(1, stale) == panels.READY  # the other bound is a value like any other, not the clamp's
+    stop = range_check("the draft confidence stop", 0.0, 1.0, whole=False, slider=True)
+    moved = stop(1.5, "Ready")
+    assert moved.endswith("the slider moved to 1") and isinstance(stop(1.0, moved), type(k(5, "Ready")))
+    assert stop(0.0, moved) == panels.READY  # 0 (off) after an out-of-range value clears the message
     new = range_check("max new tokens", 1, 512)
     assert new(2.5, "Ready") == "\u26a0 max new tokens must be a whole number from 1 to 512, got 2.5"
     assert new(None, "Ready").startswith("\u26a0 max new tokens is empty")

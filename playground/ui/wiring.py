@@ -116,8 +116,11 @@ def range_check(label: str, lo: float, hi: float | None, whole: bool = True, sli
             if slider and isinstance(value, (int, float)):
                 problem += f"; the slider moved to {min(max(value, lo), hi):g}"
             return f"\u26a0 {problem}"
-        at_bound = slider and value in (lo, hi)
-        if isinstance(status, str) and status.startswith(f"\u26a0 {label}") and not at_bound:
+        # The slider's clamp fires a change of its own, at the bound the message names: that one keeps the message
+        # (any other in-range value, the other bound included, is a fix and clears it).
+        clamped = slider and isinstance(status, str) and isinstance(value, (int, float)) and status.endswith(
+            f"the slider moved to {value:g}")
+        if isinstance(status, str) and status.startswith(f"\u26a0 {label}") and not clamped:
             return READY
         return gr.skip()
 
