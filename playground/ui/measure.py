@@ -34,6 +34,7 @@ from .session import (
     find_timing,
     prompt_key,
     run_timing,
+    stop_text,
     without_idle_stop,
 )
 
@@ -165,8 +166,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
                           progress=ticker(emit, stopped))
         return result, t, reused
 
-    stop = (f" (drafting stopped below confidence {req.min_confidence:g}, so no fixed-k prediction)"
-            if req.min_confidence is not None else "")
+    stop = f" ({stop_text(req.min_confidence)}, so no fixed-k prediction)" if req.min_confidence is not None else ""
     plan = (f"{rounds} round(s) of plain decoding, k = 1..{k_max} and adaptive k back to back{stop}, "
             f"{req.max_new_tokens} new tokens per run: {runs} runs"
             + (f"; {reused_text(timing, False)}" if timing is not None else ", after a short calibration"))

@@ -12,7 +12,7 @@ from ..drafters.adaptive import describe_choices
 from ..pairs.registry import PAIRS
 from . import charts
 from .serving import PairProvider, menu_value
-from .session import RunRequest
+from .session import RunRequest, stop_text
 
 READY = "Ready: press **Run**."
 
@@ -35,7 +35,7 @@ def pair_info(provider: PairProvider) -> str:
 
 def k_text(req: RunRequest, summary=None) -> str:
     """'4', or 'adaptive (chosen: 2x3 16x5)' once a run says which k it used; with a confidence stop, which."""
-    stop = f", drafting stopped below confidence {req.min_confidence:g}" if req.min_confidence is not None else ""
+    stop = f", {stop_text(req.min_confidence)}" if req.min_confidence is not None else ""
     if req.k_mode == "fixed":
         return f"{req.k}{stop}"
     if summary is None or not summary.k_values:

@@ -55,7 +55,7 @@ from .replay_view import (
     turn_choices,
 )
 from .serving import Background, PairProvider
-from .session import SHOW_ME
+from .session import SHOW_ME, stop_text
 from .wiring import _event, _guarded, _skip
 
 STARTING = "Replay: starting; its progress shows on the Replay tab \u2026"
@@ -173,8 +173,8 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
         arms = ", ".join([f"k = {','.join(map(str, req.ks))}", *[f"{c} k" for c in req.controllers]])
         tracker = Tracker(f"Replaying {what} with {req.drafter}", started,
                           f"{arms}; {req.sampling.describe()}"
-                          + (f", drafting stopped below confidence {req.min_confidence:g}"
-                             if req.min_confidence is not None else "") + "; calibration: "
+                          + (f", {stop_text(req.min_confidence)}" if req.min_confidence is not None else "")
+                          + "; calibration: "
                           + ("one, on the median prompt" if req.calibration == "once" else "one per context length"))
 
         def work(emit, stopped):

@@ -151,6 +151,11 @@ def _confidence_stop(value) -> float | None:
     return x or None
 
 
+def stop_text(min_confidence: float | None) -> str:
+    """How a status line names a confidence stop: '' without one."""
+    return "" if min_confidence is None else f"drafting stopped below confidence {min_confidence:g}"
+
+
 def without_idle_stop(request: RunRequest, proposer) -> RunRequest:
     """The request as it runs with `proposer`: a confidence stop is dropped for a drafter that has no probabilities
     to stop on (prompt lookup), so that neither the page nor the run's record claims a stop that did nothing."""

@@ -14,7 +14,7 @@ from ..core.records import Iteration
 from ..drafters.adaptive import AdaptiveSettings, CostCurve, describe_choices
 from ..lab.schedules import costed_ratio, iteration_rows
 from ..lab.trust import FAIL, WARN, Finding, MachineLoad, Verdict
-from .session import RunResult, Session
+from .session import RunResult, Session, stop_text
 
 PRIOR_ALPHA = AdaptiveSettings().prior  # what adaptive k assumes before it has seen a proposal
 SWEEP_COLUMNS = ["k", "measured", "min", "max", "\u03b1", "predicted (iid)", "predicted (per position)",
@@ -169,25 +169,24 @@ def prediction_markdown(session: Session, timing=None) -> str:
     k = run.request.k
     varying = run.request.k_mode != "fixed"
     rows = ["| | speed-up | from |", "|---|---:|---|"]
+    model, costed = _model_prediction(run, timing), costed_speedup(run, timing)
     if varying:
         rows.append(f"| predicted | \u2013 | k was chosen per iteration ({_k_chosen(run)}); the cost model "
                     f"predicts a fixed k (the **k per output shape** tab compares them) |")
     elif timing is not None and run.request.min_confidence is not None:
-        rows.append(f"| predicted | \u2013 | drafting stopped below confidence {run.request.min_confidence:g} "
-                    f"({_drafted_text(run)}); the fixed-k model drafts all k, so only the costed row below "
-                    "applies |")
+        rows.append(f"| predicted | \u2013 | {stop_text(run.request.min_confidence)} ({_drafted_text(run)}); the "
+                    "fixed-k model drafts all k, so only the costed row below applies |")
     elif timing is not None:
         positions = [a for a in s.per_position_acceptance if a is not None]
         if s.alpha is not None:
             rows.append(f"| predicted, iid \u03b1 | **{timing.predict(s.alpha, k):.2f}\u00d7** | "
                         f"\u03b1 = {s.alpha:.3f} at k = {k} |")
-        if positions:
-            rows.append(f"| predicted, per-position acceptance | **{_model_prediction(run, timing):.2f}\u00d7** | "
+        if model is not None:
+            rows.append(f"| predicted, per-position acceptance | **{model:.2f}\u00d7** | "
                         f"P(accept) by position: {' '.join(f'{a:.2f}' for a in positions)}; "
                         f"{s.new_tokens} tokens, the last iterations clipped as the loop clips them |")
     else:
         rows.append("| predicted | \u2013 | press **Calibrate** (times the target and the drafter: c and v(n)) |")
-    costed = costed_speedup(run, timing)
     if costed is not None:
         rows.append(f"| costed: this run's own iterations | **{costed:.2f}\u00d7** | its {s.target_passes} "
                     "iterations as they went (k drafted, tokens kept), each step at its calibrated cost: no "
