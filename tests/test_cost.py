@@ -126,3 +126,24 @@ def test_finite_horizon_choice_by_hand():
     assert dict(best_k_finite([0.6], 0.5, flat, 2).table)[1] == pytest.approx(2 / 1.9)
     with pytest.raises(ValueError):
         best_k_finite([0.5], 0.5, flat, 0)
+
+
+def test_drafting_on_pays_when_its_tokens_beat_what_the_steps_earn_elsewhere():
+    flat = {n: 1.0 for n in range(1, 20)}
+    # two drafted, both accepted with chance 0.8; the next at 0.9 adds 0.72 tokens for c = 0.3 more steps
+    assert cost.drafts_on(0.8, [0.9], 2, 0.3, flat, rate=2.0)  # 0.72 > 2.0 * 0.3
+    assert not cost.drafts_on(0.8, [0.9], 2, 0.3, flat, rate=2.5)  # 0.72 < 2.5 * 0.3
+    assert not cost.drafts_on(0.0, [1.0] * 8, 2, 0.01, flat, rate=1.0)  # a rejected prefix: nothing to gain
+    assert not cost.drafts_on(1.0, [], 16, 0.0, flat, rate=1.0)  # nothing left to draft
+    # what was spent does not enter: the same chance and rates decide alike after 1 or 6 proposals
+    assert cost.drafts_on(0.5, [0.9], 1, 0.2, flat, rate=2.0) == cost.drafts_on(0.5, [0.9], 6, 0.2, flat, rate=2.0)
+
+
+def test_drafting_on_looks_past_a_dear_next_pass():
+    """A pass over 4 tokens costs 0.6 more than one over 3, one over 5 no more: one proposal more does not pay
+    for the jump, two do."""
+    v = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.6, 5: 1.6, 6: 2.4}
+    assert cost.drafts_on(1.0, [1.0, 1.0], 2, 0.1, v, rate=1.5)  # m = 4: 2 tokens > 1.5 * (0.2 + 0.6)
+    assert not cost.drafts_on(1.0, [1.0], 2, 0.1, v, rate=1.5)  # m = 3 only: 1 token < 1.5 * (0.1 + 0.6)
+    with pytest.raises(ValueError):
+        cost.drafts_on(1.0, [1.2], 2, 0.1, v, rate=1.5)

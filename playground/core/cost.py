@@ -243,6 +243,25 @@ def best_k_finite(per_position: Sequence[float], c: float, v: VerifyCost, remain
     return KChoice(k, s, tuple(rows))
 
 
+def drafts_on(reached: float, rates: Sequence[float], drafted: int, c: float, v: VerifyCost, rate: float) -> bool:
+    """Mid-iteration: whether drafting past the `drafted` proposals made so far pays.
+
+    reached: the chance that all of them are accepted; rates: the conditional acceptance of the positions after
+    them (as many as may still be drafted); rate: the tokens per target step the drafting earns on the whole (the
+    steady choice's speed-up). Drafting on to m > drafted proposals adds sum_{j=1..m-drafted} reached *
+    prod(rates[:j]) expected tokens for (m - drafted) * c + v(m + 1) - v(drafted + 1) more steps. In the long run
+    an iteration's steps are worth `rate` tokens each wherever they are spent (renewal reward), so drafting on
+    pays when some m adds more tokens than `rate` times its steps; what was spent already does not enter."""
+    base, gain, survive = verify_cost(v, drafted + 1), 0.0, reached
+    for extra, a in enumerate(rates, start=1):
+        _check_alpha(a)
+        survive *= a
+        gain += survive
+        if gain > rate * (extra * c + verify_cost(v, drafted + extra + 1) - base):
+            return True
+    return False
+
+
 def _check_alpha(alpha: float) -> None:
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"an acceptance rate is in [0, 1], got {alpha}")
