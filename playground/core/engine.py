@@ -155,6 +155,7 @@ def speculative_generate(
     else:
         prefill, start = _prefill_in_turn(clock, target, proposer, committed, ctx)
     yield prefill
+    tell_controller(controller, proposer, sampling)
 
     produced, index = 0, 0
     while produced < max_new_tokens:
@@ -165,6 +166,7 @@ def speculative_generate(
         t_a = clock.now()
         source = proposer.next_source(committed) if remaining > 1 else None
         k_i = max(0, min(int(controller.next_k(remaining=remaining, source=source)), remaining - 1))
+        ctx.go_on = drafting_rule(controller, source, k_i)
         proposal = proposer.propose(committed, k_i) if k_i > 0 else EMPTY
         proposal = _clip(proposal, k_i)
         t_b = clock.now()
@@ -216,6 +218,21 @@ def speculative_generate(
         index += 1
         if finished:
             return
+
+
+def tell_controller(controller, proposer: Proposer, sampling: SamplingConfig) -> None:
+    """Tell a controller that can use it (AdaptiveK.drafter_stops) whether the drafter stops on its confidence:
+    a model drafter does, where decoding is greedy (its probability of its arg-max is then its own estimate of
+    acceptance; a sampled token's probability is not)."""
+    tell = getattr(controller, "drafter_stops", None)
+    if tell is not None:
+        tell(proposer.confidence_stops and sampling.greedy)
+
+
+def drafting_rule(controller, source: str | None, k: int):
+    """The controller's stop rule for this iteration's drafting (AdaptiveK.drafting_rule), if it has one."""
+    rule = getattr(controller, "drafting_rule", None)
+    return rule(source) if rule is not None and k > 0 else None
 
 
 def spare_prefill_threads(device) -> int:

@@ -18,7 +18,7 @@ does not: its prefill would compete for torch's own threads). Such a begin reads
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -61,9 +61,23 @@ class RunContext:
     # computing it (Proposer.takes_target_kv); nothing may change it.
     target_kv: object | None = None
 
+    # Set per iteration by a k controller that decides, token by token, whether drafting on pays
+    # (AdaptiveK.drafting_rule): called with the drafter's probability of each proposal, True to go on.
+    go_on: Callable[[float], bool] | None = None
+
+    @property
+    def stops_on_confidence(self) -> bool:
+        """Whether `confident` can say stop (a drafter may skip computing probabilities when it cannot)."""
+        return self.min_confidence is not None or self.go_on is not None
+
     def confident(self, probs: torch.Tensor, token: int) -> bool:
         """Whether drafting may go on after `token`, drawn from (or the argmax of) `probs`."""
-        return self.min_confidence is None or float(probs[token]) >= self.min_confidence
+        if not self.stops_on_confidence:
+            return True
+        q = float(probs[token])
+        if self.min_confidence is not None and q < self.min_confidence:
+            return False
+        return self.go_on is None or self.go_on(q)
 
 
 class Proposer(ABC):

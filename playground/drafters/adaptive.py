@@ -31,6 +31,7 @@ from ..core import cost
 from ..core.engine import K_MAX, FixedK, check_k
 from ..core.records import Iteration
 from ..errors import PlaygroundError
+from .confidence import ConfidenceBins
 from .heuristic import HeuristicK
 
 
@@ -94,6 +95,10 @@ class AdaptiveSettings:
     """Depth ramp (>= 1): a source with a per-token cost drafts at most int(growth * its last k) + 1."""
     uncertainty: bool = True
     """Expected acceptance over the pooled rate's uncertainty (a Beta posterior), not at its point estimate."""
+    confidence: bool = True
+    """Greedy, with a drafter that has probabilities (told by `drafter_stops`): when the steady choice drafts, the
+    cap is k_max and the drafter stops where its own probability of its last proposal says drafting on no longer
+    pays (`drafting_rule`), instead of drafting the k chosen before it saw any of them."""
     remembered_weight: bool = False
     """With `uncertainty`, a remembered rate weighs in the pooled mean as the count it rests on (as it does in the
     posterior's width), not as `prior_weight` observations: steadier when calls repeat one shape, slower to follow
@@ -151,6 +156,13 @@ class AdaptiveK:
          r - 1, and none when r <= 1). `probe_wait` starts at `probe_every`, doubles (up to `probe_max`)
          when a probe had a proposal rejected and the next choice is still k = 0, and returns to
          `probe_every` whenever the choice is k > 0.
+      6. stopping on confidence (`confidence`, greedy, a drafter that reports its probabilities: the loop calls
+         `drafter_stops`): where rule 1 drafts (and no finish is planned) the cap opens to k_max without the ramp,
+         and `drafting_rule` stops the drafter after the first proposal past which drafting no longer pays
+         (`cost.drafts_on`, each step worth the steady choice's speed-up), with the chance that the proposals so
+         far are accepted taken from the drafter's probabilities of them, what those mean learnt per
+         confidence bin (confidence.py). Before anything is learnt it drafts what rule 1 chose; once the bins have seen
+         proposals it drafts deeper where the drafter is sure and stops sooner where it is unsure.
 
     Memory: `memory` is a dict the caller keeps across runs on one pair and drafter (a browser tab, a
     lab arm). After every drafting iteration memory["adaptive"][source] = alpha(source); a new
@@ -187,6 +199,37 @@ class AdaptiveK:
         self.probe_wait = settings.probe_every
         self._probed: bool | str = False  # False, "sent" (a probe is out) or "rejected" (it was turned down)
         self.decisions: list[int] = []
+        self.stops = False  # whether the drafter stops on its confidence (drafter_stops); the rule needs it
+        self._rule: tuple[str | None, float] | None = None  # (source, rate) while this iteration's rule holds
+        self._qs: list[float] = []  # the drafter's probabilities of this iteration's proposals (the rule's)
+        self.by_confidence = ConfidenceBins(memory)  # what the drafter's probabilities mean (confidence.py)
+
+    def drafter_stops(self, can: bool) -> None:
+        """Told by the loop before a run: whether the drafter calls the context's `confident` after each proposal
+        (a model drafter, greedy decoding), so that `drafting_rule` can stop it."""
+        self.stops = bool(can)
+
+    def drafting_rule(self, source: str | None = None):
+        """For the iteration `next_k` just opened to k_max: a function of the drafter's probability of each
+        proposal, True while drafting on pays (`cost.drafts_on`). The chance that the proposals so far are all
+        accepted is the product of what their probabilities say of acceptance (`ConfidenceBins.accepted_given`,
+        learnt); the positions after them take the controller's estimates, and a target step is worth the steady
+        choice's speed-up. None when this iteration has no rule."""
+        if self._rule is None or self._rule[0] != source:
+            return None
+        rate, c = self._rule[1], self.curve.for_source(source)[0]
+        rates, v, k_max = self.estimates(source), self.curve.v, self.k_max
+        accept = self.by_confidence.accepted_given(source, rates, self.settings.position_weight)
+        qs, state = self._qs, {"reached": 1.0}
+        qs.clear()
+
+        def go_on(q: float) -> bool:
+            qs.append(q)
+            state["reached"] *= accept(q, len(qs) - 1)
+            j = len(qs)
+            return j < k_max and cost.drafts_on(state["reached"], rates[j:], j, c, v, rate)
+
+        return go_on
 
     def _counts(self, source: str | None):
         if source not in self.counts:
@@ -266,8 +309,15 @@ class AdaptiveK:
 
     def next_k(self, remaining: int | None = None, source: str | None = None) -> int:
         s = self.settings
-        k = self.choice(remaining, source).k
-        if source in self.last_k and self.curve.for_source(source)[0] > 0:  # rule 4; a free source is not ramped
+        choice = self.choice(remaining, source)
+        k, self._rule = choice.k, None
+        cost_per_token = self.curve.for_source(source)[0]
+        finishing = remaining is not None and remaining <= min(s.horizon, 2 * (k + 1))
+        if s.confidence and self.stops and k > 0 and cost_per_token > 0 and not finishing:
+            # rule 6: open to k_max and let the drafter's confidence stop it (drafting_rule); no ramp then
+            self._rule = (source, choice.speedup)
+            k = self.k_max if remaining is None else min(self.k_max, remaining - 1)
+        elif source in self.last_k and cost_per_token > 0:  # rule 4; a free source is not ramped
             k = min(k, int(s.growth * self.last_k[source]) + 1)
         if k > 0:
             self.probe_wait = s.probe_every
@@ -289,6 +339,8 @@ class AdaptiveK:
             return  # a plain step (or a drafter with nothing to say) tells nothing about acceptance
         source = iteration.sources[0] if iteration.sources else None
         self.last_k[source] = iteration.k
+        if self._rule is not None and self._rule[0] == source and self._qs:
+            self.by_confidence.learn(source, self._qs, iteration.evaluated, iteration.n_accepted)
         reached, accepted = self._counts(source)
         decay = self.settings.decay
         for i in range(self.k_max):
@@ -335,6 +387,13 @@ def make_controller(setting: int | str, curve: CostCurve | None = None, k_max: i
     raise PlaygroundError(f"unknown k setting {setting!r}; give an integer 1..{K_MAX}, 'adaptive' or 'heuristic'")
 
 
-def describe_choices(k_values) -> str:
-    """How often each k was chosen ({k: iterations}, keys int or str): '2×1 16×5' (k = 0 is a plain step)."""
-    return " ".join(f"{k}\u00d7{n}" for k, n in sorted(k_values.items(), key=lambda kv: int(kv[0])))
+def describe_choices(k_values, drafted_values=None) -> str:
+    """How often each k was chosen ({k: iterations}, keys int or str): '2×1 16×5' (k = 0 is a plain step); with
+    `drafted_values` ({proposals: iterations}) that differ, how many the drafter drafted too ('16×6; drafted
+    1×2 3×3 9×1'): k is a cap where a confidence stop or adaptive k's stop rule cut the drafting short."""
+    def text(values) -> str:
+        return " ".join(f"{k}\u00d7{n}" for k, n in sorted(values.items(), key=lambda kv: int(kv[0])))
+
+    chosen = text(k_values)
+    drafted = text(drafted_values) if drafted_values else chosen
+    return chosen if drafted == chosen else f"{chosen}; drafted {drafted}"

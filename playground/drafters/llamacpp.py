@@ -285,7 +285,7 @@ class LlamaCppProposer(Proposer):
             if sampling.greedy:
                 x = int(torch.argmax(logits))
                 rows[i] = logits
-                go_on = ctx.min_confidence is None or ctx.confident(torch.softmax(logits, -1), x)
+                go_on = not ctx.stops_on_confidence or ctx.confident(torch.softmax(logits, -1), x)
             else:
                 probs = probabilities(logits.unsqueeze(0), sampling)[0]
                 x = draw(probs, ctx.generator)

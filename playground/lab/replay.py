@@ -9,7 +9,8 @@ one pass per turn (its own propose, one token at a time); "auto" (the default) t
 whose walks from it equalled the live-fed ones in every walk compared (72 of 72 walks, 4 presets x k = 1..16 and
 both controllers, and tests/test_replay_embedded.py), and live feeding for the int8 draft, whose dynamic activation
 quantization scales each call's activations together, so that feeding two tokens at once changes its proposals
-(47 of the same 72 walks differed). A completion the target did not write is always read from the shared pass. Each walk yields the simulated `Iteration` records (zero timings, marked simulated), the
+(47 of the same 72 walks differed); adaptive k, which stops a drafter on its confidence past a rejection too,
+feeds it live wherever the turn is exact. A completion the target did not write is always read from the shared pass. Each walk yields the simulated `Iteration` records (zero timings, marked simulated), the
 accepted-length histogram, per-position acceptance, the controller's choices and, with a calibration
 (`timing_of(drafter, prompt_ids) -> Timing`), the predicted speed-up: sum over iterations of k*c + overhead +
 v(k+1) target steps (playground.core.cost) against one step per token for plain decoding.
@@ -54,10 +55,10 @@ from .replay_walk import (
     PassProposer,
     TargetPass,
     TimingIndex,
-    drafter_pass,
     exactness,
     prompt_cache,
     replay_context,
+    shared_pass,
     summarize_rows,
     target_chunks,
     walk,
@@ -130,9 +131,9 @@ class _Proposers:
     """The proposers of one turn: a live one per walk, or (shared) a model drafter's read from the shared pass."""
 
     def __init__(self, pair, turn: Turn, max_ngram: int, shared: frozenset[str], preds: dict[str, list[int]],
-                 target: list[int] | None = None):
+                 target: list[int] | None = None, confs: dict[str, list[float]] | None = None):
         self.pair, self.turn, self.max_ngram, self.shared, self.preds = pair, turn, max_ngram, shared, preds
-        self.target = target
+        self.target, self.confs = target, confs or {}
         self._draft: _SharedPrefillDraft | None = None
 
     def model_name(self, drafter: str) -> str | None:
@@ -141,25 +142,25 @@ class _Proposers:
             return default_drafter(self.pair)[0]
         return drafter if drafter in MODEL_DRAFTERS else None
 
-    def _model(self, name: str):
-        if name in self.shared:
+    def _model(self, name: str, live: bool = False):
+        if name in self.shared and not live:
             return PassProposer(name, len(self.turn.prompt_ids), self.target, self.preds[name],
-                                uses_draft_model=name == "draft")
+                                uses_draft_model=name == "draft", conf=self.confs.get(name))
         if name == "draft":
             if self._draft is None:
                 self._draft = _SharedPrefillDraft(make_proposer(self.pair, "draft"))
             return self._draft
         return make_proposer(self.pair, name, max_ngram=self.max_ngram)
 
-    def get(self, drafter: str):
+    def get(self, drafter: str, live: bool = False):  # live: a model drafter fed live even where walks share a pass
         if drafter == "lookup":
             return make_proposer(self.pair, "lookup", max_ngram=self.max_ngram)
         if drafter == "hybrid":
             inner = self.model_name("hybrid")
             if inner not in MODEL_DRAFTERS:
                 raise PlaygroundError("the hybrid drafter needs a model drafter (llama.cpp or a draft model)")
-            return HybridProposer(self._model(inner), max_ngram=self.max_ngram)
-        return self._model(drafter)
+            return HybridProposer(self._model(inner, live), max_ngram=self.max_ngram)
+        return self._model(drafter, live)
 
 
 # --- one turn ------------------------------------------------------------------------------------------------------
@@ -236,16 +237,17 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
     probe = _Proposers(pair, turn, max_ngram, frozenset(), {})
     models = sorted({m for d in drafters if (m := probe.model_name(d)) in MODEL_DRAFTERS})
     preds: dict[str, list[int]] = {}
+    confs: dict[str, list[float]] = {}  # the drafter's probability of its proposal there (adaptive k's stop rule)
     for name in models:  # the shared one-token pass: the agreement sequence, and a shared-pass walk's proposals
         ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset(pair.eos_ids), target_kv=prompt)
-        preds[name] = [x for x, _ in drafter_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids,
-                                                  turn.completion_ids, ctx)]
+        preds[name], confs[name] = shared_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids,
+                                               turn.completion_ids, ctx)
         progress(f"{name} pass")
     # a completion the target did not write: draft/target agreement on that text, from the shared pass
     # ... except under a confidence stop, which only a live-fed drafter can apply (the module docstring)
     shared = frozenset() if min_confidence is not None else frozenset(
         m for m in models if feeding == "shared" or not doc["exact"] or (feeding == "auto" and m in SHARED_EXACT))
-    proposers = _Proposers(pair, turn, max_ngram, shared, preds, tp.argmax)
+    proposers = _Proposers(pair, turn, max_ngram, shared, preds, tp.argmax, confs)
     doc["drafters"] = {}
     for drafter in drafters:
         timing = timing_of(drafter, turn.prompt_ids) if timing_of is not None else None
@@ -269,7 +271,8 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
             controller = make_controller(arm, curve, memory=memory)
             ctx = replay_context(GREEDY, pair.device, pair.eos_ids, min_confidence)
             ctx.target_kv = prompt
-            w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposers.get(drafter), controller,
+            live = arm == "adaptive" and entry["exact"] and model in shared  # the module docstring
+            w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposers.get(drafter, live), controller,
                      turn.max_new, ctx)
             entry["walks"][label] = _walk_doc(w, curve, shapes, records, label)
             if model in preds and model not in shared:

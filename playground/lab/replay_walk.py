@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from ..core.cached import CachedLM
-from ..core.engine import _clip, _cut  # the engine's own clipping and stop rules, so the walk cannot drift from them
+from ..core.engine import _clip, _cut, drafting_rule, tell_controller  # the engine's own: the walk cannot drift
 from ..core.proposal import EMPTY, Proposal, Proposer, RunContext
 from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration
 from ..core.sampling import SamplingConfig
@@ -64,8 +64,9 @@ class ReplayContext(RunContext):
         self.expected, self.cursor, self.stopped = list(tokens), 0, False
 
     def confident(self, probs: torch.Tensor, token: int) -> bool:
-        if self.threshold is not None:
-            return float(probs[token]) >= self.threshold
+        if self.threshold is not None or self.go_on is not None:  # stop where the live run's stops would
+            q = float(probs[token])
+            return (self.threshold is None or q >= self.threshold) and (self.go_on is None or self.go_on(q))
         i, self.cursor = self.cursor, self.cursor + 1
         ok = i < len(self.expected) and int(token) == self.expected[i]
         self.stopped = self.stopped or not ok
@@ -86,9 +87,14 @@ class PassProposer(Proposer):
     accepted proposal may differ from the recorded token; the walk goes on along the recorded text)."""
 
     def __init__(self, name: str, prompt_len: int, target: Sequence[int], pred: Sequence[int],
-                 uses_draft_model: bool = False):
+                 uses_draft_model: bool = False, conf: Sequence[float] | None = None):
         self.name, self.prompt_len, self.target, self.pred = name, prompt_len, list(target), list(pred)
         self.uses_draft_model = uses_draft_model
+        # conf[t]: the drafter's probability of pred[t] in the pass. With it, a stop rule of the context (ctx.go_on)
+        # is applied to those, past a rejected proposal too (along the recorded text: an estimate of what the
+        # drafter, fed its own proposal there, would have been sure of).
+        self.conf = list(conf) if conf is not None else None
+        self.confidence_stops = self.conf is not None
 
     def propose(self, tokens: Sequence[int], k: int) -> Proposal:
         j = len(tokens) - self.prompt_len
@@ -101,6 +107,10 @@ class PassProposer(Proposer):
             out.append(x)
             if x in self.ctx.stop_ids:
                 break
+            if self.conf is not None and self.ctx.go_on is not None:
+                if not self.ctx.go_on(self.conf[t]):
+                    break
+                continue
             if x != self.target[t]:
                 if i + 1 < k and isinstance(self.ctx, ReplayContext):
                     self.ctx.stopped = True  # a live drafter would have gone on drafting
@@ -177,6 +187,17 @@ def drafter_pass(proposer: Proposer, prompt_ids: Sequence[int], completion_ids: 
         proposer.rollback(committed)
 
 
+def shared_pass(proposer: Proposer, prompt_ids: Sequence[int], completion_ids: Sequence[int],
+                ctx: RunContext) -> tuple[list[int], list[float]]:
+    """`drafter_pass`'s proposals and the drafter's probability of each (0 where it proposed nothing), a row at a
+    time: the rows of a long completion would not fit in memory."""
+    preds, confs = [], []
+    for x, q in drafter_pass(proposer, prompt_ids, completion_ids, ctx):
+        preds.append(x)
+        confs.append(float(q[x]) if q is not None and x >= 0 else 0.0)
+    return preds, confs
+
+
 def expected_acceptance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Per row, the exact rule's acceptance probability of a draft token drawn from q: sum_x min(p(x), q(x))."""
     return torch.minimum(p.float(), q.float().to(p.device)).sum(dim=-1)
@@ -238,6 +259,7 @@ def walk(prompt_ids: Sequence[int], completion_ids: Sequence[int], target: Seque
     completion = [int(t) for t in completion_ids]
     committed = [int(t) for t in prompt_ids]
     proposer.begin(committed, ctx)
+    tell_controller(controller, proposer, ctx.sampling)
     stops = ctx.stop_ids
     records, drafted = [], []
     produced, index = 0, 0
@@ -246,6 +268,7 @@ def walk(prompt_ids: Sequence[int], completion_ids: Sequence[int], target: Seque
         source = proposer.next_source(committed) if remaining > 1 else None
         k_i = max(0, min(int(controller.next_k(remaining=remaining, source=source)), remaining - 1))
         ctx.expect(target[produced: produced + k_i])
+        ctx.go_on = drafting_rule(controller, source, k_i)
         proposal = _clip(proposer.propose(committed, k_i), k_i) if k_i > 0 else EMPTY
         tokens = proposal.tokens
         n = 0

@@ -1,0 +1,133 @@
+"""Adaptive k's stop rule: open to k_max and let the drafter's own confidence say when drafting on stops paying
+(AdaptiveK.drafting_rule, cost.drafts_on), learning what the drafter's probabilities mean from its proposals."""
+
+from playground.core.engine import K_MAX, plain_generate, speculative_generate
+from playground.core.records import Iteration, Step, summarize
+from playground.core.sampling import SamplingConfig
+from playground.drafters.adaptive import AdaptiveK, AdaptiveSettings, CostCurve, describe_choices
+from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+from tests.test_adaptive import it
+
+# a draft at 0.3 of a target step and passes dearer with their length: the steady choice is well below 16
+CURVE = CostCurve(c=0.3, v={n: 1.0 + 0.06 * (n - 1) for n in range(1, 18)})
+
+
+def drafted_under(rule, qs):
+    """How many proposals a drafter whose probabilities are `qs` drafts under `rule` (it drafts one, then asks)."""
+    for j, q in enumerate(qs, start=1):
+        if not rule(q):
+            return j
+    return len(qs)
+
+
+def run(ctl, qs, accepted, n=12):
+    """n iterations of a drafter whose successive proposals have probabilities `qs`, the first `accepted` of those
+    it drafts accepted; the proposals drafted in each."""
+    out = []
+    for _ in range(n):
+        k = ctl.next_k()
+        rule = ctl.drafting_rule()
+        m = drafted_under(rule, qs[:k]) if rule is not None else k
+        out.append(m)
+        ctl.observe(it(k, min(m, accepted), proposed=tuple(range(m))))
+    return out
+
+
+def test_without_a_drafter_that_stops_the_choice_is_unchanged():
+    on, off = AdaptiveK(CURVE), AdaptiveK(CURVE, settings=AdaptiveSettings(confidence=False))
+    assert on.next_k() == off.next_k() < K_MAX
+    assert on.drafting_rule() is None
+    told = AdaptiveK(CURVE, settings=AdaptiveSettings(confidence=False))
+    told.drafter_stops(True)
+    assert told.next_k() == off.next_k() and told.drafting_rule() is None  # the setting turns it off
+
+
+def test_with_nothing_learnt_the_rule_drafts_what_the_steady_choice_would():
+    """Before any proposal was judged every probability means the position's estimate, and drafting on pays up
+    to the steady choice's k, no further (renewal reward: the steps are worth its speed-up)."""
+    ctl = AdaptiveK(CURVE)
+    ctl.drafter_stops(True)
+    steady = ctl.choice().k
+    assert 1 < steady < K_MAX
+    assert ctl.next_k() == K_MAX  # open: the rule stops the drafter
+    assert drafted_under(ctl.drafting_rule(), [0.2] * K_MAX) == steady
+    ctl.next_k()
+    assert drafted_under(ctl.drafting_rule(), [0.99] * K_MAX) == steady
+    assert ctl.next_k(remaining=5) <= 4  # near the end the finish is planned, and nothing is opened
+    assert ctl.drafting_rule() is None
+
+
+def test_it_learns_that_an_unsure_drafter_is_accepted_and_drafts_deep():
+    """A drafter that gives its proposals 0.4 and has every one accepted (as an int8 copy of the target, whose
+    arg-max survives a flat distribution): the rule learns that 0.4 means acceptance and drafts to k_max."""
+    ctl = AdaptiveK(CURVE)
+    ctl.drafter_stops(True)
+    drafted = run(ctl, [0.4] * K_MAX, accepted=K_MAX)
+    assert drafted[-1] == K_MAX and drafted[0] < K_MAX
+
+
+def test_it_learns_where_a_drafter_is_rejected_and_stops_there():
+    """Proposals at 0.99 accepted, one at 0.4 rejected, at a position that moves from iteration to iteration:
+    after a few iterations the drafter never drafts past a 0.4 and mostly stops right after it (the position
+    estimates alone cannot say where the rejection comes)."""
+    ctl = AdaptiveK(CURVE)
+    ctl.drafter_stops(True)
+    out = []
+    for i in range(20):
+        at = 2 + i % 5  # the 0.4 proposal's index
+        k = ctl.next_k()
+        m = drafted_under(ctl.drafting_rule(), ([0.99] * at + [0.4] + [0.99] * K_MAX)[:k])
+        out.append((at + 1, m))
+        ctl.observe(it(k, min(m, at), proposed=tuple(range(m))))
+    assert all(m <= stop for stop, m in out[10:])
+    assert sum(m == stop for stop, m in out[10:]) >= 7
+    accept = ctl.by_confidence.accepted_given(None, ctl.estimates(), ctl.settings.position_weight)
+    assert accept(0.4, 3) < 0.3 and accept(0.99, 3) > 0.95
+
+
+def test_what_it_learnt_carries_over_in_the_memory():
+    memory: dict = {}
+    first = AdaptiveK(CURVE, memory=memory)
+    first.drafter_stops(True)
+    run(first, [0.4] * K_MAX, accepted=K_MAX)
+    assert memory["adaptive_confidence"][None][0][1] > 0  # proposals counted in the 0.3-0.5 bin
+    second = AdaptiveK(CURVE, memory=memory)
+    second.drafter_stops(True)
+    fresh = AdaptiveK(CURVE)
+    fresh.drafter_stops(True)
+    second.next_k(), fresh.next_k()
+    assert drafted_under(second.drafting_rule(), [0.4] * K_MAX) > drafted_under(fresh.drafting_rule(), [0.4] * K_MAX)
+
+
+def test_the_loop_tells_the_controller_whether_the_drafter_stops(pair64):
+    prompt = list(range(20, 45))
+    cases = [(DraftModelProposer(pair64.draft, "cpu", None), None, True),
+             (HybridProposer(DraftModelProposer(pair64.draft, "cpu", None)), None, True),
+             (PromptLookupProposer(), None, False),
+             (DraftModelProposer(pair64.draft, "cpu", None), SamplingConfig(do_sample=True, temperature=0.8, seed=1), False)]
+    for proposer, sampling, stops in cases:
+        ctl = AdaptiveK(CostCurve(c=0.25, v={n: 1.0 + 0.05 * (n - 1) for n in range(1, 18)}))
+        kwargs = {"sampling": sampling} if sampling is not None else {}
+        recs = [r for r in speculative_generate(pair64, prompt, proposer=proposer, k=ctl, max_new_tokens=40, **kwargs)
+                if isinstance(r, Iteration)]
+        assert ctl.stops is stops, proposer.name
+        assert all(len(r.proposed) <= r.k for r in recs)
+        if stops:  # opened to k_max (or what the length leaves), the drafter stopped short of it on its own
+            assert any(r.k == min(K_MAX, 40 - sum(len(x.emitted) for x in recs[:i]) - 1) and 0 < len(r.proposed) < r.k
+                       for i, r in enumerate(recs))
+            plain = [r.token for r in plain_generate(pair64, prompt, max_new_tokens=40) if isinstance(r, Step)]
+            assert [t for r in recs for t in r.emitted] == plain
+
+
+
+def test_a_run_says_how_many_proposals_it_drafted_under_its_caps(pair64):
+    ctl = AdaptiveK(CostCurve(c=0.25, v={n: 1.0 + 0.05 * (n - 1) for n in range(1, 18)}))
+    recs = list(speculative_generate(pair64, list(range(20, 45)), proposer=DraftModelProposer(pair64.draft, "cpu", None),
+                                     k=ctl, max_new_tokens=40))
+    s = summarize(recs)
+    its = [r for r in recs if isinstance(r, Iteration)]
+    assert sum(s.drafted_values.values()) == len(its) and s.drafted_values != s.k_values
+    assert sum(n * c for n, c in s.drafted_values.items()) == sum(len(r.proposed) for r in its)
+    assert "; drafted " in describe_choices(s.k_values, s.drafted_values)
+    assert describe_choices({16: 2, 0: 1}, {16: 2, 0: 1}) == describe_choices({0: 1, 16: 2}) == "0\u00d71 16\u00d72"
+    assert describe_choices({16: 2}, {3: 1, 9: 1}) == "16\u00d72; drafted 3\u00d71 9\u00d71"
