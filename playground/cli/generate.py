@@ -138,7 +138,7 @@ def format_summary(s: RunSummary, setup: str) -> str:
         pos = " ".join("-" if a is None else f"{a:.2f}" for a in s.per_position_acceptance)
         lines.append(f"  acceptance by draft position {pos}")
     if len(s.k_values) > 1:  # an adaptive or heuristic k: how often each k was chosen (k = 0: a plain step)
-        lines.append(f"  k chosen per iteration (k\u00d7iterations) {describe_choices(s.k_values)}")
+        lines.append(f"  k chosen per iteration (k\u00d7iterations) {describe_choices(s.k_values, s.drafted_values)}")
     total = s.decode_s or 1.0
     lines.append(f"  time: drafting {s.draft_s:.3f} s ({100 * s.draft_s / total:.0f}%), verification {s.verify_s:.3f} s "
                  f"({100 * s.verify_s / total:.0f}%), rollback {s.rollback_s:.4f} s ({100 * s.rollback_s / total:.1f}%), "

@@ -136,6 +136,7 @@ class RunSummary:
     rollback_s: float = 0.0
     overhead_s: float = 0.0  # decode time not inside draft, verify or rollback (the loop's own work)
     k_values: dict[int, int] = field(default_factory=dict)  # how many iterations used each k
+    drafted_values: dict[int, int] = field(default_factory=dict)  # ... drafted each number of proposals
     source_iterations: dict[str, int] = field(default_factory=dict)  # proposing iterations per source (hybrid)
     roles: dict[str, int] = field(default_factory=dict)
     finished: str | None = None
@@ -145,6 +146,7 @@ class RunSummary:
         d = dataclasses.asdict(self)
         d["accepted_length_histogram"] = {str(k): v for k, v in self.accepted_length_histogram.items()}
         d["k_values"] = {str(k): v for k, v in self.k_values.items()}
+        d["drafted_values"] = {str(k): v for k, v in self.drafted_values.items()}
         return d
 
 
@@ -239,6 +241,7 @@ def summarize(records: Iterable[Record]) -> RunSummary:
         rollback_s=rollback_s,
         overhead_s=max(0.0, decode_s - draft_s - verify_s - rollback_s),
         k_values=dict(sorted(Counter(it.k for it in iterations).items())),
+        drafted_values=dict(sorted(Counter(len(it.proposed) for it in iterations).items())),
         source_iterations=dict(Counter(it.sources[0] for it in drafting if it.sources)),
         roles=dict(roles),
         finished=iterations[-1].finished,

@@ -202,7 +202,7 @@ def k_table(doc: dict) -> str:
         if sweep:
             cells.append(("never" if be is None else f"{be:.2f}") if fixed else "-")
         if schedules:
-            cells.append("-" if fixed else describe_choices(row.get("k_values", {})))
+            cells.append("-" if fixed else describe_choices(row.get("k_values", {}), row.get("drafted_values")))
         rows.append(cells)
     return markdown_table(head, rows)
 

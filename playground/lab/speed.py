@@ -117,6 +117,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
                     "draft_s": s.draft_s, "verify_s": s.verify_s, "rollback_s": s.rollback_s,
                     "decode_s": s.decode_s, "plain_decode_s": p.decode_s,
                     "k_values": {str(kk): n for kk, n in s.k_values.items()},
+                    "drafted_values": {str(kk): n for kk, n in s.drafted_values.items()},
                     "source_iterations": s.source_iterations,
                     "prefill_s": s.prefill_s, "plain_prefill_s": p.prefill_s,
                     "iterations": iterations[f"k={k}"],
@@ -183,11 +184,12 @@ def _speed_row(k: int, runs: list[dict], timing_of: Callable[[str], Timing | Non
            "median_costed": statistics.median(costed) if (costed := [x["costed"] for x in rows
                                                                        if x.get("costed") is not None]) else None}
     if isinstance(k, str):  # adaptive / heuristic: k varies by iteration; show how it was spread
-        spread: dict[str, int] = {}
-        for x in rows:
-            for kk, n in x.get("k_values", {}).items():
-                spread[kk] = spread.get(kk, 0) + n
-        row["k_values"] = dict(sorted(spread.items(), key=lambda kv: int(kv[0])))
+        for name in ("k_values", "drafted_values"):
+            spread: dict[str, int] = {}
+            for x in rows:
+                for kk, n in x.get(name, {}).items():
+                    spread[kk] = spread.get(kk, 0) + n
+            row[name] = dict(sorted(spread.items(), key=lambda kv: int(kv[0])))
     elif rows and timing_of(rows[0]["prompt"]) is not None and row["alpha"] is not None:
         # iid: the seed chapter's steady-state formula from the median alpha. empirical: each run's
         # per-position acceptance, for a run of its length (see cost.predicted_speedup_finite), median.

@@ -40,7 +40,7 @@ def k_text(req: RunRequest, summary=None) -> str:
         return f"{req.k}{stop}"
     if summary is None or not summary.k_values:
         return f"{req.k_mode}{stop}"
-    return f"{req.k_mode} (chosen: {describe_choices(summary.k_values)}){stop}"
+    return f"{req.k_mode} (chosen: {describe_choices(summary.k_values, summary.drafted_values)}){stop}"
 
 
 def figures(records, summary) -> dict:

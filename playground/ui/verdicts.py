@@ -267,8 +267,9 @@ def _drawn(run: RunResult) -> str:
 
 
 def _k_chosen(run: RunResult) -> str:
-    ks = run.summary.k_values if run.summary is not None else {}
-    return f"{run.request.k_mode}, chosen: {describe_choices(ks)}" if ks else run.request.k_mode
+    s = run.summary
+    ks = s.k_values if s is not None else {}
+    return f"{run.request.k_mode}, chosen: {describe_choices(ks, s.drafted_values)}" if ks else run.request.k_mode
 
 
 # --- the sweep ----------------------------------------------------------------------------------------------
@@ -342,7 +343,7 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
     costed = next(iter(result.get("schedules") or []), {})  # lab.schedules: one entry, the sweep's one prompt
     for r in table:
         if not isinstance(r["k"], int):  # the adaptive arm of the same rounds
-            line = (f"Adaptive k (chosen per iteration: {describe_choices(r.get('k_values') or {})}): "
+            line = (f"Adaptive k (chosen per iteration: {describe_choices(r.get('k_values') or {}, r.get('drafted_values'))}): "
                     f"{r['median_ratio']:.2f}\u00d7, {r['median_ratio'] / ref['median_ratio']:.0%} of "
                     f"{'the recommended' if k is not None else 'the best measured'} k")
             if r.get("median_costed") is not None and costed.get("adaptive_of_best") is not None:
