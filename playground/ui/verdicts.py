@@ -45,6 +45,9 @@ GLOSSARY = {
               "speed-up the run would measure on a machine whose every step cost what the calibration says",
     "confidence stop": "a model drafter stops drafting after a token it gave less than this probability, so k is a "
                        "cap (transformers' assistant stops at 0.4)",
+    "adaptive k": "k chosen per iteration by the cost model from the acceptance seen so far; with a model drafter "
+                  "and greedy decoding it is a cap (up to 16): the drafter stops where one more proposal no longer "
+                  "pays, judged from its own probabilities, so the summary says what was drafted too",
     "trust verdict": "whether a figure may be believed: it fails when what it is made of moved more than the effect "
                      "it shows (other processes on the cores, rounds that disagree, a noisy or non-physical "
                      "calibration, a drafter slower than the target, a single round)",
