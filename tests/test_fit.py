@@ -75,8 +75,11 @@ def test_prediction_score_counts_close_cells_overall_and_among_the_sharp_ones():
         {"prompt": "b", "k": 2, "miss_empirical": -0.20, "spread": 0.50, "trust": flagged},  # past 0.15, flagged
         {"prompt": "c", "k": 4, "miss_empirical": 0.16, "spread": 0.30, "trust": {"trusted": True}},  # past, trusted
         {"prompt": "c", "k": 5, "miss_empirical": None, "spread": 0.1},  # no prediction: not a cell
+        {"prompt": "d", "k": 3, "miss_empirical": 0.40, "spread": 0.9,  # past, trusted, its miss named: flagged
+         "trust": {"trusted": True, "findings": [{"check": "prediction-miss", "severity": "warn"}]}},
     ]
     score = prediction_score(cells)
-    assert (score["cells"], score["close"], score["sharp"], score["sharp_close"], score["loose"]) == (5, 2, 2, 1, 1)
-    assert (score["worst_prompt"], score["worst_k"], score["worst_miss"]) == ("b", 2, -0.20)
+    assert (score["cells"], score["close"], score["sharp"], score["sharp_close"], score["far"], score["loose"]) == \
+        (6, 2, 2, 1, 3, 1)
+    assert (score["worst_prompt"], score["worst_k"], score["worst_miss"]) == ("d", 3, 0.40)
     assert prediction_score([{"miss_empirical": None}]) is None

@@ -3,6 +3,7 @@ machine (a busy process started here), too few rounds; a flagged result recommen
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from playground.lab.trust import (
     Verdict,
     check_calibration,
     check_drift,
+    check_prediction,
     check_rounds,
     check_spread,
     recommend,
@@ -68,6 +70,28 @@ def test_each_fault_is_flagged_with_its_reason_and_fix():
         assert recommend(4, v)["recommended_k"] is None and recommend(4, v)["withheld"]
     assert Verdict.of(check_rounds(2)).warnings[0].severity == WARN and Verdict.of(check_rounds(2)).trusted
     assert recommend(4, Verdict.of(check_rounds(3)))["recommended_k"] == 4
+
+
+def test_a_prediction_that_missed_by_more_than_0_15_is_flagged_with_where_the_miss_lies():
+    assert check_prediction("k=4 on prose", 0.15) == [] and check_prediction("k=4", None) == []
+    (f,) = check_prediction("k=12 on prose", 0.46, {"step_costs": 0.39, "acceptance": 0.07, "overhead": -0.0})
+    assert (f.check, f.severity) == ("prediction-miss", WARN)
+    assert "+0.46" in f.message and "step costs (+0.39)" in f.message and "calibrate again" in f.fix
+    (g,) = check_prediction("k=8 on react", -0.2, {"step_costs": -0.05, "acceptance": -0.15, "overhead": 0.0})
+    assert "acceptance model (-0.15)" in g.message and "more rounds" in g.fix
+    assert Verdict.of([f]).trusted  # the measurement stands; what it says of the prediction is a warning
+
+
+def test_every_cell_the_prediction_missed_by_more_than_0_15_says_so(pair64, quiet):
+    t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), n_max=4, repeats=4, warmup=1)
+    res = lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
+                    timing=dataclasses.replace(t, draft_step_s=t.draft_step_s * 3))  # a calibration far off the loop
+    cells = [c for c in res["by_prompt"] if isinstance(c["k"], int) and c.get("miss_empirical") is not None]
+    far = [c for c in cells if abs(c["miss_empirical"]) > 0.15]
+    assert far  # the tripled drafter cost makes the prediction miss
+    for c in cells:
+        named = [f for f in c["trust"]["findings"] if f["check"] == "prediction-miss"]
+        assert bool(named) == (c in far)
 
 
 def test_a_verdict_round_trips_and_merges_failures_first():

@@ -162,15 +162,22 @@ def explain_cell(runs: Sequence[Mapping], k: int, predictions: Sequence[float]) 
 def prediction_score(cells: Sequence[Mapping], within: float = 0.05, past: float = 0.15) -> dict | None:
     """How close the empirical prediction came over fixed-k cells (rows of lab.speed's `by_prompt`): how many
     missed by at most `within`; the same among the cells whose own half-spread ((max - min) / 2 over rounds) is
-    at most `within` (a noisier cell cannot show a miss that small); the largest miss; and how many missed by
-    more than `past` in a cell the trust verdict did not flag."""
+    at most `within` (a noisier cell cannot show a miss that small); the largest miss; how many missed by more
+    than `past` (`far`), and how many of those in a cell whose trust verdict neither failed nor names the miss
+    (`loose`: none, where lab.speed judged the cells)."""
     cells = [c for c in cells if c.get("miss_empirical") is not None]
     if not cells:
         return None
     close = lambda c: abs(c["miss_empirical"]) <= within
     sharp = [c for c in cells if c.get("spread") is not None and c["spread"] / 2 <= within]
     worst = max(cells, key=lambda c: abs(c["miss_empirical"]))
-    loose = [c for c in cells if abs(c["miss_empirical"]) > past and (c.get("trust") or {}).get("trusted", True)]
+    far = [c for c in cells if abs(c["miss_empirical"]) > past]
+    loose = [c for c in far if (c.get("trust") or {}).get("trusted", True) and not _flags_miss(c)]
     return {"within": within, "past": past, "cells": len(cells), "close": sum(map(close, cells)),
             "sharp": len(sharp), "sharp_close": sum(map(close, sharp)), "worst_miss": worst["miss_empirical"],
-            "worst_prompt": worst.get("prompt"), "worst_k": worst.get("k"), "loose": len(loose)}
+            "worst_prompt": worst.get("prompt"), "worst_k": worst.get("k"), "far": len(far), "loose": len(loose)}
+
+
+def _flags_miss(cell: Mapping) -> bool:
+    """Whether a cell's trust verdict names its prediction's miss (lab.trust.check_prediction)."""
+    return any(f.get("check") == "prediction-miss" for f in (cell.get("trust") or {}).get("findings", []))

@@ -117,8 +117,8 @@ def prediction_line(doc: dict) -> str | None:
     w, p = score["within"], score["past"]
     return (f"prediction: within {w} of the measured median in {score['close']} of {score['cells']} cells, in "
             f"{score['sharp_close']} of the {score['sharp']} whose half-spread is at most {w}; largest miss "
-            f"{score['worst_miss']:+.2f} ({score['worst_prompt']}, k={score['worst_k']}); {score['loose']} past {p} in "
-            f"a trusted cell")
+            f"{score['worst_miss']:+.2f} ({score['worst_prompt']}, k={score['worst_k']}); {score['far']} past {p}, "
+            f"{score['far'] - score['loose']} of them flagged in their cells")
 
 
 def time_split_line(doc: dict) -> str | None:

@@ -23,6 +23,7 @@ from .trust import (
     Verdict,
     check_calibration,
     check_drift,
+    check_prediction,
     check_rounds,
     check_sampling,
     check_spread,
@@ -216,11 +217,13 @@ def _judge(row: dict, runs: list[dict], overall: Verdict) -> None:
     its miss split into step costs, acceptance model and overhead (lab.fit)."""
     ratios = [x["ratio"] for x in runs if x["ratio"] is not None]
     label = f"k={row['k']}" + (f" on {row['prompt']}" if row.get("prompt") else "")
-    row["trust"] = Verdict.of(overall, check_spread(label, ratios)).to_dict()
     row["spread"] = (row["max_ratio"] - row["min_ratio"]) if runs else None
+    missed = []
     if isinstance(row["k"], int):
         paired = [(x, x["predicted_empirical"]) for x in runs if x.get("predicted_empirical") is not None]
         row["explained"] = explain_cell([x for x, _ in paired], row["k"], [p for _, p in paired]) if paired else None
+        missed = check_prediction(label, row.get("miss_empirical"), row["explained"])
+    row["trust"] = Verdict.of(overall, check_spread(label, ratios), missed).to_dict()
 
 
 def _reached(per_position: Sequence[float | None]) -> list[float]:

@@ -141,6 +141,27 @@ def check_spread(label: str, ratios: Sequence[float], limits: TrustLimits = Trus
                     "run more rounds on a quiet machine")]
 
 
+PARTS = {"step_costs": ("step costs", ("the loop paid other step costs than the calibration measured: calibrate "
+                                     "again on a quiet machine, right before the rounds")),
+         "acceptance": ("acceptance model", ("the acceptance differed from round to round or from what the model "
+                                           "assumes: run more rounds, or longer runs")),
+         "overhead": ("overhead", "time outside the draft, verify and rollback buckets: see the time split")}
+
+
+def check_prediction(label: str, miss: float | None, explained: dict | None = None, past: float = 0.15) -> list[Finding]:
+    """A cell whose prediction missed its measured median by more than `past`, with the part of the miss that
+    lab.fit's decomposition puts most of it in (`explained`: explain_cell's means) and that part's fix."""
+    if miss is None or abs(miss) <= past:
+        return []
+    message = f"{label}: the prediction missed the measured median by {miss:+.2f}"
+    fix = "read 'why each prediction missed'; calibrate again on a quiet machine and run more rounds"
+    if explained:
+        key = max(PARTS, key=lambda p: abs(explained.get(p) or 0.0))
+        name, fix = PARTS[key]
+        message += f", most of it in the {name} ({explained[key]:+.2f})"
+    return [Finding("prediction-miss", WARN, message, fix)]
+
+
 def check_calibration(timing, limits: TrustLimits = TrustLimits()) -> list[Finding]:
     """A calibration (lab.calibration.Timing) whose costs are non-physical, noisy, or a drafter that cannot pay."""
     out = []
