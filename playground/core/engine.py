@@ -39,6 +39,9 @@ class KController(Protocol):
 
     next_k is told how many tokens the run may still emit and, for a drafter with several sources
     (the hybrid), where the next proposal will come from (`Proposer.next_source`); both may be None.
+    Optionally (AdaptiveK): `drafter_stops(bool)`, told once per run whether the drafter stops on its
+    confidence, and `drafting_rule(source)`, a per-iteration stop rule the drafter then applies to each
+    proposal's probability (RunContext.go_on), which makes k a cap.
     """
 
     def next_k(self, remaining: int | None = None, source: str | None = None) -> int: ...
