@@ -202,6 +202,7 @@ class AdaptiveK:
         self.stops = False  # whether the drafter stops on its confidence (drafter_stops); the rule needs it
         self._rule: tuple[str | None, float] | None = None  # (source, rate) while this iteration's rule holds
         self._qs: list[float] = []  # the drafter's probabilities of this iteration's proposals (the rule's)
+        self._finishing = False  # whether the last choice planned the finish (rule 3)
         self.by_confidence = ConfidenceBins(memory)  # what the drafter's probabilities mean (confidence.py)
 
     def drafter_stops(self, can: bool) -> None:
@@ -273,7 +274,7 @@ class AdaptiveK:
 
     def choice(self, remaining: int | None = None, source: str | None = None) -> cost.KChoice:
         """What the cost model says now (rules 1-3, before the ramp and probing): the k and its predicted speed-up."""
-        s = self.settings
+        s, self._finishing = self.settings, False
         c, overhead = self.curve.for_source(source)
         estimates = self.estimates(source)
         steady = cost.best_k(estimates, c, self.curve.v, k_max=self.k_max, overhead=overhead)
@@ -292,7 +293,8 @@ class AdaptiveK:
                 return steady
         # Near the length limit (within two iterations of the steady choice) plan the finish instead. When
         # drafting cannot pay in the steady state it cannot near the end either, so k = 0 stands.
-        if steady.k == 0 or remaining is None or remaining > min(s.horizon, 2 * (steady.k + 1)):
+        self._finishing = not (steady.k == 0 or remaining is None or remaining > min(s.horizon, 2 * (steady.k + 1)))
+        if not self._finishing:
             return steady
         return cost.best_k_finite(estimates, c, self.curve.v, remaining, k_max=min(self.k_max, remaining - 1),
                                   overhead=overhead)
@@ -312,8 +314,7 @@ class AdaptiveK:
         choice = self.choice(remaining, source)
         k, self._rule = choice.k, None
         cost_per_token = self.curve.for_source(source)[0]
-        finishing = remaining is not None and remaining <= min(s.horizon, 2 * (k + 1))
-        if s.confidence and self.stops and k > 0 and cost_per_token > 0 and not finishing:
+        if s.confidence and self.stops and k > 0 and cost_per_token > 0 and not self._finishing:
             # rule 6: open to k_max and let the drafter's confidence stop it (drafting_rule); no ramp then
             self._rule = (source, choice.speedup)
             k = self.k_max if remaining is None else min(self.k_max, remaining - 1)
