@@ -57,6 +57,11 @@ def test_with_nothing_learnt_the_rule_drafts_what_the_steady_choice_would():
     assert drafted_under(ctl.drafting_rule(), [0.99] * K_MAX) == steady
     assert ctl.next_k(remaining=5) <= 4  # near the end the finish is planned, and nothing is opened
     assert ctl.drafting_rule() is None
+    # within two steady iterations of the end (rule 3), even where the plan drafts less than the steady k
+    planned = 2 * (steady + 1)
+    for left in range(2, planned + 1):
+        assert ctl.next_k(remaining=left) < left and ctl.drafting_rule() is None, left
+    assert ctl.next_k(remaining=planned + 1) == K_MAX and ctl.drafting_rule() is not None
 
 
 def test_it_learns_that_an_unsure_drafter_is_accepted_and_drafts_deep():
