@@ -200,9 +200,9 @@ class AdaptiveK:
         self._probed: bool | str = False  # False, "sent" (a probe is out) or "rejected" (it was turned down)
         self.decisions: list[int] = []
         self.stops = False  # whether the drafter stops on its confidence (drafter_stops); the rule needs it
-        self._rule: tuple[str | None, float] | None = None  # (source, rate) while this iteration's rule holds
+        self._rule: tuple | None = None  # (source, rate, estimates) while this iteration's rule holds
         self._qs: list[float] = []  # the drafter's probabilities of this iteration's proposals (the rule's)
-        self._finishing = False  # whether the last choice planned the finish (rule 3)
+        self._finishing, self._estimates = False, []  # the last choice's: a finish planned (rule 3), its a_i
         self.by_confidence = ConfidenceBins(memory)  # what the drafter's probabilities mean (confidence.py)
 
     def drafter_stops(self, can: bool) -> None:
@@ -218,17 +218,17 @@ class AdaptiveK:
         choice's speed-up. None when this iteration has no rule."""
         if self._rule is None or self._rule[0] != source:
             return None
-        rate, c = self._rule[1], self.curve.for_source(source)[0]
-        rates, v, k_max = self.estimates(source), self.curve.v, self.k_max
+        (_, rate, rates), c, v, k_max = self._rule, self.curve.for_source(source)[0], self.curve.v, self.k_max
         accept = self.by_confidence.accepted_given(source, rates, self.settings.position_weight)
-        qs, state = self._qs, {"reached": 1.0}
+        qs, reached = self._qs, 1.0
         qs.clear()
 
         def go_on(q: float) -> bool:
+            nonlocal reached
             qs.append(q)
-            state["reached"] *= accept(q, len(qs) - 1)
+            reached *= accept(q, len(qs) - 1)
             j = len(qs)
-            return j < k_max and cost.drafts_on(state["reached"], rates[j:], j, c, v, rate)
+            return j < k_max and cost.drafts_on(reached, rates[j:], j, c, v, rate)
 
         return go_on
 
@@ -276,7 +276,7 @@ class AdaptiveK:
         """What the cost model says now (rules 1-3, before the ramp and probing): the k and its predicted speed-up."""
         s, self._finishing = self.settings, False
         c, overhead = self.curve.for_source(source)
-        estimates = self.estimates(source)
+        estimates = self._estimates = self.estimates(source)
         steady = cost.best_k(estimates, c, self.curve.v, k_max=self.k_max, overhead=overhead)
         if steady.k == 0 and s.optimism > 0:
             # Optimism under uncertainty: decide on the acceptance `optimism` standard errors above the
@@ -316,7 +316,7 @@ class AdaptiveK:
         cost_per_token = self.curve.for_source(source)[0]
         if s.confidence and self.stops and k > 0 and cost_per_token > 0 and not self._finishing:
             # rule 6: open to k_max and let the drafter's confidence stop it (drafting_rule); no ramp then
-            self._rule = (source, choice.speedup)
+            self._rule = (source, choice.speedup, self._estimates)
             k = self.k_max if remaining is None else min(self.k_max, remaining - 1)
         elif source in self.last_k and cost_per_token > 0:  # rule 4; a free source is not ramped
             k = min(k, int(s.growth * self.last_k[source]) + 1)

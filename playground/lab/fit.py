@@ -28,6 +28,7 @@ from scipy.optimize import isotonic_regression
 from scipy.stats import linregress, mannwhitneyu
 
 from ..core import cost
+from .trust import TrustLimits
 
 SIGNIFICANT_P = 0.01
 
@@ -159,7 +160,8 @@ def explain_cell(runs: Sequence[Mapping], k: int, predictions: Sequence[float]) 
     return out
 
 
-def prediction_score(cells: Sequence[Mapping], within: float = 0.05, past: float = 0.15) -> dict | None:
+def prediction_score(cells: Sequence[Mapping], within: float = 0.05,
+                     past: float = TrustLimits.prediction_miss) -> dict | None:
     """How close the empirical prediction came over fixed-k cells (rows of lab.speed's `by_prompt`): how many
     missed by at most `within`; the same among the cells whose own half-spread ((max - min) / 2 over rounds) is
     at most `within` (a noisier cell cannot show a miss that small); the largest miss; how many missed by more

@@ -65,8 +65,7 @@ class ReplayContext(RunContext):
 
     def confident(self, probs: torch.Tensor, token: int) -> bool:
         if self.threshold is not None or self.go_on is not None:  # stop where the live run's stops would
-            q = float(probs[token])
-            return (self.threshold is None or q >= self.threshold) and (self.go_on is None or self.go_on(q))
+            return super().confident(probs, token)  # min_confidence is the threshold, or 0.0: never below it
         i, self.cursor = self.cursor, self.cursor + 1
         ok = i < len(self.expected) and int(token) == self.expected[i]
         self.stopped = self.stopped or not ok

@@ -33,6 +33,7 @@ class TrustLimits:
     min_rounds: int = 3  # fewer rounds warn; one round fails (no spread can be seen)
     other_cores: float = 0.25  # cores other processes kept busy on average while measuring (fail; half of it warns)
     steal: float = 0.05  # share of CPU time the hypervisor took (fail)
+    prediction_miss: float = 0.15  # a cell's prediction against its measured median, absolute (warn)
 
 
 @dataclass(frozen=True)
@@ -148,10 +149,11 @@ PARTS = {"step_costs": ("step costs", ("the loop paid other step costs than the 
          "overhead": ("overhead", "time outside the draft, verify and rollback buckets: see the time split")}
 
 
-def check_prediction(label: str, miss: float | None, explained: dict | None = None, past: float = 0.15) -> list[Finding]:
-    """A cell whose prediction missed its measured median by more than `past`, with the part of the miss that
-    lab.fit's decomposition puts most of it in (`explained`: explain_cell's means) and that part's fix."""
-    if miss is None or abs(miss) <= past:
+def check_prediction(label: str, miss: float | None, explained: dict | None = None,
+                     limits: TrustLimits = TrustLimits()) -> list[Finding]:
+    """A cell whose prediction missed its measured median by more than `limits.prediction_miss`, with the part of the
+    miss that lab.fit's decomposition puts most of it in (`explained`: explain_cell's means) and that part's fix."""
+    if miss is None or abs(miss) <= limits.prediction_miss:
         return []
     message = f"{label}: the prediction missed the measured median by {miss:+.2f}"
     fix = "read 'why each prediction missed'; calibrate again on a quiet machine and run more rounds"
