@@ -151,13 +151,19 @@ def int8_copy(model: torch.nn.Module) -> torch.nn.Module:
     Int8DynamicActivationInt8WeightConfig 58.6 ms (c = 1.73): in eager mode on this CPU torchao's int8
     is slower than the fp32 target, so it cannot draft. The maintained quantized draft for the embedded
     target is the llama.cpp drafter (the Q4_1 GGUF, c ~ 0.3).
+
+    Weights are quantized per output channel (one scale per row), not per tensor (torch.ao's default): measured
+    2026-12-03 on an AMD EPYC (greedy, k = 3, 64 new tokens, the draft on the target's prompt KV), the draft's
+    acceptance per tensor / per channel was prose 0.57 / 0.70, story 0.67 / 0.77, ReAct 0.64 / 0.93, JSON
+    extraction 0.86 / 0.93, tool call and code edit 1.00 / 1.00, at the same step cost (32.3 / 32.8 ms here).
     """
     # torch.ao is deprecated and warns when imported: imported here, so that only the int8 draft pays that.
-    from torch.ao.quantization import quantize_dynamic
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return quantize_dynamic(copy.deepcopy(model).float(), {torch.nn.Linear}, dtype=torch.qint8).eval()
+        return quantize_dynamic(copy.deepcopy(model).float(), {torch.nn.Linear: per_channel_dynamic_qconfig},
+                                dtype=torch.qint8).eval()
 
 
 def check_vocab(target_tokenizer, draft_tokenizer, target_name="target", draft_name="draft") -> None:
