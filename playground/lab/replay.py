@@ -228,7 +228,7 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
                 memories: dict, timings: dict, progress: Callable[[str], None],
                 min_confidence: float | None = None) -> dict:
     """Everything `replay` reports about one greedy turn (see the module docstring)."""
-    prompt = prompt_cache(pair, turn.prompt_ids, chunk)  # what a live prefill leaves, for drafters that copy it
+    prompt = prompt_cache(pair, turn.prompt_ids)  # what a live prefill leaves, for drafters that copy it
     tp = _target(pair, turn, chunk, prompt)
     progress("target pass")
     doc = {**turn.to_dict(), **exactness(turn, tp, GREEDY)}

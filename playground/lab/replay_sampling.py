@@ -82,7 +82,7 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], sa
     found = {m: lookups(turn.prompt_ids, completion, max_ngram, m, stops) for m in set(mins.values())}
     need = {m: _needed(f, completion) for m, f in found.items()}
     got = {m: [[0.0] * len(xs) for xs in f] for m, f in found.items()}
-    prompt = prompt_cache(pair, turn.prompt_ids, chunk)  # what a live prefill leaves, for drafters that copy it
+    prompt = prompt_cache(pair, turn.prompt_ids)  # what a live prefill leaves, for drafters that copy it
     gens = {name: drafter_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids, completion,
                                RunContext(sampling, sampling.generator(pair.device), stops, target_kv=prompt))
             for name in models}

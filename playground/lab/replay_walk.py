@@ -136,23 +136,23 @@ class TargetPass:
         return _spacing(self.top[t], self.dtype)
 
 
-def prompt_cache(pair, prompt_ids: Sequence[int], chunk: int) -> CachedLM:
-    """The target after the prompt but its last token, what a live run's prefill leaves (RunContext.target_kv: a
-    drafter that copies the target's KV copies it from here), prefilled `chunk` positions at a time."""
+def prompt_cache(pair, prompt_ids: Sequence[int]) -> CachedLM:
+    """The target after the prompt but its last token, exactly what a live run's prefill leaves (RunContext.target_kv:
+    a drafter that copies the target's KV copies it from here): one pass, as the engine's prefill makes it, since
+    a pass in chunks rounds differently (the int8 draft's confidence on the copied KV moved across a stop
+    threshold with a 256-token chunk). It keeps one row of logits, so nothing bounds it by chunks."""
     lm = CachedLM(pair.target, pair.device, pair.vocab_size)
-    head = [int(t) for t in prompt_ids[:-1]]
-    for a in range(0, len(head), chunk):
-        lm.feed(head[a: a + chunk], last_only=True)
+    lm.feed([int(t) for t in prompt_ids[:-1]], last_only=True)
     return lm
 
 
 def target_chunks(pair, prompt_ids: Sequence[int], completion_ids: Sequence[int], chunk: int,
                   prompt: CachedLM | None = None) -> Iterator[tuple[int, torch.Tensor]]:
     """(first completion position, logits [n, V]) for the target after the recorded text, `chunk` positions at a
-    time; the prompt is prefilled in chunks too (or taken from `prompt_cache`'s `prompt`, left unchanged), so no
-    more than chunk x V logits are held at once."""
+    time, so no more than chunk x V logits are held at once; the prompt is `prompt_cache`'s (or `prompt`, left
+    unchanged)."""
     if prompt is None:
-        lm = prompt_cache(pair, prompt_ids, chunk)
+        lm = prompt_cache(pair, prompt_ids)
     else:
         lm = CachedLM(pair.target, pair.device, pair.vocab_size)
         lm.load(prompt.cache, prompt.tokens)
