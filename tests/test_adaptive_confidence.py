@@ -44,9 +44,10 @@ def test_without_a_drafter_that_stops_the_choice_is_unchanged():
     assert told.next_k() == off.next_k() and told.drafting_rule() is None  # the setting turns it off
 
 
-def test_with_nothing_learnt_the_rule_drafts_what_the_steady_choice_would():
-    """Before any proposal was judged every probability means the position's estimate, and drafting on pays up
-    to the steady choice's k, no further (renewal reward: the steps are worth its speed-up)."""
+def test_with_nothing_learnt_the_rule_drafts_the_steady_choice_unless_the_drafter_is_surer():
+    """Before any proposal was judged a probability under the position's estimate means that estimate, and
+    drafting on pays up to the steady choice's k, no further (renewal reward: the steps are worth its speed-up);
+    a drafter surer than the estimates is taken at its word (its probability is a floor) and drafts deeper."""
     ctl = AdaptiveK(CURVE)
     ctl.drafter_stops(True)
     steady = ctl.choice().k
@@ -54,7 +55,7 @@ def test_with_nothing_learnt_the_rule_drafts_what_the_steady_choice_would():
     assert ctl.next_k() == K_MAX  # open: the rule stops the drafter
     assert drafted_under(ctl.drafting_rule(), [0.2] * K_MAX) == steady
     ctl.next_k()
-    assert drafted_under(ctl.drafting_rule(), [0.99] * K_MAX) == steady
+    assert drafted_under(ctl.drafting_rule(), [0.99] * K_MAX) == K_MAX
     assert ctl.next_k(remaining=5) <= 4  # near the end the finish is planned, and nothing is opened
     assert ctl.drafting_rule() is None
     # within two steady iterations of the end (rule 3), even where the plan drafts less than the steady k

@@ -33,10 +33,20 @@ class ConfidenceBins:
 
     def accepted_given(self, source: str | None, rates: Sequence[float], weight: float) -> Callable[[float, int], float]:
         """P(proposal i + 1 is accepted | those before it were and the drafter gave it probability q), as a function
-        of (q, i): q's bin's observed rate shrunk towards rates[i] (the position's estimate) with `weight`. With
-        nothing observed in the bin, rates[i] itself."""
+        of (q, i): q's bin's observed rate shrunk with `weight` towards max(q, rates[i]) (the position's estimate,
+        or the drafter's own probability where that is higher). With nothing observed in the bin, that prior.
+
+        Why q is a floor before anything is learnt: a greedy target keeps the draft's arg-max wherever its own
+        arg-max is the same, which a draft trained as the target was is more often than its probability says.
+        Measured on the embedded pair (AMD EPYC, 2026-12-03, every preset, k = 8, 64 new tokens, proposals judged
+        per bin 0-0.3 / 0.3-0.5 / 0.5-0.7 / 0.7-0.85 / 0.85-0.95 / 0.95+): acceptance 0.63 / 0.83 / 0.95 / 1.00 /
+        1.00 / 1.00 at mean probabilities 0.19 / 0.40 / 0.62 / 0.78 / 0.91 / 0.99 for the int8 draft, 0.90 and 1.00
+        in every other bin for the llama.cpp drafter. Without it a first call drafted the steady choice's 7 where
+        the drafter was sure of 16 (replayed code edit and tool call: an iteration more than transformers'
+        heuristic, which starts at its deepest k). A draft that is sure and wrong is learnt within a few
+        iterations, its bin's counts outweighing the prior's `weight`."""
         reached, accepted = self.counts.get(source, ([0.0] * BINS, [0.0] * BINS))
-        return lambda q, i: (accepted[b := confidence_bin(q)] + rates[i] * weight) / (reached[b] + weight)
+        return lambda q, i: (accepted[b := confidence_bin(q)] + max(q, rates[i]) * weight) / (reached[b] + weight)
 
     def learn(self, source: str | None, qs: Sequence[float], n_evaluated: int, n_accepted: int) -> None:
         """Count one iteration: the drafter's probabilities `qs` of its proposals, of which the first `n_evaluated`
