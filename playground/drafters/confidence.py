@@ -43,8 +43,8 @@ class ConfidenceBins:
         1.00 / 1.00 at mean probabilities 0.19 / 0.40 / 0.62 / 0.78 / 0.91 / 0.99 for the int8 draft, 0.90 and 1.00
         in every other bin for the llama.cpp drafter. Without it a first call drafted the steady choice's 7 where
         the drafter was sure of 16 (replayed code edit and tool call: an iteration more than transformers'
-        heuristic, which starts at its deepest k). A draft that is sure and wrong is learnt within a few
-        iterations, its bin's counts outweighing the prior's `weight`."""
+        heuristic, which starts at its deepest k). A draft that is sure and wrong (not seen here) is corrected as its
+        bin counts proposals: after `weight` of them they weigh as much as the prior."""
         reached, accepted = self.counts.get(source, ([0.0] * BINS, [0.0] * BINS))
         return lambda q, i: (accepted[b := confidence_bin(q)] + max(q, rates[i]) * weight) / (reached[b] + weight)
 
