@@ -4,8 +4,9 @@ from the proposals the rule judged: the part of adaptive k's stop rule (Adaptive
 A draft's probability is not its acceptance: an int8 copy of the target agrees with it on most tokens it is unsure
 of (the arg-max survives where the distribution is flat), and a small draft of another family may be sure and
 wrong. So each bin of the drafter's probability counts its evaluated proposals (the accepted ones and the first
-rejected one of an iteration) and how many were accepted, and `accepted_given` shrinks a bin's rate towards the
-controller's estimate for the position with `weight` observations. The counts are the pair's and the drafter's,
+rejected one of an iteration) and how many were accepted, and `accepted_given` shrinks a bin's rate with `weight`
+observations towards the controller's estimate for the position, or the drafter's probability where that is higher
+(its docstring says why). The counts are the pair's and the drafter's,
 not the text's: they do not decay, and they carry over in the controller's memory.
 """
 
