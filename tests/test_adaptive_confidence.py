@@ -2,9 +2,9 @@
 (AdaptiveK.drafting_rule, cost.drafts_on), learning what the drafter's probabilities mean from its proposals."""
 
 from playground.core.engine import K_MAX, plain_generate, speculative_generate
-from playground.core.records import Iteration, Step, summarize
+from playground.core.records import Iteration, Step, describe_choices, summarize
 from playground.core.sampling import SamplingConfig
-from playground.drafters.adaptive import AdaptiveK, AdaptiveSettings, CostCurve, describe_choices
+from playground.drafters.adaptive import AdaptiveK, AdaptiveSettings, CostCurve
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 from playground.ui import panels
 from tests.test_adaptive import it

@@ -9,10 +9,10 @@ import os
 import sys
 
 from ..core.engine import check_request, plain_generate, speculative_generate
-from ..core.records import Iteration, RunSummary, prefill_note, summarize
+from ..core.records import Iteration, RunSummary, describe_choices, prefill_note, summarize
 from ..core.sampling import SamplingConfig
 from ..document import RunConfig, run_document
-from ..drafters.adaptive import describe_choices, make_controller, parse_k
+from ..drafters.adaptive import make_controller, parse_k
 from ..drafters.registry import make_proposer
 from ..envinfo import describe_setup, environment, redact
 from ..inputs.presets import check_output, get_preset

@@ -164,6 +164,18 @@ def alpha_of(iterations: Iterable[Iteration]) -> float | None:
     return accepted / evaluated if evaluated else None
 
 
+def describe_choices(k_values, drafted_values=None) -> str:
+    """How often each k was chosen ({k: iterations}, keys int or str): '2×1 16×5' (k = 0 is a plain step); with
+    `drafted_values` ({proposals: iterations}) that differ, how many the drafter drafted too ('16×6; drafted
+    1×2 3×3 9×1'): k is a cap where a confidence stop or adaptive k's stop rule cut the drafting short."""
+    def text(values) -> str:
+        return " ".join(f"{k}\u00d7{n}" for k, n in sorted(values.items(), key=lambda kv: int(kv[0])))
+
+    chosen = text(k_values)
+    drafted = text(drafted_values) if drafted_values else chosen
+    return chosen if drafted == chosen else f"{chosen}; drafted {drafted}"
+
+
 def prefill_note(s: RunSummary) -> str:
     """What the drafter's part of the prefill was: '' for a plain run or a drafter that keeps no state."""
     if s.prefill_shared:

@@ -386,15 +386,3 @@ def make_controller(setting: int | str, curve: CostCurve | None = None, k_max: i
     if setting == "heuristic":
         return HeuristicK(memory=memory)
     raise PlaygroundError(f"unknown k setting {setting!r}; give an integer 1..{K_MAX}, 'adaptive' or 'heuristic'")
-
-
-def describe_choices(k_values, drafted_values=None) -> str:
-    """How often each k was chosen ({k: iterations}, keys int or str): '2×1 16×5' (k = 0 is a plain step); with
-    `drafted_values` ({proposals: iterations}) that differ, how many the drafter drafted too ('16×6; drafted
-    1×2 3×3 9×1'): k is a cap where a confidence stop or adaptive k's stop rule cut the drafting short."""
-    def text(values) -> str:
-        return " ".join(f"{k}\u00d7{n}" for k, n in sorted(values.items(), key=lambda kv: int(kv[0])))
-
-    chosen = text(k_values)
-    drafted = text(drafted_values) if drafted_values else chosen
-    return chosen if drafted == chosen else f"{chosen}; drafted {drafted}"

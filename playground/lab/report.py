@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..core.records import describe_choices
 from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, median_shares, percent, run_split, within_limits
-from ..drafters.adaptive import describe_choices
 from ..errors import PlaygroundError
 from .batch import batch_table
 from .common import markdown_table

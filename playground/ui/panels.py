@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import html
 
-from ..core.records import Iteration, prefill_note
+from ..core.records import Iteration, describe_choices, prefill_note
 from ..core.timesplit import TimeSplit, percent
-from ..drafters.adaptive import describe_choices
 from ..pairs.registry import PAIRS
 from . import charts
 from .serving import PairProvider, menu_value

@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 
 from ..core.cost import break_even_alpha, verify_cost
-from ..core.records import Iteration
-from ..drafters.adaptive import AdaptiveSettings, CostCurve, describe_choices
+from ..core.records import Iteration, describe_choices
+from ..drafters.adaptive import AdaptiveSettings, CostCurve
 from ..lab.schedules import costed_ratio, iteration_rows
 from ..lab.trust import FAIL, WARN, Finding, MachineLoad, Verdict
 from .session import RunResult, Session, stop_text
