@@ -93,6 +93,24 @@ def test_it_learns_where_a_drafter_is_rejected_and_stops_there():
     assert accept(0.4, 3) < 0.3 and accept(0.99, 3) > 0.95
 
 
+def test_one_rejection_deep_in_an_iteration_does_not_stop_the_next_ones_there():
+    """A sure drafter (0.99 on every proposal) has its ninth proposal rejected once, then all accepted. The rule
+    looks ahead on the pooled rate, not on the ninth position's own estimate (which that one rejection took to
+    0.86): a model drafter's acceptance depends on the token, not on its position (drafting_rule's docstring has
+    the measurement), so the next iterations draft past the ninth within a few iterations (looking ahead on the
+    position estimates they stopped at eight for four iterations)."""
+    ctl = AdaptiveK(CostCurve(c=0.2, v={n: 1.0 + 0.03 * (n - 1) for n in range(1, 18)}))
+    ctl.drafter_stops(True)
+    drafted = []
+    for i in range(10):
+        k = ctl.next_k()
+        m = drafted_under(ctl.drafting_rule(), [0.99] * k)
+        drafted.append(m)
+        ctl.observe(it(k, min(m, 8) if i == 0 else m, proposed=tuple(range(m))))
+    assert drafted[0] == K_MAX and drafted[1] < 9  # the rejection is learnt: the bin's rate fell
+    assert max(drafted[1:6]) > 9 and drafted[-1] == K_MAX
+
+
 def test_what_it_learnt_carries_over_in_the_memory():
     memory: dict = {}
     first = AdaptiveK(CURVE, memory=memory)
