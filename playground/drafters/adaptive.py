@@ -202,7 +202,6 @@ class AdaptiveK:
         self.stops = False  # whether the drafter stops on its confidence (drafter_stops); the rule needs it
         self._rule: tuple | None = None  # (source, rate, estimates) while this iteration's rule holds
         self._qs: list[float] = []  # the drafter's probabilities of this iteration's proposals (the rule's)
-        self._finishing, self._estimates = False, []  # the last choice's: a finish planned (rule 3), its a_i
         self.by_confidence = ConfidenceBins(memory)  # what the drafter's probabilities mean (confidence.py)
 
     def drafter_stops(self, can: bool) -> None:
@@ -217,12 +216,11 @@ class AdaptiveK:
         learnt); the positions after them, not drafted yet, take the pooled rate, and a target step is worth the
         steady choice's speed-up. None when this iteration has no rule.
 
-        Why the pooled rate and not each position's estimate: a model drafter's acceptance, given that the
-        proposals before were accepted, does not depend on the position but on the token, which its probability
-        tells. Measured (AMD EPYC, 2026-12-03, fixed k = 16 replayed over every preset): positions 1-16 at
-        0.84-1.00 for the int8 draft and 0.93-1.00 for llama.cpp, no trend (prompt lookup, which has no rule,
-        rises from 0.50 to 0.7-1.0). One rejection at a deep position took that position's estimate to 0.8 alpha
-        for the next ten iterations, and the rule stopped a sure drafter there (JSON extraction, ReAct)."""
+        Why the pooled rate, not each position's estimate: a model drafter's acceptance (the proposals before it
+        accepted) depends on the token, which its probability tells, not on the position. Measured (AMD EPYC,
+        2026-12-03, fixed k = 16 replayed over every preset): positions 1-16 at 0.84-1.00 for the int8 draft and
+        0.93-1.00 for llama.cpp, no trend (prompt lookup, which has no rule, rises from 0.50 to 0.7-1.0). One
+        rejection deep in an iteration took that position to 0.8 alpha, and the rule stopped a sure drafter there."""
         if self._rule is None or self._rule[0] != source:
             return None
         (_, rate, rates), c, v, k_max = self._rule, self.curve.for_source(source)[0], self.curve.v, self.k_max
@@ -285,9 +283,13 @@ class AdaptiveK:
 
     def choice(self, remaining: int | None = None, source: str | None = None) -> cost.KChoice:
         """What the cost model says now (rules 1-3, before the ramp and probing): the k and its predicted speed-up."""
-        s, self._finishing = self.settings, False
+        return self._choose(remaining, source)[0]
+
+    def _choose(self, remaining: int | None, source: str | None) -> tuple[cost.KChoice, bool, list[float]]:
+        """`choice`, whether it planned the finish (rule 3) and the estimates it chose on: what next_k needs."""
+        s = self.settings
         c, overhead = self.curve.for_source(source)
-        estimates = self._estimates = self.estimates(source)
+        estimates = self.estimates(source)
         steady = cost.best_k(estimates, c, self.curve.v, k_max=self.k_max, overhead=overhead)
         if steady.k == 0 and s.optimism > 0:
             # Optimism under uncertainty: decide on the acceptance `optimism` standard errors above the
@@ -301,14 +303,13 @@ class AdaptiveK:
             # ... at no more than a probe's k: the hope is that drafting pays, not that it pays deep.
             steady = cost.best_k(hopeful, c, self.curve.v, k_max=self._probe_k(source), overhead=overhead)
             if steady.k > 0:
-                return steady
+                return steady, False, estimates
         # Near the length limit (within two iterations of the steady choice) plan the finish instead. When
         # drafting cannot pay in the steady state it cannot near the end either, so k = 0 stands.
-        self._finishing = not (steady.k == 0 or remaining is None or remaining > min(s.horizon, 2 * (steady.k + 1)))
-        if not self._finishing:
-            return steady
+        if steady.k == 0 or remaining is None or remaining > min(s.horizon, 2 * (steady.k + 1)):
+            return steady, False, estimates
         return cost.best_k_finite(estimates, c, self.curve.v, remaining, k_max=min(self.k_max, remaining - 1),
-                                  overhead=overhead)
+                                  overhead=overhead), True, estimates
 
     def _probe_k(self, source: str | None) -> int:
         """The k of a probe: the best k at acceptance `prior` (at least 1). A probe tests the k the
@@ -322,12 +323,12 @@ class AdaptiveK:
 
     def next_k(self, remaining: int | None = None, source: str | None = None) -> int:
         s = self.settings
-        choice = self.choice(remaining, source)
+        choice, finishing, estimates = self._choose(remaining, source)
         k, self._rule = choice.k, None
         cost_per_token = self.curve.for_source(source)[0]
-        if s.confidence and self.stops and k > 0 and cost_per_token > 0 and not self._finishing:
+        if s.confidence and self.stops and k > 0 and cost_per_token > 0 and not finishing:
             # rule 6: open to k_max and let the drafter's confidence stop it (drafting_rule); no ramp then
-            self._rule = (source, choice.speedup, self._estimates)
+            self._rule = (source, choice.speedup, estimates)
             k = self.k_max if remaining is None else min(self.k_max, remaining - 1)
         elif source in self.last_k and cost_per_token > 0:  # rule 4; a free source is not ramped
             k = min(k, int(s.growth * self.last_k[source]) + 1)
