@@ -95,10 +95,10 @@ def test_it_learns_where_a_drafter_is_rejected_and_stops_there():
 
 def test_one_rejection_deep_in_an_iteration_does_not_stop_the_next_ones_there():
     """A sure drafter (0.99 on every proposal) has its ninth proposal rejected once, then all accepted. The rule
-    looks ahead on the pooled rate, not on the ninth position's own estimate (which that one rejection took to
-    0.86): a model drafter's acceptance depends on the token, not on its position (drafting_rule's docstring has
-    the measurement), so the next iterations draft past the ninth within a few iterations (looking ahead on the
-    position estimates they stopped at eight for four iterations)."""
+    looks ahead on the pooled rate, not on the ninth position's own estimate (which that one rejection pulled
+    below alpha): a model drafter's acceptance depends on the token, not on its position (drafting_rule's docstring
+    has the measurement), so the next iterations draft past the ninth within a few iterations (looking ahead on the
+    position estimates they stopped at seven or eight for five iterations)."""
     ctl = AdaptiveK(CostCurve(c=0.2, v={n: 1.0 + 0.03 * (n - 1) for n in range(1, 18)}))
     ctl.drafter_stops(True)
     drafted = []
