@@ -160,9 +160,9 @@ class AdaptiveK:
          `drafter_stops`): where rule 1 drafts (and no finish is planned) the cap opens to k_max without the ramp,
          and `drafting_rule` stops the drafter after the first proposal past which drafting no longer pays
          (`cost.drafts_on`, each step worth the steady choice's speed-up), with the chance that the proposals so
-         far are accepted taken from the drafter's probabilities of them, what those mean learnt per
-         confidence bin (confidence.py). Before anything is learnt it drafts what rule 1 chose, deeper where the
-         drafter is surer than the estimates; then deeper where the bins say it is right, sooner where it is not.
+         far are accepted taken from the drafter's probabilities (what they mean learnt per confidence bin,
+         confidence.py) and the proposals to come at the pooled rate. Before anything is learnt it drafts what rule
+         1 chose, deeper where the drafter is surer; then deeper where the bins say it is right, sooner where not.
 
     Memory: `memory` is a dict the caller keeps across runs on one pair and drafter (a browser tab, a
     lab arm). After every drafting iteration memory["adaptive"][source] = alpha(source); a new
