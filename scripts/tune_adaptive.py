@@ -11,6 +11,7 @@ not a measurement: confirm a chosen setting with `python -m playground speed` (l
 
     .venv/bin/python scripts/tune_adaptive.py --threads 2
     .venv/bin/python scripts/tune_adaptive.py --drafters llama.cpp --presets tool_call,prose   # a short run
+    .venv/bin/python scripts/tune_adaptive.py --drafters draft --variant "by probability=sureness:probability"
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 from playground.drafters import adaptive
 from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup
+from playground.errors import PlaygroundError
 from playground.inputs.presets import preset_names
 from playground.lab import replay as replay_mod
 from playground.lab.calibration import calibrate
@@ -62,13 +64,38 @@ def speedups(doc, drafter):
             for arm, w in t["drafters"][drafter]["walks"].items()}
 
 
+def parse_variant(text: str) -> tuple[str, adaptive.AdaptiveSettings]:
+    """"NAME=field:value,field:value" -> (NAME, the default settings with those fields replaced)."""
+    name, sep, fields = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"a variant is NAME=field:value,..., got {text!r}")
+    known = {f.name: f for f in dataclasses.fields(adaptive.AdaptiveSettings)}
+    changes = {}
+    for item in filter(None, fields.split(",")):
+        key, _, value = item.partition(":")
+        if key not in known:
+            raise argparse.ArgumentTypeError(f"no setting {key!r}; the settings are {', '.join(known)}")
+        kind = type(getattr(adaptive.DEFAULT_SETTINGS, key))
+        try:
+            changes[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{key}: {e}") from None
+    try:
+        return name, dataclasses.replace(adaptive.DEFAULT_SETTINGS, **changes)
+    except (ValueError, PlaygroundError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--drafters", default="llama.cpp,draft,lookup,hybrid")
     ap.add_argument("--presets", default=None, help="comma-separated (default: all)")
     ap.add_argument("--json", default=None, help="also write every figure here")
+    ap.add_argument("--variant", action="append", type=parse_variant, default=[],
+                    help="NAME=field:value,... (repeatable): compare the defaults with these instead of VARIANTS")
     args = ap.parse_args()
+    variants = {"defaults": adaptive.DEFAULT_SETTINGS, **dict(args.variant)} if args.variant else VARIANTS
     torch.set_num_threads(args.threads)
     pair = load_named_pair("embedded", device="cpu", progress=None)
     names = args.presets.split(",") if args.presets else preset_names()
@@ -86,7 +113,7 @@ def main() -> int:
         base = speedups(replay_controllers(pair, turns, drafter, timing, range(1, 17), ("heuristic",),
                                            adaptive.DEFAULT_SETTINGS), drafter)
         per_variant = {name: speedups(replay_controllers(pair, turns, drafter, timing, [1], ("adaptive",), s), drafter)
-                       for name, s in VARIANTS.items()}
+                       for name, s in variants.items()}
         out[drafter] = {"timing": timing.to_dict(), "fixed_and_heuristic": {f"{t}|{a}": x for (t, a), x in base.items()},
                         "adaptive": {v: {t: x for (t, a), x in d.items() if a == "adaptive"}
                                      for v, d in per_variant.items()}}
@@ -95,13 +122,13 @@ def main() -> int:
             best = max(fixed, key=lambda a: (fixed[a], -int(a[2:])))
             heur = base[(t.name, "heuristic")]
             row = [t.name, drafter, f"{best}: {fixed[best]:.2f}", f"{heur:.2f}"]
-            for v in VARIANTS:
+            for v in variants:
                 a = per_variant[v][(t.name, "adaptive")]
                 row.append(f"{a:.2f} ({a / heur:.0%} of heur., {a / fixed[best]:.0%} of best)")
             rows.append(row)
         print(f"{drafter} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
-    print(markdown_table(["turn", "drafter", "best fixed k", "heuristic", *VARIANTS], rows))
-    for v in VARIANTS:
+    print(markdown_table(["turn", "drafter", "best fixed k", "heuristic", *variants], rows))
+    for v in variants:
         for call in ("first", "second"):
             vs_h, vs_b = [], []
             for drafter, d in out.items():

@@ -451,11 +451,11 @@ PREVIOUS_DEFAULTS = {"decay": 0.9, "prior": 0.9, "prior_weight": 2.0, "position_
 def test_the_settings_defaults_are_the_controllers_former_defaults():
     """The same constants; since then `uncertainty` (on by default, test_adaptive_uncertainty.py), whose
     off is the former rule, which the golden choices below pin, `confidence` (on, test_adaptive_confidence.py;
-    it acts only when the loop says the drafter stops on its confidence, which the script here never does) and
-    `remembered_weight` (off)."""
+    it acts only when the loop says the drafter stops on its confidence, which the script here never does), what
+    that rule reads of the drafter (`sureness`, the margin) and `remembered_weight` (off)."""
     defaults = AdaptiveSettings()
     assert dataclasses.asdict(defaults) == {**PREVIOUS_DEFAULTS, "uncertainty": True, "confidence": True,
-                                            "remembered_weight": False}
+                                            "sureness": "margin", "remembered_weight": False}
     assert all(type(getattr(defaults, name)) is type(value) for name, value in PREVIOUS_DEFAULTS.items())
     ctl = AdaptiveK(FLAT_CHEAP)
     assert ctl.settings == defaults and ctl.k_max == K_MAX == 16

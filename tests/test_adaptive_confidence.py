@@ -1,11 +1,21 @@
 """Adaptive k's stop rule: open to k_max and let the drafter's own confidence say when drafting on stops paying
-(AdaptiveK.drafting_rule, cost.drafts_on), learning what the drafter's probabilities mean from its proposals."""
+(AdaptiveK.drafting_rule, cost.drafts_on), learning what the drafter's sureness means from its proposals."""
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
 
 from playground.core.engine import K_MAX, plain_generate, speculative_generate
+from playground.core.proposal import RunContext, runner_up
 from playground.core.records import Iteration, Step, describe_choices, summarize
 from playground.core.sampling import SamplingConfig
 from playground.drafters.adaptive import AdaptiveK, AdaptiveSettings, CostCurve
+from playground.drafters.confidence import sureness
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+from playground.errors import PlaygroundError
 from playground.ui import panels
 from tests.test_adaptive import it
 from tests.test_ui_confidence import request
@@ -14,16 +24,22 @@ from tests.test_ui_confidence import request
 CURVE = CostCurve(c=0.3, v={n: 1.0 + 0.06 * (n - 1) for n in range(1, 18)})
 
 
+def sure(s):
+    """A proposal's probability and its runner-up's, as the rule is called with them, for a margin sureness of s."""
+    return 0.5, 0.5 * (1.0 - s)
+
+
 def drafted_under(rule, qs):
-    """How many proposals a drafter whose probabilities are `qs` drafts under `rule` (it drafts one, then asks)."""
+    """How many proposals a drafter whose sureness of each is `qs` (margins; or (probability, runner-up) pairs)
+    drafts under `rule` (it drafts one, then asks)."""
     for j, q in enumerate(qs, start=1):
-        if not rule(q):
+        if not rule(*(q if isinstance(q, tuple) else sure(q))):
             return j
     return len(qs)
 
 
 def run(ctl, qs, accepted, n=12):
-    """n iterations of a drafter whose successive proposals have probabilities `qs`, the first `accepted` of those
+    """n iterations of a drafter whose successive proposals have sureness `qs`, the first `accepted` of those
     it drafts accepted; the proposals drafted in each."""
     out = []
     for _ in range(n):
@@ -116,13 +132,43 @@ def test_what_it_learnt_carries_over_in_the_memory():
     first = AdaptiveK(CURVE, memory=memory)
     first.drafter_stops(True)
     run(first, [0.4] * K_MAX, accepted=K_MAX)
-    assert memory["adaptive_confidence"][None][0][1] > 0  # proposals counted in the 0.3-0.5 bin
+    assert memory["adaptive_confidence/margin"][None][0][1] > 0  # proposals counted in the 0.3-0.5 bin
     second = AdaptiveK(CURVE, memory=memory)
     second.drafter_stops(True)
     fresh = AdaptiveK(CURVE)
     fresh.drafter_stops(True)
     second.next_k(), fresh.next_k()
     assert drafted_under(second.drafting_rule(), [0.4] * K_MAX) > drafted_under(fresh.drafting_rule(), [0.4] * K_MAX)
+
+
+def test_a_flat_proposal_without_a_near_tie_is_sure_where_its_probability_is_not():
+    """What a greedy target doubts is a near-tie between the draft's first and second choices: before anything is
+    learnt, proposals at probability 0.2 with nothing else above 0.002 draft as deep as sure ones, where the same 0.2
+    with a runner-up at 0.18 stops at the steady choice; reading the probability alone, both stop there."""
+    ctl = AdaptiveK(CURVE)
+    ctl.drafter_stops(True)
+    steady = ctl.choice().k
+    ctl.next_k()
+    assert drafted_under(ctl.drafting_rule(), [(0.2, 0.002)] * K_MAX) == K_MAX
+    ctl.next_k()
+    assert drafted_under(ctl.drafting_rule(), [(0.2, 0.18)] * K_MAX) == steady
+    by_probability = AdaptiveK(CURVE, settings=AdaptiveSettings(sureness="probability"))
+    by_probability.drafter_stops(True)
+    by_probability.next_k()
+    assert drafted_under(by_probability.drafting_rule(), [(0.2, 0.002)] * K_MAX) == steady
+
+
+def test_sureness_and_the_runner_up_the_loop_reads():
+    assert sureness(0.5, 0.5) == 0.0 and sureness(0.4, 0.0) == 1.0 and sureness(0.4, 0.1) == pytest.approx(0.75)
+    assert sureness(0.0, 0.3) == 0.0 and sureness(0.1, 0.3) == 0.0  # a token below another (sampling): not sure
+    assert sureness(0.4, 0.1, "probability") == 0.4
+    with pytest.raises(PlaygroundError, match="sureness must be one of margin, probability"):
+        AdaptiveSettings(sureness="entropy")
+    probs = torch.tensor([0.1, 0.6, 0.3])
+    assert runner_up(probs, 1) == pytest.approx(0.3) and runner_up(probs, 2) == pytest.approx(0.6)
+    heard = []
+    ctx = RunContext(SamplingConfig(), torch.Generator(), frozenset(), go_on=lambda q, r: heard.append((q, r)) or True)
+    assert ctx.confident(probs, 1) and heard == [(pytest.approx(0.6), pytest.approx(0.3))]
 
 
 def test_the_loop_tells_the_controller_whether_the_drafter_stops(pair64):
@@ -159,3 +205,18 @@ def test_a_run_says_how_many_proposals_it_drafted_under_its_caps(pair64):
     assert shown.startswith("adaptive (chosen: ") and "; drafted " in shown
     assert describe_choices({16: 2, 0: 1}, {16: 2, 0: 1}) == describe_choices({0: 1, 16: 2}) == "0\u00d71 16\u00d72"
     assert describe_choices({16: 2}, {3: 1, 9: 1}) == "16\u00d72; drafted 3\u00d71 9\u00d71"
+
+
+def test_the_tuning_script_takes_settings_variants_from_its_command_line():
+    """scripts/tune_adaptive.py --variant "NAME=field:value,...": an A/B of settings without patching code."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "tune_adaptive.py"
+    spec = importlib.util.spec_from_file_location("tune_adaptive", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    name, settings = script.parse_variant("by probability=sureness:probability,confidence:false,decay:0.8")
+    assert name == "by probability"
+    assert settings == AdaptiveSettings(sureness="probability", confidence=False, decay=0.8)
+    for bad, said in [("nameless", "NAME=field:value"), ("x=foo:1", "no setting 'foo'"),
+                      ("x=sureness:entropy", "sureness must be one of"), ("x=decay:fast", "could not convert")]:
+        with pytest.raises(argparse.ArgumentTypeError, match=said):
+            script.parse_variant(bad)

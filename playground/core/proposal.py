@@ -62,8 +62,9 @@ class RunContext:
     target_kv: object | None = None
 
     # Set per iteration by a k controller that decides, token by token, whether drafting on pays
-    # (AdaptiveK.drafting_rule): called with the drafter's probability of each proposal, True to go on.
-    go_on: Callable[[float], bool] | None = None
+    # (AdaptiveK.drafting_rule): called with the drafter's probability of each proposal and the highest it gave
+    # any other token (`runner_up`), True to go on.
+    go_on: Callable[[float, float], bool] | None = None
 
     @property
     def stops_on_confidence(self) -> bool:
@@ -77,7 +78,13 @@ class RunContext:
         q = float(probs[token])
         if self.min_confidence is not None and q < self.min_confidence:
             return False
-        return self.go_on is None or self.go_on(q)
+        return self.go_on is None or self.go_on(q, runner_up(probs, token))
+
+
+def runner_up(probs: torch.Tensor, token: int) -> float:
+    """The highest probability in `probs` of any token but `token`."""
+    top = torch.topk(probs, 2)
+    return float(top.values[1] if int(top.indices[0]) == token else top.values[0])
 
 
 class Proposer(ABC):

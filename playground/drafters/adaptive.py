@@ -31,7 +31,7 @@ from ..core import cost
 from ..core.engine import K_MAX, FixedK, check_k
 from ..core.records import Iteration
 from ..errors import PlaygroundError
-from .confidence import ConfidenceBins
+from .confidence import ConfidenceBins, sureness
 from .heuristic import HeuristicK
 from .settings import DEFAULT_SETTINGS, AdaptiveSettings
 
@@ -112,9 +112,10 @@ class AdaptiveK:
          `drafter_stops`): where rule 1 drafts (and no finish is planned) the cap opens to k_max without the ramp,
          and `drafting_rule` stops the drafter after the first proposal past which drafting no longer pays
          (`cost.drafts_on`, each step worth the steady choice's speed-up), with the chance that the proposals so
-         far are accepted taken from the drafter's probabilities (what they mean learnt per confidence bin,
-         confidence.py) and the proposals to come at the pooled rate. Before anything is learnt it drafts what rule
-         1 chose, deeper where the drafter is surer; then deeper where the bins say it is right, sooner where not.
+         far are accepted taken from the drafter's sureness of them (`sureness`: by default the margin of each
+         proposal's probability over the runner-up's; what it means learnt per bin, confidence.py) and the
+         proposals to come at the pooled rate. Before anything is learnt it drafts what rule 1 chose, deeper where
+         the drafter is surer; then deeper where the bins say it is right, sooner where not.
 
     Memory: `memory` is a dict the caller keeps across runs on one pair and drafter (a browser tab, a
     lab arm). After every drafting iteration memory["adaptive"][source] = alpha(source); a new
@@ -153,8 +154,8 @@ class AdaptiveK:
         self.decisions: list[int] = []
         self.stops = False  # whether the drafter stops on its confidence (drafter_stops); the rule needs it
         self._rule: tuple | None = None  # (source, rate, estimates) while this iteration's rule holds
-        self._qs: list[float] = []  # the drafter's probabilities of this iteration's proposals (the rule's)
-        self.by_confidence = ConfidenceBins(memory)  # what the drafter's probabilities mean (confidence.py)
+        self._qs: list[float] = []  # the drafter's sureness of this iteration's proposals (the rule's)
+        self.by_confidence = ConfidenceBins(memory, settings.sureness)  # what the drafter's sureness means
 
     def drafter_stops(self, can: bool) -> None:
         """Told by the loop before a run: whether the drafter calls the context's `confident` after each proposal
@@ -163,13 +164,13 @@ class AdaptiveK:
 
     def drafting_rule(self, source: str | None = None):
         """For the iteration `next_k` just opened to k_max: a function of the drafter's probability of each
-        proposal, True while drafting on pays (`cost.drafts_on`). The chance that the proposals so far are all
-        accepted is the product of what their probabilities say of acceptance (`ConfidenceBins.accepted_given`,
-        learnt); the positions after them, not drafted yet, take the pooled rate, and a target step is worth the
+        proposal and of its runner-up, True while drafting on pays (`cost.drafts_on`). The chance that the proposals
+        so far are all accepted is the product of what their sureness says of acceptance (`confidence.sureness`,
+        `ConfidenceBins.accepted_given`, learnt); the positions after them, not drafted yet, take the pooled rate, and a target step is worth the
         steady choice's speed-up. None when this iteration has no rule.
 
         Why the pooled rate, not each position's estimate: a model drafter's acceptance (the proposals before it
-        accepted) depends on the token, which its probability tells, not on the position. Measured (AMD EPYC,
+        accepted) depends on the token, which its sureness tells, not on the position. Measured (AMD EPYC,
         2026-12-03, fixed k = 16 replayed over every preset): positions 1-16 at 0.84-1.00 for the int8 draft and
         0.93-1.00 for llama.cpp, no trend (prompt lookup, which has no rule, rises from 0.50 to 0.7-1.0). One
         rejection deep in an iteration took that position to 0.8 alpha, and the rule stopped a sure drafter there."""
@@ -181,10 +182,10 @@ class AdaptiveK:
         qs, reached = self._qs, 1.0
         qs.clear()
 
-        def go_on(q: float) -> bool:
+        def go_on(q: float, runner_up: float) -> bool:
             nonlocal reached
-            qs.append(q)
-            reached *= accept(q, len(qs) - 1)
+            qs.append(s := sureness(q, runner_up, self.settings.sureness))
+            reached *= accept(s, len(qs) - 1)
             j = len(qs)
             return j < k_max and cost.drafts_on(reached, ahead[j:], j, c, v, rate)
 

@@ -131,7 +131,7 @@ class _Proposers:
     """The proposers of one turn: a live one per walk, or (shared) a model drafter's read from the shared pass."""
 
     def __init__(self, pair, turn: Turn, max_ngram: int, shared: frozenset[str], preds: dict[str, list[int]],
-                 target: list[int] | None = None, confs: dict[str, list[float]] | None = None):
+                 target: list[int] | None = None, confs: dict[str, list[tuple[float, float]]] | None = None):
         self.pair, self.turn, self.max_ngram, self.shared, self.preds = pair, turn, max_ngram, shared, preds
         self.target, self.confs = target, confs or {}
         self._draft: _SharedPrefillDraft | None = None
@@ -237,7 +237,7 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
     probe = _Proposers(pair, turn, max_ngram, frozenset(), {})
     models = sorted({m for d in drafters if (m := probe.model_name(d)) in MODEL_DRAFTERS})
     preds: dict[str, list[int]] = {}
-    confs: dict[str, list[float]] = {}  # the drafter's probability of its proposal there (adaptive k's stop rule)
+    confs: dict[str, list[tuple[float, float]]] = {}  # the drafter's probabilities there (adaptive k's stop rule)
     for name in models:  # the shared one-token pass: the agreement sequence, and a shared-pass walk's proposals
         ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset(pair.eos_ids), target_kv=prompt)
         preds[name], confs[name] = shared_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids,

@@ -38,7 +38,7 @@ import torch
 
 from ..core.cached import CachedLM
 from ..core.engine import _clip, _cut, drafting_rule, tell_controller  # the engine's own: the walk cannot drift
-from ..core.proposal import EMPTY, Proposal, Proposer, RunContext
+from ..core.proposal import EMPTY, Proposal, Proposer, RunContext, runner_up
 from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration
 from ..core.sampling import SamplingConfig
 from ..drafters.adaptive import CostCurve
@@ -86,12 +86,12 @@ class PassProposer(Proposer):
     accepted proposal may differ from the recorded token; the walk goes on along the recorded text)."""
 
     def __init__(self, name: str, prompt_len: int, target: Sequence[int], pred: Sequence[int],
-                 uses_draft_model: bool = False, conf: Sequence[float] | None = None):
+                 uses_draft_model: bool = False, conf: Sequence[tuple[float, float]] | None = None):
         self.name, self.prompt_len, self.target, self.pred = name, prompt_len, list(target), list(pred)
         self.uses_draft_model = uses_draft_model
-        # conf[t]: the drafter's probability of pred[t] in the pass. With it, a stop rule of the context (ctx.go_on)
-        # is applied to those, past a rejected proposal too (along the recorded text: an estimate of what the
-        # drafter, fed its own proposal there, would have been sure of).
+        # conf[t]: the drafter's probability of pred[t] in the pass and the highest it gave any other token. With
+        # it, a stop rule of the context (ctx.go_on) is applied to those, past a rejected proposal too (along the
+        # recorded text: an estimate of what the drafter, fed its own proposal there, would have been sure of).
         self.conf = list(conf) if conf is not None else None
         self.confidence_stops = self.conf is not None
 
@@ -107,7 +107,7 @@ class PassProposer(Proposer):
             if x in self.ctx.stop_ids:
                 break
             if self.conf is not None and self.ctx.go_on is not None:
-                if not self.ctx.go_on(self.conf[t]):
+                if not self.ctx.go_on(*self.conf[t]):
                     break
                 continue
             if x != self.target[t]:
@@ -187,13 +187,13 @@ def drafter_pass(proposer: Proposer, prompt_ids: Sequence[int], completion_ids: 
 
 
 def shared_pass(proposer: Proposer, prompt_ids: Sequence[int], completion_ids: Sequence[int],
-                ctx: RunContext) -> tuple[list[int], list[float]]:
-    """`drafter_pass`'s proposals and the drafter's probability of each (0 where it proposed nothing), a row at a
-    time: the rows of a long completion would not fit in memory."""
+                ctx: RunContext) -> tuple[list[int], list[tuple[float, float]]]:
+    """`drafter_pass`'s proposals, the drafter's probability of each and the highest it gave another token (0, 0
+    where it proposed nothing), a row at a time: the rows of a long completion would not fit in memory."""
     preds, confs = [], []
     for x, q in drafter_pass(proposer, prompt_ids, completion_ids, ctx):
         preds.append(x)
-        confs.append(float(q[x]) if q is not None and x >= 0 else 0.0)
+        confs.append((float(q[x]), runner_up(q, x)) if q is not None and x >= 0 else (0.0, 0.0))
     return preds, confs
 
 
