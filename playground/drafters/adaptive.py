@@ -166,8 +166,8 @@ class AdaptiveK:
         """For the iteration `next_k` just opened to k_max: a function of the drafter's probability of each
         proposal and of its runner-up, True while drafting on pays (`cost.drafts_on`). The chance that the proposals
         so far are all accepted is the product of what their sureness says of acceptance (`confidence.sureness`,
-        `ConfidenceBins.accepted_given`, learnt); the positions after them, not drafted yet, take the pooled rate, and a target step is worth the
-        steady choice's speed-up. None when this iteration has no rule.
+        `ConfidenceBins.accepted_given`, learnt); the positions after them, not drafted yet, take the pooled rate,
+        and a target step is worth the steady choice's speed-up. None when this iteration has no rule.
 
         Why the pooled rate, not each position's estimate: a model drafter's acceptance (the proposals before it
         accepted) depends on the token, which its sureness tells, not on the position. Measured (AMD EPYC,

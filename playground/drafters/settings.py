@@ -36,8 +36,8 @@ class AdaptiveSettings:
     """Expected acceptance over the pooled rate's uncertainty (a Beta posterior), not at its point estimate."""
     confidence: bool = True
     """Greedy, with a drafter that has probabilities (told by `drafter_stops`): when the steady choice drafts, the
-    cap is k_max and the drafter stops where its own probability of its last proposal says drafting on no longer
-    pays (`drafting_rule`), instead of drafting the k chosen before it saw any of them."""
+    cap is k_max and the drafter stops where its sureness of its last proposal (`sureness`) says drafting on no
+    longer pays (`drafting_rule`), instead of drafting the k chosen before it saw any of them."""
     sureness: str = "margin"
     """What the stop rule reads of the drafter's distribution at each proposal (confidence.py): "margin", 1 - the
     runner-up's probability / the proposal's (a near-tie is what puts a greedy target's agreement in doubt), or
