@@ -64,12 +64,15 @@ def speedups(doc, drafter):
             for arm, w in t["drafters"][drafter]["walks"].items()}
 
 
+BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
 def parse_variant(text: str) -> tuple[str, adaptive.AdaptiveSettings]:
     """"NAME=field:value,field:value" -> (NAME, the default settings with those fields replaced)."""
     name, sep, fields = text.partition("=")
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"a variant is NAME=field:value,..., got {text!r}")
-    known = {f.name: f for f in dataclasses.fields(adaptive.AdaptiveSettings)}
+    known = [f.name for f in dataclasses.fields(adaptive.AdaptiveSettings)]
     changes = {}
     for item in filter(None, fields.split(",")):
         key, _, value = item.partition(":")
@@ -77,9 +80,9 @@ def parse_variant(text: str) -> tuple[str, adaptive.AdaptiveSettings]:
             raise argparse.ArgumentTypeError(f"no setting {key!r}; the settings are {', '.join(known)}")
         kind = type(getattr(adaptive.DEFAULT_SETTINGS, key))
         try:
-            changes[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(f"{key}: {e}") from None
+            changes[key] = BOOLEANS[value.lower()] if kind is bool else kind(value)
+        except (KeyError, ValueError):
+            raise argparse.ArgumentTypeError(f"{key} takes a {kind.__name__}, got {value!r}") from None
     try:
         return name, dataclasses.replace(adaptive.DEFAULT_SETTINGS, **changes)
     except (ValueError, PlaygroundError) as e:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from playground.core.engine import K_MAX, plain_generate, speculative_generate
-from playground.core.proposal import RunContext, runner_up
+from playground.core.proposal import RunContext, top_two
 from playground.core.records import Iteration, Step, describe_choices, summarize
 from playground.core.sampling import SamplingConfig
 from playground.drafters.adaptive import AdaptiveK, AdaptiveSettings, CostCurve
@@ -165,7 +165,7 @@ def test_sureness_and_the_runner_up_the_loop_reads():
     with pytest.raises(PlaygroundError, match="sureness must be one of margin, probability"):
         AdaptiveSettings(sureness="entropy")
     probs = torch.tensor([0.1, 0.6, 0.3])
-    assert runner_up(probs, 1) == pytest.approx(0.3) and runner_up(probs, 2) == pytest.approx(0.6)
+    assert top_two(probs, 1) == pytest.approx((0.6, 0.3)) and top_two(probs, 2) == pytest.approx((0.3, 0.6))
     heard = []
     ctx = RunContext(SamplingConfig(), torch.Generator(), frozenset(), go_on=lambda q, r: heard.append((q, r)) or True)
     assert ctx.confident(probs, 1) and heard == [(pytest.approx(0.6), pytest.approx(0.3))]
@@ -217,6 +217,7 @@ def test_the_tuning_script_takes_settings_variants_from_its_command_line():
     assert name == "by probability"
     assert settings == AdaptiveSettings(sureness="probability", confidence=False, decay=0.8)
     for bad, said in [("nameless", "NAME=field:value"), ("x=foo:1", "no setting 'foo'"),
-                      ("x=sureness:entropy", "sureness must be one of"), ("x=decay:fast", "could not convert")]:
+                      ("x=sureness:entropy", "sureness must be one of"), ("x=decay:fast", "decay takes a float"),
+                      ("x=confidence:maybe", "confidence takes a bool")]:
         with pytest.raises(argparse.ArgumentTypeError, match=said):
             script.parse_variant(bad)

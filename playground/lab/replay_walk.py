@@ -38,7 +38,7 @@ import torch
 
 from ..core.cached import CachedLM
 from ..core.engine import _clip, _cut, drafting_rule, tell_controller  # the engine's own: the walk cannot drift
-from ..core.proposal import EMPTY, Proposal, Proposer, RunContext, runner_up
+from ..core.proposal import EMPTY, Proposal, Proposer, RunContext, top_two
 from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration
 from ..core.sampling import SamplingConfig
 from ..drafters.adaptive import CostCurve
@@ -193,7 +193,7 @@ def shared_pass(proposer: Proposer, prompt_ids: Sequence[int], completion_ids: S
     preds, confs = [], []
     for x, q in drafter_pass(proposer, prompt_ids, completion_ids, ctx):
         preds.append(x)
-        confs.append((float(q[x]), runner_up(q, x)) if q is not None and x >= 0 else (0.0, 0.0))
+        confs.append(top_two(q, x) if q is not None and x >= 0 else (0.0, 0.0))
     return preds, confs
 
 
