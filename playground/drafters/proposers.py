@@ -10,6 +10,7 @@ import torch
 from ..core.cached import CachedLM, common_prefix
 from ..core.proposal import EMPTY, LOOKUP_MAX, Proposal, Proposer, RunContext
 from ..core.sampling import draw, probabilities
+from .lean import LeanLM, draft_lm
 
 
 class DraftModelProposer(Proposer):
@@ -23,19 +24,22 @@ class DraftModelProposer(Proposer):
     confidence_stops = True
 
     def __init__(self, model: torch.nn.Module, device: torch.device | str, vocab_size: int | None, name: str = "draft",
-                 copies_target: bool = False):
+                 copies_target: bool = False, forward: str = "auto"):
         """copies_target: the model is a quantized copy of the target (ModelPair.draft_copies_target), so its
-        `begin` copies the target's cache of the prompt (ctx.target_kv) instead of computing it again."""
+        `begin` copies the target's cache of the prompt (ctx.target_kv) instead of computing it again.
+        forward: "auto" (the lean forward of lean.py where it runs the model, else transformers'), "lean" or
+        "transformers"."""
         self.model = model
         self.device = device
         self.vocab_size = vocab_size
         self.name = name
         self.takes_target_kv = copies_target
-        self.lm: CachedLM | None = None
+        self.forward = forward
+        self.lm: CachedLM | LeanLM | None = None
 
     def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         super().begin(prompt_ids, ctx)
-        self.lm = CachedLM(self.model, self.device, self.vocab_size)
+        self.lm = draft_lm(self.model, self.device, self.vocab_size, self.forward)
         prefix, target = list(prompt_ids[:-1]), ctx.target_kv
         self.shared_kv = 0
         if self.takes_target_kv and target is not None and target.tokens == prefix:

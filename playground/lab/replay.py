@@ -29,15 +29,14 @@ so every model drafter is then fed live, a completion the target did not write i
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 
-from ..core.cached import CachedLM
 from ..core.engine import K_MAX, check_min_confidence, plain_generate
 from ..core.proposal import RunContext
 from ..core.records import Step, record_to_dict, summarize
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
+from ..drafters.lean import copy_lm
 from ..drafters.llamacpp import llama_cpp_available
 from ..drafters.proposers import DraftModelProposer, HybridProposer
 from ..drafters.registry import default_drafter, make_proposer
@@ -113,18 +112,18 @@ class _SharedPrefillDraft(DraftModelProposer):
     values a fresh begin() computes (one deterministic forward), without paying for it again each walk."""
 
     def __init__(self, base: DraftModelProposer):
-        super().__init__(base.model, base.device, base.vocab_size, base.name, copies_target=base.takes_target_kv)
+        super().__init__(base.model, base.device, base.vocab_size, base.name, copies_target=base.takes_target_kv,
+                         forward=base.forward)
         self._prefilled: tuple | None = None
 
     def begin(self, prompt_ids, ctx) -> None:
         key = tuple(int(t) for t in prompt_ids[:-1])
         if self._prefilled is None or self._prefilled[0] != key:
             super().begin(prompt_ids, ctx)
-            self._prefilled = (key, copy.deepcopy(self.lm.cache))
+            self._prefilled = (key, copy_lm(self.lm))
             return
         self.ctx = ctx
-        self.lm = CachedLM(self.model, self.device, self.vocab_size)
-        self.lm.load(self._prefilled[1], key)  # the cache only: the model is shared, never copied
+        self.lm = copy_lm(self._prefilled[1])  # the cache only: the model is shared, never copied
 
 
 class _Proposers:

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..drafters.lean import prepare
 from ..errors import PlaygroundError
 from .hub import hub_problem
 from .kernels import choose_kernels, resolve_kernels
@@ -227,6 +228,8 @@ def load_pair(
         draft_source = ensure_embedded_safetensors(progress) if str(draft) == EMBEDDED else draft
         check_vocab(tokenizer, load_tokenizer(draft_source), str(target), str(draft))
         draft_model, draft_name = load_model(draft_source, dev, dt), str(draft)
+    if draft_model is not None:
+        prepare(draft_model)  # the lean forward's fused layers, built here rather than in the first generation
     asked = resolve_kernels(kernels)
     choices = {"target": choose_kernels(target_model, asked, progress)}
     if draft_model is not None and not int8:

@@ -1,0 +1,120 @@
+"""The drafter's lean forward (playground.drafters.lean) against transformers' forward of the same model."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+from playground.core.cached import CachedLM
+from playground.core.engine import plain_generate, speculative_generate
+from playground.core.records import Iteration, Step
+from playground.drafters import lean
+from playground.drafters.lean import LeanLM, copy_lm, draft_lm, fused, supports
+from playground.drafters.proposers import DraftModelProposer
+from playground.errors import PlaygroundError
+
+from .tiny import perturbed, tiny_model, tiny_pair
+
+IDS = [3, 17, 42, 5, 9, 33, 8, 61, 2, 14, 27, 40]
+
+
+def _int8(model):
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(copy.deepcopy(model).float(), {torch.nn.Linear: per_channel_dynamic_qconfig},
+                                dtype=torch.qint8).eval()
+
+
+def _walk(lm):
+    """Logits of the last position after: a prefill, single steps, a feed of three, a crop and two more (transformers'
+    lm_head on the last position only, as the lean forward's: an int8 lm_head scales its activation over its rows)."""
+    out = [lm.feed(IDS[:6], last_only=True)[-1]]
+    for t in IDS[6:9]:
+        out.append(lm.feed([t], last_only=True)[-1])
+    out.append(lm.feed(IDS[9:12], last_only=True)[-1])
+    lm.crop(7)
+    out.append(lm.feed([50, 51], last_only=True)[-1])
+    out.append(lm.feed([52], last_only=True)[-1])
+    assert lm.tokens == IDS[:7] + [50, 51, 52]
+    return torch.stack(out)
+
+
+def test_matches_transformers_float64():
+    model = tiny_model(layers=3)
+    assert supports(model) is None
+    ours, theirs = _walk(LeanLM(model, "cpu")), _walk(CachedLM(model, "cpu"))
+    assert ours.shape == theirs.shape == (7, 64)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-10)
+
+
+def test_growth_keeps_the_cache(monkeypatch):
+    monkeypatch.setattr(lean, "FIRST_CAPACITY", 4)  # every few feeds reallocate
+    model = tiny_model(layers=2)
+    ours, theirs = LeanLM(model, "cpu"), CachedLM(model, "cpu")
+    for chunk in ([1, 2, 3], [4, 5, 6, 7, 8], [9], [10, 11], list(range(12, 30))):
+        torch.testing.assert_close(ours.feed(chunk)[-1], theirs.feed(chunk)[-1], rtol=0, atol=1e-10)
+    assert ours.keys.shape[2] == 32 and len(ours) == 29
+
+
+def test_int8_fusion_is_exact_and_forward_matches():
+    model = _int8(tiny_model(layers=2, dtype=torch.float32))
+    layer = model.model.layers[0]
+    h = torch.randn(3, 32)
+    a = layer.self_attn
+    both = fused([a.q_proj, a.k_proj, a.v_proj])(h)
+    assert torch.equal(both, torch.cat([a.q_proj(h), a.k_proj(h), a.v_proj(h)], -1))
+    torch.testing.assert_close(_walk(LeanLM(model, "cpu")), _walk(CachedLM(model, "cpu")), rtol=1e-5, atol=1e-5)
+
+
+def test_loads_a_transformers_cache_and_copies():
+    model = tiny_model(layers=2)
+    hf = CachedLM(model, "cpu")
+    hf.feed(IDS[:8], last_only=True)
+    ours = LeanLM(model, "cpu")
+    ours.load(hf.cache, IDS[:8])
+    twin = ours.copy()
+    step = ours.feed([IDS[8]])[-1]
+    torch.testing.assert_close(step, hf.feed([IDS[8]])[-1], rtol=0, atol=1e-10)
+    # the copy did not see that step: fed another token, it answers as a fresh model would
+    other = twin.feed([7])[-1]
+    fresh = CachedLM(model, "cpu")
+    torch.testing.assert_close(other, fresh.feed(IDS[:8] + [7], last_only=True)[-1], rtol=0, atol=1e-10)
+    assert ours.tokens == IDS[:9] and twin.tokens == IDS[:8] + [7]
+    assert copy_lm(hf).tokens == hf.tokens and copy_lm(hf).cache is not hf.cache
+
+
+def test_unsupported_models_fall_back_or_refuse():
+    model = tiny_model(layers=1)
+    gelu = copy.deepcopy(model)
+    gelu.config.hidden_act = "gelu"
+    assert "SiLU" in supports(gelu)
+    assert isinstance(draft_lm(gelu, "cpu"), CachedLM)
+    assert isinstance(draft_lm(model, "cpu", forward="transformers"), CachedLM)
+    with pytest.raises(PlaygroundError, match="cannot run this draft"):
+        draft_lm(gelu, "cpu", forward="lean")
+    with pytest.raises(PlaygroundError, match="must be one of"):
+        draft_lm(model, "cpu", forward="fast")
+    trained = copy.deepcopy(model).train()
+    assert "training" in supports(trained)
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_greedy_output_and_proposals_equal_under_either_forward(k):
+    target = tiny_model(seed=0)
+    pair = tiny_pair(target, perturbed(target, noise=0.02))
+    prompt = [1, 5, 9, 13]
+    plain = [r.token for r in plain_generate(pair, prompt, max_new_tokens=24) if isinstance(r, Step)]
+    runs = {}
+    for forward in ("lean", "transformers"):
+        proposer = DraftModelProposer(pair.draft, "cpu", None, forward=forward)
+        recs = [r for r in speculative_generate(pair, prompt, proposer=proposer, k=k, max_new_tokens=24)
+                if isinstance(r, Iteration)]
+        assert [t for r in recs for t in r.emitted] == plain
+        runs[forward] = [r.proposed for r in recs]
+        assert isinstance(proposer.lm, LeanLM if forward == "lean" else CachedLM)
+    assert runs["lean"] == runs["transformers"]
