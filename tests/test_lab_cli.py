@@ -152,6 +152,9 @@ def test_bench_peers_shows_what_copying_the_targets_kv_is_worth(target64):
     assert all(row["outputs_equal"] == row["n"] for row in res["table"])
     assert res["ours_vs_hf_assisted_own_prefill"]["n"] == 1
     assert "our draft prefilling the prompt itself" in experiment_text(res, "cpu")
+    # the tiny Llama draft runs on the lean forward; an arm on transformers' own forward shows what that is worth
+    assert res["ours_vs_hf_assisted_conf_transformers_forward"]["n"] == 1
+    assert "our draft on transformers' forward" in experiment_text(res, "cpu")
 
 
 def test_bad_lab_arguments(dirs, capsys):

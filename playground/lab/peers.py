@@ -11,6 +11,7 @@ import torch
 from ..core.clock import Clock
 from ..core.engine import plain_generate, speculative_generate
 from ..core.records import Iteration, Step
+from ..drafters.lean import supports
 from ..drafters.llamacpp import llama_cpp_available
 from ..drafters.proposers import DraftModelProposer, PromptLookupProposer
 from ..drafters.registry import make_proposer
@@ -89,11 +90,16 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
     if pair.draft is not None:
         # As the playground runs it: a draft that is a quantized copy of the target copies the target's prompt KV
         # (transformers' assistant prefills the prompt itself); the "own prefill" arm shows what that is worth.
-        def draft(copies=pair.draft_copies_target):
-            return DraftModelProposer(pair.draft, pair.device, pair.vocab_size, copies_target=copies)
+        # Our drafter runs a Llama draft through its lean forward (drafters/lean.py); the "transformers' forward" arm
+        # runs it through the model's own, as transformers' assistant does, to show what that part is worth.
+        def draft(copies=pair.draft_copies_target, forward="auto"):
+            return DraftModelProposer(pair.draft, pair.device, pair.vocab_size, copies_target=copies, forward=forward)
 
         arms[f"ours draft k={k}"] = lambda ids: ours(ids, draft())
         arms[f"ours draft k={k} conf 0.4"] = lambda ids: ours(ids, draft(), min_confidence=0.4)
+        if supports(pair.draft) is None:
+            arms[f"ours draft k={k} conf 0.4 transformers' forward"] = lambda ids: ours(
+                ids, draft(forward="transformers"), min_confidence=0.4)
         if pair.draft_copies_target:
             arms[f"ours draft k={k} own prefill"] = lambda ids: ours(ids, draft(False))
     arms[f"ours prompt-lookup k={k}"] = lambda ids: ours(ids, PromptLookupProposer(max_ngram))
@@ -145,7 +151,10 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
     vs_assisted = head_to_head(f"ours draft k={k}", f"hf assisted k={k}")
     vs_assisted_conf = head_to_head(f"ours draft k={k} conf 0.4", f"hf assisted k={k} conf 0.4")
     vs_assisted_own = head_to_head(f"ours draft k={k} own prefill", f"hf assisted k={k}")
+    vs_assisted_hf_forward = head_to_head(f"ours draft k={k} conf 0.4 transformers' forward",
+                                          f"hf assisted k={k} conf 0.4")
     return {"experiment": "peers", "environment": environment(pair), "k": k, "rounds": rounds,
             "ours_vs_hf_assisted": vs_assisted, "ours_vs_hf_assisted_conf": vs_assisted_conf,
             "ours_vs_hf_assisted_own_prefill": vs_assisted_own,
+            "ours_vs_hf_assisted_conf_transformers_forward": vs_assisted_hf_forward,
             "max_new_tokens": max_new_tokens, "timed": "end to end, prefill included", "table": table, "runs": runs}

@@ -341,7 +341,9 @@ def peers_table(doc: dict, setup: str) -> str:
              markdown_table(["arm", "median", "min-max", "tokens/s", "same output"], rows)]
     for key, what in (("ours_vs_hf_assisted", "drafting all k"),
                       ("ours_vs_hf_assisted_conf", "both stopping below confidence 0.4"),
-                      ("ours_vs_hf_assisted_own_prefill", "drafting all k, our draft prefilling the prompt itself")):
+                      ("ours_vs_hf_assisted_own_prefill", "drafting all k, our draft prefilling the prompt itself"),
+                      ("ours_vs_hf_assisted_conf_transformers_forward",
+                       "both stopping below confidence 0.4, our draft on transformers' forward")):
         h2h = doc.get(key)
         if h2h:
             lines.append(f"ours / transformers' assisted generation, same draft, k = {doc['k']}, {what}, per round "
