@@ -10,7 +10,7 @@ import torch
 from ..core.cached import CachedLM, common_prefix
 from ..core.proposal import EMPTY, LOOKUP_MAX, Proposal, Proposer, RunContext
 from ..core.sampling import draw, probabilities
-from .lean import LeanLM, draft_lm
+from .lean import LeanLM, draft_lm, supports
 
 
 class DraftModelProposer(Proposer):
@@ -36,6 +36,11 @@ class DraftModelProposer(Proposer):
         self.takes_target_kv = copies_target
         self.forward = forward
         self.lm: CachedLM | LeanLM | None = None
+
+    def describe(self) -> str:
+        """The name and the forward it runs on (a calibration is kept per description: their step costs differ)."""
+        lean = self.forward != "transformers" and supports(self.model) is None
+        return f"{self.name} ({'lean' if lean else 'transformers'} forward)"
 
     def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         super().begin(prompt_ids, ctx)
