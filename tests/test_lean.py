@@ -1,4 +1,4 @@
-"""The drafter's lean forward (playground.drafters.lean) against transformers' forward of the same model."""
+"""The drafter's lean forward (playground.core.lean) against transformers' forward of the same model."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import warnings
 import pytest
 import torch
 
+from playground.core import lean
 from playground.core.cached import CachedLM
 from playground.core.engine import plain_generate, speculative_generate
+from playground.core.lean import LeanLM, copy_lm, draft_lm, fused, supports
 from playground.core.records import Iteration, Step
-from playground.drafters import lean
-from playground.drafters.lean import LeanLM, copy_lm, draft_lm, fused, supports
 from playground.drafters.proposers import DraftModelProposer
 from playground.errors import PlaygroundError
 
@@ -50,6 +50,24 @@ def test_matches_transformers_float64():
     ours, theirs = _walk(LeanLM(model, "cpu")), _walk(CachedLM(model, "cpu"))
     assert ours.shape == theirs.shape == (7, 64)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-10)
+
+
+def test_matches_transformers_on_qwen2_with_its_biases():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, initializer_range=0.5, tie_word_embeddings=True)
+    model = Qwen2ForCausalLM(cfg).to(torch.float64).eval()
+    with torch.no_grad():  # initialised at zero: give them values, or a forward that dropped them would pass
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0.0, 0.5)
+    assert supports(model) is None
+    torch.testing.assert_close(_walk(LeanLM(model, "cpu")), _walk(CachedLM(model, "cpu")), rtol=0, atol=1e-10)
+    windowed = copy.deepcopy(model)
+    windowed.config.layer_types = ["sliding_attention", "full_attention"]
+    assert "sliding window" in supports(windowed)
 
 
 def test_growth_keeps_the_cache(monkeypatch):

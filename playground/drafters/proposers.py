@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import torch
 
 from ..core.cached import CachedLM, common_prefix
+from ..core.lean import LeanLM, draft_lm, supports
 from ..core.proposal import EMPTY, LOOKUP_MAX, Proposal, Proposer, RunContext
 from ..core.sampling import draw, probabilities
-from .lean import LeanLM, draft_lm, supports
 
 
 class DraftModelProposer(Proposer):

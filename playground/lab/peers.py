@@ -10,8 +10,8 @@ import torch
 
 from ..core.clock import Clock
 from ..core.engine import plain_generate, speculative_generate
+from ..core.lean import supports
 from ..core.records import Iteration, Step
-from ..drafters.lean import supports
 from ..drafters.llamacpp import llama_cpp_available
 from ..drafters.proposers import DraftModelProposer, PromptLookupProposer
 from ..drafters.registry import make_proposer
@@ -90,7 +90,7 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
     if pair.draft is not None:
         # As the playground runs it: a draft that is a quantized copy of the target copies the target's prompt KV
         # (transformers' assistant prefills the prompt itself); the "own prefill" arm shows what that is worth.
-        # Our drafter runs a Llama draft through its lean forward (drafters/lean.py); the "transformers' forward" arm
+        # Our drafter runs a Llama draft through its lean forward (core/lean.py); the "transformers' forward" arm
         # runs it through the model's own, as transformers' assistant does, to show what that part is worth.
         def draft(copies=pair.draft_copies_target, forward="auto"):
             return DraftModelProposer(pair.draft, pair.device, pair.vocab_size, copies_target=copies, forward=forward)

@@ -32,11 +32,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..core.engine import K_MAX, check_min_confidence, plain_generate
+from ..core.lean import copy_lm
 from ..core.proposal import RunContext
 from ..core.records import Step, record_to_dict, summarize
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
-from ..drafters.lean import copy_lm
 from ..drafters.llamacpp import llama_cpp_available
 from ..drafters.proposers import DraftModelProposer, HybridProposer
 from ..drafters.registry import default_drafter, make_proposer

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..drafters.lean import prepare
+from ..core.lean import prepare
 from ..errors import PlaygroundError
 from .hub import hub_problem
 from .kernels import choose_kernels, resolve_kernels

@@ -1,4 +1,4 @@
-"""A Llama-architecture draft model's forward pass without transformers' per-call machinery: the drafter's half of
+"""A Llama-architecture (Llama, Qwen2) draft model's forward pass without transformers' per-call machinery: the drafter's half of
 the loop, where a small model's step is mostly Python and small kernels, not weights.
 
 Why by hand (the house prefers transformers' own code): a draft step of the embedded pair's int8 draft spent about
@@ -29,9 +29,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from ..core.cached import CachedLM
 from ..errors import PlaygroundError
+from .cached import CachedLM
 
+MODEL_TYPES = ("llama", "qwen2")  # one layout: Qwen2 is Llama with biases on q, k and v, which the fused product keeps
 STATIC_ROPE = ("default", "linear", "llama3")  # rope types whose tables do not depend on the sequence's length
 FIRST_CAPACITY = 512  # cache positions allocated at first; doubled when a feed needs more
 # model -> its fused layers. Built once per model, not per run: fusing the embedded int8 draft's 30 layers (60 new
@@ -41,12 +42,14 @@ _LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def supports(model: torch.nn.Module) -> str | None:
-    """None when `LeanLM` can run `model`, else why not (a Llama-architecture causal LM in eval mode, SiLU MLP, a
-    rope whose tables do not depend on the length, every layer full attention)."""
+    """None when `LeanLM` can run `model`, else why not (a Llama or Qwen2 causal LM in eval mode, SiLU MLP, a rope
+    whose tables do not depend on the length, every layer full attention)."""
     cfg = getattr(model, "config", None)
     inner = getattr(model, "model", None)
-    if cfg is None or getattr(cfg, "model_type", None) != "llama":
-        return f"model type {getattr(cfg, 'model_type', None)!r} is not llama"
+    if cfg is None or getattr(cfg, "model_type", None) not in MODEL_TYPES:
+        return f"model type {getattr(cfg, 'model_type', None)!r} is not one of {', '.join(MODEL_TYPES)}"
+    if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or ()):
+        return "some layers attend over a sliding window"
     if model.training:
         return "the model is in training mode"
     if getattr(cfg, "hidden_act", None) != "silu" or getattr(cfg, "pretraining_tp", 1) != 1:
@@ -63,6 +66,7 @@ def fused(modules: Sequence[torch.nn.Module]) -> torch.nn.Module | None:
     """One linear layer computing `modules`' outputs side by side (their output features concatenated), or None
     when they are not all plain or all dynamically quantized linear layers. Exact for per-channel quantized ones:
     their int8 rows and per-row scales are concatenated as they are."""
+    # torch.ao is deprecated and warns when imported: imported here, where a model is fused, not at import time
     from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantLinear
 
     if all(type(m) is DynamicQuantLinear for m in modules):
