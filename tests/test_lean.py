@@ -136,3 +136,25 @@ def test_greedy_output_and_proposals_equal_under_either_forward(k):
         runs[forward] = [r.proposed for r in recs]
         assert isinstance(proposer.lm, LeanLM if forward == "lean" else CachedLM)
     assert runs["lean"] == runs["transformers"]
+
+
+def test_float_fusion_shares_the_weights_and_unfusable_layers_run_apart(monkeypatch):
+    model = tiny_model(layers=2)
+    before = CachedLM(model, "cpu").feed(IDS, last_only=True)
+    a = model.model.layers[0].self_attn
+    qkv = fused([a.q_proj, a.k_proj, a.v_proj])
+    assert a.k_proj.weight.untyped_storage().data_ptr() == qkv.weight.untyped_storage().data_ptr()  # no copy
+    torch.testing.assert_close(CachedLM(model, "cpu").feed(IDS, last_only=True), before, rtol=0, atol=0)
+    monkeypatch.setattr(lean, "fused", lambda modules: None)  # layers it cannot fuse (another kernel's modules)
+    apart = tiny_model(layers=2, seed=5)
+    ours = LeanLM(apart, "cpu")
+    assert ours.layers[0].qkv is None and ours.layers[0].gate_up is None
+    torch.testing.assert_close(_walk(ours), _walk(CachedLM(apart, "cpu")), rtol=0, atol=1e-10)
+
+
+def test_loads_an_empty_cache_for_a_one_token_prompt():
+    model = tiny_model(layers=1)
+    hf = CachedLM(model, "cpu")
+    ours = LeanLM(model, "cpu")
+    ours.load(hf.cache, [])
+    torch.testing.assert_close(ours.feed([5])[-1], hf.feed([5])[-1], rtol=0, atol=1e-10)

@@ -228,12 +228,12 @@ def load_pair(
         draft_source = ensure_embedded_safetensors(progress) if str(draft) == EMBEDDED else draft
         check_vocab(tokenizer, load_tokenizer(draft_source), str(target), str(draft))
         draft_model, draft_name = load_model(draft_source, dev, dt), str(draft)
-    if draft_model is not None:
-        prepare(draft_model)  # the lean forward's fused layers, built here rather than in the first generation
     asked = resolve_kernels(kernels)
     choices = {"target": choose_kernels(target_model, asked, progress)}
     if draft_model is not None and not int8:
         choices["draft"] = choose_kernels(draft_model, asked, progress)
+    if draft_model is not None:  # after the kernels' choice, which may replace the layers it fuses
+        prepare(draft_model)  # the lean forward's fused layers, built here rather than in the first generation
     return ModelPair(
         target=target_model,
         tokenizer=tokenizer,
