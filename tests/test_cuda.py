@@ -12,8 +12,10 @@ import os
 import pytest
 import torch
 
+from playground.core.cached import CachedLM
 from playground.core.clock import Clock
 from playground.core.engine import plain_generate, speculative_generate
+from playground.core.lean import LeanLM
 from playground.core.records import Iteration, Step, summarize
 from playground.core.sampling import SamplingConfig
 from playground.drafters.proposers import DraftModelProposer
@@ -150,6 +152,21 @@ def test_greedy_speculative_equals_plain_on_the_gpu(target64, drafts64, k):
     assert [t for r in records if isinstance(r, Iteration) for t in r.emitted] == plain
     s = summarize(records)
     assert s.alpha is not None and s.draft_s > 0 and s.verify_s > 0
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_lean_draft_forward_matches_transformers_on_the_gpu(target64, dtype):
+    """The drafter's lean forward (core/lean.py) on the GPU, in the dtypes a GPU draft runs in."""
+    model = copy.deepcopy(target64).to(DEVICE, dtype)
+    ids = [3, 17, 42, 5, 9, 33, 8, 61]
+    ours, theirs = LeanLM(model, DEVICE), CachedLM(model, DEVICE)
+    got = [ours.feed(ids[:5])[-1], ours.feed(ids[5:6])[-1], ours.feed(ids[6:])[-1]]
+    want = [theirs.feed(ids[:5], last_only=True)[-1], theirs.feed(ids[5:6])[-1], theirs.feed(ids[6:], last_only=True)[-1]]
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol)
+    assert ours.keys.device.type == "cuda" and ours.keys.dtype == dtype
 
 
 @needs_gpu
