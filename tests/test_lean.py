@@ -158,3 +158,47 @@ def test_loads_an_empty_cache_for_a_one_token_prompt():
     ours = LeanLM(model, "cpu")
     ours.load(hf.cache, [])
     torch.testing.assert_close(ours.feed([5])[-1], hf.feed([5])[-1], rtol=0, atol=1e-10)
+
+
+def test_a_float32_draft_loads_a_float64_targets_cache():
+    """The int8 draft computes in float32 whatever the target's dtype: the loaded keys and values take the draft's."""
+    target = tiny_model(layers=2)  # float64
+    draft = copy.deepcopy(target).float()
+    hf = CachedLM(target, "cpu")
+    hf.feed(IDS[:8], last_only=True)
+    ours = LeanLM(draft, "cpu")
+    ours.load(hf.cache, IDS[:8])
+    assert ours.keys.dtype == torch.float32 and ours.cache_length() == 8
+    fresh = CachedLM(draft, "cpu")
+    torch.testing.assert_close(ours.feed([IDS[8]])[-1], fresh.feed(IDS[:9], last_only=True)[-1], rtol=1e-4, atol=1e-4)
+
+
+def test_biases_survive_fusion_int8_and_float():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, initializer_range=0.5, attention_bias=True, mlp_bias=True)
+    model = LlamaForCausalLM(cfg).float().eval()
+    with torch.no_grad():  # initialised at zero: give them values, or a forward that dropped them would pass
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear) and m.bias is not None:
+                m.bias.normal_(0.0, 0.5)
+    for variant in (_int8(model), model):
+        assert LeanLM(variant, "cpu").layers[0].gate_up is not None  # fused, biases and all
+        torch.testing.assert_close(_walk(LeanLM(variant, "cpu")), _walk(CachedLM(variant, "cpu")), rtol=1e-5,
+                                   atol=1e-5)
+    mixed = tiny_model(layers=1)
+    a = mixed.model.layers[0].self_attn
+    a.k_proj.bias = torch.nn.Parameter(torch.ones(a.k_proj.out_features, dtype=torch.float64))
+    assert fused([a.q_proj, a.k_proj, a.v_proj]) is None  # some with a bias, some without: run apart
+
+
+def test_fused_layers_follow_the_model_when_it_moves_to_another_dtype():
+    model = tiny_model(layers=2)
+    first = LeanLM(model, "cpu").layers
+    assert LeanLM(model, "cpu").layers is first  # built once per model
+    model.float()  # new storage for every weight: the old fused products no longer stand for it
+    again = LeanLM(model, "cpu")
+    assert again.layers is not first and again.layers[0].qkv.weight.dtype == torch.float32
+    torch.testing.assert_close(_walk(again), _walk(CachedLM(model, "cpu")), rtol=1e-5, atol=1e-5)

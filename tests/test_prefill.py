@@ -200,7 +200,10 @@ def test_the_copy_is_the_drafters_own(pair64):
     proposer.begin(PROMPT, RunContext(GREEDY, torch.Generator(), target_kv=target))
     assert proposer.shared_kv == len(PROMPT) - 1 and proposer.lm.tokens == PROMPT[:-1]
     target.crop(3)
+    target.feed([7, 7, 7, 7])  # the target's cache now holds other keys where the prompt's were
     assert proposer.lm.cache_length() == len(PROMPT) - 1
+    fresh = CachedLM(pair64.target, "cpu")
+    torch.testing.assert_close(proposer.lm.feed([PROMPT[-1]])[-1], fresh.feed(PROMPT, last_only=True)[-1])
     # a prompt the target's cache does not hold: the drafter prefills it itself
     proposer.begin(PROMPT + [12], RunContext(GREEDY, torch.Generator(), target_kv=target))
     assert proposer.shared_kv == 0 and proposer.lm.tokens == PROMPT

@@ -23,6 +23,7 @@ the interface the drafter uses (feed, load, crop, copy, tokens).
 from __future__ import annotations
 
 import copy
+import threading
 import weakref
 from collections.abc import Sequence
 
@@ -39,6 +40,7 @@ FIRST_CAPACITY = 512  # cache positions allocated at first; doubled when a feed 
 # quantized products, each prepacked) took about 1 s, which a drafter that begins once per generation must not pay.
 # Derived from the weights only, and dropped with the model.
 _LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_FUSING = threading.Lock()  # tabs sharing a model fuse it once (a second fusion would re-point its float weights)
 
 
 def supports(model: torch.nn.Module) -> str | None:
@@ -62,6 +64,11 @@ def supports(model: torch.nn.Module) -> str | None:
     return None
 
 
+def _has_bias(module) -> bool:
+    bias = module.bias  # a method on torch.ao's quantized linear layers, a tensor or None on nn.Linear
+    return (bias() if callable(bias) else bias) is not None
+
+
 def fused(modules: Sequence[torch.nn.Module]) -> torch.nn.Module | None:
     """One linear layer computing `modules`' outputs side by side (their output features concatenated), or None
     when they are not all plain or all dynamically quantized linear layers. Exact for per-channel quantized ones:
@@ -70,6 +77,8 @@ def fused(modules: Sequence[torch.nn.Module]) -> torch.nn.Module | None:
     # torch.ao is deprecated and warns when imported: imported here, where a model is fused, not at import time
     from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantLinear
 
+    if len({_has_bias(m) for m in modules}) > 1:
+        return None  # some with a bias and some without (no supported config has it): run them apart
     if all(type(m) is DynamicQuantLinear for m in modules):
         ws = [m.weight() for m in modules]
         if any(w.qscheme() not in (torch.per_channel_affine, torch.per_channel_symmetric) for w in ws):
@@ -124,10 +133,22 @@ class _Layer:
         return self.gate_up(h).split(self.inter, -1) if self.gate_up is not None else (self.gate(h), self.up(h))
 
 
+def _current(layers: tuple[_Layer, ...], model) -> bool:
+    """Whether fused layers still stand for `model`: the same modules (a kernel swap replaces them), and float
+    weights still the fused weight's views (a move to another device or dtype gives them new storage)."""
+    first, attn = layers[0], model.model.layers[0].self_attn
+    if first.q is not attn.q_proj:
+        return False
+    if type(first.qkv) is torch.nn.Linear:
+        return first.q.weight.untyped_storage().data_ptr() == first.qkv.weight.untyped_storage().data_ptr()
+    return True
+
+
 def _layers_of(model) -> tuple[_Layer, ...]:
-    if model not in _LAYERS:
-        _LAYERS[model] = tuple(_Layer(x) for x in model.model.layers)
-    return _LAYERS[model]
+    with _FUSING:
+        if model not in _LAYERS or not _current(_LAYERS[model], model):
+            _LAYERS[model] = tuple(_Layer(x) for x in model.model.layers[: model.config.num_hidden_layers])
+        return _LAYERS[model]
 
 
 def _norm(x, module):
@@ -155,6 +176,7 @@ class LeanLM:
         self.values: torch.Tensor | None = None
         self.cos = self.sin = None  # [capacity, head dim]
         self.tokens: list[int] = []
+        self.written = 0  # cache positions holding keys and values (what cache_length reports; tests compare)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -201,37 +223,40 @@ class LeanLM:
             gate, up = layer.gate_up_of(_norm(x, layer.norm2))
             x = x + layer.down(F.silu(gate) * up)
         self.tokens.extend(ids)
+        self.written = end
         logits = self.model.lm_head(_norm(x[:, -1:], inner.norm))[0]
         return logits[:, : self.vocab_size] if self.vocab_size is not None else logits
 
     def load(self, cache, tokens: Sequence[int]) -> None:
         """Hold a copy of a transformers cache (a DynamicCache of this model's layer shapes) that holds `tokens`."""
         n = len(tokens)
-        self.tokens = []
+        self.tokens, self.written = [], 0
         if n == 0:  # a one-token prompt: the target's cache of the prompt before its last token is empty
             return
-        first = cache.layers[0].keys
-        self._reserve(n, first)
+        # the buffers in this model's dtype (the int8 draft computes in float32 whatever the target's dtype): the
+        # slice assignments below cast the target's keys and values to it
+        self._reserve(n, self.model.model.embed_tokens.weight)
         for i, layer in enumerate(cache.layers):
             self.keys[i, :, :n] = layer.keys[0, :, :n]
             self.values[i, :, :n] = layer.values[0, :, :n]
-        self.tokens = list(tokens)
+        self.tokens, self.written = list(tokens), n
 
     def crop(self, length: int) -> None:
         """Keep the first `length` cached tokens (the rest of the buffer is overwritten by later feeds)."""
         if length > len(self.tokens):
             raise ValueError(f"cannot crop a cache of {len(self.tokens)} tokens to {length}")
         del self.tokens[length:]
+        self.written = length
 
     def copy(self) -> LeanLM:
         """Another LeanLM on the same model and fused layers, with a copy of this one's cache."""
         other = LeanLM(self.model, self.device, self.vocab_size, _shared=self.layers)
         other.keys, other.values = (None if t is None else t.clone() for t in (self.keys, self.values))
-        other.cos, other.sin, other.tokens = self.cos, self.sin, list(self.tokens)
+        other.cos, other.sin, other.tokens, other.written = self.cos, self.sin, list(self.tokens), self.written
         return other
 
     def cache_length(self) -> int:
-        return len(self.tokens)
+        return self.written
 
 
 def prepare(model) -> bool:
