@@ -10,6 +10,7 @@ from playground.core.sampling import SamplingConfig
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
 from playground.errors import PlaygroundError
 from playground.lab.calibration import pass_lengths
+from playground.lab.common import new_tokens
 from tests.tiny import tiny_model, tiny_pair
 
 
@@ -56,6 +57,21 @@ def test_speed_alternates_and_pairs_runs_within_a_round(pair64):
     assert res["best_k"] in (1, 3)
     assert set(res["drift"]) == {"a", "b"}
     assert res["environment"]["torch_threads"] >= 1
+
+
+def test_speed_runs_each_prompt_to_its_own_length(pair64):
+    res = lab.speed(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1,
+                    max_new_tokens={"a": 3, "b": 7})
+    longest = {name: max(max(r["new_tokens"], r["plain_new_tokens"]) for r in res["runs"] if r["prompt"] == name)
+               for name in ("a", "b")}
+    assert longest["a"] <= 3 < longest["b"] <= 7
+    assert res["max_new_tokens"] == {"a": 3, "b": 7}
+    assert new_tokens(res["max_new_tokens"]) == "at most each prompt's own 3-7 new tokens"
+    assert new_tokens(8) == "at most 8 new tokens" == new_tokens({"a": 8, "b": 8})
+    with pytest.raises(PlaygroundError, match="no max_new_tokens for the prompt 'b'"):
+        lab.speed(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1, max_new_tokens={"a": 3})
+    with pytest.raises(PlaygroundError, match="whole number >= 1, got 0 for 'a'"):
+        lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=1, max_new_tokens={"a": 0})
 
 
 def test_sweep_predicts_and_recommends(pair64):

@@ -7,6 +7,7 @@ import pytest
 
 from playground import lab
 from playground.cli import main
+from playground.cli.lab import Job
 from playground.lab.report import divergence_table, experiment_text
 from tests.test_models import save
 from tests.tiny import tiny_pair
@@ -236,3 +237,9 @@ def test_transformers_assisted_arms_draft_the_k_they_are_given(target64):
     with _assistant_settings(draft, {"playground_probe": 1}):  # a setting the config did not have ...
         assert draft.generation_config.playground_probe == 1
     assert not hasattr(draft.generation_config, "playground_probe")  # ... is gone again, not left as None
+
+
+def test_a_lab_job_gives_speed_each_prompts_own_length_and_the_others_the_longest():
+    job = Job(args=None, pair=None, ks=(1,), prompts={"sql": ("sql", [1], 16), "prose": ("prose", [2], 96)},
+              progress=None, memory={})
+    assert job.lengths == {"sql": 16, "prose": 96} and job.max_new == 96

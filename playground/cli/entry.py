@@ -187,7 +187,8 @@ def _add_lab_parsers(sub) -> None:
                                 "more between rounds, pooled, so the step costs span the minutes the rounds ran)")
         if name != "timing" and name != "distribution":
             p.add_argument("--max-new-tokens", type=int, default=None,
-                           help="default: each preset's own (64 for a prompt)")
+                           help="default: each preset's own (64 for a prompt)" if name in ("speed", "sweep")
+                           else "default: the longest of the chosen presets' own (64 for a prompt)")
         if name in ("timing", "speed", "sweep", "acceptance", "distribution"):
             _add_sampling_args(p, name)  # timing: the calibration is timed under this decoding
         if name == "distribution":

@@ -53,6 +53,11 @@ class Job:
         return {name: ids for name, (_, ids, _) in self.prompts.items()}
 
     @property
+    def lengths(self) -> dict[str, int]:
+        """{prompt name: its max new tokens} (--max-new-tokens, else each preset's own)."""
+        return {name: m for name, (_, _, m) in self.prompts.items()}
+
+    @property
     def max_new(self) -> int:
         return max(m for _, _, m in self.prompts.values())
 
@@ -137,7 +142,7 @@ def _spread(job: Job, timings: dict) -> Callable[[int], None] | None:
 
 def _speed(job: Job) -> dict:
     timings = _calibrations(job, list(job.ids))
-    return speed(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.max_new,
+    return speed(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.lengths,
                  sampling=_sampling(job.args), timing=timings, min_confidence=job.args.min_confidence,
                  progress=_rest_of_bar(job), between_rounds=_spread(job, timings), memory=job.args.memory)
 

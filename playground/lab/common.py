@@ -40,3 +40,9 @@ def set_threads(threads: int | None) -> int:
     if threads is not None:
         torch.set_num_threads(threads)
     return torch.get_num_threads()
+
+
+def new_tokens(limit: int | dict[str, int]) -> str:
+    """A run's length limit as a header says it: one for every prompt, or each prompt's own (a dict)."""
+    low, high = (min(limit.values()), max(limit.values())) if isinstance(limit, dict) else (limit, limit)
+    return f"at most {low} new tokens" if low == high else f"at most each prompt's own {low}-{high} new tokens"

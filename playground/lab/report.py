@@ -12,7 +12,7 @@ from ..core.records import describe_choices
 from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, median_shares, percent, run_split, within_limits
 from ..errors import PlaygroundError
 from .batch import batch_table
-from .common import markdown_table
+from .common import markdown_table, new_tokens
 from .fit import prediction_score
 from .schedules import schedules_lines
 
@@ -212,7 +212,7 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
     the prompt x k table, and the prompts whose plain speed drifted between rounds."""
     cmd = doc["experiment"]
     c = (doc.get("timing") or {}).get("c")
-    lines = [f"{cmd} ({setup}; {doc.get('sampling') or 'greedy'}; {doc['max_new_tokens']} new tokens; {doc['rounds']} rounds of adjacent runs "
+    lines = [f"{cmd} ({setup}; {doc.get('sampling') or 'greedy'}; {new_tokens(doc['max_new_tokens'])}; {doc['rounds']} rounds of adjacent runs "
              f"in rotating order; ratio = speculative / plain tokens/s, prefill excluded"
              + ("" if c is None else f"; c = {c:.2f}")
              + (f"; schedules' memory: {doc['memory']}" if any(isinstance(k, str) for k in doc["ks"])

@@ -4,7 +4,7 @@ each figure; the k sweep of one prompt."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..core import cost
 from ..core.engine import K_MAX, plain_generate, speculative_generate
@@ -52,7 +52,7 @@ def _run_spec(pair, prompt, proposer_factory, k, sampling, max_new, timing=None,
 
 
 def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int | str] = (1, 2, 3, 4, 6),
-          rounds: int = 3, max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY,
+          rounds: int = 3, max_new_tokens: int | Mapping[str, int] = 64, sampling: SamplingConfig = GREEDY,
           timing: Timing | dict[str, Timing] | None = None,
           drift_warning: float = 0.15, min_confidence: float | None = None, progress: Progress = None,
           memory: str = "conversation", between_rounds: Callable[[int], None] | None = None) -> dict:
@@ -72,8 +72,10 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     next on one pair and drafter, so a prompt's figures depend on the prompt before it; "prompt" from one round to
     the next of the same prompt only (a figure per output shape, whatever the order); "none": every run a first
     call, as replay predicts it. `between_rounds(r)` runs after round r but the last (a calibration to pool, say);
-    `timing`, when a dict, is read again for the predictions made at the end.
+    `timing`, when a dict, is read again for the predictions made at the end. `max_new_tokens`: one length for
+    every prompt, or one per prompt name (each preset's own).
     """
+    lengths = _lengths(prompts, max_new_tokens)
     timing_of = (lambda name: timing.get(name)) if isinstance(timing, dict) else (lambda name: timing)
     arms = ["plain", *[f"k={k}" for k in ks]]
     if memory not in MEMORY_SCOPES:
@@ -97,12 +99,12 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
             results, iterations = {}, {}
             for arm in order:
                 if arm == "plain":
-                    results[arm] = _run_plain(pair, prompt, sampling, max_new_tokens)
+                    results[arm] = _run_plain(pair, prompt, sampling, lengths[name])
                 else:
                     setting = arm[2:]
                     results[arm], iterations[arm] = _run_spec(
                         pair, prompt, proposer_factory, int(setting) if setting.isdigit() else setting, sampling,
-                        max_new_tokens, timing_of(name), min_confidence, memory_of(arm, name))
+                        lengths[name], timing_of(name), min_confidence, memory_of(arm, name))
                 done += 1
                 tick(progress, done / total, f"round {r + 1}/{rounds}, {name}: {arm}")
             for k in ks:
@@ -150,7 +152,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     best = _best_fixed(table)
     return {"experiment": "speed", "trust": overall.to_dict(), "machine": load.to_dict(),
             **recommend(best["k"], Verdict.of(overall, Verdict.from_dict(best["trust"]))), "environment": environment(pair), "ks": list(ks), "rounds": rounds,
-            "max_new_tokens": max_new_tokens, "sampling": sampling.describe(), "prompts": list(prompts),
+            "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else lengths, "sampling": sampling.describe(), "prompts": list(prompts),
             "min_confidence": min_confidence, "memory": memory,
             "table": table, "best_k": best["k"], "by_prompt": by_prompt, "best_k_by_prompt": {
                 name: _best_fixed([r for r in by_prompt if r["prompt"] == name])["k"] for name in prompts},
@@ -201,6 +203,22 @@ def _speed_row(k: int, runs: list[dict], timing_of: Callable[[str], Timing | Non
         if row["predicted_empirical"] is not None:
             row["miss_empirical"] = row["median_ratio"] - row["predicted_empirical"]
     return row
+
+
+def _lengths(prompts: Mapping[str, Sequence[int]], max_new_tokens: int | Mapping[str, int]) -> dict[str, int]:
+    """{prompt name: its length limit in new tokens}, from one limit or one per name (every name needs one)."""
+    if isinstance(max_new_tokens, Mapping):
+        missing = [name for name in prompts if name not in max_new_tokens]
+        if missing:
+            raise PlaygroundError(f"no max_new_tokens for the prompt {missing[0]!r}")
+        lengths = {name: max_new_tokens[name] for name in prompts}
+    else:
+        lengths = dict.fromkeys(prompts, max_new_tokens)
+    bad = {name: n for name, n in lengths.items() if isinstance(n, bool) or not isinstance(n, int) or n < 1}
+    if bad:
+        name, n = next(iter(bad.items()))
+        raise PlaygroundError(f"max_new_tokens must be a whole number >= 1, got {n!r} for {name!r}")
+    return lengths
 
 
 def _run_prediction(run: dict, timing: Timing | None) -> float | None:
