@@ -11,7 +11,7 @@ from playground.drafters.proposers import DraftModelProposer
 from playground.lab.calibration import Timing
 from playground.lab.fit import fit_loop
 from playground.lab.report import experiment_text, report
-from playground.lab.schedules import compare, costed_ratio, decisions, summary_line
+from playground.lab.schedules import compare, costed_ratio, decisions, schedules_rows, summary_line
 from tests.tiny import tiny_model, tiny_pair
 
 CURVE = CostCurve(c=0.5, v={1: 1.0, 2: 1.2, 3: 1.3, 4: 1.4, 5: 1.5}, overhead=0.1, sources={"lookup": (0.0, 0.02)})
@@ -63,6 +63,19 @@ def test_schedules_with_different_decisions_are_told_apart_by_their_costs():
     assert not vs["same_decisions"]
     assert vs["costed"] == pytest.approx(costed_ratio(shallow, CURVE) / costed_ratio(deep, CURVE)) and vs["costed"] < 1
     assert decisions(shallow) == ((1, 1),) * 5
+
+
+def test_adaptive_against_the_heuristic_is_given_round_by_round_where_their_walks_differ():
+    deep, shallow = [row(4, 4, 5), row(4, 4, 5)], [row(1, 1, 2)] * 5
+    runs = [run("p", 4, 0, 1.9, deep), run("p", "heuristic", 0, 1.9, deep), run("p", "adaptive", 0, 1.2, shallow),
+            run("p", 4, 1, 1.9, deep), run("p", "heuristic", 1, 1.9, shallow), run("p", "adaptive", 1, 1.9, deep)]
+    (entry,) = compare(runs, ["p"], [4, "adaptive", "heuristic"])
+    vs = entry["adaptive_vs_heuristic"]
+    behind = costed_ratio(shallow, CURVE) / costed_ratio(deep, CURVE)
+    assert vs["costed_by_round"] == pytest.approx([behind, 1 / behind]) and vs["rounds_level_or_ahead"] == 1
+    assert not vs["same_decisions"]
+    _, rows = schedules_rows({"schedules": [entry]})
+    assert f"(costed {behind:.2f}-{1 / behind:.2f} by round; level or ahead in 1 of 2)" in rows[0][-1]
 
 
 def test_the_loop_fit_verifies_what_was_drafted_not_k():

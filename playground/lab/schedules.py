@@ -83,12 +83,20 @@ def compare(runs: Sequence[Mapping], prompts: Sequence[str], ks: Sequence) -> li
             a, h = arms["adaptive"], arms["heuristic"]
             rounds = sorted({x["round"] for x in mine})
             same = all(decisions(_rows(mine, "adaptive", r)) == decisions(_rows(mine, "heuristic", r)) for r in rounds)
+            # Per round, so that a reader sees whether the rounds agree: with a memory carried from call to call a
+            # schedule's walk differs between rounds, and on a short answer one proposal can decide a walk.
+            per_round = [x / y for r in rounds if (x := _costed(mine, "adaptive", r)) and (y := _costed(mine, "heuristic", r))]
             entry["adaptive_vs_heuristic"] = {
                 "costed": a["costed"] / h["costed"] if a["costed"] and h["costed"] else None,
                 "measured": a["measured"] / h["measured"] if a["measured"] and h["measured"] else None,
-                "same_decisions": same}
+                "same_decisions": same, "costed_by_round": per_round,
+                "rounds_level_or_ahead": sum(1 for x in per_round if x >= 1.0 - 1e-9)}
         out.append(entry)
     return out
+
+
+def _costed(runs: Sequence[Mapping], arm, r: int) -> float | None:
+    return next((x.get("costed") for x in runs if x["k"] == arm and x["round"] == r), None)
 
 
 def _rows(runs: Sequence[Mapping], arm, r: int) -> Sequence[Sequence]:
@@ -140,7 +148,13 @@ def schedules_rows(doc: Mapping) -> tuple[list[str], list[list[str]]] | None:
         if both:
             vs = e.get("adaptive_vs_heuristic") or {}
             text = "-" if vs.get("costed") is None else f"{vs['costed']:.3f}, {vs['measured']:.3f}"
-            row.append(text + (" (same k every iteration)" if vs.get("same_decisions") else ""))
+            by_round = vs.get("costed_by_round") or []
+            if vs.get("same_decisions"):
+                text += " (same k every iteration)"
+            elif len(by_round) > 1:  # whether the rounds agree, costed (a result saved before has no rounds)
+                text += (f" (costed {min(by_round):.2f}-{max(by_round):.2f} by round; level or ahead in "
+                         f"{vs['rounds_level_or_ahead']} of {len(by_round)})")
+            row.append(text)
         rows.append(row)
     return head, rows
 
