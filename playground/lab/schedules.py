@@ -82,10 +82,11 @@ def compare(runs: Sequence[Mapping], prompts: Sequence[str], ks: Sequence) -> li
         if all(s in arms for s in SCHEDULES):
             a, h = arms["adaptive"], arms["heuristic"]
             rounds = sorted({x["round"] for x in mine})
-            same = all(decisions(_rows(mine, "adaptive", r)) == decisions(_rows(mine, "heuristic", r)) for r in rounds)
+            by_round = [(_run(mine, "adaptive", r), _run(mine, "heuristic", r)) for r in rounds]
+            same = all(decisions(x.get("iterations") or ()) == decisions(y.get("iterations") or ()) for x, y in by_round)
             # Per round, so that a reader sees whether the rounds agree: with a memory carried from call to call a
             # schedule's walk differs between rounds, and on a short answer one proposal can decide a walk.
-            per_round = [x / y for r in rounds if (x := _costed(mine, "adaptive", r)) and (y := _costed(mine, "heuristic", r))]
+            per_round = [x["costed"] / y["costed"] for x, y in by_round if x.get("costed") and y.get("costed")]
             entry["adaptive_vs_heuristic"] = {
                 "costed": a["costed"] / h["costed"] if a["costed"] and h["costed"] else None,
                 "measured": a["measured"] / h["measured"] if a["measured"] and h["measured"] else None,
@@ -95,12 +96,9 @@ def compare(runs: Sequence[Mapping], prompts: Sequence[str], ks: Sequence) -> li
     return out
 
 
-def _costed(runs: Sequence[Mapping], arm, r: int) -> float | None:
-    return next((x.get("costed") for x in runs if x["k"] == arm and x["round"] == r), None)
-
-
-def _rows(runs: Sequence[Mapping], arm, r: int) -> Sequence[Sequence]:
-    return next((x.get("iterations") or () for x in runs if x["k"] == arm and x["round"] == r), ())
+def _run(runs: Sequence[Mapping], arm, r: int) -> Mapping:
+    """The run of `arm` in round `r` ({} if there is none)."""
+    return next((x for x in runs if x["k"] == arm and x["round"] == r), {})
 
 
 def summary_line(doc: Mapping) -> str | None:

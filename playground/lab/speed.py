@@ -214,10 +214,9 @@ def _lengths(prompts: Mapping[str, Sequence[int]], max_new_tokens: int | Mapping
         lengths = {name: max_new_tokens[name] for name in prompts}
     else:
         lengths = dict.fromkeys(prompts, max_new_tokens)
-    bad = {name: n for name, n in lengths.items() if isinstance(n, bool) or not isinstance(n, int) or n < 1}
-    if bad:
-        name, n = next(iter(bad.items()))
-        raise PlaygroundError(f"max_new_tokens must be a whole number >= 1, got {n!r} for {name!r}")
+    for name, n in lengths.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise PlaygroundError(f"max_new_tokens must be a whole number >= 1, got {n!r} for {name!r}")
     return lengths
 
 
