@@ -41,6 +41,12 @@ export PYTHONUNBUFFERED=1 PLAYGROUND_DEVICE=cuda HF_HUB_OFFLINE=1 TRANSFORMERS_O
 START=$SECONDS
 FAILED=0
 ALL_STEPS="tests timing_draft timing_lookup acceptance_draft acceptance_lookup speed_draft speed_lookup"
+for name in ${STEPS:-}; do  # a misspelt name would otherwise skip everything and report no failure
+    case " $ALL_STEPS " in
+        *" $name "*) ;;
+        *) echo "gpu_check: unknown step '$name' in STEPS (the steps: $ALL_STEPS)" >&2; exit 2 ;;
+    esac
+done
 
 say() { echo "== [$((SECONDS - START)) s] $*"; }
 
