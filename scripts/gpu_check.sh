@@ -41,11 +41,10 @@ export PYTHONUNBUFFERED=1 PLAYGROUND_DEVICE=cuda HF_HUB_OFFLINE=1 TRANSFORMERS_O
 START=$SECONDS
 FAILED=0
 ALL_STEPS="tests timing_draft timing_lookup acceptance_draft acceptance_lookup speed_draft speed_lookup"
+# listed NAME LIST: whether NAME is one of the space-separated words of LIST.
+listed() { case " $2 " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for name in ${STEPS:-}; do  # a misspelt name would otherwise skip everything and report no failure
-    case " $ALL_STEPS " in
-        *" $name "*) ;;
-        *) echo "gpu_check: unknown step '$name' in STEPS (the steps: $ALL_STEPS)" >&2; exit 2 ;;
-    esac
+    listed "$name" "$ALL_STEPS" || { echo "gpu_check: unknown step '$name' in STEPS (the steps: $ALL_STEPS)" >&2; exit 2; }
 done
 
 say() { echo "== [$((SECONDS - START)) s] $*"; }
@@ -55,10 +54,7 @@ say() { echo "== [$((SECONDS - START)) s] $*"; }
 step() {
     local name="$1" limit="$2"
     shift 2
-    case " ${STEPS:-$ALL_STEPS} " in
-        *" $name "*) ;;
-        *) return 0 ;;
-    esac
+    listed "$name" "${STEPS:-$ALL_STEPS}" || return 0
     local left=$((BUDGET_S - (SECONDS - START)))
     if [ "$left" -lt 20 ]; then
         say "SKIP $name: only ${left} s of the ${BUDGET_S} s budget left"
