@@ -16,6 +16,11 @@ the weights are quantized per output channel), and equal to a rounding for float
 computes logits for the last fed position only, so where transformers quantizes the lm_head's activation over
 every fed row, this quantizes the last row alone.
 
+Feeds of 2 to `int8.SHORT_FEED` rows (a draft's catch-up) attend row by row, each row as if fed alone: with the
+int8 draft's row-independent products (core.int8) a token's logits then do not depend on how its feed was
+chunked. Masked attention over two rows rounds otherwise than over one (up to 0.73 of a logit on the embedded
+int8 draft, AMD EPYC, 2026-12-04), which was enough to change a proposal.
+
 `lean_lm(model, ...)` returns a `LeanLM` when `supports(model)` and a transformers `CachedLM` otherwise; both have
 the interface the drafter uses (feed, load, crop, copy, tokens).
 """
@@ -32,6 +37,7 @@ import torch.nn.functional as F
 
 from ..errors import PlaygroundError
 from .cached import CachedLM
+from .int8 import SHORT_FEED, RowInt8Linear
 
 MODEL_TYPES = ("llama", "qwen2")  # one layout: Qwen2 is Llama with biases on q, k and v, which the fused product keeps
 STATIC_ROPE = ("default", "linear", "llama3")  # rope types whose tables do not depend on the sequence's length
@@ -65,6 +71,8 @@ def supports(model: torch.nn.Module) -> str | None:
 
 
 def _has_bias(module) -> bool:
+    if type(module) is RowInt8Linear:
+        module = module.quantized
     bias = module.bias  # a method on torch.ao's quantized linear layers, a tensor or None on nn.Linear
     return (bias() if callable(bias) else bias) is not None
 
@@ -79,6 +87,9 @@ def fused(modules: Sequence[torch.nn.Module]) -> torch.nn.Module | None:
 
     if len({_has_bias(m) for m in modules}) > 1:
         return None  # some with a bias and some without (no supported config has it): run them apart
+    if all(type(m) is RowInt8Linear for m in modules):
+        inner = fused([m.quantized for m in modules])
+        return None if inner is None else RowInt8Linear(inner)
     if all(type(m) is DynamicQuantLinear for m in modules):
         ws = [m.weight() for m in modules]
         if any(w.qscheme() not in (torch.per_channel_affine, torch.per_channel_symmetric) for w in ws):
@@ -209,7 +220,8 @@ class LeanLM:
         self._reserve(start + n, x)
         end = start + n
         cos, sin = self.cos[start:end][None, None], self.sin[start:end][None, None]
-        mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)
+        rowwise = 1 < n <= SHORT_FEED
+        mask = None if n == 1 or rowwise else torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)
         for i, layer in enumerate(self.layers):
             h = _norm(x, layer.norm1)
             q, k, v = layer.qkv_of(h)
@@ -217,8 +229,13 @@ class LeanLM:
             k = _rotate(k.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
             self.keys[i, :, start:end] = k[0]
             self.values[i, :, start:end] = v.view(n, self.kv_heads, self.head_dim).transpose(0, 1)
-            o = F.scaled_dot_product_attention(q, self.keys[i, None, :, :end], self.values[i, None, :, :end],
-                                               attn_mask=mask, scale=layer.scaling, enable_gqa=True)
+            if rowwise:
+                o = torch.cat([F.scaled_dot_product_attention(
+                    q[:, :, j:j + 1], self.keys[i, None, :, :start + j + 1], self.values[i, None, :, :start + j + 1],
+                    scale=layer.scaling, enable_gqa=True) for j in range(n)], 2)
+            else:
+                o = F.scaled_dot_product_attention(q, self.keys[i, None, :, :end], self.values[i, None, :, :end],
+                                                   attn_mask=mask, scale=layer.scaling, enable_gqa=True)
             x = x + layer.o(o.transpose(1, 2).reshape(1, n, -1))
             gate, up = layer.gate_up_of(_norm(x, layer.norm2))
             x = x + layer.down(F.silu(gate) * up)
