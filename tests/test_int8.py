@@ -3,6 +3,7 @@ not depend on what was fed beside it."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -112,3 +113,18 @@ def test_the_embedded_int8_draft_is_chunk_invariant_on_real_weights():
     want = whole.feed(ids[-2:])
     chunked.feed(ids[-2:-1])
     assert torch.equal(chunked.feed(ids[-1:]), want)
+
+
+def test_replay_shares_one_pass_only_for_a_draft_whose_rows_are_independent():
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    from playground.lab.replay_walk import shared_exact
+
+    from .tiny import tiny_pair
+
+    target = tiny_model(layers=2, dtype=torch.float32)
+    per_feed = quantize_dynamic(copy.deepcopy(target), {torch.nn.Linear: per_channel_dynamic_qconfig},
+                                dtype=torch.qint8).eval()
+    assert shared_exact(tiny_pair(target, int8_copy(target))) == {"llama.cpp", "draft"}
+    for draft in (per_feed, copy.deepcopy(target), None):  # torch.ao's per-feed scale, a float draft, no draft
+        assert shared_exact(tiny_pair(target, draft)) == {"llama.cpp"}

@@ -25,10 +25,10 @@ def add_replay_parser(sub, add_pair_args) -> None:
                    help="comma-separated: adaptive, heuristic, or none (greedy only)")
     p.add_argument("--feeding", choices=FEEDINGS, default="auto",
                    help="where a model drafter's proposals come from: auto (default: one shared pass per turn for "
-                        "llama.cpp, whose walks from it equal live runs; live feeding for the int8 draft, whose "
-                        "proposals depend on how it is fed), live (every walk feeds the drafter as a live run does: "
-                        "exact, a drafter run per k) or shared (one pass for every drafter: fastest, an estimate for "
-                        "the int8 draft)")
+                        "llama.cpp and the int8 draft, whose walks from it equal live runs; live feeding for other "
+                        "draft models, whose proposals may depend on how they are fed), live (every walk feeds the "
+                        "drafter as a live run does: exact, a drafter run per k) or shared (one pass for every "
+                        "drafter: fastest, an estimate for other draft models)")
     p.add_argument("--calibration", choices=["once", "bucket"], default="once",
                    help="once (default): one calibration per drafter, on the turn of median prompt length; bucket: one "
                         "per drafter and context-length bucket (64, 128, 256, ... tokens): more accurate when the "

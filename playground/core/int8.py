@@ -106,3 +106,22 @@ def rowwise(model: torch.nn.Module, skip: tuple[str, ...] = ("lm_head",)) -> int
     for owner, child, m in targets:
         setattr(owner, child, RowInt8Linear(m))
     return len(targets)
+
+
+def row_independent(model: torch.nn.Module) -> bool:
+    """Whether every linear layer of `model` gives a row what it gives that row fed alone at the feed sizes a
+    drafter's steps and catch-ups use: all RowInt8Linear but the lm_head (which the lean forward feeds one row)."""
+    # torch.ao is deprecated and warns when imported: imported where a model is asked about, not at import time
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantLinear
+
+    seen = False
+    for name, m in model.named_modules():
+        parent, _, child = name.rpartition(".")
+        if type(m) is RowInt8Linear:
+            seen = True
+        elif isinstance(m, torch.nn.Linear):
+            return False  # a float product: rows rounded by whichever kernel the feed's size picks
+        elif type(m) is DynamicQuantLinear and child != "lm_head" \
+                and type(model.get_submodule(parent) if parent else model) is not RowInt8Linear:
+            return False
+    return seen

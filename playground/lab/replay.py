@@ -1,25 +1,26 @@
 """Replay: which k for an agent, from its recorded outputs, without generating anything.
 
-`replay(pair, turns, drafters, ks, controllers, timing_of)` takes recorded turns (playground.inputs.traces: a
-trace file; or presets / a prompt whose completion is the target's own greedy output, `preset_turns` /
-`text_turn`) and, per turn and drafter, walks every k and controller through the engine's loop with teacher-
-forced passes in place of generation (replay_walk.py says how). `feeding` decides where a model drafter's
-proposals come from: "live" walks it through its own proposer, fed as a live run feeds it; "shared" reads them from
-one pass per turn (its own propose, one token at a time); "auto" (the default) takes the shared pass for llama.cpp,
-whose walks from it equalled the live-fed ones in every walk compared (72 of 72 walks, 4 presets x k = 1..16 and
-both controllers, and tests/test_replay_embedded.py), and live feeding for the int8 draft, whose dynamic activation
-quantization scales each call's activations together, so that feeding two tokens at once changes its proposals
-(47 of the same 72 walks differed); adaptive k, which stops a drafter on its confidence past a rejection too,
-feeds it live wherever the turn is exact. A completion the target did not write is always read from the shared pass. Each walk yields the simulated `Iteration` records (zero timings, marked simulated), the
-accepted-length histogram, per-position acceptance, the controller's choices and, with a calibration
-(`timing_of(drafter, prompt_ids) -> Timing`), the predicted speed-up: sum over iterations of k*c + overhead +
-v(k+1) target steps (playground.core.cost) against one step per token for plain decoding.
+`replay(pair, turns, drafters, ks, controllers, timing_of)` takes recorded turns (playground.inputs.traces: a trace
+file; or presets / a prompt whose completion is the target's own greedy output, `preset_turns` / `text_turn`) and, per
+turn and drafter, walks every k and controller through the engine's loop with teacher-forced passes in place of
+generation (replay_walk.py says how). `feeding` decides where a model drafter's proposals come from: "live" walks it
+through its own proposer, fed as a live run feeds it; "shared" reads them from one pass per turn (its own propose, one
+token at a time); "auto" (the default) takes the shared pass where its walks equal the live-fed ones
+(replay_walk.shared_exact): for llama.cpp (72 of 72 walks, 4 presets x k = 1..16 and both controllers;
+tests/test_replay_embedded.py) and for the int8 draft on the lean forward, whose logits do not depend on how its feed
+was chunked (core.int8; the same 72 walks equal, 2026-12-04; 47 differed with activations scaled per feed), and live
+feeding for other draft models; adaptive k, which stops a drafter on its confidence past a rejection too, feeds it live
+wherever the turn is exact. A completion the target did not write is read from the shared pass. Each walk yields the
+simulated `Iteration` records (zero timings, marked simulated), the accepted-length histogram, per-position acceptance,
+the controller's choices and, with a calibration (`timing_of(drafter, prompt_ids) -> Timing`), the predicted speed-up:
+sum over iterations of k*c + overhead + v(k+1) target steps (playground.core.cost) against one step per token for plain
+decoding.
 
 A turn is *exact* when decoding is greedy and the completion is the target's own greedy continuation (checked:
 the target's teacher-forced arg-max equals the recorded token at every position); then a replayed walk is the
 live run's iterations, up to floating-point near-ties of the target (reported with their logit gaps). A
-completion written by another model, a shared-pass replay of the int8 draft, and every sampling replay are
-estimates, and say so. replay_summary.py pools the turns per output shape and recommends a k.
+completion written by another model, a shared-pass replay of a draft model fed live otherwise, and every sampling
+replay are estimates, and say so. replay_summary.py pools the turns per output shape and recommends a k.
 
 `min_confidence` replays runs with a draft confidence stop (`speculative_generate(min_confidence=)`, transformers'
 assistant_confidence_threshold): a model drafter stops drafting after a proposal whose own probability is below it.
@@ -57,6 +58,7 @@ from .replay_walk import (
     exactness,
     prompt_cache,
     replay_context,
+    shared_exact,
     shared_pass,
     summarize_rows,
     target_chunks,
@@ -68,7 +70,6 @@ from .shapes import runs, segment
 DRAFTERS = ("draft", "llama.cpp", "lookup", "hybrid")
 MODEL_DRAFTERS = ("draft", "llama.cpp")
 FEEDINGS = ("auto", "live", "shared")
-SHARED_EXACT = ("llama.cpp",)  # model drafters whose shared-pass walks equal the live-fed ones (module docstring)
 _COMPUTED = "simulated: these iterations were computed from teacher-forced passes over the recorded text, not run; "
 SIMULATED = _COMPUTED + ("their timings are 0, and a model drafter's proposals stop at the first one the target rejects "
                          "(a live drafter drafts all k; 'drafted' counts those)")
@@ -242,10 +243,10 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
         preds[name], confs[name] = shared_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids,
                                                turn.completion_ids, ctx)
         progress(f"{name} pass")
-    # a completion the target did not write: draft/target agreement on that text, from the shared pass
-    # ... except under a confidence stop, which only a live-fed drafter can apply (the module docstring)
+    # the shared pass where it equals live feeding, and for a completion the target did not write (draft/target
+    # agreement on that text); never under a confidence stop, which only a live-fed drafter applies (module docstring)
     shared = frozenset() if min_confidence is not None else frozenset(
-        m for m in models if feeding == "shared" or not doc["exact"] or (feeding == "auto" and m in SHARED_EXACT))
+        m for m in models if feeding == "shared" or not doc["exact"] or (feeding == "auto" and m in shared_exact(pair)))
     proposers = _Proposers(pair, turn, max_ngram, shared, preds, tp.argmax, confs)
     doc["drafters"] = {}
     for drafter in drafters:
@@ -253,13 +254,13 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
         curve = CostCurve.from_timing(timing) if timing is not None else None
         model = proposers.model_name(drafter)
         entry = {"timing": timings.setdefault(drafter, TimingIndex()).index(timing),
-                 "exact": doc["exact"] and (model not in shared or model in SHARED_EXACT),
+                 "exact": doc["exact"] and (model not in shared or model in shared_exact(pair)),
                  "feeding": None if model is None else ("shared pass" if model in shared else "live"),
                  "agreement": [int(x == t) for x, t in zip(preds[model], tp.argmax)] if model in preds else None,
                  "walks": {}, "chunking_differs": {}}
-        if doc["exact"] and model in shared and model not in SHARED_EXACT:
+        if doc["exact"] and model in shared and model not in shared_exact(pair):
             entry["estimate_reason"] = (f"{model}'s proposals from one shared pass fed one token at a time; a live "
-                                        "run feeds it two at once after a fully accepted iteration, which changes "
+                                        "run feeds it two at once after a fully accepted iteration, which can change "
                                         "its proposals")
         for arm in _arms(ks, controllers):
             label = _label(arm)
