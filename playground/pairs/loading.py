@@ -229,7 +229,7 @@ def load_pair(
 
     draft_model, draft_name = None, None
     if int8:
-        draft_model, draft_name = int8_copy(target_model), f"int8 dynamic-quantized copy of {target_name}"
+        draft_model, draft_name = int8_copy(target_model), f"int8 copy of {target_name}"
     elif draft is not None:
         draft_source = ensure_embedded_safetensors(progress) if str(draft) == EMBEDDED else draft
         check_vocab(tokenizer, load_tokenizer(draft_source), str(target), str(draft))
