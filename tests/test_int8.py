@@ -70,6 +70,8 @@ def test_int8_copy_replaces_every_linear_but_the_lm_head():
     assert kinds.pop("lm_head") == "Linear"  # torch.ao's: the lean forward feeds it one row
     assert len(kinds) == 2 * 7 and set(kinds.values()) == {"RowInt8Linear"}
     assert rowwise(model) == 0  # nothing left to replace
+    # the lean forward attends a short feed row by row only where the products are row-independent too
+    assert LeanLM(model, "cpu").row_attention and not LeanLM(tiny_model(layers=2), "cpu").row_attention
 
 
 def test_fusion_keeps_the_rows_and_the_products():

@@ -13,9 +13,10 @@ and each row's result is bitwise that of the row fed alone (tests/test_int8.py c
 on). Why by hand (the house prefers a maintained library): torch.ao's dynamic product has no per-row activation
 scale, torch's `_int_mm` on this CPU took 10x as long as it (AMD EPYC, 2026-12-04: 15.7 ms against 1.5 ms for one
 layer's products and the lm_head at one row), and torchao's int8 configs were slower than the fp32 target here (see
-loading.int8_copy). The same EPYC measured one layer's four products at one row in 168 us weight-only against
-237 us for torch.ao's, and at 330 rows (a prompt) 2x slower than a float product: a long feed, which no schedule
-chunks differently (a prompt is fed whole), keeps torch.ao's product.
+loading.int8_copy). The same EPYC ran one layer's four products at one row in 168 us weight-only against 237 us for
+torch.ao's in isolation, but a whole draft step 4% slower (docs/results.md, "The int8 draft's rows fed
+independently"), and at 330 rows (a prompt) 2x slower than a float product: a long feed, which no schedule chunks
+differently (a prompt is fed whole), keeps torch.ao's product.
 """
 
 from __future__ import annotations

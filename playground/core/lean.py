@@ -16,9 +16,10 @@ the weights are quantized per output channel), and equal to a rounding for float
 computes logits for the last fed position only, so where transformers quantizes the lm_head's activation over
 every fed row, this quantizes the last row alone.
 
-Feeds of 2 to `int8.SHORT_FEED` rows (a draft's catch-up) attend row by row, each row as if fed alone: with the
-int8 draft's row-independent products (core.int8) a token's logits then do not depend on how its feed was
-chunked. Masked attention over two rows rounds otherwise than over one (up to 0.73 of a logit on the embedded
+On a model whose products are row-independent (the int8 draft's, core.int8), feeds of 2 to `int8.SHORT_FEED` rows
+(a draft's catch-up) attend row by row, each row as if fed alone, so that a token's logits do not depend on how its
+feed was chunked (other models attend over the feed at once: a float product rounds by the kernel the feed's size
+picks anyway, and on a GPU every row would be more kernel launches). Masked attention over two rows rounds otherwise than over one (up to 0.73 of a logit on the embedded
 int8 draft, AMD EPYC, 2026-12-04), which was enough to change a proposal.
 
 `lean_lm(model, ...)` returns a `LeanLM` when `supports(model)` and a transformers `CachedLM` otherwise; both have
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 
 from ..errors import PlaygroundError
 from .cached import CachedLM
-from .int8 import SHORT_FEED, RowInt8Linear
+from .int8 import SHORT_FEED, RowInt8Linear, row_independent
 
 MODEL_TYPES = ("llama", "qwen2")  # one layout: Qwen2 is Llama with biases on q, k and v, which the fused product keeps
 STATIC_ROPE = ("default", "linear", "llama3")  # rope types whose tables do not depend on the sequence's length
@@ -46,6 +47,7 @@ FIRST_CAPACITY = 512  # cache positions allocated at first; doubled when a feed 
 # quantized products, each prepacked) took about 1 s, which a drafter that begins once per generation must not pay.
 # Derived from the weights only, and dropped with the model.
 _LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ROW_ATTENTION: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> short feeds attended row by row
 _FUSING = threading.Lock()  # tabs sharing a model fuse it once (a second fusion would re-point its float weights)
 
 
@@ -159,6 +161,7 @@ def _layers_of(model) -> tuple[_Layer, ...]:
     with _FUSING:
         if model not in _LAYERS or not _current(_LAYERS[model], model):
             _LAYERS[model] = tuple(_Layer(x) for x in model.model.layers[: model.config.num_hidden_layers])
+            _ROW_ATTENTION[model] = row_independent(model)  # a walk over every module (4 ms): once, with the layers
         return _LAYERS[model]
 
 
@@ -183,6 +186,7 @@ class LeanLM:
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.layers = _shared if _shared is not None else _layers_of(model)
+        self.row_attention = _ROW_ATTENTION.get(model, False)  # the module docstring
         self.keys: torch.Tensor | None = None  # [layers, kv heads, capacity, head dim]
         self.values: torch.Tensor | None = None
         self.cos = self.sin = None  # [capacity, head dim]
@@ -220,7 +224,7 @@ class LeanLM:
         self._reserve(start + n, x)
         end = start + n
         cos, sin = self.cos[start:end][None, None], self.sin[start:end][None, None]
-        rowwise = 1 < n <= SHORT_FEED
+        rowwise = self.row_attention and 1 < n <= SHORT_FEED
         mask = None if n == 1 or rowwise else torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)
         for i, layer in enumerate(self.layers):
             h = _norm(x, layer.norm1)
