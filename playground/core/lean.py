@@ -16,11 +16,12 @@ the weights are quantized per output channel), and equal to a rounding for float
 computes logits for the last fed position only, so where transformers quantizes the lm_head's activation over
 every fed row, this quantizes the last row alone.
 
-On a model whose products are row-independent (the int8 draft's, core.int8), feeds of 2 to `int8.SHORT_FEED` rows
-(a draft's catch-up) attend row by row, each row as if fed alone, so that a token's logits do not depend on how its
+On a model whose products are row-independent (the int8 draft's, core.int8), feeds of 2 to `int8.SHORT_FEED` rows (a
+draft's catch-up) attend row by row, each row as if fed alone, so that a token's logits do not depend on how its
 feed was chunked (other models attend over the feed at once: a float product rounds by the kernel the feed's size
-picks anyway, and on a GPU every row would be more kernel launches). Masked attention over two rows rounds otherwise than over one (up to 0.73 of a logit on the embedded
-int8 draft, AMD EPYC, 2026-12-04), which was enough to change a proposal.
+picks anyway, and on a GPU every row would be more kernel launches). Masked attention over two rows rounds otherwise
+than over one (up to 0.73 of a logit on the embedded int8 draft, AMD EPYC, 2026-12-04): the one difference left once
+its products were row-independent.
 
 `lean_lm(model, ...)` returns a `LeanLM` when `supports(model)` and a transformers `CachedLM` otherwise; both have
 the interface the drafter uses (feed, load, crop, copy, tokens).
