@@ -77,8 +77,13 @@ def test_int8_copy_replaces_every_linear_but_the_lm_head():
 def test_fusion_keeps_the_rows_and_the_products():
     model = int8_copy(tiny_model(layers=1, dtype=torch.float32))
     a = model.model.layers[0].self_attn
+    alone = [m.int8.clone() for m in (a.q_proj, a.k_proj, a.v_proj)]
     both = fused([a.q_proj, a.k_proj, a.v_proj])
     assert type(both) is RowInt8Linear
+    # each module's int8 rows are now a view of the fused rows, with the values they had
+    for m, before in zip((a.q_proj, a.k_proj, a.v_proj), alone):
+        assert m.int8.untyped_storage().data_ptr() == both.int8.untyped_storage().data_ptr()
+        assert torch.equal(m.int8, before) and m.int8.is_contiguous()
     for rows in (1, 3, SHORT_FEED + 4):  # short feeds on the weight-only product, long ones on torch.ao's
         h = torch.randn(1, rows, 32)
         assert torch.equal(both(h), torch.cat([a.q_proj(h), a.k_proj(h), a.v_proj(h)], -1))

@@ -15,6 +15,7 @@ from playground.core.lean import LeanLM, copy_lm, draft_lm, fused, supports
 from playground.core.records import Iteration, Step
 from playground.drafters.proposers import DraftModelProposer
 from playground.errors import PlaygroundError
+from playground.pairs.loading import int8_copy
 
 from .tiny import perturbed, tiny_model, tiny_pair
 
@@ -184,7 +185,7 @@ def test_biases_survive_fusion_int8_and_float():
         for m in model.modules():
             if isinstance(m, torch.nn.Linear) and m.bias is not None:
                 m.bias.normal_(0.0, 0.5)
-    for variant in (_int8(model), model):
+    for variant in (_int8(model), int8_copy(model), model):
         assert LeanLM(variant, "cpu").layers[0].gate_up is not None  # fused, biases and all
         torch.testing.assert_close(_walk(LeanLM(variant, "cpu")), _walk(CachedLM(variant, "cpu")), rtol=1e-5,
                                    atol=1e-5)

@@ -92,7 +92,16 @@ def fused(modules: Sequence[torch.nn.Module]) -> torch.nn.Module | None:
         return None  # some with a bias and some without (no supported config has it): run them apart
     if all(type(m) is RowInt8Linear for m in modules):
         inner = fused([m.quantized for m in modules])
-        return None if inner is None else RowInt8Linear(inner)
+        if inner is None:
+            return None
+        out, start = RowInt8Linear(inner), 0
+        for m in modules:  # the same values: each module's rows become views of the fused ones (70 MB not held twice)
+            rows = slice(start, start + m.out_features)
+            m.int8, m.scales = out.int8[rows], out.scales[rows]
+            if m.bias_ is not None:
+                m.bias_ = out.bias_[rows]
+            start += m.out_features
+        return out
     if all(type(m) is DynamicQuantLinear for m in modules):
         ws = [m.weight() for m in modules]
         if any(w.qscheme() not in (torch.per_channel_affine, torch.per_channel_symmetric) for w in ws):
