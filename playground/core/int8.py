@@ -51,6 +51,9 @@ class RowInt8Linear(torch.nn.Module):
             y = y + self.bias_
         return y.reshape(*x.shape[:-1], self.out_features)
 
+    def bias(self) -> torch.Tensor | None:  # as torch.ao's quantized linear layers answer it (lean.fused asks)
+        return self.bias_
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, short feeds up to {SHORT_FEED} rows"
 
@@ -115,14 +118,13 @@ def row_independent(model: torch.nn.Module) -> bool:
     # torch.ao is deprecated and warns when imported: imported where a model is asked about, not at import time
     from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantLinear
 
-    seen = False
+    inner = {id(m.quantized) for m in model.modules() if type(m) is RowInt8Linear}  # their own long-feed layers
+    rows = False
     for name, m in model.named_modules():
-        parent, _, child = name.rpartition(".")
         if type(m) is RowInt8Linear:
-            seen = True
+            rows = True
         elif isinstance(m, torch.nn.Linear):
             return False  # a float product: rows rounded by whichever kernel the feed's size picks
-        elif type(m) is DynamicQuantLinear and child != "lm_head" \
-                and type(model.get_submodule(parent) if parent else model) is not RowInt8Linear:
+        elif type(m) is DynamicQuantLinear and id(m) not in inner and name.rpartition(".")[2] != "lm_head":
             return False
-    return seen
+    return rows

@@ -74,9 +74,7 @@ def supports(model: torch.nn.Module) -> str | None:
 
 
 def _has_bias(module) -> bool:
-    if type(module) is RowInt8Linear:
-        module = module.quantized
-    bias = module.bias  # a method on torch.ao's quantized linear layers, a tensor or None on nn.Linear
+    bias = module.bias  # a method on torch.ao's quantized linears and RowInt8Linear; a tensor or None on nn.Linear
     return (bias() if callable(bias) else bias) is not None
 
 

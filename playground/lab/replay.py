@@ -243,10 +243,9 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
         preds[name], confs[name] = shared_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids,
                                                turn.completion_ids, ctx)
         progress(f"{name} pass")
-    # the shared pass where it equals live feeding, and for a completion the target did not write (draft/target
-    # agreement on that text); never under a confidence stop, which only a live-fed drafter applies (module docstring)
+    exact_shared = shared_exact(pair)  # shared where it equals live, or the text is not the target's; never on a stop
     shared = frozenset() if min_confidence is not None else frozenset(
-        m for m in models if feeding == "shared" or not doc["exact"] or (feeding == "auto" and m in shared_exact(pair)))
+        m for m in models if feeding == "shared" or not doc["exact"] or (feeding == "auto" and m in exact_shared))
     proposers = _Proposers(pair, turn, max_ngram, shared, preds, tp.argmax, confs)
     doc["drafters"] = {}
     for drafter in drafters:
@@ -254,11 +253,11 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
         curve = CostCurve.from_timing(timing) if timing is not None else None
         model = proposers.model_name(drafter)
         entry = {"timing": timings.setdefault(drafter, TimingIndex()).index(timing),
-                 "exact": doc["exact"] and (model not in shared or model in shared_exact(pair)),
+                 "exact": doc["exact"] and (model not in shared or model in exact_shared),
                  "feeding": None if model is None else ("shared pass" if model in shared else "live"),
                  "agreement": [int(x == t) for x, t in zip(preds[model], tp.argmax)] if model in preds else None,
                  "walks": {}, "chunking_differs": {}}
-        if doc["exact"] and model in shared and model not in shared_exact(pair):
+        if doc["exact"] and model in shared and model not in exact_shared:
             entry["estimate_reason"] = (f"{model}'s proposals from one shared pass fed one token at a time; a live "
                                         "run feeds it two at once after a fully accepted iteration, which can change "
                                         "its proposals")

@@ -10,16 +10,16 @@ clipping near the length limit and at an end-of-sequence token, the same control
 source=)` before, `observe(iteration)` after), the same proposer calls (`next_source`, `propose`, `rollback`).
 
 With live feeding the proposer is the real one: a model drafter's logits may depend on how its cache was fed, by
-much more than rounding (measured on the embedded pair: llama.cpp's batched decode against one token at a
-time, up to 1.3 logits at 330 tokens of context; the int8 draft, while its activations were scaled per feed, up to
-9 logits for two tokens fed together), so only the live feeding reproduces the live proposals of such a drafter. A `ReplayContext`
-stops it right after its first proposal the target rejects (a live drafter drafts all k and throws the rest
-away; what it keeps is the same); replaying a run with a draft confidence stop, it stops where that stop does,
-as live. A shared-pass walk reads a model drafter's proposals from one shared pass instead
-(`drafter_pass`: its own propose, one token at a time, as a live drafter is fed except after a fully accepted
-iteration, when it catches up two tokens at once). Whether that changes the walks is measured, not assumed
-(playground.lab.replay's docstring): for llama.cpp it did not (the logit changes left every arg-max in place); the
-int8 draft's logits now do not change at all (`shared_exact`).
+much more than rounding (measured on the embedded pair: llama.cpp's batched decode against one token at a time, up
+to 1.3 logits at 330 tokens of context; the int8 draft, while its activations were scaled per feed, up to 9 logits
+for two tokens fed together), so only the live feeding reproduces the live proposals of such a drafter. A
+`ReplayContext` stops it right after its first proposal the target rejects (a live drafter drafts all k and throws
+the rest away; what it keeps is the same); replaying a run with a draft confidence stop, it stops where that stop
+does, as live. A shared-pass walk reads a model drafter's proposals from one shared pass instead (`drafter_pass`:
+its own propose, one token at a time, as a live drafter is fed except after a fully accepted iteration, when it
+catches up two tokens at once). Whether that changes the walks is measured, not assumed (playground.lab.replay's
+docstring): for llama.cpp it did not (the logit changes left every arg-max in place); the int8 draft's logits now do
+not change at all (`shared_exact`).
 A completion the target did not write is always walked from the shared pass (`PassProposer`): what is measured
 then is draft/target agreement after the recorded text, an estimate either way.
 
