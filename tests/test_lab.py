@@ -1,6 +1,7 @@
 """The experiments on tiny models: structure, bookkeeping and verdicts (no timing assertions)."""
 
 import itertools
+import statistics
 
 import pytest
 import torch
@@ -31,6 +32,12 @@ def test_calibrate_measures_every_pass_length(pair64):
     assert all(t.v[n] <= t.v[n + 1] + 1e-12 for n in range(1, 5) if n not in drops)
     assert t.draft_step_s >= 0 and t.c == t.draft_step_s / t.target_step_s
     assert all(len(xs) == 3 for xs in t.raw["target_pass_s"].values())
+    # each pass is divided by the plain step of its own repetition; v(n) is the median of those ratios
+    plain = t.raw["plain_step_s"]
+    for n in range(1, 6):
+        ratios = t.raw["pass_ratio"][str(n)]
+        assert ratios == [x / p for x, p in zip(t.raw["target_pass_s"][str(n)], plain)]
+        assert t.v_measured[n] == pytest.approx(statistics.median(ratios))
     assert 0.0 < t.predict(0.8, 3) and t.predict([0.9, 0.8, 0.7], 3) > 0
     assert set(t.to_dict()) >= {"c", "v", "target_step_s", "draft_step_s", "raw"}
 
@@ -148,9 +155,15 @@ def test_pooled_calibrations_take_the_median_of_all_their_samples(pair64):
     assert both.raw["pooled"] == 2 and len(both.raw["plain_step_s"]) == 7
     assert both.target_step_s == sorted(a.raw["plain_step_s"] + b.raw["plain_step_s"])[3]
     for n in (1, 2, 3, 4):
-        xs = sorted(a.raw["target_pass_s"][str(n)] + b.raw["target_pass_s"][str(n)])
-        assert both.verify_s[n] == xs[3]
+        ratios = a.raw["pass_ratio"][str(n)] + b.raw["pass_ratio"][str(n)]
+        assert both.v_measured[n] == pytest.approx(sorted(ratios)[3])
     assert both.verify_fit is not None  # the pooled samples still carry the monotone fit
+    # calibrations saved before the paired ratios pool their seconds' medians, as they were predicted then
+    bare = [Timing.from_dict({**t.to_dict(), "raw": {k: v for k, v in t.raw.items() if "ratio" not in k}})
+            for t in (a, b)]
+    old = pooled(bare)
+    assert "pass_ratio" not in old.raw
+    assert old.verify_s[2] == sorted(a.raw["target_pass_s"]["2"] + b.raw["target_pass_s"]["2"])[3]
     assert pooled([a]) is a
     again = Timing.from_dict(both.to_dict())
     assert again is not None and again.verify_s == both.verify_s and again.c == pytest.approx(both.c)
@@ -197,3 +210,19 @@ def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pa
     assert firsts["prompt"][(0, "a")] == firsts["prompt"][(0, "b")] == fresh < firsts["prompt"][(1, "b")]
     with pytest.raises(PlaygroundError, match="memory must be one of"):
         lab.speed(perfect, {"a": [1, 2, 3]}, factory(perfect), ks=(2,), rounds=1, max_new_tokens=4, memory="tab")
+
+
+# The code-edit preset's calibration in the int8 grid of 2026-12-04 (AMD EPYC VM; 3 calibrations pooled, 16
+# repetitions): the plain step and the one-token pass of each repetition, in ms.
+EDIT_PLAIN = [48.7, 55.9, 46.4, 45.6, 57.0, 45.7, 52.3, 47.3, 71.9, 73.7, 76.5, 70.9, 55.5, 50.8, 53.4, 55.0]
+EDIT_PASS_1 = [46.0, 46.3, 47.4, 45.7, 46.4, 46.8, 47.9, 49.3, 73.6, 71.1, 74.7, 65.0, 65.9, 49.7, 47.3, 48.6]
+
+
+def test_paired_ratios_keep_a_pass_from_reading_cheaper_than_a_step():
+    from playground.lab.calibration import _paired
+    step = statistics.median(EDIT_PLAIN)
+    apart = statistics.median(EDIT_PASS_1) / step  # medians over different moments of a drifting host
+    ratios = {"1": [x / p for x, p in zip(EDIT_PASS_1, EDIT_PLAIN)]}
+    verify, per_token, per_call = _paired(ratios, {"1": [0.6, 0.6], "4": [1.5, 1.5]}, step)
+    assert apart < 0.9 and 0.95 < verify[1] / step < 1.0
+    assert per_token / step == pytest.approx(0.3) and per_call / step == pytest.approx(0.3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -57,10 +57,11 @@ class Timing:
 
     @cached_property  # an isotonic fit and its tests: once per calibration, not at every read of v
     def verify_fit(self) -> VerifyFit | None:
-        samples = {int(n): xs for n, xs in (self.raw.get("target_pass_s") or {}).items() if xs}
+        ratios = self.raw.get("pass_ratio")  # paired with their repetition's plain step (see _paired)
+        samples = {int(n): xs for n, xs in (ratios or self.raw.get("target_pass_s") or {}).items() if xs}
         if not samples or set(samples) != set(self.verify_s):
             return None
-        return fit_verify(samples, self.target_step_s)
+        return fit_verify(samples, 1.0 if ratios else self.target_step_s)
 
     @property
     def trust(self) -> Verdict:
@@ -193,9 +194,13 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     samples: dict[int, list[float]] = {n: [] for n in lengths}
     drafts: dict[int, list[float]] = {1: [], 4: []}
     plain: list[float] = []
+    # The same, each divided by the plain step of its own repetition (a second or two later): see _paired.
+    pass_ratio: dict[int, list[float]] = {n: [] for n in lengths}
+    draft_ratio: dict[int, list[float]] = {1: [], 4: []}
     total = (warmup + repeats) * len(lengths)
     done = 0
     for rep in range(warmup + repeats):
+        passes, proposals = {}, []
         for n in lengths:
             kd = 1 if (n + rep) % 2 else 4
             # Two unseen tokens, as after an iteration whose proposals were all accepted (the drafter
@@ -209,9 +214,8 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
             _target_pass(lm, filler[:n], sampling)
             t3 = clock.now()
             lm.crop(base)
-            if rep >= warmup:
-                samples[n].append(t3 - t2)
-                drafts[kd].append(t1 - t0)
+            passes[n] = t3 - t2
+            proposals.append((kd, t1 - t0))
             done += 1
             tick(progress, done / total, f"timing the target over {n} tokens and the drafter")
         # Plain decoding's step, timed as plain decoding runs: target passes back to back, nothing in between
@@ -225,12 +229,20 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
         lm.crop(base)
         t0 = clock.now()
         _plain_step(lm, filler[:1], sampling, ctx.generator)
-        t1 = clock.now()
+        unit = clock.now() - t0
         lm.crop(base)
         if rep >= warmup:
-            plain.append(t1 - t0)
-    verify = {n: statistics.median(xs) for n, xs in samples.items()}
-    per_token, per_call = _draft_costs(drafts[1], drafts[4])
+            plain.append(unit)
+            for n, x in passes.items():
+                samples[n].append(x)
+                pass_ratio[n].append(x / unit)
+            for kd, x in proposals:
+                drafts[kd].append(x)
+                draft_ratio[kd].append(x / unit)
+    step = statistics.median(plain)
+    pass_ratio_raw = {str(n): xs for n, xs in pass_ratio.items()}
+    draft_ratio_raw = {str(k): xs for k, xs in draft_ratio.items()}
+    verify, per_token, per_call = _paired(pass_ratio_raw, draft_ratio_raw, step)
     source_s = {}
     if hybrid is not None:
         # A lookup's cost is its search, whatever k: one number per call (in the run it is made once per
@@ -242,7 +254,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
             searches.append(clock.now() - t0)
         source_s["lookup"] = (0.0, statistics.median(searches[warmup:]))
     return Timing(
-        target_step_s=statistics.median(plain),
+        target_step_s=step,
         verify_s=verify,
         draft_step_s=per_token,
         draft_call_s=per_call,
@@ -251,8 +263,21 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
         sampling=sampling.timing_label(),
         raw={"target_pass_s": {str(n): xs for n, xs in samples.items()}, "plain_step_s": plain,
              "draft_propose_s": {str(k): xs for k, xs in drafts.items()},
+             "pass_ratio": pass_ratio_raw, "draft_ratio": draft_ratio_raw,
              "target_spread": {str(n): spread(xs) for n, xs in samples.items()}},
     )
+
+
+def _paired(pass_ratio: Mapping[str, list], draft_ratio: Mapping[str, list], unit_s: float) -> tuple[dict[int, float], float, float]:
+    """(verify_s, draft per token, draft per call) in seconds at the plain step `unit_s`, from timings each over the
+    plain step of its own repetition: v(n) the median of those ratios, c the slope from propose(1) to propose(4).
+    A host whose speed moves from second to second moves a pass and the step beside it together; medians taken
+    apart mix its moments. On the AMD EPYC VM the code-edit preset's step samples ran 46-57 ms, and 71-77 ms in
+    4 of 16 repetitions, so its median rose to 54 ms, v(1) read 0.89, and every k was predicted 0.11-0.18 too
+    high; paired, v(1) is 0.97 and those misses 0.06-0.09 smaller (the int8 grid of 2026-12-04, recomputed)."""
+    verify = {int(n): statistics.median(xs) * unit_s for n, xs in pass_ratio.items()}
+    per_token, per_call = _draft_costs(draft_ratio["1"], draft_ratio["4"])
+    return verify, per_token * unit_s, per_call * unit_s
 
 
 def _draft_costs(propose_1: Sequence[float], propose_4: Sequence[float]) -> tuple[float, float]:
@@ -276,19 +301,27 @@ def pooled(timings: Sequence[Timing]) -> Timing:
     if len(timings) == 1 or not all(r.get("target_pass_s") and r.get("plain_step_s") and r.get("draft_propose_s")
                                     for r in raws):
         return timings[0]
-    lengths = set.intersection(*(set(r["target_pass_s"]) for r in raws))
-    samples = {n: [x for r in raws for x in r["target_pass_s"][n]] for n in sorted(lengths, key=int)}
+    lengths = sorted(set.intersection(*(set(r["target_pass_s"]) for r in raws)), key=int)
+    samples = {n: [x for r in raws for x in r["target_pass_s"][n]] for n in lengths}
     drafts = {k: [x for r in raws for x in r["draft_propose_s"].get(k, [])] for k in ("1", "4")}
     plain = [x for r in raws for x in r["plain_step_s"]]
-    per_token, per_call = _draft_costs(drafts["1"], drafts["4"])
+    step = statistics.median(plain)
+    paired = all(r.get("pass_ratio") and r.get("draft_ratio") for r in raws)
+    if paired:
+        ratios = {n: [x for r in raws for x in r["pass_ratio"][n]] for n in lengths}
+        draft_ratios = {k: [x for r in raws for x in r["draft_ratio"].get(k, [])] for k in ("1", "4")}
+        verify, per_token, per_call = _paired(ratios, draft_ratios, step)
+    else:  # calibrations saved before the paired ratios: medians of the seconds, as they were predicted then
+        verify = {int(n): statistics.median(xs) for n, xs in samples.items()}
+        per_token, per_call = _draft_costs(drafts["1"], drafts["4"])
     sources = {name: tuple(statistics.median(t.source_s[name][i] for t in timings) for i in (0, 1))
                for name in set.intersection(*(set(t.source_s) for t in timings))}
-    return Timing(target_step_s=statistics.median(plain),
-                  verify_s={int(n): statistics.median(xs) for n, xs in samples.items()},
-                  draft_step_s=per_token, draft_call_s=per_call, source_s=sources,
-                  context_tokens=timings[0].context_tokens, sampling=timings[0].sampling,
-                  raw={"target_pass_s": samples, "plain_step_s": plain, "draft_propose_s": drafts,
-                       "target_spread": {n: spread(xs) for n, xs in samples.items()}, "pooled": len(timings)})
+    raw = {"target_pass_s": samples, "plain_step_s": plain, "draft_propose_s": drafts, "pooled": len(timings),
+           "target_spread": {n: spread(xs) for n, xs in samples.items()}}
+    if paired:
+        raw.update(pass_ratio=ratios, draft_ratio=draft_ratios)
+    return Timing(target_step_s=step, verify_s=verify, draft_step_s=per_token, draft_call_s=per_call,
+                  source_s=sources, context_tokens=timings[0].context_tokens, sampling=timings[0].sampling, raw=raw)
 
 
 class CalibrationStore:
