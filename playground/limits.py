@@ -96,8 +96,8 @@ class Limits:
     def check_sweep(self, k_max: int, rounds: int) -> None:
         runs = rounds * (k_max + 1)
         if runs > self.max_sweep_runs:
-            raise PlaygroundError(f"a sweep of k = 1..{k_max} over {rounds} round(s) is {runs} runs (each k and a "
-                                  f"plain run per round); this playground allows at most {self.max_sweep_runs} "
+            raise PlaygroundError(f"a sweep of k = 1..{k_max} over {rounds} round(s) counts {runs} (rounds x (largest "
+                                  f"k + 1)); this playground allows at most {self.max_sweep_runs} "
                                   f"({ENV_VARS['max_sweep_runs']}): lower the largest k or the rounds")
 
     def check_replay_tokens(self, n_prompt: int, n_completion: int) -> None:

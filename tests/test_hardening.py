@@ -265,7 +265,7 @@ def test_build_ui_reads_the_limits_once_for_the_queue_and_the_controls(provider,
 
 def test_sweep_size_is_limited(provider, monkeypatch):
     monkeypatch.setenv("PLAYGROUND_MAX_SWEEP_RUNS", "20")
-    with pytest.raises(PlaygroundError, match=r"k = 1..8 over 3 round\(s\) is 27 runs .* at most 20 "
+    with pytest.raises(PlaygroundError, match=r"k = 1..8 over 3 round\(s\) counts 27 \(rounds x \(largest k \+ 1\)\); .* at most 20 "
                                               r"\(PLAYGROUND_MAX_SWEEP_RUNS\)"):
         parse_sweep({**UI_DEFAULTS, "k_max": 8, "rounds": 3}, provider.drafter_names())
     # the UI's largest sweep (k up to 16, 5 rounds) fits the default

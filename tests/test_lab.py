@@ -59,6 +59,16 @@ def test_speed_alternates_and_pairs_runs_within_a_round(pair64):
     assert len(res["runs"]) == 3 * 2 * 2
     orders = {tuple(r["order"]) for r in res["runs"]}
     assert len(orders) > 1  # the order rotates
+    # plain decoding before the speculative runs and after the last (before every 3 by default), and each run is
+    # divided by plain speed interpolated between the plain runs of its prompt and round
+    assert all(o[0] == o[-1] == "plain" and o.count("plain") == 2 for o in orders) and res["plain_every"] == 3
+    assert len(res["plain_runs"]) == 3 * 2 * 2
+    for r in res["runs"]:
+        around = [x["tokens_per_s"] for x in res["plain_runs"] if (x["round"], x["prompt"]) == (r["round"], r["prompt"])]
+        assert min(around) - 1e-9 <= r["plain_tokens_per_s"] <= max(around) + 1e-9
+    assert res["drift"]["a"]["plain_tokens_per_s"] == [
+        statistics.median(x["tokens_per_s"] for x in res["plain_runs"] if (x["round"], x["prompt"]) == (i, "a"))
+        for i in range(3)]
     for row in res["table"]:
         assert row["n"] == 6 and row["min_ratio"] <= row["median_ratio"] <= row["max_ratio"]
     assert res["best_k"] in (1, 3)
@@ -226,3 +236,32 @@ def test_paired_ratios_keep_a_pass_from_reading_cheaper_than_a_step():
     verify, per_token, per_call = _paired(ratios, {"1": [0.6, 0.6], "4": [1.5, 1.5]}, step)
     assert apart < 0.9 and 0.95 < verify[1] / step < 1.0
     assert per_token / step == pytest.approx(0.3) and per_call / step == pytest.approx(0.3)
+
+
+def test_plain_runs_bracket_every_few_speculative_runs():
+    from playground.lab.speed import bracketed
+    assert bracketed(["k=1", "k=2", "k=3", "k=4"], 3) == ["plain", "k=1", "k=2", "k=3", "plain", "k=4", "plain"]
+    assert bracketed(["k=1", "k=2"], 1) == ["plain", "k=1", "plain", "k=2", "plain"]
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(PlaygroundError, match="plain_every must be a whole number >= 1"):
+            bracketed(["k=1"], bad)
+
+
+def test_plain_speed_is_interpolated_to_each_speculative_run():
+    from types import SimpleNamespace
+
+    from playground.lab.speed import _plain_at
+    # a host slowing steadily: plain steps of 50 ms at t = 0 and 60 ms at t = 10 (40 tokens each)
+    early = SimpleNamespace(new_tokens=40, decode_s=40 * 0.050, prefill_s=0.2)
+    late = SimpleNamespace(new_tokens=40, decode_s=40 * 0.060, prefill_s=0.4)
+    mid = _plain_at([(0.0, early), (10.0, late)], 5.0)
+    assert mid.decode_s / mid.new_tokens == pytest.approx(0.055) and mid.prefill_s == pytest.approx(0.3)
+    assert mid.tokens_per_s == pytest.approx(1 / 0.055)
+    assert _plain_at([(0.0, early), (10.0, late)], 7.5).decode_s == pytest.approx(40 * 0.0575)
+    # before the first or after the last plain run: that run as it was
+    assert _plain_at([(0.0, early), (10.0, late)], 12.0).decode_s == pytest.approx(late.decode_s)
+    assert _plain_at([(0.0, early), (10.0, late)], -1.0).decode_s == pytest.approx(early.decode_s)
+    # a sampled plain run may stop early: the step time is interpolated, the token count is the nearer run's
+    short = SimpleNamespace(new_tokens=20, decode_s=20 * 0.060, prefill_s=0.4)
+    near_short = _plain_at([(0.0, early), (10.0, short)], 8.0)
+    assert near_short.new_tokens == 20 and near_short.decode_s / 20 == pytest.approx(0.058)

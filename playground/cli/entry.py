@@ -176,6 +176,11 @@ def _add_lab_parsers(sub) -> None:
         if name in ("speed", "sweep"):
             p.add_argument("--min-confidence", type=float, default=None,
                            help="model drafters stop after a token they gave less than this probability")
+            # lab.speed.PLAIN_EVERY, spelled out: the parser imports nothing that loads torch
+            p.add_argument("--plain-every", type=int, default=3, metavar="N",
+                           help="a plain run before every N speculative runs of a prompt and after the last; each "
+                                "speculative run is divided by plain speed interpolated to its moment (default 3; "
+                                "fewer plain runs are quicker, more follow a drifting host closer)")
         if name == "speed":
             # lab.speed.MEMORY_SCOPES, spelled out: the parser imports nothing that loads torch
             p.add_argument("--memory", choices=("conversation", "prompt", "none"), default="conversation",

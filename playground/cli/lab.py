@@ -144,14 +144,16 @@ def _speed(job: Job) -> dict:
     timings = _calibrations(job, list(job.ids))
     return speed(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.lengths,
                  sampling=_sampling(job.args), timing=timings, min_confidence=job.args.min_confidence,
-                 progress=_rest_of_bar(job), between_rounds=_spread(job, timings), memory=job.args.memory)
+                 progress=_rest_of_bar(job), between_rounds=_spread(job, timings), memory=job.args.memory,
+                 plain_every=job.args.plain_every)
 
 
 def _sweep(job: Job) -> dict:
     name, ids = next(iter(job.ids.items()))
     timing = _calibrations(job, [name])[name]
     return sweep(job.pair, ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.max_new,
-                 sampling=_sampling(job.args), timing=timing, min_confidence=job.args.min_confidence, name=name, progress=_rest_of_bar(job))
+                 sampling=_sampling(job.args), timing=timing, min_confidence=job.args.min_confidence, name=name,
+                 progress=_rest_of_bar(job), plain_every=job.args.plain_every)
 
 
 # command -> the experiment it runs, with the arguments it reads
@@ -175,6 +177,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
         raise PlaygroundError(f"--rounds must be >= 1, got {args.rounds}")
     if args.draws < 1:
         raise PlaygroundError(f"--draws must be >= 1, got {args.draws}")
+    if getattr(args, "plain_every", 1) < 1:  # speed and sweep only
+        raise PlaygroundError(f"--plain-every must be >= 1, got {args.plain_every}")
     ks = _parse_ks(args.ks, DEFAULT_KS.get(args.command, ()))
     if args.command not in ("speed", "sweep") and not all(isinstance(k, int) for k in ks):
         raise PlaygroundError(f"{args.command} takes fixed k values only; adaptive and heuristic run in speed and sweep")

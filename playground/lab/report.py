@@ -213,7 +213,9 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
     cmd = doc["experiment"]
     c = (doc.get("timing") or {}).get("c")
     lines = [f"{cmd} ({setup}; {doc.get('sampling') or 'greedy'}; {new_tokens(doc['max_new_tokens'])}; {doc['rounds']} rounds of adjacent runs "
-             f"in rotating order; ratio = speculative / plain tokens/s, prefill excluded"
+             "in rotating order" + (f", plain before every {pe} and after the last, interpolated to each run"
+                                    if (pe := doc.get("plain_every")) else "")
+             + "; ratio = speculative / plain tokens/s, prefill excluded"
              + ("" if c is None else f"; c = {c:.2f}")
              + (f"; schedules' memory: {doc['memory']}" if any(isinstance(k, str) for k in doc["ks"])
                 and doc.get("memory") else "") + ")", "", k_table(doc), ""]

@@ -4,7 +4,9 @@ each figure; the k sweep of one prompt."""
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ..core import cost
 from ..core.engine import K_MAX, plain_generate, speculative_generate
@@ -36,6 +38,52 @@ from .trust import (
 MEMORY_SCOPES = ("conversation", "prompt", "none")  # what a schedule's state carries over between runs (speed())
 
 
+# A plain run before every PLAIN_EVERY speculative runs of a prompt and after the last (speed(), `plain_every`).
+# With one plain run per prompt and round, a speculative run 10 runs from it (half a minute on the AMD EPYC VM)
+# was divided by a plain speed the host had since left: in the two grids of 2026-12-04 the standard deviation of
+# measured / predicted grew from 0.07-0.08 for runs beside the plain run to 0.16-0.22 eight or nine runs from it.
+PLAIN_EVERY = 3
+
+
+def bracketed(arms: Sequence[str], every: int) -> list[str]:
+    """The speculative `arms` with a "plain" run before every `every` of them and after the last."""
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise PlaygroundError(f"plain_every must be a whole number >= 1, got {every!r}")
+    out: list[str] = []
+    for i, arm in enumerate(arms):
+        if i % every == 0:
+            out.append("plain")
+        out.append(arm)
+    return [*out, "plain"]
+
+
+@dataclass(frozen=True)
+class _Plain:
+    """Plain decoding as it ran at a moment between two plain runs: what `speed` divides a speculative run by."""
+
+    new_tokens: int
+    decode_s: float
+    prefill_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+
+def _plain_at(plains: Sequence[tuple[float, object]], when: float) -> _Plain:
+    """Plain decoding at `when` (a perf_counter time), from the plain runs (midpoint time, summary) of one prompt
+    and round: the step time and prefill of the runs just before and after it, interpolated linearly in time
+    (a host drifting steadily between them cancels), or the one run on a side where the other has none."""
+    before = [x for x in plains if x[0] <= when]
+    after = [x for x in plains if x[0] > when]
+    (ta, a), (tb, b) = before[-1] if before else after[0], after[0] if after else before[-1]
+    w = (when - ta) / (tb - ta) if tb > ta else 0.0
+    step = lambda x: x.decode_s / x.new_tokens if x.new_tokens else 0.0
+    near = a if w <= 0.5 else b
+    return _Plain(near.new_tokens, near.new_tokens * ((1 - w) * step(a) + w * step(b)),
+                  (1 - w) * a.prefill_s + w * b.prefill_s)
+
+
 def _run_plain(pair, prompt, sampling, max_new):
     return summarize(plain_generate(pair, prompt, sampling=sampling, max_new_tokens=max_new))
 
@@ -55,14 +103,16 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
           rounds: int = 3, max_new_tokens: int | Mapping[str, int] = 64, sampling: SamplingConfig = GREEDY,
           timing: Timing | dict[str, Timing] | None = None,
           drift_warning: float = 0.15, min_confidence: float | None = None, progress: Progress = None,
-          memory: str = "conversation", between_rounds: Callable[[int], None] | None = None) -> dict:
+          memory: str = "conversation", between_rounds: Callable[[int], None] | None = None,
+          plain_every: int = PLAIN_EVERY) -> dict:
     """Measured speed-up of speculative over plain decoding per prompt and k, with the prediction beside it.
 
-    In each round, for each prompt, plain and every k run back to back in an order that rotates from
-    round to round; each speculative run is divided by the plain run of the same prompt and round.
-    Quoted: the median ratio over rounds (and prompts). A prompt whose plain speed moved by more than
-    `drift_warning` between rounds ((max - min) / median) fails the verdict: its ratios are still adjacent, but
-    the machine changed under them.
+    In each round, for each prompt, every k runs back to back in an order that rotates from round to round,
+    with a plain run before every `plain_every` of them and after the last (`bracketed`); each speculative run is
+    divided by plain decoding interpolated to its moment between the plain runs around it (`_plain_at`).
+    Quoted: the median ratio over rounds (and prompts). A prompt whose plain speed (the median of a round's plain
+    runs) moved by more than `drift_warning` between rounds ((max - min) / median) fails the verdict: its ratios
+    are still adjacent, but the machine changed under them.
     A k may also be "adaptive" (needs `timing`) or "heuristic" (transformers' schedule), see adaptive.py.
     `timing`: one calibration for every prompt, or one per prompt name (a longer context costs more per
     step, on both sides, so per-prompt calibrations predict better). A calibration timed under another
@@ -77,7 +127,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     """
     lengths = _lengths(prompts, max_new_tokens)
     timing_of = (lambda name: timing.get(name)) if isinstance(timing, dict) else (lambda name: timing)
-    arms = ["plain", *[f"k={k}" for k in ks]]
+    arms = [f"k={k}" for k in ks]
     if memory not in MEMORY_SCOPES:
         raise PlaygroundError(f"memory must be one of {', '.join(MEMORY_SCOPES)}, got {memory!r}")
     memories: dict = {}
@@ -87,28 +137,33 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
             return {}
         return memories.setdefault(arm if memory == "conversation" else (arm, name), {})
 
-    runs = []
-    total = rounds * len(prompts) * len(arms)
+    runs, plain_runs = [], []
+    total = rounds * len(prompts) * len(bracketed(arms, plain_every))
     done = 0
     monitor = MachineMonitor().__enter__()
     for r in range(rounds):
         if r and between_rounds is not None:
             between_rounds(r - 1)
         for p_index, (name, prompt) in enumerate(prompts.items()):
-            order = rotated(arms, r + p_index)
-            results, iterations = {}, {}
+            order = bracketed(rotated(arms, r + p_index), plain_every)
+            results, iterations, plains = {}, {}, []
             for arm in order:
+                start = time.perf_counter()
                 if arm == "plain":
-                    results[arm] = _run_plain(pair, prompt, sampling, lengths[name])
+                    summary = _run_plain(pair, prompt, sampling, lengths[name])
+                    plains.append(((start + time.perf_counter()) / 2, summary))
+                    plain_runs.append({"round": r, "prompt": name, "tokens_per_s": summary.tokens_per_s})
                 else:
                     setting = arm[2:]
-                    results[arm], iterations[arm] = _run_spec(
+                    summary, iterations[arm] = _run_spec(
                         pair, prompt, proposer_factory, int(setting) if setting.isdigit() else setting, sampling,
                         lengths[name], timing_of(name), min_confidence, memory_of(arm, name))
+                    results[arm] = (summary, (start + time.perf_counter()) / 2)
                 done += 1
                 tick(progress, done / total, f"round {r + 1}/{rounds}, {name}: {arm}")
             for k in ks:
-                s, p = results[f"k={k}"], results["plain"]
+                s, mid = results[f"k={k}"]
+                p = _plain_at(plains, mid)
                 runs.append({
                     "round": r, "prompt": name, "k": k, "order": order,
                     "plain_tokens_per_s": p.tokens_per_s, "spec_tokens_per_s": s.tokens_per_s,
@@ -138,7 +193,8 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
                  for name in prompts for k in ks]
     drift = {}
     for name in prompts:
-        plain_speeds = [x["plain_tokens_per_s"] for x in runs if x["prompt"] == name and x["k"] == ks[0]]
+        plain_speeds = [statistics.median(x["tokens_per_s"] for x in plain_runs if x["prompt"] == name and x["round"] == r)
+                        for r in range(rounds)]
         moved = relative_spread(plain_speeds)  # as the verdict measures it, so the two never disagree
         drift[name] = {"plain_tokens_per_s": plain_speeds, "spread": moved, "flagged": moved > drift_warning}
     limits = TrustLimits(drift=drift_warning)
@@ -156,7 +212,8 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
             "min_confidence": min_confidence, "memory": memory,
             "table": table, "best_k": best["k"], "by_prompt": by_prompt, "best_k_by_prompt": {
                 name: _best_fixed([r for r in by_prompt if r["prompt"] == name])["k"] for name in prompts},
-            "drift": drift, "schedules": compare(runs, list(prompts), ks), "runs": runs,
+            "drift": drift, "schedules": compare(runs, list(prompts), ks), "runs": runs, "plain_runs": plain_runs,
+            "plain_every": plain_every,
             "timing": first.to_dict() if (first := timing_of(next(iter(prompts)))) else None,
             "timing_by_prompt": {n: timing[n].to_dict() for n in prompts if n in timing}
             if isinstance(timing, dict) else None}
@@ -270,7 +327,7 @@ def _pooled_positions(rows: list[dict]) -> list[float]:
 def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] = tuple(range(1, 9)), rounds: int = 2,
           max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY, timing: Timing | None = None,
           adaptive: bool = True, min_confidence: float | None = None, name: str = "prompt",
-          progress: Progress = None) -> dict:
+          progress: Progress = None, plain_every: int = PLAIN_EVERY) -> dict:
     """k = 1..8 on one prompt: measured speed-up (adjacent runs) and predicted, break-even alpha, best k;
     with `adaptive`, the adaptive controller runs as one more arm of the same rounds. Without `timing`, it
     calibrates first, under `sampling`."""
@@ -280,13 +337,14 @@ def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] =
     # The progress bar's share of each phase, in target passes (the unit both phases spend their time in):
     # a calibration runs (warm-up + repeats) x lengths cycles of a draft and a pass; a run about one pass a token.
     cal_passes = 0 if timing is not None else 2 * (3 + 12) * len(pass_lengths(n_max))
-    share = cal_passes / (cal_passes + rounds * (len(arms) + 1) * max_new_tokens)
+    share = cal_passes / (cal_passes + rounds * len(bracketed(arms, plain_every)) * max_new_tokens)
     if timing is None:
         timing = calibrate(pair, prompt_ids, proposer_factory(), n_max=n_max, sampling=sampling,
                            progress=(lambda f, m: tick(progress, share * f, m)) if progress else None)
     result = speed(pair, {name: prompt_ids}, proposer_factory, ks=arms, rounds=rounds,
                    max_new_tokens=max_new_tokens, sampling=sampling, timing=timing, min_confidence=min_confidence,
-                   progress=(lambda f, m: tick(progress, share + (1 - share) * f, m)) if progress else None)
+                   progress=(lambda f, m: tick(progress, share + (1 - share) * f, m)) if progress else None,
+                   plain_every=plain_every)
     for row in result["table"]:
         if isinstance(row["k"], int):
             row["break_even_alpha"] = cost.break_even_alpha(row["k"], timing.c, timing.v, timing.overhead)

@@ -112,8 +112,8 @@ def _run_tab(ui):
 
 def _sweep_tab(ui, limits: Limits):
     gr.Markdown(
-        "Sweeps k over the current prompt (pick a preset for an output shape): in each round plain decoding and every "
-        "k run back to back in a rotating order; the chart shows the median measured speed-up (bars: min\u2013max over "
+        "Sweeps k over the current prompt (pick a preset for an output shape): in each round every k runs back to "
+        "back in a rotating order, with plain decoding between them to divide by; the chart shows the median measured speed-up (bars: min\u2013max over "
         "rounds) beside the cost model's prediction, the break-even line and the recommended k, which is given only "
         "when the sweep's trust verdict holds (3 rounds or more, on a quiet machine). Uses the drafter and decoding "
         "settings of the Run tab.",

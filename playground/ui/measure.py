@@ -19,7 +19,7 @@ from ..core.engine import K_MAX
 from ..drafters.registry import make_proposer
 from ..envinfo import describe_setup
 from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, Timing, calibrate, calibrated_timing, pass_lengths
-from ..lab.speed import sweep
+from ..lab.speed import PLAIN_EVERY, bracketed, sweep
 from ..limits import Limits
 from . import charts, serving, verdicts
 from .batching import batch_curves
@@ -149,7 +149,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     key, store = prompt_key(ids), provider.calibrations
     ks = list(range(1, k_max + 1))
     timing = find_timing(session, store, name, ids, N_NEEDED, req.sampling)
-    runs = rounds * (len(ks) + 2)  # plain decoding, every k and adaptive k, in each round
+    runs = rounds * len(bracketed([*map(str, ks), "adaptive"], PLAIN_EVERY))  # with the plain runs between them
 
     def factory():
         return make_proposer(pair, req.drafter)
@@ -167,7 +167,8 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
         return result, t, reused
 
     stop = f" ({stop_text(req.min_confidence)}, so no fixed-k prediction)" if req.min_confidence is not None else ""
-    plan = (f"{rounds} round(s) of plain decoding, k = 1..{k_max} and adaptive k back to back{stop}, "
+    plan = (f"{rounds} round(s) of k = 1..{k_max} and adaptive k back to back, plain decoding before every "
+            f"{PLAIN_EVERY} and after the last{stop}, "
             f"{req.max_new_tokens} new tokens per run: {runs} runs"
             + (f"; {reused_text(timing, False)}" if timing is not None else ", after a short calibration"))
     tracker = Tracker(f"Sweeping k = 1..{k_max}", started, plan)

@@ -368,9 +368,12 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
     spreads = [f.message for r in fixed for f in Verdict.from_dict(r.get("trust")).findings if f.check == "spread"]
     if spreads:
         lines.append("Rounds disagree: " + "; ".join(html.escape(m) for m in spreads) + ".")
-    lines.append(f"How measured: in each round plain decoding and every k ran back to back in a rotating order, "
-                 f"each speculative run divided by the plain run of its round; {max_new} max new tokens, prefill "
-                 f"excluded; {setup}.")
+    every = result.get("plain_every")  # absent from results saved with one plain run per round
+    divided = (f"with plain decoding before every {every} of them and after the last, each speculative run divided "
+               "by plain decoding's speed at its moment, interpolated between the plain runs around it" if every else
+               "each speculative run divided by the plain run of its round")
+    lines.append(f"How measured: in each round every k ran back to back in a rotating order, {divided}; "
+                 f"{max_new} max new tokens, prefill excluded; {setup}.")
     out.append(" ".join(lines))
     out.append(glossary_html(["k", "\u03b1 (acceptance rate)", "iid \u03b1", "per position", "break-even \u03b1",
                               "speed-up", "adjacent runs", "trust verdict"]))
