@@ -108,6 +108,22 @@ def test_finite_run_clips_its_last_iterations_like_the_loop():
         cost.predicted_speedup_finite([0.9], 4, 0.2, None, 0)
 
 
+def test_a_run_that_ends_on_a_stop_token_pays_its_last_iteration_as_the_loop_does():
+    v = {n: 1 + 0.1 * (n - 1) for n in range(1, 10)}
+    # 26 tokens at k = 4, every proposal accepted: five passes of 5 tokens, then 1 token left.
+    cut = 5 * (4 * 0.5 + v[5]) + 1.0  # cut at its length limit: the last token is a plain step
+    assert cost.predicted_speedup_finite([1.0], 4, 0.5, v, 26) == pytest.approx(26 / cut)
+    assert cost.predicted_speedup_finite([1.0], 4, 0.5, v, 26, limit=26) == pytest.approx(26 / cut)
+    # ended on an EOS under a limit of 64: the loop drafted up to the EOS (1 token) and verified 2, no bonus
+    eos = 5 * (4 * 0.5 + v[5]) + (0.5 + v[2])
+    assert cost.predicted_speedup_finite([1.0], 4, 0.5, v, 26, limit=64) == pytest.approx(26 / eos)
+    # the loop clips k to the limit, not to the EOS: 10 tokens under a limit of 12 at k = 8 are a pass of 9,
+    # then k = 2 (3 tokens left to the limit), of which the EOS is the first
+    assert cost.predicted_speedup_finite([1.0], 8, 0.5, v, 10, limit=12) == pytest.approx(
+        10 / ((8 * 0.5 + v[9]) + (0.5 + v[2])))
+    assert cost.predicted_speedup_finite([1.0], 8, 0.5, v, 10) == pytest.approx(10 / ((8 * 0.5 + v[9]) + 1.0))
+
+
 def test_finite_horizon_choice_by_hand():
     from playground.core.cost import best_k_finite
 

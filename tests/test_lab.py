@@ -63,6 +63,8 @@ def test_speed_alternates_and_pairs_runs_within_a_round(pair64):
     # divided by plain speed interpolated between the plain runs of its prompt and round
     assert all(o[0] == o[-1] == "plain" and o.count("plain") == 2 for o in orders) and res["plain_every"] == 3
     assert len(res["plain_runs"]) == 3 * 2 * 2
+    # how each run ended, which its prediction needs (lab.fit.stop_limit)
+    assert all(r["finished"] in ("eos", "length") and r["max_new_tokens"] == 8 for r in res["runs"])
     for r in res["runs"]:
         around = [x["tokens_per_s"] for x in res["plain_runs"] if (x["round"], x["prompt"]) == (r["round"], r["prompt"])]
         assert min(around) - 1e-9 <= r["plain_tokens_per_s"] <= max(around) + 1e-9
@@ -265,3 +267,18 @@ def test_plain_speed_is_interpolated_to_each_speculative_run():
     short = SimpleNamespace(new_tokens=20, decode_s=20 * 0.060, prefill_s=0.4)
     near_short = _plain_at([(0.0, early), (10.0, short)], 8.0)
     assert near_short.new_tokens == 20 and near_short.decode_s / 20 == pytest.approx(0.058)
+
+
+def test_a_run_that_ended_on_an_eos_is_predicted_with_its_last_iteration_as_run():
+    from playground.core import cost
+    from playground.lab.calibration import Timing
+    from playground.lab.speed import _run_prediction
+    t = Timing(target_step_s=0.05, verify_s={n: 0.05 * (1 + 0.1 * (n - 1)) for n in range(1, 6)},
+               draft_step_s=0.025, context_tokens=10)
+    run = {"k": 4, "per_position": [1.0, 1.0, 1.0, 1.0], "new_tokens": 26, "max_new_tokens": 64}
+    by_length = _run_prediction({**run, "finished": "length"}, t)
+    by_eos = _run_prediction({**run, "finished": "eos"}, t)
+    assert by_length == pytest.approx(cost.predicted_speedup_finite([1.0] * 4, 4, t.c, t.v, 26))
+    assert by_eos == pytest.approx(cost.predicted_speedup_finite([1.0] * 4, 4, t.c, t.v, 26, limit=64))
+    assert by_eos < by_length
+    assert _run_prediction(run, t) == by_length  # saved before runs kept how they ended

@@ -28,8 +28,8 @@ class Timing:
     fixed cost per call), and the decoding they were timed under (`sampling`, SamplingConfig.timing_label)."""
 
     target_step_s: float  # median target pass over 1 new token, back to back as plain decoding runs
-    verify_s: dict[int, float]  # median target pass over n new tokens right after a draft, n = 1..n_max
-    draft_step_s: float  # median per-token cost of the drafter (slope of propose(k) time in k)
+    verify_s: dict[int, float]  # target pass over n new tokens right after a draft, n = 1..n_max (see _paired)
+    draft_step_s: float  # per-token cost of the drafter (slope of propose(k) time in k; see _paired)
     context_tokens: int
     raw: dict = field(default_factory=dict)
     draft_call_s: float = 0.0  # what a propose() costs beyond k per-token steps (catching up, set-up)
@@ -91,15 +91,15 @@ class Timing:
                 sum(costs[s][1] * n for s, n in counts.items()) / total)
 
     def predict(self, alpha_or_positions, k: int, new_tokens: int | None = None,
-                source_iterations: dict[str, int] | None = None) -> float:
-        """Predicted speed-up over plain decoding: iid alpha or per-position acceptance (empirical).
-        With `new_tokens`, for a run of that length (its last iterations clipped as the loop clips them).
-        With `source_iterations` ({source: proposing iterations}), a hybrid's cost is the mix of its sources'."""
+                source_iterations: dict[str, int] | None = None, limit: int | None = None) -> float:
+        """Predicted speed-up over plain decoding: iid alpha or per-position acceptance (empirical). `new_tokens`: for a
+        run of that length (`limit`: its limit, if it ended on a stop token before; cost.predicted_speedup_finite).
+        `source_iterations` ({source: proposing iterations}): a hybrid's cost as the mix of its sources'."""
         c, overhead = self.mixed(source_iterations)
         if new_tokens is not None:
             positions = ([alpha_or_positions] if isinstance(alpha_or_positions, (int, float))
                          else alpha_or_positions)
-            return cost.predicted_speedup_finite(positions, k, c, self.v, new_tokens, overhead)
+            return cost.predicted_speedup_finite(positions, k, c, self.v, new_tokens, overhead, limit)
         if isinstance(alpha_or_positions, (int, float)):
             return cost.predicted_speedup(alpha_or_positions, k, c, self.v, overhead)
         return cost.predicted_speedup_empirical(alpha_or_positions, k, c, self.v, overhead)

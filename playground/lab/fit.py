@@ -113,8 +113,14 @@ def fit_loop(iterations: Sequence[Sequence[float]], unit_s: float) -> LoopCosts 
     return LoopCosts(unit_s, c, c_se, overhead, overhead_se, fit_verify(by_n, unit_s), len(rows))
 
 
-def _predict(positions, k, c, v, new_tokens, overhead) -> float:
-    return cost.predicted_speedup_finite(positions, k, c, v, new_tokens, overhead)
+def stop_limit(run: Mapping) -> int | None:
+    """A run's length limit if it ended on a stop token (an EOS) before it, else None: what
+    cost.predicted_speedup_finite needs to walk its last iteration as the loop ran it."""
+    return run.get("max_new_tokens") if run.get("finished") == "eos" else None
+
+
+def _predict(positions, k, c, v, new_tokens, overhead, limit=None) -> float:
+    return cost.predicted_speedup_finite(positions, k, c, v, new_tokens, overhead, limit)
 
 
 def explain_run(run: Mapping, k: int, predicted: float) -> dict | None:
@@ -129,7 +135,8 @@ def explain_run(run: Mapping, k: int, predicted: float) -> dict | None:
     positions = [a for a in run.get("per_position") or [] if a is not None]
     if fitted is None or not positions:
         return None
-    with_loop_costs = _predict(positions, k, fitted.c, fitted.verify.v, run["new_tokens"], fitted.overhead)
+    with_loop_costs = _predict(positions, k, fitted.c, fitted.verify.v, run["new_tokens"], fitted.overhead,
+                               stop_limit(run))
     in_buckets = sum(r[3] + r[4] + r[5] for r in its)
     bucket_ratio = (run["new_tokens"] / in_buckets) * unit if in_buckets > 0 else None
     if bucket_ratio is None:

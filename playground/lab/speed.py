@@ -17,7 +17,7 @@ from ..envinfo import environment
 from ..errors import PlaygroundError
 from .calibration import Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
-from .fit import explain_cell
+from .fit import explain_cell, stop_limit
 from .schedules import compare, costed_ratio, iteration_rows
 from .trust import (
     MachineMonitor,
@@ -171,6 +171,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
                     "e2e_ratio": _e2e(s) / _e2e(p) if _e2e(p) else None,
                     "alpha": s.alpha, "per_position": list(s.per_position_acceptance),
                     "tokens_per_pass": s.tokens_per_pass, "new_tokens": s.new_tokens,
+                    "max_new_tokens": lengths[name], "finished": s.finished,
                     "plain_new_tokens": p.new_tokens,
                     "draft_s": s.draft_s, "verify_s": s.verify_s, "rollback_s": s.rollback_s,
                     "decode_s": s.decode_s, "plain_decode_s": p.decode_s,
@@ -283,7 +284,7 @@ def _run_prediction(run: dict, timing: Timing | None) -> float | None:
     if timing is None or not isinstance(run["k"], int) or not positions:
         return None
     return timing.predict(positions, run["k"], new_tokens=run["new_tokens"],
-                          source_iterations=run.get("source_iterations"))
+                          source_iterations=run.get("source_iterations"), limit=stop_limit(run))
 
 
 def _judge(row: dict, runs: list[dict], overall: Verdict) -> None:

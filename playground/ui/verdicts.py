@@ -232,7 +232,8 @@ def _model_prediction(run: RunResult, timing) -> float | None:
     positions = [a for a in s.per_position_acceptance if a is not None]
     if timing is None or run.request.k_mode != "fixed" or run.request.min_confidence is not None or not positions:
         return None
-    return timing.predict(positions, run.request.k, new_tokens=s.new_tokens or None)
+    return timing.predict(positions, run.request.k, new_tokens=s.new_tokens or None,
+                          limit=run.request.max_new_tokens if s.finished == "eos" else None)
 
 
 def compared_prediction(run: RunResult, timing) -> float | None:
