@@ -83,3 +83,73 @@ def test_prediction_score_counts_close_cells_overall_and_among_the_sharp_ones():
         (6, 2, 2, 1, 3, 1)
     assert (score["worst_prompt"], score["worst_k"], score["worst_miss"]) == ("d", 3, 0.40)
     assert prediction_score([{"miss_empirical": None}]) is None
+
+
+def _timing(c=0.2, call=0.05, step=0.04, sources=None):
+    from playground.lab.calibration import Timing
+
+    return Timing(target_step_s=step, verify_s={n: step * (1 + 0.05 * (n - 1)) for n in range(1, 10)},
+                  draft_step_s=c * step, context_tokens=100, draft_call_s=call * step, source_s=sources or {})
+
+
+def _neighbour(timing, rng, k, draft_scale, verify_scale, outside, unit=0.05, source=None):
+    """A run on a host where drafting costs `draft_scale` and verification `verify_scale` times what the
+    calibration says, with `outside` of its decode time outside the buckets."""
+    c, call = timing.source_costs.get(source, (timing.c, timing.overhead))
+    rows = []
+    for _ in range(12):
+        d = rng.randint(1, k)
+        jitter = 1 + rng.uniform(-0.01, 0.01)
+        rows.append([k, d - 1, d, (d * c + call) * draft_scale * unit * jitter, timing.v[d + 1] * verify_scale * unit,
+                     0.0, d, source])
+    rows.append([0, 0, 1, 0.0, unit, 0.0, 0, None])  # a plain step (one token left): not drafting
+    buckets = sum(r[3] + r[4] + r[5] for r in rows)
+    return {"k": k, "iterations": rows, "plain_new_tokens": 40, "plain_decode_s": 40 * unit,
+            "decode_s": buckets / (1 - outside)}
+
+
+def test_loop_scales_read_what_the_neighbours_paid_against_the_calibration():
+    from playground.lab.fit import loop_scales
+
+    rng, t = random.Random(3), _timing()
+    neighbours = [_neighbour(t, rng, k, 1.3, 1.1, 0.03 + 0.002 * k) for k in (1, 2, 3, 5, 6, 7, 8)]
+    s = loop_scales(neighbours, t)
+    assert s.draft == pytest.approx(1.3, rel=0.01) and s.verify == pytest.approx(1.1, rel=1e-9)
+    assert s.outside == pytest.approx(0.03 + 0.002 * 5) and s.iterations == 7 * 12  # the median run's share
+    assert loop_scales([], t) is None
+    assert loop_scales([{"k": 1, "iterations": [[0, 0, 1, 0.0, 0.05, 0.0, 0, None]], "plain_new_tokens": 1,
+                         "plain_decode_s": 0.05}], t) is None  # plain steps only: nothing drafted to read
+
+
+def test_a_hybrids_lookup_iterations_are_charged_at_their_own_cost():
+    from playground.lab.fit import loop_scales
+
+    rng = random.Random(4)
+    t = _timing(sources={"lookup": (0.0, 0.0004)})  # prompt lookup: 0.01 of a step per call, nothing per token
+    both = [_neighbour(t, rng, 4, 1.5, 1.0, 0.0), _neighbour(t, rng, 4, 1.5, 1.0, 0.0, source="lookup")]
+    assert loop_scales(both, t).draft == pytest.approx(1.5, rel=0.01)
+
+
+def test_the_prediction_from_neighbours_uses_their_costs_and_never_the_runs_own_timing():
+    from playground.core import cost
+    from playground.lab.fit import loop_scales, predict_from_neighbours
+
+    rng, t = random.Random(5), _timing()
+    neighbours = [_neighbour(t, rng, k, 1.4, 1.2, 0.04) for k in (1, 2, 3, 5, 6, 7, 8)]
+    positions = [0.9, 0.8, 0.7, 0.6]
+    run = {"k": 4, "per_position": [*positions, None], "new_tokens": 40, "max_new_tokens": 64, "finished": "eos",
+           # its own timing is nonsense: the prediction must not read it
+           "iterations": [[4, 4, 5, 9.0, 9.0, 9.0, 4, None]], "plain_new_tokens": 40, "plain_decode_s": 1e-6}
+    got = predict_from_neighbours(run, neighbours, t)
+    s = loop_scales(neighbours, t)
+    by_hand = cost.predicted_speedup_finite(positions, 4, t.c * s.draft, {n: x * s.verify for n, x in t.v.items()},
+                                            40, t.overhead * s.draft, limit=64) * (1 - s.outside)
+    assert got == pytest.approx(by_hand)
+    # a slower host than the calibration saw predicts less than the calibration does
+    assert got < t.predict(positions, 4, new_tokens=40, limit=64)
+    # on a host exactly as calibrated, with nothing outside the buckets, it is the calibration's prediction
+    same = [_neighbour(t, random.Random(6), k, 1.0, 1.0, 0.0) for k in (1, 2, 3)]
+    assert predict_from_neighbours(run, same, t) == pytest.approx(t.predict(positions, 4, new_tokens=40, limit=64),
+                                                                  rel=0.01)
+    assert predict_from_neighbours({**run, "per_position": [None]}, neighbours, t) is None
+    assert predict_from_neighbours({**run, "k": "adaptive"}, neighbours, t) is None

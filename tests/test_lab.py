@@ -12,6 +12,7 @@ from playground.drafters.proposers import DraftModelProposer, PromptLookupPropos
 from playground.errors import PlaygroundError
 from playground.lab.calibration import pass_lengths
 from playground.lab.common import new_tokens
+from playground.lab.fit import predict_from_neighbours
 from tests.tiny import tiny_model, tiny_pair
 
 
@@ -103,6 +104,14 @@ def test_sweep_predicts_and_recommends(pair64):
     for row in fixed:
         assert row["predicted_iid"] > 0 and row["predicted_empirical"] > 0 and "break_even_alpha" in row
         assert row["miss_empirical"] == pytest.approx(row["median_ratio"] - row["predicted_empirical"])
+        # each run predicted again from the other arms' costs in its round (lab.fit.predict_from_neighbours)
+        assert row["predicted_local"] > 0 and row["miss_local"] == pytest.approx(
+            row["median_ratio"] - row["predicted_local"])
+    k1 = next(x for x in res["runs"] if x["k"] == 1)
+    others = [x for x in res["runs"] if x is not k1]
+    assert k1["predicted_local"] == pytest.approx(
+        predict_from_neighbours(k1, others, lab.Timing.from_dict(res["timing"])))
+    assert all(x["predicted_local"] is None for x in res["runs"] if x["k"] == "adaptive")
     assert calls and calls[-1] == 1.0 and all(0 <= f <= 1 for f in calls)
 
 

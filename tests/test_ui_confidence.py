@@ -14,7 +14,7 @@ from playground.core.cost import verify_cost
 from playground.core.records import Iteration, Step
 from playground.drafters.registry import DRAFTERS, make_proposer
 from playground.errors import PlaygroundError
-from playground.lab.report import prediction_line
+from playground.lab.misses import prediction_lines
 from playground.lab.speed import speed
 from playground.limits import Limits
 from playground.pairs.models import ModelPair
@@ -172,8 +172,8 @@ def test_the_lab_predicts_no_fixed_k_under_a_stop_and_costs_what_was_drafted(wor
     assert any(d < 3 for d in drafted[:-1]) and row["median_costed"] is not None
     full = speed(word_pair, {"p": ids}, factory, **kw)
     assert full["table"][0]["predicted_iid"] is not None and full["table"][0]["predicted_empirical"] is not None
-    assert "none at a fixed k under a confidence stop" in prediction_line(stopped)  # what the CLI prints
-    assert prediction_line(full).startswith("prediction: within 0.05")
+    assert "none at a fixed k under a confidence stop" in prediction_lines(stopped)[1]  # what the CLI prints
+    assert prediction_lines(full)[1].startswith("prediction: within 0.05")
 
 
 def test_replay_takes_the_run_tabs_stop_and_refuses_it_with_sampling():

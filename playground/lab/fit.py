@@ -168,25 +168,95 @@ def explain_cell(runs: Sequence[Mapping], k: int, predictions: Sequence[float]) 
 
 
 def prediction_score(cells: Sequence[Mapping], within: float = 0.05,
-                     past: float = TrustLimits.prediction_miss) -> dict | None:
+                     past: float = TrustLimits.prediction_miss, key: str = "miss_empirical") -> dict | None:
     """How close the empirical prediction came over fixed-k cells (rows of lab.speed's `by_prompt`): how many
     missed by at most `within`; the same among the cells whose own half-spread ((max - min) / 2 over rounds) is
     at most `within` (a noisier cell cannot show a miss that small); the largest miss; how many missed by more
     than `past` (`far`), and how many of those in a cell whose trust verdict neither failed nor names the miss
-    (`loose`: none, where lab.speed judged the cells)."""
-    cells = [c for c in cells if c.get("miss_empirical") is not None]
+    (`loose`: none, where lab.speed judged the cells). `key`: the miss scored, the calibration's prediction's
+    ("miss_empirical") or the one from the neighbouring runs' costs ("miss_local")."""
+    cells = [c for c in cells if c.get(key) is not None]
     if not cells:
         return None
-    close = lambda c: abs(c["miss_empirical"]) <= within
+    close = lambda c: abs(c[key]) <= within
     sharp = [c for c in cells if c.get("spread") is not None and c["spread"] / 2 <= within]
-    worst = max(cells, key=lambda c: abs(c["miss_empirical"]))
-    far = [c for c in cells if abs(c["miss_empirical"]) > past]
+    worst = max(cells, key=lambda c: abs(c[key]))
+    far = [c for c in cells if abs(c[key]) > past]
     loose = [c for c in far if (c.get("trust") or {}).get("trusted", True) and not _flags_miss(c)]
     return {"within": within, "past": past, "cells": len(cells), "close": sum(map(close, cells)),
-            "sharp": len(sharp), "sharp_close": sum(map(close, sharp)), "worst_miss": worst["miss_empirical"],
+            "sharp": len(sharp), "sharp_close": sum(map(close, sharp)), "worst_miss": worst[key],
             "worst_prompt": worst.get("prompt"), "worst_k": worst.get("k"), "far": len(far), "loose": len(loose)}
 
 
 def _flags_miss(cell: Mapping) -> bool:
     """Whether a cell's trust verdict names its prediction's miss (lab.trust.check_prediction)."""
     return any(f.get("check") == "prediction-miss" for f in (cell.get("trust") or {}).get("findings", []))
+
+
+# --- the prediction from the loop's costs at the other arms ------------------------------------------
+# A calibration is timed minutes away from most runs, and on the AMD EPYC VM the host moves a llama.cpp drafter
+# and the torch target by different amounts from minute to minute (docs/results.md, 2026-12-04), which pairing
+# within the calibration cannot cancel. The runs of the other arms of the same prompt and round ran seconds from
+# the one predicted: their iterations say what drafting and verification cost at that moment. The calibration
+# keeps the shape (c per token against the cost per call, v(n) along n); the neighbours set the level.
+
+@dataclass(frozen=True)
+class LoopScales:
+    """What the neighbouring runs paid against what the calibration charges for the same iterations."""
+
+    draft: float  # the drafting (and rollback) seconds they paid / the calibration's cost of their drafts
+    verify: float  # their verification seconds / the calibration's v(drafted + 1)
+    outside: float  # the median share of their decode time outside the three buckets
+    iterations: int
+
+
+def _unit(run: Mapping) -> float | None:
+    tokens, seconds = run.get("plain_new_tokens"), run.get("plain_decode_s")
+    return seconds / tokens if tokens and seconds and seconds > 0 else None
+
+
+def loop_scales(neighbours: Sequence[Mapping], timing) -> LoopScales | None:
+    """`timing`: the calibration (lab.calibration.Timing). Sums over the neighbours' drafting iterations
+    (not a median of per-iteration ratios: an iteration of 1 token and one of 8 weigh as the time they took).
+    None without a drafting iteration to read."""
+    paid_d = cal_d = paid_v = cal_v = 0.0
+    outside, count = [], 0
+    sources, v = timing.source_costs, timing.v
+    for run in neighbours:
+        unit = _unit(run)
+        rows = [r for r in run.get("iterations") or [] if r[0] > 0 and (len(r) <= 6 or r[6] > 0)]
+        if unit is None or not rows:
+            continue
+        for r in rows:
+            drafted = int(r[6]) if len(r) > 6 else int(r[0])
+            c, overhead = sources.get(r[7] if len(r) > 7 else None, (timing.c, timing.overhead))
+            paid_d += (r[3] + r[5]) / unit
+            cal_d += drafted * c + overhead
+            paid_v += r[4] / unit
+            cal_v += cost.verify_cost(v, drafted + 1)
+            count += 1
+        buckets = sum(r[3] + r[4] + r[5] for r in run["iterations"])
+        if run.get("decode_s"):
+            outside.append(max(0.0, 1 - buckets / run["decode_s"]))
+    if not count or cal_d <= 0 or cal_v <= 0:
+        return None
+    return LoopScales(paid_d / cal_d, paid_v / cal_v, statistics.median(outside) if outside else 0.0, count)
+
+
+def predict_from_neighbours(run: Mapping, neighbours: Sequence[Mapping], timing) -> float | None:
+    """A fixed-k run's speed-up predicted from its own per-position acceptance (as the empirical prediction) and
+    the calibration's costs rescaled to what `neighbours` paid (`loop_scales`), less their share outside the
+    buckets. The run's own timing is not read. None without what it needs."""
+    positions = []
+    for a in run.get("per_position") or []:
+        if a is None:
+            break
+        positions.append(a)
+    scales = loop_scales(neighbours, timing)
+    if scales is None or not positions or not isinstance(run.get("k"), int) or not run.get("new_tokens"):
+        return None
+    c, overhead = timing.mixed(run.get("source_iterations"))
+    v = {n: x * scales.verify for n, x in timing.v.items()}
+    walked = _predict(positions, run["k"], c * scales.draft, v, run["new_tokens"], overhead * scales.draft,
+                      stop_limit(run))
+    return walked * (1 - scales.outside)

@@ -13,7 +13,15 @@ from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, median_shares, perce
 from ..errors import PlaygroundError
 from .batch import batch_table
 from .common import markdown_table, new_tokens
-from .fit import prediction_score
+from .misses import (
+    explained_markdown,
+    fmt,
+    k_label,
+    misses_markdown,
+    prediction_lines,
+    result_cells,
+    trust_cell,
+)
 from .schedules import schedules_lines
 
 
@@ -41,23 +49,9 @@ def _setup_line(doc: dict) -> str:
     return ", ".join(str(b) for b in bits if b)
 
 
-def _label(k) -> str:
-    return f"k={k}" if isinstance(k, int) else str(k)
-
-
-def _fmt(x, spec=".2f") -> str:
-    return "-" if x is None else format(x, spec)
-
-
 def _text(value) -> str:
     """Free text in a table cell: a '|' would end the cell."""
     return str(value).replace("|", "\\|")
-
-
-def _cells(doc: dict) -> tuple[dict, list[str]]:
-    """A speed / sweep result's rows by (prompt, k), and its prompts in order."""
-    rows = doc.get("by_prompt") or [{"prompt": "prompt", **r} for r in doc["table"]]
-    return {(r["prompt"], r["k"]): r for r in rows}, doc.get("prompts") or sorted({r["prompt"] for r in rows})
 
 
 # --- speed and sweep -------------------------------------------------------------------------------------
@@ -71,14 +65,14 @@ def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
     ks = doc["ks"]
     fixed = [k for k in ks if isinstance(k, int)]
     schedules = [k for k in ks if not isinstance(k, int)]
-    by, prompts = _cells(doc)
-    head = ["preset", *(_label(k) for k in fixed), "best fixed k", *schedules, "end to end at best k", "alpha at best k"]
+    by, prompts = result_cells(doc)
+    head = ["preset", *(k_label(k) for k in fixed), "best fixed k", *schedules, "end to end at best k", "alpha at best k"]
     rows = []
     for name in prompts:
         cells = []
         for k in fixed:
             r = by[(name, k)]
-            cells.append(f"{r['median_ratio']:.2f} ({_fmt(r.get('predicted_empirical'))})")
+            cells.append(f"{r['median_ratio']:.2f} ({fmt(r.get('predicted_empirical'))})")
         best = max((by[(name, k)] for k in fixed), key=lambda r: r["median_ratio"])
         sched = []
         for s in schedules:
@@ -86,39 +80,8 @@ def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
             sched.append(f"{r['median_ratio']:.2f} ({r['median_ratio'] / best['median_ratio']:.0%} of best)")
         label = f"{name} ({kinds[name]})" if kinds and name in kinds else name
         rows.append([label, *cells, f"k={best['k']}: **{best['median_ratio']:.2f}x**", *sched,
-                     f"{_fmt(best.get('median_e2e_ratio'))}x", _fmt(best.get("alpha"), ".3f")])
+                     f"{fmt(best.get('median_e2e_ratio'))}x", fmt(best.get("alpha"), ".3f")])
     return markdown_table(head, rows)
-
-
-def misses_markdown(doc: dict) -> str:
-    """How far the empirical prediction missed the measured ratio, per prompt and k (measured - predicted)."""
-    ks = [k for k in doc["ks"] if isinstance(k, int)]
-    by, prompts = _cells(doc)
-    head = ["preset", *(_label(k) for k in ks), "within 0.05"]
-    rows = []
-    for name in prompts:
-        cells = [by[(name, k)] for k in ks]
-        misses = [c.get("miss_empirical") for c in cells]
-        within = sum(1 for m in misses if m is not None and abs(m) <= 0.05)
-        shown = [f"{_fmt(m, '+.2f')} (\u00b1{_fmt(c.get('spread'))})" if c.get("spread") is not None
-                 else _fmt(m, "+.2f") for m, c in zip(misses, cells)]
-        rows.append([name, *shown, f"{within}/{len(ks)}"])
-    return markdown_table(head, rows)
-
-
-def prediction_line(doc: dict) -> str | None:
-    """How close the empirical prediction came over a result's fixed-k cells (lab.fit.prediction_score)."""
-    by, prompts = _cells(doc)
-    score = prediction_score([{"prompt": name, **by[(name, k)]} for name in prompts for k in doc["ks"]
-                              if isinstance(k, int) and (name, k) in by])
-    if score is None:
-        return ("prediction: none at a fixed k under a confidence stop (the model drafts every k); the costed "
-                "column counts what was drafted") if doc.get("min_confidence") is not None else None
-    w, p = score["within"], score["past"]
-    return (f"prediction: within {w} of the measured median in {score['close']} of {score['cells']} cells, in "
-            f"{score['sharp_close']} of the {score['sharp']} whose half-spread is at most {w}; largest miss "
-            f"{score['worst_miss']:+.2f} ({score['worst_prompt']}, k={score['worst_k']}); {score['far']} past {p}, "
-            f"{score['far'] - score['loose']} of them flagged in their cells")
 
 
 def time_split_line(doc: dict) -> str | None:
@@ -136,14 +99,6 @@ def time_split_line(doc: dict) -> str | None:
             f"draft {percent(med['draft'])}, verify {percent(med['verify'])}, rollback {percent(med['rollback'])} "
             f"(max {percent(worst['rollback'])}), outside the buckets {percent(med['outside'])} (max "
             f"{percent(worst['outside'])}); {verdict}")
-
-
-def _trust_cell(trust: dict | None) -> str:
-    if not trust:
-        return "-"
-    if not trust["trusted"]:
-        return "UNTRUSTED"
-    return "ok (warn)" if trust["findings"] else "ok"
 
 
 def verdict_lines(doc: dict) -> list[str]:
@@ -164,27 +119,6 @@ def verdict_lines(doc: dict) -> list[str]:
     return lines
 
 
-def explained_markdown(doc: dict) -> str:
-    """Per prompt and fixed k: the miss (measured - predicted, means over rounds) split into step costs (the
-    loop's own against the calibration's), the acceptance model and the time outside the three buckets,
-    with the cell's spread and the loop's overhead and rollback shares of decoding time."""
-    ks = [k for k in doc["ks"] if isinstance(k, int)]
-    by, prompts = _cells(doc)
-    head = ["preset", "k", "miss", "spread", "step costs", "acceptance", "overhead", "outside buckets", "rollback",
-            "c in loop", "trust"]
-    rows = []
-    for name in prompts:
-        for k in ks:
-            r = by[(name, k)]
-            ex = r.get("explained")
-            if not ex:
-                continue
-            rows.append([name, str(k), f"{ex['miss']:+.2f}", _fmt(r.get("spread")), f"{ex['step_costs']:+.2f}",
-                         f"{ex['acceptance']:+.2f}", f"{ex['overhead']:+.2f}", _fmt(ex["outside_buckets_share"], ".1%"),
-                         _fmt(ex["rollback_share"], ".1%"), _fmt(ex["loop_c"]), _trust_cell(r.get("trust"))])
-    return markdown_table(head, rows)
-
-
 def k_table(doc: dict) -> str:
     """One row per k over all prompts: median ratio and its spread, alpha, the two predictions; a sweep adds
     the break-even alpha, an adaptive / heuristic arm how often each k was chosen."""
@@ -197,8 +131,8 @@ def k_table(doc: dict) -> str:
         fixed = isinstance(row["k"], int)
         be = row.get("break_even_alpha")
         cells = [str(row["k"]), f"{row['median_ratio']:.2f}", f"{row['min_ratio']:.2f}-{row['max_ratio']:.2f}",
-                 _fmt(row["alpha"], ".3f"), _fmt(row.get("predicted_iid")), _fmt(row.get("predicted_empirical")),
-                 _fmt(row.get("median_costed")), _trust_cell(row.get("trust"))]
+                 fmt(row["alpha"], ".3f"), fmt(row.get("predicted_iid")), fmt(row.get("predicted_empirical")),
+                 fmt(row.get("median_costed")), trust_cell(row.get("trust"))]
         if sweep:
             cells.append(("never" if be is None else f"{be:.2f}") if fixed else "-")
         if schedules:
@@ -230,7 +164,7 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
     if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
         lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss)", "",
                   explained_markdown(doc)]
-        lines += ["", score] if (score := prediction_line(doc)) else []
+        lines += prediction_lines(doc)
     drifted = [(name, d) for name, d in doc.get("drift", {}).items() if d.get("flagged")]
     if drifted:
         lines.append("")
@@ -291,7 +225,7 @@ def acceptance_table(doc: dict, setup: str) -> str:
             continue
         pos = " ".join("-" if a is None else f"{a:.2f}" for a in row["per_position"])
         rows.append([_text(row["kind"]), str(row["k"]), f"{row['alpha']:.3f}", f"{row['tokens_per_pass']:.2f}",
-                     f"{row['tokens_per_pass_iid']:.2f}", _fmt(row["tokens_per_pass_empirical"]), pos])
+                     f"{row['tokens_per_pass_iid']:.2f}", fmt(row["tokens_per_pass_empirical"]), pos])
     head = ["kind", "k", "alpha", "tok/pass", "iid", "empir.", "per position"]
     return f"acceptance ({setup}; {doc.get('sampling') or 'greedy'})\n\n" + markdown_table(head, rows)
 
@@ -314,13 +248,13 @@ def divergence_table(doc: dict, setup: str) -> str:
 def distribution_table(doc: dict, setup: str) -> str:
     """Per context, seed and rule: the chi-square p-value of the first tokens against the target's
     distribution, and TV(p, q) (where it is small no rule can be told apart)."""
-    rows = [[_text(r["prompt"]), str(r["seed"]), r["rule"], f"{r['p_value']:.3g}", _fmt(r["tv_distance_p_q"])]
+    rows = [[_text(r["prompt"]), str(r["seed"]), r["rule"], f"{r['p_value']:.3g}", fmt(r["tv_distance_p_q"])]
             for r in doc["results"]]
     text = (f"distribution ({setup}; {doc.get('sampling', 'sample')}; {doc['draws']} draws per context, seed and "
             f"rule)\n\n" + markdown_table(["prompt", "seed", "rule", "p", "TV(p, q)"], rows))
     contexts = doc.get("contexts") or {}
     if contexts:
-        crow = [[_text(n), str(c["position"]), _fmt(c["tv_distance_p_q"]), "yes" if c.get("power") else "NO"]
+        crow = [[_text(n), str(c["position"]), fmt(c["tv_distance_p_q"]), "yes" if c.get("power") else "NO"]
                 for n, c in contexts.items()]
         text += (f"\n\ncontexts (the first of the prompt and its greedy continuation with TV >= {doc['min_tv']}; "
                  "power: both wrong rules rejected at every seed)\n\n"
@@ -385,7 +319,7 @@ def report(path: str | Path) -> str:
         split = time_split_line(doc)
         lines += ["", speed_markdown(doc), *(["", split] if split else []), "",
                   "measured - empirical prediction (\u00b1 the cell's min-max spread):", "", misses_markdown(doc)]
-        lines += ["", score] if (score := prediction_line(doc)) else []
+        lines += prediction_lines(doc)
         lines += schedules_lines(doc)
         if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
             lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss):", "",

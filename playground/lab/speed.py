@@ -17,7 +17,7 @@ from ..envinfo import environment
 from ..errors import PlaygroundError
 from .calibration import Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
-from .fit import explain_cell, stop_limit
+from .fit import explain_cell, predict_from_neighbours, stop_limit
 from .schedules import compare, costed_ratio, iteration_rows
 from .trust import (
     MachineMonitor,
@@ -188,6 +188,8 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
         # such a run gets no prediction from it (its costed figure, above, counts what was drafted).
         x["predicted_empirical"] = _run_prediction(x, t) if min_confidence is None else None
         x["costed"] = costed_ratio(x["iterations"], CostCurve.from_timing(t) if t is not None else None)
+        x["predicted_local"] = (predict_from_neighbours(x, _neighbours(runs, x), t)
+                                if t is not None and min_confidence is None and isinstance(x["k"], int) else None)
     model_of = timing_of if min_confidence is None else (lambda name: None)  # no fixed-k model under a stop
     table = [_speed_row(k, [x for x in runs if x["k"] == k], model_of) for k in ks]
     by_prompt = [{"prompt": name, **_speed_row(k, [x for x in runs if x["k"] == k and x["prompt"] == name], model_of)}
@@ -260,7 +262,16 @@ def _speed_row(k: int, runs: list[dict], timing_of: Callable[[str], Timing | Non
         row["predicted_empirical"] = statistics.median(preds) if preds else None
         if row["predicted_empirical"] is not None:
             row["miss_empirical"] = row["median_ratio"] - row["predicted_empirical"]
+        local = [x["predicted_local"] for x in rows if x.get("predicted_local") is not None]
+        if local:  # the calibration's costs set to the level the other arms paid around each run (lab.fit)
+            row["predicted_local"] = statistics.median(local)
+            row["miss_local"] = row["median_ratio"] - row["predicted_local"]
     return row
+
+
+def _neighbours(runs: list[dict], run: dict) -> list[dict]:
+    """The other arms' runs of `run`'s prompt and round: seconds from it, on the host as it was then."""
+    return [x for x in runs if x is not run and x["prompt"] == run["prompt"] and x["round"] == run["round"]]
 
 
 def _lengths(prompts: Mapping[str, Sequence[int]], max_new_tokens: int | Mapping[str, int]) -> dict[str, int]:
