@@ -83,6 +83,15 @@ def test_prediction_score_counts_close_cells_overall_and_among_the_sharp_ones():
         (6, 2, 2, 1, 3, 1)
     assert (score["worst_prompt"], score["worst_k"], score["worst_miss"]) == ("d", 3, 0.40)
     assert prediction_score([{"miss_empirical": None}]) is None
+    # the neighbours' prediction is scored on its own miss and its own finding
+    local = [{"prompt": "a", "k": 1, "miss_local": 0.2, "spread": 0.06, "trust": {"trusted": True, "findings": [
+                 {"check": "prediction-miss", "severity": "warn"}]}},  # names the calibration's miss only
+             {"prompt": "a", "k": 2, "miss_local": -0.3, "spread": 0.08, "trust": {"trusted": True, "findings": [
+                 {"check": "prediction-miss-local", "severity": "warn"}]}},
+             {"prompt": "b", "k": 1, "miss_local": 0.01, "spread": 0.02, "miss_empirical": 0.5}]
+    score = prediction_score(local, key="miss_local")
+    assert (score["cells"], score["close"], score["sharp"], score["sharp_close"], score["far"], score["loose"]) == \
+        (3, 1, 3, 1, 2, 1)
 
 
 def _timing(c=0.2, call=0.05, step=0.04, sources=None):

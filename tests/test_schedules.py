@@ -109,4 +109,9 @@ def test_speed_costs_every_runs_decisions_and_the_report_prints_the_schedules(tm
     assert "schedules: costed" in text and "adaptive / heuristic, costed" in text and "| costed |" in text
     saved = tmp_path / "speed.json"
     saved.write_text(json.dumps(res))
-    assert "adaptive / heuristic, costed" in report(saved)  # a saved result re-read prints them too
+    reread = report(saved)
+    assert "adaptive / heuristic, costed" in reread  # a saved result re-read prints them too
+    # both predictions' misses per cell, and a score line for each
+    row = next(r for r in res["by_prompt"] if r["k"] == 4)
+    assert f"{row['miss_empirical']:+.2f} / {row['miss_local']:+.2f} (\u00b1{row['spread']:.2f})" in reread
+    assert "\nprediction: within 0.05" in reread and "\nprediction from the other arms' costs" in reread

@@ -21,6 +21,7 @@ from playground.lab.trust import (
     Verdict,
     check_calibration,
     check_drift,
+    check_local_prediction,
     check_prediction,
     check_rounds,
     check_spread,
@@ -92,6 +93,18 @@ def test_every_cell_the_prediction_missed_by_more_than_0_15_says_so(pair64, quie
     for c in cells:
         named = [f for f in c["trust"]["findings"] if f["check"] == "prediction-miss"]
         assert bool(named) == (c in far)
+        local = [f for f in c["trust"]["findings"] if f["check"] == "prediction-miss-local"]
+        assert bool(local) == (abs(c["miss_local"]) > 0.15)
+    # the prediction from the other arms' costs sets the calibration's level to what the loop paid, so the
+    # tripled drafter cost does not carry into it
+    assert all(abs(c["miss_local"]) < abs(c["miss_empirical"]) for c in far)
+
+
+def test_a_local_prediction_that_missed_by_more_than_0_15_is_flagged_as_the_host_moving():
+    assert check_local_prediction("k=4 on prose", -0.15) == [] and check_local_prediction("k=4", None) == []
+    (f,) = check_local_prediction("k=8 on sql", -0.25)
+    assert (f.check, f.severity) == ("prediction-miss-local", WARN) and "-0.25" in f.message
+    assert "runs around them" in f.message and "more rounds" in f.fix
 
 
 def test_a_verdict_round_trips_and_merges_failures_first():

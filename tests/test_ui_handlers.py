@@ -605,10 +605,10 @@ def test_sweep_rows_say_when_a_k_never_pays():
     result = {"table": [{"k": 1, "median_ratio": 0.81234, "min_ratio": 0.8, "max_ratio": 0.9, "alpha": None,
                          "break_even_alpha": None},
                         {"k": 2, "median_ratio": 1.2, "min_ratio": 1.1, "max_ratio": 1.3, "alpha": 0.9,
-                         "predicted_iid": 1.25, "break_even_alpha": 0.41234}]}
+                         "predicted_iid": 1.25, "predicted_local": 1.1789, "break_even_alpha": 0.41234}]}
     rows = verdicts.sweep_rows(result)
-    assert rows[0] == [1, 0.812, 0.8, 0.9, "\u2013", "\u2013", "\u2013", "never pays"]
-    assert rows[1] == [2, 1.2, 1.1, 1.3, 0.9, 1.25, "\u2013", 0.412]
+    assert rows[0] == [1, 0.812, 0.8, 0.9, "\u2013", "\u2013", "\u2013", "\u2013", "never pays"]
+    assert rows[1] == [2, 1.2, 1.1, 1.3, 0.9, 1.25, "\u2013", 1.179, 0.412]
     assert len(verdicts.SWEEP_COLUMNS) == len(rows[0])
 
 

@@ -182,15 +182,16 @@ def prediction_score(cells: Sequence[Mapping], within: float = 0.05,
     sharp = [c for c in cells if c.get("spread") is not None and c["spread"] / 2 <= within]
     worst = max(cells, key=lambda c: abs(c[key]))
     far = [c for c in cells if abs(c[key]) > past]
-    loose = [c for c in far if (c.get("trust") or {}).get("trusted", True) and not _flags_miss(c)]
+    loose = [c for c in far if (c.get("trust") or {}).get("trusted", True) and not _flags_miss(c, key)]
     return {"within": within, "past": past, "cells": len(cells), "close": sum(map(close, cells)),
             "sharp": len(sharp), "sharp_close": sum(map(close, sharp)), "worst_miss": worst[key],
             "worst_prompt": worst.get("prompt"), "worst_k": worst.get("k"), "far": len(far), "loose": len(loose)}
 
 
-def _flags_miss(cell: Mapping) -> bool:
-    """Whether a cell's trust verdict names its prediction's miss (lab.trust.check_prediction)."""
-    return any(f.get("check") == "prediction-miss" for f in (cell.get("trust") or {}).get("findings", []))
+def _flags_miss(cell: Mapping, key: str = "miss_empirical") -> bool:
+    """Whether a cell's trust verdict names the miss `key` scores (lab.trust.check_prediction)."""
+    check = "prediction-miss" if key == "miss_empirical" else "prediction-miss-local"
+    return any(f.get("check") == check for f in (cell.get("trust") or {}).get("findings", []))
 
 
 # --- the prediction from the loop's costs at the other arms ------------------------------------------

@@ -30,28 +30,34 @@ def trust_cell(trust: dict | None) -> str:
 
 
 def misses_markdown(doc: dict) -> str:
-    """How far the empirical prediction missed the measured ratio, per prompt and k (measured - predicted)."""
+    """How far each prediction missed the measured ratio, per prompt and k (measured - predicted): the
+    calibration's, then (where the result has it) the one from the other arms' costs in each round, with the
+    cell's min-max spread; and per prompt how many cells each put within 0.05."""
     ks = [k for k in doc["ks"] if isinstance(k, int)]
     by, prompts = result_cells(doc)
+    keys = [key for key in ("miss_empirical", "miss_local") if any(r.get(key) is not None for r in by.values())]
+    keys = keys or ["miss_empirical"]
     head = ["preset", *(k_label(k) for k in ks), "within 0.05"]
     rows = []
     for name in prompts:
         cells = [by[(name, k)] for k in ks]
-        misses = [c.get("miss_empirical") for c in cells]
-        within = sum(1 for m in misses if m is not None and abs(m) <= 0.05)
-        shown = [f"{fmt(m, '+.2f')} (\u00b1{fmt(c.get('spread'))})" if c.get("spread") is not None
-                 else fmt(m, "+.2f") for m, c in zip(misses, cells)]
-        rows.append([name, *shown, f"{within}/{len(ks)}"])
+        within = [sum(1 for c in cells if c.get(key) is not None and abs(c[key]) <= 0.05) for key in keys]
+        shown = [" / ".join(fmt(c.get(key), "+.2f") for key in keys)
+                 + (f" (\u00b1{fmt(c['spread'])})" if c.get("spread") is not None else "") for c in cells]
+        rows.append([name, *shown, " / ".join(f"{n}/{len(ks)}" for n in within)])
     return markdown_table(head, rows)
 
 
 def prediction_lines(doc: dict) -> list[str]:
     """After a blank line, how close each prediction came over a result's fixed-k cells (lab.fit.prediction_score):
-    the calibration's ("miss_empirical"), then the one from the other arms' costs in each run's round ("miss_local")."""
+    the calibration's ("miss_empirical"), then the one from the other arms' costs in each run's round
+    ("miss_local")."""
     by, prompts = result_cells(doc)
-    cells = [{"prompt": name, **by[(name, k)]} for name in prompts for k in doc["ks"] if isinstance(k, int) and (name, k) in by]
+    cells = [{"prompt": name, **by[(name, k)]} for name in prompts for k in doc["ks"]
+             if isinstance(k, int) and (name, k) in by]
     lines = []
-    for key, what in (("miss_empirical", "prediction"), ("miss_local", "prediction from the other arms' costs in each round")):
+    for key, what in (("miss_empirical", "prediction"),
+                      ("miss_local", "prediction from the other arms' costs in each round")):
         if (score := prediction_score(cells, key=key)) is None:
             continue
         w, p = score["within"], score["past"]

@@ -318,7 +318,8 @@ def report(path: str | Path) -> str:
             lines.append(timing_line(doc))
         split = time_split_line(doc)
         lines += ["", speed_markdown(doc), *(["", split] if split else []), "",
-                  "measured - empirical prediction (\u00b1 the cell's min-max spread):", "", misses_markdown(doc)]
+                  ("measured - prediction: the calibration's / from the other arms' costs in each round "
+                   "(\u00b1 the cell's min-max spread):"), "", misses_markdown(doc)]
         lines += prediction_lines(doc)
         lines += schedules_lines(doc)
         if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):

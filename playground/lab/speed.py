@@ -25,6 +25,7 @@ from .trust import (
     Verdict,
     check_calibration,
     check_drift,
+    check_local_prediction,
     check_prediction,
     check_rounds,
     check_sampling,
@@ -308,7 +309,8 @@ def _judge(row: dict, runs: list[dict], overall: Verdict) -> None:
     if isinstance(row["k"], int):
         paired = [(x, x["predicted_empirical"]) for x in runs if x.get("predicted_empirical") is not None]
         row["explained"] = explain_cell([x for x, _ in paired], row["k"], [p for _, p in paired]) if paired else None
-        missed = check_prediction(label, row.get("miss_empirical"), row["explained"])
+        missed = [*check_prediction(label, row.get("miss_empirical"), row["explained"]),
+                  *check_local_prediction(label, row.get("miss_local"))]
     row["trust"] = Verdict.of(overall, check_spread(label, ratios), missed).to_dict()
 
 

@@ -164,6 +164,18 @@ def check_prediction(label: str, miss: float | None, explained: dict | None = No
     return [Finding("prediction-miss", WARN, message, fix)]
 
 
+def check_local_prediction(label: str, miss: float | None, limits: TrustLimits = TrustLimits()) -> list[Finding]:
+    """A cell whose prediction from the other arms' costs in each round (lab.fit.predict_from_neighbours) missed
+    by more than `limits.prediction_miss`. That prediction walks each run with its own acceptance, and with the
+    run's own costs the walk lands within a hundredth of what it measured (2026-12-04, AMD EPYC), so what is left
+    is the run paying other step costs than the runs around it: the host moved within the round."""
+    if miss is None or abs(miss) <= limits.prediction_miss:
+        return []
+    return [Finding("prediction-miss-local", WARN, f"{label}: the prediction from the other arms' costs missed the "
+                    f"measured median by {miss:+.2f}: its runs paid other step costs than the runs around them",
+                    "run more rounds on a quiet machine; the host moved within a round")]
+
+
 def check_calibration(timing, limits: TrustLimits = TrustLimits()) -> list[Finding]:
     """A calibration (lab.calibration.Timing) whose costs are non-physical, noisy, or a drafter that cannot pay."""
     out = []

@@ -32,6 +32,7 @@ COLOURS = {
     "measured": "#0f766e",
     "iid": "#6366f1",
     "empirical": "#db2777",
+    "local": "#ca8a04",  # the per-position prediction at the loop's costs (lab.fit.predict_from_neighbours)
 }
 HEIGHT = 260
 EMPTY_HEIGHT = 110
@@ -210,11 +211,12 @@ def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None 
                     "color": COLOURS["measured"]},
         "hovertemplate": "k=%{x}<br>measured %{y:.2f}\u00d7<extra></extra>",
     }]
-    # The two predictions are often within a few percent of each other: drawn a little apart, in different
-    # dashes and markers, so both stay visible (the hover text gives the k each point belongs to).
+    # The predictions are often within a few percent of each other: drawn a little apart, in different
+    # dashes and markers, so each stays visible (the hover text gives the k each point belongs to).
     for key, name, colour, dash, symbol, dx in (
-            ("predicted_iid", "predicted (iid \u03b1)", COLOURS["iid"], "dot", "circle-open", -0.09),
-            ("predicted_empirical", "predicted (per position)", COLOURS["empirical"], "dash", "diamond", 0.09)):
+            ("predicted_iid", "predicted (iid \u03b1)", COLOURS["iid"], "dot", "circle-open", -0.12),
+            ("predicted_empirical", "predicted (per position)", COLOURS["empirical"], "dash", "diamond", 0.12),
+            ("predicted_local", "predicted (loop costs)", COLOURS["local"], "longdash", "square-open", 0.0)):
         pts = [(r["k"], r.get(key)) for r in rows if r.get(key) is not None]
         if pts:
             data.append({"type": "scatter", "x": [p[0] + dx for p in pts], "y": [p[1] for p in pts],
@@ -242,7 +244,7 @@ def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None 
                      "hovertemplate": f"k=%{{x}}<br>predicted at batch {b}: %{{y:.2f}}\u00d7<extra></extra>"})
         labels.append((pts[-1][1], f"batch {b}", colour))
     values = [1.0] + [r["median_ratio"] for r in schedules] + [r["max_ratio"] for r in rows] + \
-        [r["min_ratio"] for r in rows] + [r.get(k) for r in rows for k in ("predicted_iid", "predicted_empirical")] + \
+        [r["min_ratio"] for r in rows] + [r.get(k) for r in rows for k in ("predicted_iid", "predicted_empirical", "predicted_local")] + \
         [y for by_k in (batch or {}).values() for y in by_k.values()]
     values = [v for v in values if v is not None]
     lo, hi = min(0.0, min(values)), max(values) * 1.12

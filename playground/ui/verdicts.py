@@ -18,13 +18,16 @@ from .session import RunResult, Session, stop_text
 
 PRIOR_ALPHA = AdaptiveSettings().prior  # what adaptive k assumes before it has seen a proposal
 SWEEP_COLUMNS = ["k", "measured", "min", "max", "\u03b1", "predicted (iid)", "predicted (per position)",
-                 "break-even \u03b1"]
+                 "predicted (loop costs)", "break-even \u03b1"]
 GLOSSARY = {
     "k": "how many tokens the drafter proposes per iteration; the target checks them all in one pass",
     "\u03b1 (acceptance rate)": "the share of checked proposals the target kept (proposals after a rejection are "
                                "never checked, so they do not count)",
     "iid \u03b1": "the simple cost model: every proposal is kept with the same chance \u03b1, independently",
     "per position": "the finer model: the measured chance of keeping proposal i once proposals 1..i-1 were kept",
+    "loop costs": "the per-position prediction with the calibration's step costs set to the level the other k of "
+                  "the same round paid in the loop, seconds away (the run's own timing is not read): it follows "
+                  "a machine whose speed moves between the calibration and the runs",
     "c": "what the drafter costs per proposed token, in target steps (one target step = what plain decoding pays "
          "per token); a drafter must be far below 1 to pay",
     "v(n)": "what one target pass over n tokens costs, in target steps; checking k proposals is a pass over k + 1",
@@ -311,7 +314,7 @@ def sweep_rows(result: dict) -> list[list]:
         never = "break_even_alpha" in row and row["break_even_alpha"] is None  # computed: no alpha pays
         rows.append([row["k"], r3(row["median_ratio"]), r3(row["min_ratio"]), r3(row["max_ratio"]),
                      r3(row.get("alpha")), r3(row.get("predicted_iid")), r3(row.get("predicted_empirical")),
-                     "never pays" if never else r3(row.get("break_even_alpha"))])
+                     r3(row.get("predicted_local")), "never pays" if never else r3(row.get("break_even_alpha"))])
     return rows
 
 
@@ -376,6 +379,6 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
     lines.append(f"How measured: in each round every k ran back to back in a rotating order, {divided}; "
                  f"{max_new} max new tokens, prefill excluded; {setup}.")
     out.append(" ".join(lines))
-    out.append(glossary_html(["k", "\u03b1 (acceptance rate)", "iid \u03b1", "per position", "break-even \u03b1",
-                              "speed-up", "adjacent runs", "trust verdict"]))
+    out.append(glossary_html(["k", "\u03b1 (acceptance rate)", "iid \u03b1", "per position", "loop costs",
+                              "break-even \u03b1", "speed-up", "adjacent runs", "trust verdict"]))
     return "\n\n".join(out)
