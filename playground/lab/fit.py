@@ -113,6 +113,16 @@ def fit_loop(iterations: Sequence[Sequence[float]], unit_s: float) -> LoopCosts 
     return LoopCosts(unit_s, c, c_se, overhead, overhead_se, fit_verify(by_n, unit_s), len(rows))
 
 
+def reached(per_position: Sequence[float | None]) -> list[float]:
+    """Per-position acceptance up to the first position never reached."""
+    out = []
+    for a in per_position:
+        if a is None:
+            break
+        out.append(a)
+    return out
+
+
 def stop_limit(run: Mapping) -> int | None:
     """A run's length limit if it ended on a stop token (an EOS) before it, else None: what
     cost.predicted_speedup_finite needs to walk its last iteration as the loop ran it."""
@@ -169,7 +179,7 @@ def explain_cell(runs: Sequence[Mapping], k: int, predictions: Sequence[float]) 
 
 def prediction_score(cells: Sequence[Mapping], within: float = 0.05,
                      past: float = TrustLimits.prediction_miss, key: str = "miss_empirical") -> dict | None:
-    """How close the empirical prediction came over fixed-k cells (rows of lab.speed's `by_prompt`): how many
+    """How close a prediction came over fixed-k cells (rows of lab.speed's `by_prompt`): how many
     missed by at most `within`; the same among the cells whose own half-spread ((max - min) / 2 over rounds) is
     at most `within` (a noisier cell cannot show a miss that small); the largest miss; how many missed by more
     than `past` (`far`), and how many of those in a cell whose trust verdict neither failed nor names the miss
@@ -248,11 +258,7 @@ def predict_from_neighbours(run: Mapping, neighbours: Sequence[Mapping], timing)
     """A fixed-k run's speed-up predicted from its own per-position acceptance (as the empirical prediction) and
     the calibration's costs rescaled to what `neighbours` paid (`loop_scales`), less their share outside the
     buckets. The run's own timing is not read. None without what it needs."""
-    positions = []
-    for a in run.get("per_position") or []:
-        if a is None:
-            break
-        positions.append(a)
+    positions = reached(run.get("per_position") or [])
     scales = loop_scales(neighbours, timing)
     if scales is None or not positions or not isinstance(run.get("k"), int) or not run.get("new_tokens"):
         return None

@@ -17,7 +17,7 @@ from ..envinfo import environment
 from ..errors import PlaygroundError
 from .calibration import Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
-from .fit import explain_cell, predict_from_neighbours, stop_limit
+from .fit import explain_cell, predict_from_neighbours, reached, stop_limit
 from .schedules import compare, costed_ratio, iteration_rows
 from .trust import (
     MachineMonitor,
@@ -292,7 +292,7 @@ def _lengths(prompts: Mapping[str, Sequence[int]], max_new_tokens: int | Mapping
 
 def _run_prediction(run: dict, timing: Timing | None) -> float | None:
     """The empirical prediction for one fixed-k run: its per-position acceptance, for a run of its length."""
-    positions = _reached(run["per_position"])
+    positions = reached(run["per_position"])
     if timing is None or not isinstance(run["k"], int) or not positions:
         return None
     return timing.predict(positions, run["k"], new_tokens=run["new_tokens"],
@@ -312,16 +312,6 @@ def _judge(row: dict, runs: list[dict], overall: Verdict) -> None:
         missed = [*check_prediction(label, row.get("miss_empirical"), row["explained"]),
                   *check_local_prediction(label, row.get("miss_local"))]
     row["trust"] = Verdict.of(overall, check_spread(label, ratios), missed).to_dict()
-
-
-def _reached(per_position: Sequence[float | None]) -> list[float]:
-    """Per-position acceptance up to the first position never reached."""
-    out = []
-    for a in per_position:
-        if a is None:
-            break
-        out.append(a)
-    return out
 
 
 def _pooled_positions(rows: list[dict]) -> list[float]:

@@ -216,7 +216,7 @@ def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None 
     for key, name, colour, dash, symbol, dx in (
             ("predicted_iid", "predicted (iid \u03b1)", COLOURS["iid"], "dot", "circle-open", -0.12),
             ("predicted_empirical", "predicted (per position)", COLOURS["empirical"], "dash", "diamond", 0.12),
-            ("predicted_local", "predicted (loop costs)", COLOURS["local"], "longdash", "square-open", 0.0)):
+            ("predicted_local", "predicted (loop costs)", COLOURS["local"], "longdash", "square-open", 0.24)):
         pts = [(r["k"], r.get(key)) for r in rows if r.get(key) is not None]
         if pts:
             data.append({"type": "scatter", "x": [p[0] + dx for p in pts], "y": [p[1] for p in pts],
