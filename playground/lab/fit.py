@@ -28,6 +28,7 @@ from scipy.optimize import isotonic_regression
 from scipy.stats import linregress, mannwhitneyu
 
 from ..core import cost
+from ..drafters.adaptive import CostCurve
 from .trust import TrustLimits
 
 SIGNIFICANT_P = 0.01
@@ -232,7 +233,7 @@ def loop_scales(neighbours: Sequence[Mapping], timing) -> LoopScales | None:
     None without a drafting iteration to read."""
     paid_d = cal_d = paid_v = cal_v = 0.0
     outside, count = [], 0
-    sources, v = timing.source_costs, timing.v
+    curve = CostCurve.from_timing(timing)  # each proposal source at its own cost (a hybrid's lookup, its model)
     for run in neighbours:
         unit = _unit(run)
         rows = [r for r in run.get("iterations") or [] if r[0] > 0 and (len(r) <= 6 or r[6] > 0)]
@@ -240,11 +241,11 @@ def loop_scales(neighbours: Sequence[Mapping], timing) -> LoopScales | None:
             continue
         for r in rows:
             drafted = int(r[6]) if len(r) > 6 else int(r[0])
-            c, overhead = sources.get(r[7] if len(r) > 7 else None, (timing.c, timing.overhead))
+            c, overhead = curve.for_source(r[7] if len(r) > 7 else None)
             paid_d += (r[3] + r[5]) / unit
             cal_d += drafted * c + overhead
             paid_v += r[4] / unit
-            cal_v += cost.verify_cost(v, drafted + 1)
+            cal_v += cost.verify_cost(curve.v, drafted + 1)
             count += 1
         buckets = sum(r[3] + r[4] + r[5] for r in run["iterations"])
         if run.get("decode_s"):

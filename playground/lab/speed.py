@@ -190,7 +190,7 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
         x["predicted_empirical"] = _run_prediction(x, t) if min_confidence is None else None
         x["costed"] = costed_ratio(x["iterations"], CostCurve.from_timing(t) if t is not None else None)
         x["predicted_local"] = (predict_from_neighbours(x, _neighbours(runs, x), t)
-                                if t is not None and min_confidence is None and isinstance(x["k"], int) else None)
+                                if t is not None and min_confidence is None else None)
     model_of = timing_of if min_confidence is None else (lambda name: None)  # no fixed-k model under a stop
     table = [_speed_row(k, [x for x in runs if x["k"] == k], model_of) for k in ks]
     by_prompt = [{"prompt": name, **_speed_row(k, [x for x in runs if x["k"] == k and x["prompt"] == name], model_of)}

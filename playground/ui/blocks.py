@@ -114,9 +114,9 @@ def _sweep_tab(ui, limits: Limits):
     gr.Markdown(
         "Sweeps k over the current prompt (pick a preset for an output shape): in each round every k runs back to "
         "back in a rotating order, with plain decoding between them to divide by; the chart shows the median "
-        "measured speed-up (bars: min\u2013max over rounds) beside the cost model's prediction, the break-even line and the recommended k, which is given only "
-        "when the sweep's trust verdict holds (3 rounds or more, on a quiet machine). Uses the drafter and decoding "
-        "settings of the Run tab.",
+        "measured speed-up (bars: min\u2013max over rounds) beside the cost model's prediction, the break-even "
+        "line and the recommended k, which is given only when the sweep's trust verdict holds (3 rounds or more, "
+        "on a quiet machine). Uses the drafter and decoding settings of the Run tab.",
         elem_id="sweep-intro")
     with gr.Row(elem_id="sweep-row"):
         ui.k_max = gr.Slider(1, 16, value=8, step=1, label="Largest k", elem_id="k-max", min_width=150)
