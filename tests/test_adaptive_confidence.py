@@ -13,7 +13,7 @@ from playground.core.proposal import RunContext, top_two
 from playground.core.records import Iteration, Step, describe_choices, summarize
 from playground.core.sampling import SamplingConfig
 from playground.drafters.adaptive import AdaptiveK, AdaptiveSettings, CostCurve
-from playground.drafters.confidence import sureness
+from playground.drafters.confidence import BINS, TIE, ConfidenceBins, confidence_bin, prior, sureness
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 from playground.errors import PlaygroundError
 from playground.ui import panels
@@ -132,13 +132,49 @@ def test_what_it_learnt_carries_over_in_the_memory():
     first = AdaptiveK(CURVE, memory=memory)
     first.drafter_stops(True)
     run(first, [0.4] * K_MAX, accepted=K_MAX)
-    assert memory["adaptive_confidence/margin"][None][0][1] > 0  # proposals counted in the 0.3-0.5 bin
+    reached = memory["adaptive_confidence/margin"][None][0]
+    assert reached[confidence_bin(0.4)] > 0 and sum(reached) == reached[confidence_bin(0.4)]  # the 0.3-0.5 bin
     second = AdaptiveK(CURVE, memory=memory)
     second.drafter_stops(True)
     fresh = AdaptiveK(CURVE)
     fresh.drafter_stops(True)
     second.next_k(), fresh.next_k()
     assert drafted_under(second.drafting_rule(), [0.4] * K_MAX) > drafted_under(fresh.drafting_rule(), [0.4] * K_MAX)
+
+
+def test_a_near_tie_is_a_coin_flip_before_anything_is_learnt_and_stops_the_drafter_there():
+    """Under margin TIE the prior rises from 0.5 at a tie to the position's rate at TIE (never above it), where
+    elsewhere the sureness is a floor; a drafter sure of every proposal but one near-tie stops right after it."""
+    assert prior(0.0, 0.95) == 0.5 and prior(TIE / 2, 0.95) == pytest.approx(0.75) and prior(TIE, 0.95) == 0.95
+    assert prior(TIE * 0.99, 0.95) == 0.95 and prior(0.05, 0.6) == 0.6 and prior(0.99, 0.95) == 0.99
+    ctl = AdaptiveK(CURVE)
+    ctl.drafter_stops(True)
+    ctl.next_k()
+    assert drafted_under(ctl.drafting_rule(), [0.99] * 5 + [0.01] + [0.99] * K_MAX) == 6
+    ctl.next_k()
+    assert drafted_under(ctl.drafting_rule(), [0.99] * 5 + [0.15] + [0.99] * K_MAX) == K_MAX
+
+
+def test_a_rejected_near_tie_does_not_lower_the_rate_of_clearer_unsure_proposals():
+    """The ReAct case (docs/results.md, 2026-12-04): proposals at margins 0.15-0.3 all accepted, one at 0.02
+    rejected. The near-tie has its own bin, so a later draft through 0.15-0.3 proposals is not stopped by it; with one
+    bin for 0-0.3, as before, that one rejection took the 0.1-0.3 proposals' rate under the rest's."""
+    bins = ConfidenceBins()
+    bins.learn(None, [0.99, 0.29, 0.17, 0.3, 0.99, 0.02, 0.9], n_evaluated=6, n_accepted=5)
+    accept = bins.accepted_given(None, [0.95] * K_MAX, 4.0)
+    assert accept(0.2, 0) == pytest.approx((2 + 0.95 * 4) / (2 + 4))  # 0.29 and 0.17 accepted: above the prior
+    assert accept(0.02, 0) == pytest.approx((0 + prior(0.02, 0.95) * 4) / (1 + 4))  # the rejection lands here
+    mixed = (2 + 0.95 * 4) / (3 + 4)  # what a single 0-0.3 bin would have said of the 0.2 proposal
+    assert accept(0.2, 0) > 0.95 > mixed
+
+
+def test_counts_kept_under_other_bins_are_not_read():
+    memory = {"adaptive_confidence/margin": {None: [[1.0] * (BINS - 1), [0.0] * (BINS - 1)]}}
+    bins = ConfidenceBins(memory)
+    assert bins.counts == {}
+    assert bins.accepted_given(None, [0.9] * K_MAX, 4.0)(0.6, 0) == 0.9
+    bins.learn(None, [0.6], 1, 1)
+    assert len(memory["adaptive_confidence/margin"][None][0]) == BINS
 
 
 def test_a_flat_proposal_without_a_near_tie_is_sure_where_its_probability_is_not():

@@ -11,6 +11,13 @@ the int8 draft over every preset, greedy, k = 3 and 8, 64 new tokens; 770 judged
 tells accepted from rejected proposals with an area under the ROC curve of 0.958 against 0.923 for the probability,
 and among proposals under probability 0.5 (where the stop rule decides) 0.82 against 0.64.
 
+Where the rejections are (AMD EPYC, 2026-12-04, every preset at its own length, greedy, k = 16 drafted in full;
+923 judged proposals): by margin 0-0.05 / 0.05-0.1 / 0.1-0.2 / 0.2-0.3 / 0.3 and up, the int8 draft had 0.67 (of 6)
+/ 0.67 (6) / 0.93 (14) / 0.94 (16) / 1.00 (416) accepted, the llama.cpp drafter 0.40 (5) / 0.88 (8) / 0.95 (20) /
+1.00 (9) / 1.00 (423). So the first bin ends at 0.1: one bin for 0-0.3 let a near-tie's rejection lower the rate of
+the 0.1-0.3 proposals, nearly all accepted, and on the next call on ReAct the rule stopped a first draft at 7-11
+proposals where transformers' heuristic drafted 16, all accepted (docs/results.md).
+
 Each bin counts its evaluated proposals (the accepted ones and the first rejected one of an iteration) and how many
 were accepted, and `accepted_given` shrinks a bin's rate with `weight` observations towards the controller's
 estimate for the position, or the sureness where that is higher (its docstring says why). The counts are the
@@ -22,7 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-EDGES = (0.3, 0.5, 0.7, 0.85, 0.95)  # the bins' lower edges after the first (which starts at 0)
+EDGES = (0.1, 0.3, 0.5, 0.7, 0.85, 0.95)  # the bins' lower edges after the first (which starts at 0)
+TIE = EDGES[0]  # under this margin a proposal is a near-tie (the module docstring has the measurement)
 BINS = len(EDGES) + 1
 MEMORY_KEY = "adaptive_confidence"
 SURENESS = ("margin", "probability")
@@ -34,6 +42,17 @@ def sureness(q: float, runner_up: float, kind: str = "margin") -> float:
     if kind == "probability":
         return q
     return max(0.0, 1.0 - runner_up / q) if q > 0 else 0.0
+
+
+def prior(s: float, rate: float) -> float:
+    """What a proposal of sureness `s` is taken to be accepted at before its bin has counted any, where the position's
+    estimate is `rate`: max(s, rate) (`ConfidenceBins.accepted_given` says why s is a floor), except at a near-tie
+    (s under TIE), where it rises from a coin flip at a tie to the rate at TIE, and never above the rate. Why: when
+    the draft's first two choices tie, a target that ranks them as the draft nearly does picks either; the
+    measurement in the module docstring has 0.40-0.67 accepted under margin 0.05 and 0.67-0.88 at 0.05-0.1."""
+    if s >= TIE:
+        return max(s, rate)
+    return min(rate, 0.5 + 0.5 * s / TIE)
 
 
 def confidence_bin(s: float) -> int:
@@ -48,12 +67,13 @@ class ConfidenceBins:
         self.memory, self.key = memory, f"{MEMORY_KEY}/{kind}"
         saved = memory.get(self.key) if memory is not None else None
         self.counts: dict[str | None, list[list[float]]] = (
-            {k: [list(r), list(a)] for k, (r, a) in saved.items()} if isinstance(saved, dict) else {})
+            {k: [list(r), list(a)] for k, (r, a) in saved.items() if len(r) == len(a) == BINS}
+            if isinstance(saved, dict) else {})  # counts kept under other bins than these are not read
 
     def accepted_given(self, source: str | None, rates: Sequence[float], weight: float) -> Callable[[float, int], float]:
         """P(proposal i + 1 is accepted | those before it were and the drafter was s sure of it), as a function of
-        (s, i): s's bin's observed rate shrunk with `weight` towards max(s, rates[i]) (the position's estimate, or
-        the sureness where that is higher). With nothing observed in the bin, that prior.
+        (s, i): s's bin's observed rate shrunk with `weight` towards `prior(s, rates[i])` (the position's estimate,
+        or the sureness where that is higher; less at a near-tie). With nothing observed in the bin, that prior.
 
         Why s is a floor before anything is learnt: a greedy target keeps the draft's arg-max wherever its own
         arg-max is the same, which a draft trained as the target was is more often than its sureness says.
@@ -67,7 +87,7 @@ class ConfidenceBins:
         wrong (not seen here) is corrected as its bin counts proposals: after `weight` of them they weigh as much
         as the prior."""
         reached, accepted = self.counts.get(source, ([0.0] * BINS, [0.0] * BINS))
-        return lambda s, i: (accepted[b := confidence_bin(s)] + max(s, rates[i]) * weight) / (reached[b] + weight)
+        return lambda s, i: (accepted[b := confidence_bin(s)] + prior(s, rates[i]) * weight) / (reached[b] + weight)
 
     def learn(self, source: str | None, sure: Sequence[float], n_evaluated: int, n_accepted: int) -> None:
         """Count one iteration: the drafter's sureness `sure` of each of its proposals, of which the first
