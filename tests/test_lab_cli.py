@@ -8,7 +8,7 @@ import pytest
 from playground import lab
 from playground.cli import main
 from playground.cli.lab import Job
-from playground.lab.report import divergence_table, experiment_text
+from playground.lab.report import divergence_table, experiment_text, speed_caption, speed_markdown
 from tests.test_models import save
 from tests.tiny import tiny_pair
 
@@ -43,7 +43,7 @@ def test_speed_and_sweep_commands(dirs, tmp_path, capsys, cmd):
     out = capsys.readouterr().out
     assert "best k measured" in out and "rotating order" in out and "k chosen:" in out
     if cmd == "speed":
-        assert "per prompt: measured (empirical prediction)" in out
+        assert "per prompt: measured (predicted from the calibration / from the loop's costs)" in out
 
 
 @pytest.mark.parametrize("spread", [True, False])
@@ -73,12 +73,18 @@ def test_report_rereads_a_saved_result_as_markdown(dirs, tmp_path, capsys):
     assert main(["report", str(tmp_path / "result.json")]) == 0
     out = capsys.readouterr().out
     # the command's per-prompt table is the report's: one function prints both
-    per_prompt = live.split("per prompt: measured (empirical prediction)")[1].strip().split("\n\n")[0]
+    per_prompt = live.split("per prompt: measured (predicted from the calibration / from the loop's costs)")[1]
+    per_prompt = per_prompt.strip().split("\n\n")[0]
     assert per_prompt.startswith("| preset |") and per_prompt in out
     row = next(r for r in res["by_prompt"] if r["k"] == 3)
-    # the table carries the file's own figures: measured (empirical prediction)
-    assert f"{row['median_ratio']:.2f} ({row['predicted_empirical']:.2f})" in out
+    # the table carries the file's own figures: measured (the calibration's prediction / the loop costs')
+    assert f"{row['median_ratio']:.2f} ({row['predicted_empirical']:.2f} / {row['predicted_local']:.2f})" in out
     assert "| preset | k=1 | k=3 | best fixed k | adaptive |" in out and "within 0.05" in out
+    # a result saved before the loop-cost prediction existed keeps the calibration's alone, and says so
+    drop = lambda rows: [{key: v for key, v in r.items() if key != "predicted_local"} for r in rows]
+    older = {**res, "by_prompt": drop(res["by_prompt"]), "table": drop(res["table"])}
+    assert speed_caption(older) == "per prompt: measured (empirical prediction)"
+    assert f"{row['median_ratio']:.2f} ({row['predicted_empirical']:.2f}) |" in speed_markdown(older)
     # the prediction's score over the fixed-k cells, counted from the file's own misses, live and re-read alike
     misses = [r["miss_empirical"] for r in res["by_prompt"] if isinstance(r["k"], int)]
     score = f"prediction: within 0.05 of the measured median in {sum(abs(m) <= 0.05 for m in misses)} of {len(misses)}"

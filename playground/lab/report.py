@@ -57,22 +57,38 @@ def _text(value) -> str:
 # --- speed and sweep -------------------------------------------------------------------------------------
 
 
+def _with_local(doc: dict) -> bool:
+    """Whether the result's fixed-k cells carry the prediction from the loop's costs (lab.fit.predict_from_neighbours;
+    results saved before it have the calibration's only)."""
+    return any(r.get("predicted_local") is not None for r in doc.get("by_prompt") or doc.get("table") or [])
+
+
+def speed_caption(doc: dict) -> str:
+    """What speed_markdown's fixed-k cells hold."""
+    if _with_local(doc):
+        return "per prompt: measured (predicted from the calibration / from the loop's costs)"
+    return "per prompt: measured (empirical prediction)"
+
+
 def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
-    """Prompt x k: measured median ratio (empirical prediction); then best fixed k, adaptive and heuristic
-    beside it, end to end at the best k, and alpha."""
+    """Prompt x k: measured median ratio (the calibration's empirical prediction, and the loop costs' where the
+    result has it: `speed_caption`); then best fixed k, adaptive and heuristic beside it, end to end at the best k,
+    and alpha."""
     if doc.get("experiment") not in ("speed", "sweep"):
         raise PlaygroundError(f"a speed or sweep result is needed, this is {doc.get('experiment')!r}")
     ks = doc["ks"]
     fixed = [k for k in ks if isinstance(k, int)]
     schedules = [k for k in ks if not isinstance(k, int)]
     by, prompts = result_cells(doc)
+    local = _with_local(doc)
     head = ["preset", *(k_label(k) for k in fixed), "best fixed k", *schedules, "end to end at best k", "alpha at best k"]
     rows = []
     for name in prompts:
         cells = []
         for k in fixed:
             r = by[(name, k)]
-            cells.append(f"{r['median_ratio']:.2f} ({fmt(r.get('predicted_empirical'))})")
+            predicted = fmt(r.get("predicted_empirical")) + (f" / {fmt(r.get('predicted_local'))}" if local else "")
+            cells.append(f"{r['median_ratio']:.2f} ({predicted})")
         best = max((by[(name, k)] for k in fixed), key=lambda r: r["median_ratio"])
         sched = []
         for s in schedules:
@@ -159,7 +175,7 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
     lines += [split] if split else []
     lines += verdict_lines(doc)
     if cmd == "speed":
-        lines += ["", "per prompt: measured (empirical prediction)", "", speed_markdown(doc, kinds)]
+        lines += ["", speed_caption(doc), "", speed_markdown(doc, kinds)]
     lines += schedules_lines(doc)
     if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
         lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss)", "",
