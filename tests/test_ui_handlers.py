@@ -729,6 +729,12 @@ def test_a_trusted_sweep_summary_agrees_with_its_chart():
     assert "Slower than plain decoding at k = 4." in text  # the recommended k is not among the losing ones
     assert "predicts k = 3 would be best. It disagrees with the measurement" in text
     assert "What the terms mean" in text and "break-even" in text  # the glossary, a details element
+    assert "Noise bound" not in text  # a result without its runs has no scatter to read
+    # with its runs (10% apart around each cell), it says what any prediction could score on that scatter
+    runs = [{"prompt": "prompt", "k": r["k"], "ratio": r["median_ratio"] * f} for r in result["table"]
+            for f in (0.9, 1.0, 1.1) if isinstance(r["k"], int)]
+    said = verdicts.sweep_summary({**result, "runs": runs}, "cpu", 3, 16)
+    assert "Noise bound: runs scatter by 10% around their cell" in said and "3 ran, or a quieter host)." in said
 
 
 def test_sweep_chart_labels_every_line_and_keeps_its_labels_apart():

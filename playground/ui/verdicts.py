@@ -12,6 +12,7 @@ import html
 from ..core.cost import break_even_alpha, verify_cost
 from ..core.records import Iteration, describe_choices
 from ..drafters.adaptive import AdaptiveSettings, CostCurve
+from ..lab.misses import noise_bound, noise_line
 from ..lab.schedules import costed_ratio, iteration_rows
 from ..lab.trust import FAIL, WARN, Finding, MachineLoad, Verdict
 from .session import RunResult, Session, stop_text
@@ -369,6 +370,9 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
         lines.append(f"Where the prediction missed at k = {ref['k']} (measured \u2212 predicted = "
                      f"{explained['miss']:+.2f}\u00d7): step costs {explained['step_costs']:+.2f}, acceptance model "
                      f"{explained['acceptance']:+.2f}, overhead {explained['overhead']:+.2f}.")
+    if (bound := noise_bound(result)) is not None:  # what any prediction could score on this sweep's scatter
+        said = html.escape(noise_line(bound))
+        lines.append(said[0].upper() + said[1:] + ".")
     spreads = [f.message for r in fixed for f in Verdict.from_dict(r.get("trust")).findings if f.check == "spread"]
     if spreads:
         lines.append("Rounds disagree: " + "; ".join(html.escape(m) for m in spreads) + ".")
