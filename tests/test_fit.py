@@ -198,6 +198,8 @@ def test_the_noise_bound_is_what_a_perfect_prediction_scores_on_the_results_own_
     assert bound["rounds"] == math.ceil(expected_rounds) > 3
     line = noise_line(bound)
     assert f"about {bound['rounds']} rounds" in line and "as close as this scatter allows" in line
+    assert "sharp ones" not in noise_line({**bound, "sharp": 0.4, "sharp_close": 0.1})  # under one expected cell
+    assert "sharp ones" in line and isinstance(bound["close"], float)
     assert noise_bound({"runs": [{"prompt": "p", "k": 1, "ratio": 2.0}]}) is None  # one run: no scatter to read
     assert noise_bound({"runs": [{"prompt": "p", "k": "adaptive", "ratio": 2.0}] * 3}) is None  # fixed k only
 

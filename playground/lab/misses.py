@@ -120,7 +120,8 @@ def noise_bound(doc: dict, within: float = 0.05, draws: int = 2000, seed: int = 
         close, sharp, sharp_close = close + near.mean(), sharp + tight.mean(), sharp_close + (near & tight).mean()
     ratio = statistics.median(statistics.median(xs) for _, xs in scored)
     typical = statistics.median(sd.values())
-    return {"within": within, "cells": len(scored), "close": close, "sharp": sharp, "sharp_close": sharp_close,
+    return {"within": within, "cells": len(scored), "close": float(close), "sharp": float(sharp),
+            "sharp_close": float(sharp_close),
             "sd": {prompt: round(v, 4) for prompt, v in sd.items()}, "ratio": ratio,
             "rounds": math.ceil((Z90 * MEDIAN_SE * typical * ratio / within) ** 2),
             "runs_per_cell": statistics.median(len(xs) for _, xs in scored)}
@@ -129,7 +130,7 @@ def noise_bound(doc: dict, within: float = 0.05, draws: int = 2000, seed: int = 
 def noise_line(bound: dict) -> str:
     """noise_bound in words, with what it says of the scores above it."""
     w, sds = bound["within"], bound["sd"].values()
-    share = bound["sharp_close"] / bound["sharp"] if bound["sharp"] > 0 else None
+    share = bound["sharp_close"] / bound["sharp"] if bound["sharp"] >= 1 else None  # a share of no expected cell says nothing
     lo, hi = f"{min(sds):.0%}", f"{max(sds):.0%}"
     line = (f"noise bound: runs scatter by {lo if lo == hi else f'{lo}-{hi}'} around their cell's mean (per prompt); a "
             f"prediction equal to every cell's true median would put about {bound['close']:.0f} of {bound['cells']} "
