@@ -735,6 +735,7 @@ def test_a_trusted_sweep_summary_agrees_with_its_chart():
             for f in (0.9, 1.0, 1.1) if isinstance(r["k"], int)]
     said = verdicts.sweep_summary({**result, "runs": runs}, "cpu", 3, 16)
     assert "Noise bound: runs scatter by 10% around their cell" in said and "3 ran, or a quieter host)." in said
+    assert "<dt>noise bound</dt>" in said  # with the term in the glossary
 
 
 def test_sweep_chart_labels_every_line_and_keeps_its_labels_apart():

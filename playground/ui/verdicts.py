@@ -52,6 +52,8 @@ GLOSSARY = {
     "adaptive k": "k chosen per iteration by the cost model from the acceptance seen so far; with a model drafter "
                   "and greedy decoding it is a cap (up to 16): the drafter stops where one more proposal no longer "
                   "pays, judged from its own probabilities, so the summary says what was drafted too",
+    "noise bound": "how close a prediction equal to each k's true median would come, given how far this sweep's "
+                   "runs scatter: a prediction cannot be shown better than that without more rounds",
     "trust verdict": "whether a figure may be believed: it fails when what it is made of moved more than the effect "
                      "it shows (other processes on the cores, rounds that disagree, a noisy or non-physical "
                      "calibration, a drafter slower than the target, a single round)",
@@ -384,5 +386,5 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
                  f"{max_new} max new tokens, prefill excluded; {setup}.")
     out.append(" ".join(lines))
     out.append(glossary_html(["k", "\u03b1 (acceptance rate)", "iid \u03b1", "per position", "loop costs",
-                              "break-even \u03b1", "speed-up", "adjacent runs", "trust verdict"]))
+                              "break-even \u03b1", "speed-up", "adjacent runs", "noise bound", "trust verdict"]))
     return "\n\n".join(out)
