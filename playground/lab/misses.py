@@ -29,6 +29,13 @@ def result_cells(doc: dict) -> tuple[dict, list[str]]:
     return {(r["prompt"], r["k"]): r for r in rows}, doc.get("prompts") or sorted({r["prompt"] for r in rows})
 
 
+def has_local(doc: dict) -> bool:
+    """Whether the result's cells carry the prediction from the loop's costs, and its miss (lab.fit.
+    predict_from_neighbours; results saved before it have the calibration's only)."""
+    by, _ = result_cells(doc)
+    return any(r.get("predicted_local") is not None for r in by.values())
+
+
 def trust_cell(trust: dict | None) -> str:
     if not trust:
         return "-"
@@ -43,8 +50,7 @@ def misses_markdown(doc: dict) -> str:
     cell's min-max spread; and per prompt how many cells each put within 0.05."""
     ks = [k for k in doc["ks"] if isinstance(k, int)]
     by, prompts = result_cells(doc)
-    keys = [key for key in ("miss_empirical", "miss_local") if any(r.get(key) is not None for r in by.values())]
-    keys = keys or ["miss_empirical"]
+    keys = ["miss_empirical", "miss_local"] if has_local(doc) else ["miss_empirical"]
     head = ["preset", *(k_label(k) for k in ks), "within 0.05"]
     rows = []
     for name in prompts:
@@ -111,20 +117,19 @@ def noise_bound(doc: dict, within: float = 0.05, draws: int = 2000, seed: int = 
         return None
     rng = np.random.default_rng(seed)
     close = sharp = sharp_close = 0.0
-    scored = [(prompt, xs) for (prompt, _), xs in cells.items() if prompt in sd]
-    for prompt, xs in scored:
-        mu = statistics.median(xs)
+    scored = [(prompt, xs, statistics.median(xs)) for (prompt, _), xs in cells.items() if prompt in sd]
+    for prompt, xs, mu in scored:
         runs = rng.normal(mu, sd[prompt] * mu, size=(draws, len(xs)))
         near = np.abs(np.median(runs, axis=1) - mu) <= within
         tight = (runs.max(axis=1) - runs.min(axis=1)) / 2 <= within
         close, sharp, sharp_close = close + near.mean(), sharp + tight.mean(), sharp_close + (near & tight).mean()
-    ratio = statistics.median(statistics.median(xs) for _, xs in scored)
+    ratio = statistics.median(mu for _, _, mu in scored)
     typical = statistics.median(sd.values())
     return {"within": within, "cells": len(scored), "close": float(close), "sharp": float(sharp),
             "sharp_close": float(sharp_close),
             "sd": {prompt: round(v, 4) for prompt, v in sd.items()}, "ratio": ratio,
             "rounds": math.ceil((Z90 * MEDIAN_SE * typical * ratio / within) ** 2),
-            "runs_per_cell": statistics.median(len(xs) for _, xs in scored)}
+            "runs_per_cell": statistics.median(len(xs) for _, xs, _ in scored)}
 
 
 def noise_line(bound: dict) -> str:

@@ -16,6 +16,7 @@ from .common import markdown_table, new_tokens
 from .misses import (
     explained_markdown,
     fmt,
+    has_local,
     k_label,
     misses_markdown,
     prediction_lines,
@@ -57,15 +58,9 @@ def _text(value) -> str:
 # --- speed and sweep -------------------------------------------------------------------------------------
 
 
-def _with_local(doc: dict) -> bool:
-    """Whether the result's fixed-k cells carry the prediction from the loop's costs (lab.fit.predict_from_neighbours;
-    results saved before it have the calibration's only)."""
-    return any(r.get("predicted_local") is not None for r in doc.get("by_prompt") or doc.get("table") or [])
-
-
 def speed_caption(doc: dict) -> str:
     """What speed_markdown's fixed-k cells hold."""
-    if _with_local(doc):
+    if has_local(doc):
         return "per prompt: measured (predicted from the calibration / from the loop's costs)"
     return "per prompt: measured (empirical prediction)"
 
@@ -80,7 +75,7 @@ def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
     fixed = [k for k in ks if isinstance(k, int)]
     schedules = [k for k in ks if not isinstance(k, int)]
     by, prompts = result_cells(doc)
-    local = _with_local(doc)
+    local = has_local(doc)
     head = ["preset", *(k_label(k) for k in fixed), "best fixed k", *schedules, "end to end at best k", "alpha at best k"]
     rows = []
     for name in prompts:
