@@ -10,6 +10,7 @@ from playground.drafters.adaptive import CostCurve
 from playground.drafters.proposers import DraftModelProposer
 from playground.lab.calibration import Timing
 from playground.lab.fit import fit_loop
+from playground.lab.misses import known_to
 from playground.lab.report import experiment_text, report
 from playground.lab.schedules import compare, costed_ratio, decisions, schedules_rows, summary_line
 from tests.tiny import tiny_model, tiny_pair
@@ -111,7 +112,8 @@ def test_speed_costs_every_runs_decisions_and_the_report_prints_the_schedules(tm
     saved.write_text(json.dumps(res))
     reread = report(saved)
     assert "adaptive / heuristic, costed" in reread  # a saved result re-read prints them too
-    # both predictions' misses per cell, and a score line for each
+    # both predictions' misses per cell, with how closely its median is known, and a score line for each
     row = next(r for r in res["by_prompt"] if r["k"] == 4)
-    assert f"{row['miss_empirical']:+.2f} / {row['miss_local']:+.2f} (\u00b1{row['spread']:.2f})" in reread
+    known = known_to(res)[(row["prompt"], 4)]
+    assert f"{row['miss_empirical']:+.2f} / {row['miss_local']:+.2f} (\u00b1{known:.2f})" in reread
     assert "\nprediction: within 0.05" in reread and "\nprediction from the other arms' costs" in reread

@@ -181,8 +181,9 @@ def explain_cell(runs: Sequence[Mapping], k: int, predictions: Sequence[float]) 
 def prediction_score(cells: Sequence[Mapping], within: float = 0.05,
                      past: float = TrustLimits.prediction_miss, key: str = "miss_empirical") -> dict | None:
     """How close a prediction came over fixed-k cells (rows of lab.speed's `by_prompt`): how many
-    missed by at most `within`; the same among the cells whose own half-spread ((max - min) / 2 over rounds) is
-    at most `within` (a noisier cell cannot show a miss that small); the largest miss; how many missed by more
+    missed by at most `within`; the same among the sharp cells, whose measured median is known to `within` (their
+    "known", the half-width of its 90% interval: lab.misses.known_to; a noisier cell cannot show a miss that
+    small, and a cell without it is not sharp); the largest miss; how many missed by more
     than `past` (`far`), and how many of those in a cell whose trust verdict neither failed nor names the miss
     (`loose`: none, where lab.speed judged the cells). `key`: the miss scored, the calibration's prediction's
     ("miss_empirical") or the one from the neighbouring runs' costs ("miss_local")."""
@@ -190,7 +191,7 @@ def prediction_score(cells: Sequence[Mapping], within: float = 0.05,
     if not cells:
         return None
     close = lambda c: abs(c[key]) <= within
-    sharp = [c for c in cells if c.get("spread") is not None and c["spread"] / 2 <= within]
+    sharp = [c for c in cells if c.get("known") is not None and c["known"] <= within]
     worst = max(cells, key=lambda c: abs(c[key]))
     far = [c for c in cells if abs(c[key]) > past]
     loose = [c for c in far if (c.get("trust") or {}).get("trusted", True) and not _flags_miss(c, key)]

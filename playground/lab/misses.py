@@ -7,12 +7,14 @@ import math
 import statistics
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from .common import markdown_table
 from .fit import prediction_score
 
 Z90 = 1.645  # a two-sided 90% normal interval's half-width, in standard errors
-MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over a mean's, for normal runs (large n)
+MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over a mean's, for normal runs (large n;
+# at 3 runs it is 1.16, so intervals from it are a little wide there)
 
 
 def k_label(k) -> str:
@@ -46,18 +48,20 @@ def trust_cell(trust: dict | None) -> str:
 
 def misses_markdown(doc: dict) -> str:
     """How far each prediction missed the measured ratio, per prompt and k (measured - predicted): the
-    calibration's, then (where the result has it) the one from the other arms' costs in each round, with the
-    cell's min-max spread; and per prompt how many cells each put within 0.05."""
+    calibration's, then (where the result has it) the one from the other arms' costs in each round, with how
+    closely the cell's median is known (known_to: a miss within it cannot be told from the runs' noise); and per
+    prompt how many cells each put within 0.05."""
     ks = [k for k in doc["ks"] if isinstance(k, int)]
     by, prompts = result_cells(doc)
     keys = ["miss_empirical", "miss_local"] if has_local(doc) else ["miss_empirical"]
     head = ["preset", *(k_label(k) for k in ks), "within 0.05"]
+    known = known_to(doc)
     rows = []
     for name in prompts:
         cells = [by[(name, k)] for k in ks]
         within = [sum(1 for c in cells if c.get(key) is not None and abs(c[key]) <= 0.05) for key in keys]
-        shown = [" / ".join(fmt(c.get(key), "+.2f") for key in keys)
-                 + (f" (\u00b1{fmt(c['spread'])})" if c.get("spread") is not None else "") for c in cells]
+        shown = [" / ".join(fmt(by[(name, k)].get(key), "+.2f") for key in keys)
+                 + (f" (\u00b1{known[(name, k)]:.2f})" if (name, k) in known else "") for k in ks]
         rows.append([name, *shown, " / ".join(f"{n}/{len(ks)}" for n in within)])
     return markdown_table(head, rows)
 
@@ -67,7 +71,8 @@ def prediction_lines(doc: dict) -> list[str]:
     the calibration's ("miss_empirical"), then the one from the other arms' costs in each run's round
     ("miss_local")."""
     by, prompts = result_cells(doc)
-    cells = [{"prompt": name, **by[(name, k)]} for name in prompts for k in doc["ks"]
+    known = known_to(doc)
+    cells = [{"prompt": name, **by[(name, k)], "known": known.get((name, k))} for name in prompts for k in doc["ks"]
              if isinstance(k, int) and (name, k) in by]
     lines = []
     for key, what in (("miss_empirical", "prediction"),
@@ -76,7 +81,7 @@ def prediction_lines(doc: dict) -> list[str]:
             continue
         w, p = score["within"], score["past"]
         lines.append(f"{what}: within {w} of the measured median in {score['close']} of {score['cells']} cells, in "
-                     f"{score['sharp_close']} of the {score['sharp']} whose half-spread is at most {w}; largest miss "
+                     f"{score['sharp_close']} of the {score['sharp']} whose median is known to {w} (90%); largest miss "
                      f"{score['worst_miss']:+.2f} ({score['worst_prompt']}, k={score['worst_k']}); {score['far']} past "
                      f"{p}, {score['far'] - score['loose']} of them flagged in their cells")
     if lines and (bound := noise_bound(doc)) is not None:
@@ -87,46 +92,77 @@ def prediction_lines(doc: dict) -> list[str]:
     return ["", *lines] if lines else []
 
 
-def noise_bound(doc: dict, within: float = 0.05, draws: int = 2000, seed: int = 0) -> dict | None:
-    """What a perfect prediction would score on this result's own scatter: the yardstick for prediction_score.
-
-    Per prompt, the runs' relative standard deviation around their cell's mean, pooled over its fixed-k cells
-    (n - 1 degrees of freedom a cell). Each cell's runs are drawn `draws` times from a normal around its measured
-    median with that scatter (seeded: the figure is the result file's, whoever reads it), and the draws scored as
-    prediction_score scores a prediction equal to that median: the expected cells within `within`, the expected
-    sharp cells (half-spread at most `within`) and those within it. `rounds`: the runs a cell's median needs to
-    be known to `within` at 90% on the median prompt's scatter and ratio (Z90 * MEDIAN_SE * sd * ratio / sqrt(n) at
-    most `within`). None without two runs in a cell.
-
-    Why it is needed: on a host whose runs scatter by 3-12% (the AMD EPYC VM, 2026-12-04), a median of three runs
-    at a 2.5x speed-up is known to 0.06-0.22, so no prediction can put 90% of cells within 0.05 however right it
-    is, and the score alone would blame the model for the host (docs/results.md)."""
+def _fixed_runs(doc: dict) -> dict:
+    """A result's run ratios by (prompt, fixed k)."""
     cells: dict = {}
     for r in doc.get("runs") or []:
         if isinstance(r.get("k"), int) and not isinstance(r["k"], bool) and r.get("ratio"):
             cells.setdefault((r["prompt"], r["k"]), []).append(r["ratio"])
+    return cells
+
+
+def _pooled_scatter(cells: dict) -> dict[str, tuple[float, int]]:
+    """Per prompt, its runs' relative standard deviation around their cell's mean, pooled over its fixed-k cells
+    (n - 1 degrees of freedom a cell), with those degrees of freedom. Pooled, not per cell: three runs' own
+    standard deviation is itself uncertain by about half, and a prompt's cells share its host and its drafter."""
     pooled: dict[str, list[float]] = {}  # prompt -> [sum of squared relative deviations, degrees of freedom]
     for (prompt, _), xs in cells.items():
         if len(xs) > 1:
             mean = statistics.fmean(xs)
-            acc = pooled.setdefault(prompt, [0.0, 0.0])
+            acc = pooled.setdefault(prompt, [0.0, 0])
             acc[0] += sum((x / mean - 1.0) ** 2 for x in xs)
             acc[1] += len(xs) - 1
-    sd = {prompt: math.sqrt(ss / dof) for prompt, (ss, dof) in pooled.items()}
+    return {prompt: (math.sqrt(ss / dof), int(dof)) for prompt, (ss, dof) in pooled.items()}
+
+
+def known_to(doc: dict, level: float = 0.9) -> dict:
+    """How closely each fixed-k cell's measured median is known, by (prompt, k): the half-width of its `level`
+    interval, t(level, pooled degrees of freedom) * MEDIAN_SE * the prompt's pooled relative scatter * the cell's
+    median / sqrt(its runs). A miss can be told from the cell's noise when this is at most the miss tested for:
+    the cells "whose own spread allows it" that lab.fit.prediction_score counts as sharp. Unlike the runs' range,
+    it narrows as runs are added (a range of 20 runs is wider than one of 3; docs/results.md, 2026-12-04).
+    Cells of a prompt without two runs in any cell are left out."""
+    cells = _fixed_runs(doc)
+    scatter = _pooled_scatter(cells)
+    out = {}
+    for (prompt, k), xs in cells.items():
+        if prompt in scatter:
+            sd, dof = scatter[prompt]
+            t = float(student_t.ppf(0.5 + level / 2, dof))
+            out[(prompt, k)] = t * MEDIAN_SE * sd * statistics.median(xs) / math.sqrt(len(xs))
+    return out
+
+
+def noise_bound(doc: dict, within: float = 0.05, draws: int = 2000, seed: int = 0) -> dict | None:
+    """What a perfect prediction would score on this result's own scatter: the yardstick for prediction_score.
+
+    Each cell's runs are drawn `draws` times from a normal around its measured median with its prompt's pooled
+    relative scatter (_pooled_scatter; seeded: the figure is the result file's, whoever reads it), and the draws
+    scored as prediction_score scores a prediction equal to that median: the expected cells within `within`; the
+    sharp cells (known_to at most `within`, which the draws leave as measured) and the expected number of them
+    within it. `rounds`: the runs a cell's median needs to be known to `within` at 90% on the median prompt's
+    scatter and ratio (Z90 * MEDIAN_SE * sd * ratio / sqrt(n) at most `within`). None without two runs in a cell.
+
+    Why it is needed: on a host whose runs scatter by 3-12% (the AMD EPYC VM, 2026-12-04), a median of three runs
+    at a 2.5x speed-up is known to 0.06-0.22, so no prediction can put 90% of cells within 0.05 however right it
+    is, and the score alone would blame the model for the host (docs/results.md)."""
+    cells = _fixed_runs(doc)
+    sd = {prompt: s for prompt, (s, _) in _pooled_scatter(cells).items()}
     if not sd:
         return None
+    known = known_to(doc)
     rng = np.random.default_rng(seed)
     close = sharp = sharp_close = 0.0
-    scored = [(prompt, xs, statistics.median(xs)) for (prompt, _), xs in cells.items() if prompt in sd]
-    for prompt, xs, mu in scored:
-        runs = rng.normal(mu, sd[prompt] * mu, size=(draws, len(xs)))
-        near = np.abs(np.median(runs, axis=1) - mu) <= within
-        tight = (runs.max(axis=1) - runs.min(axis=1)) / 2 <= within
-        close, sharp, sharp_close = close + near.mean(), sharp + tight.mean(), sharp_close + (near & tight).mean()
+    scored = [(key, xs, statistics.median(xs)) for key, xs in cells.items() if key[0] in sd]
+    for key, xs, mu in scored:
+        runs = rng.normal(mu, sd[key[0]] * mu, size=(draws, len(xs)))
+        near = float((np.abs(np.median(runs, axis=1) - mu) <= within).mean())
+        close += near
+        if known[key] <= within:
+            sharp, sharp_close = sharp + 1, sharp_close + near
     ratio = statistics.median(mu for _, _, mu in scored)
     typical = statistics.median(sd.values())
-    return {"within": within, "cells": len(scored), "close": float(close), "sharp": float(sharp),
-            "sharp_close": float(sharp_close),
+    return {"within": within, "cells": len(scored), "close": close, "sharp": sharp, "sharp_close": sharp_close,
             "sd": {prompt: round(v, 4) for prompt, v in sd.items()}, "ratio": ratio,
             "rounds": math.ceil((Z90 * MEDIAN_SE * typical * ratio / within) ** 2),
             "runs_per_cell": statistics.median(len(xs) for _, xs, _ in scored)}

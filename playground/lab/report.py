@@ -330,7 +330,8 @@ def report(path: str | Path) -> str:
         split = time_split_line(doc)
         lines += ["", speed_markdown(doc), *(["", split] if split else []), "",
                   ("measured - prediction: the calibration's / from the other arms' costs in each round "
-                   "(\u00b1 the cell's min-max spread):"), "", misses_markdown(doc)]
+                   "(\u00b1 the half-width of the cell's median's 90% interval: a miss within it cannot be told "
+                   "from the runs' noise):"), "", misses_markdown(doc)]
         lines += prediction_lines(doc)
         lines += schedules_lines(doc)
         if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
