@@ -60,8 +60,8 @@ def misses_markdown(doc: dict) -> str:
     for name in prompts:
         cells = [by[(name, k)] for k in ks]
         within = [sum(1 for c in cells if c.get(key) is not None and abs(c[key]) <= 0.05) for key in keys]
-        shown = [" / ".join(fmt(by[(name, k)].get(key), "+.2f") for key in keys)
-                 + (f" (\u00b1{known[(name, k)]:.2f})" if (name, k) in known else "") for k in ks]
+        shown = [" / ".join(fmt(c.get(key), "+.2f") for key in keys)
+                 + (f" (\u00b1{known[(name, k)]:.2f})" if (name, k) in known else "") for c, k in zip(cells, ks)]
         rows.append([name, *shown, " / ".join(f"{n}/{len(ks)}" for n in within)])
     return markdown_table(head, rows)
 
