@@ -148,6 +148,11 @@ def test_bench_peers_runs_transformers_and_ours_side_by_side(target64, drafts64)
     assert text.startswith("bench-peers (cpu; greedy; end to end incl. prefill")
     assert len(table_lines(text)) == 2 + len(res["table"]) and "| hf plain | 1.00x | 1.00-1.00 |" in text
     assert "same draft, k = 3, drafting all k, per round and prompt: median" in text
+    # with a trust verdict, as speed's figures have: two rounds warn (timings of tiny models may add more), and
+    # the machine's load is named
+    assert {"check": "rounds", "severity": "warn", "message": "only 2 rounds",
+            "fix": "run 3 or more rounds"} in res["trust"]["findings"]
+    assert f"\ntrust: {res['trust']['headline']}" in text and "\nmachine: other processes kept" in text
 
 
 def test_bench_peers_shows_what_copying_the_targets_kv_is_worth(target64):
@@ -158,6 +163,7 @@ def test_bench_peers_shows_what_copying_the_targets_kv_is_worth(target64):
     assert "ours draft k=3 own prefill" in {row["arm"] for row in res["table"]}
     assert all(row["outputs_equal"] == row["n"] for row in res["table"])
     assert res["ours_vs_hf_assisted_own_prefill"]["n"] == 1
+    assert not res["trust"]["trusted"] and "1 round: a single run has no spread" in res["trust"]["headline"]
     assert "our draft prefilling the prompt itself" in experiment_text(res, "cpu")
     # the tiny Llama draft runs on the lean forward; an arm on transformers' own forward shows what that is worth
     assert res["ours_vs_hf_assisted_conf_transformers_forward"]["n"] == 1

@@ -18,6 +18,7 @@ from ..drafters.registry import make_proposer
 from ..envinfo import environment
 from ..pairs.models import EMBEDDED_NAME
 from .common import Progress, rotated, spread, tick
+from .trust import MachineMonitor, Verdict, check_drift, check_rounds, check_spread
 
 
 @contextmanager
@@ -113,6 +114,7 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
         break
     runs = []
     total, done = rounds * len(prompts) * len(names), 0
+    monitor = MachineMonitor().__enter__()  # other processes on the cores while the arms are timed
     for r in range(rounds):
         for p_index, (pname, ids) in enumerate(prompts.items()):
             order = rotated(names, r + p_index)
@@ -129,6 +131,7 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
                 runs.append({"round": r, "prompt": pname, "arm": arm, "tokens": n, "seconds": s,
                              "tokens_per_s": n / s, "ratio_to_hf_plain": (n / s) / (base_n / base_s),
                              "same_output_as_hf_plain": toks == base_toks})
+    load = monitor.stop()
     table = []
     for arm in names:
         rows = [x for x in runs if x["arm"] == arm]
@@ -138,7 +141,7 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
                       "outputs_equal": sum(x["same_output_as_hf_plain"] for x in rows), "n": len(rows)})
     # The goal this benchmark checks: our loop against transformers' assisted generation with the same
     # draft model and k, ratio taken within each round and prompt.
-    def head_to_head(ours_arm, hf_arm):
+    def per_round(ours_arm, hf_arm) -> list[float]:
         xs = []
         for r in range(rounds):
             for pname in prompts:
@@ -146,15 +149,21 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
                 a, b = by.get(ours_arm), by.get(hf_arm)
                 if a and b:
                     xs.append(a["tokens_per_s"] / b["tokens_per_s"])
-        return spread(xs) if xs else None
+        return xs
 
-    vs_assisted = head_to_head(f"ours draft k={k}", f"hf assisted k={k}")
-    vs_assisted_conf = head_to_head(f"ours draft k={k} conf 0.4", f"hf assisted k={k} conf 0.4")
-    vs_assisted_own = head_to_head(f"ours draft k={k} own prefill", f"hf assisted k={k}")
-    vs_assisted_hf_forward = head_to_head(f"ours draft k={k} conf 0.4 transformers' forward",
-                                          f"hf assisted k={k} conf 0.4")
-    return {"experiment": "peers", "environment": environment(pair), "k": k, "rounds": rounds,
-            "ours_vs_hf_assisted": vs_assisted, "ours_vs_hf_assisted_conf": vs_assisted_conf,
-            "ours_vs_hf_assisted_own_prefill": vs_assisted_own,
-            "ours_vs_hf_assisted_conf_transformers_forward": vs_assisted_hf_forward,
+    pairs = {"ours_vs_hf_assisted": (f"ours draft k={k}", f"hf assisted k={k}"),
+             "ours_vs_hf_assisted_conf": (f"ours draft k={k} conf 0.4", f"hf assisted k={k} conf 0.4"),
+             "ours_vs_hf_assisted_own_prefill": (f"ours draft k={k} own prefill", f"hf assisted k={k}"),
+             "ours_vs_hf_assisted_conf_transformers_forward": (f"ours draft k={k} conf 0.4 transformers' forward",
+                                                               f"hf assisted k={k} conf 0.4")}
+    head_to_head = {key: per_round(*arms_) for key, arms_ in pairs.items()}
+    # The verdict speed's figures get: rounds, other processes, the divisor (transformers' plain generate)
+    # moving between rounds, and each ours / assisted ratio's spread over rounds and prompts.
+    hf_plain = {p: [x["tokens_per_s"] for x in runs if x["arm"] == "hf plain" and x["prompt"] == p] for p in prompts}
+    trust = Verdict.of(check_rounds(rounds), load.findings(),
+                       *(check_drift(p, xs, load=load) for p, xs in hf_plain.items()),
+                       *(check_spread(" / ".join(pairs[key]), xs) for key, xs in head_to_head.items() if xs))
+    return {"experiment": "peers", "trust": trust.to_dict(), "machine": load.to_dict(),
+            "environment": environment(pair), "k": k, "rounds": rounds,
+            **{key: spread(xs) if xs else None for key, xs in head_to_head.items()},
             "max_new_tokens": max_new_tokens, "timed": "end to end, prefill included", "table": table, "runs": runs}

@@ -295,7 +295,7 @@ def peers_table(doc: dict, setup: str) -> str:
         if h2h:
             lines.append(f"ours / transformers' assisted generation, same draft, k = {doc['k']}, {what}, per round "
                          f"and prompt: median {h2h['median']:.2f}x [{h2h['min']:.2f}-{h2h['max']:.2f}], n = {h2h['n']}")
-    return "\n".join(lines)
+    return "\n".join(lines + ([""] + verdict_lines(doc) if doc.get("trust") else []))
 
 
 # --- one entry for each experiment -----------------------------------------------------------------------
