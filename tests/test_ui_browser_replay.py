@@ -46,8 +46,14 @@ def test_the_replay_tab_runs_the_sample_trace_and_shows_k_per_shape(replay_url, 
     ks.fill("1,2,4")
     ks.press("Tab")
     page.locator("#replay-controllers label", has_text="heuristic").click()  # fixed k only: fewer walks
+    # Every text the status takes, recorded as it changes: polling for "Starting" can miss it when the server's
+    # first update replaces it within a frame (CI failed so on a loaded machine)
+    page.evaluate("""() => { window.seenStatus = [];
+        new MutationObserver(() => { const el = document.querySelector('#replay-status');
+                                     if (el) window.seenStatus.push(el.innerText); })
+            .observe(document.body, {subtree: true, childList: true, characterData: true}); }""")
     page.locator("#replay-btn").click()
-    page.wait_for_function("document.querySelector('#replay-status').innerText.startsWith('Starting')", timeout=5000)
+    page.wait_for_function("window.seenStatus.some(t => t.startsWith('Starting'))", timeout=5000)
     page.wait_for_function("document.querySelector('#replay-status').innerText.startsWith('Replay done')",
                            timeout=REPLAY_MS)
     status = text_of(page, "#replay-status")
