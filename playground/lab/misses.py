@@ -123,14 +123,14 @@ def known_to(doc: dict, level: float = 0.9) -> dict:
     it narrows as runs are added (a range of 20 runs is wider than one of 3; docs/results.md, 2026-12-04).
     Cells of a prompt without two runs in any cell are left out."""
     cells = _fixed_runs(doc)
-    scatter = _pooled_scatter(cells)
-    out = {}
-    for (prompt, k), xs in cells.items():
-        if prompt in scatter:
-            sd, dof = scatter[prompt]
-            t = float(student_t.ppf(0.5 + level / 2, dof))
-            out[(prompt, k)] = t * MEDIAN_SE * sd * statistics.median(xs) / math.sqrt(len(xs))
-    return out
+    return _known(cells, _pooled_scatter(cells), level)
+
+
+def _known(cells: dict, scatter: dict[str, tuple[float, int]], level: float = 0.9) -> dict:
+    """known_to from the runs and their pooled scatter (noise_bound has both already)."""
+    t = {prompt: float(student_t.ppf(0.5 + level / 2, dof)) for prompt, (_, dof) in scatter.items()}
+    return {(prompt, k): t[prompt] * MEDIAN_SE * scatter[prompt][0] * statistics.median(xs) / math.sqrt(len(xs))
+            for (prompt, k), xs in cells.items() if prompt in scatter}
 
 
 def noise_bound(doc: dict, within: float = 0.05, draws: int = 2000, seed: int = 0) -> dict | None:
@@ -147,10 +147,11 @@ def noise_bound(doc: dict, within: float = 0.05, draws: int = 2000, seed: int = 
     at a 2.5x speed-up is known to 0.06-0.22, so no prediction can put 90% of cells within 0.05 however right it
     is, and the score alone would blame the model for the host (docs/results.md)."""
     cells = _fixed_runs(doc)
-    sd = {prompt: s for prompt, (s, _) in _pooled_scatter(cells).items()}
+    scatter = _pooled_scatter(cells)
+    sd = {prompt: s for prompt, (s, _) in scatter.items()}
     if not sd:
         return None
-    known = known_to(doc)
+    known = _known(cells, scatter)
     rng = np.random.default_rng(seed)
     close = sharp = sharp_close = 0.0
     scored = [(key, xs, statistics.median(xs)) for key, xs in cells.items() if key[0] in sd]
