@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from playground.core import engine
+from playground.core import engine, static
 from playground.core.cached import CachedLM
 from playground.core.engine import plain_generate, speculative_generate
 from playground.core.records import (
@@ -108,7 +108,7 @@ class Recorder(CachedLM):
 @pytest.mark.parametrize("k", [1, 3, 6])
 @pytest.mark.parametrize("sample", [False, True])
 def test_both_caches_hold_exactly_the_committed_length_after_every_iteration(monkeypatch, pair64, k, sample):
-    monkeypatch.setattr(engine, "CachedLM", Recorder)
+    monkeypatch.setattr(static, "CachedLM", Recorder)  # what core.static.target_lm builds on transformers' forward
     Recorder.made = []
     sampling = SamplingConfig(do_sample=sample, temperature=1.3, seed=4)
     proposer = draft_proposer(pair64.draft)

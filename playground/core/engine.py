@@ -27,6 +27,7 @@ from .proposal import EMPTY, Proposal, Proposer, RunContext
 from .records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
 from .rules import SampleRule, Verdict, accept_greedy, accept_sample
 from .sampling import GREEDY, SamplingConfig, choose, probabilities
+from .static import target_lm
 
 if TYPE_CHECKING:  # annotations only: the loop reads a loaded pair's fields and loads nothing itself
     from ..pairs.models import ModelPair
@@ -105,13 +106,14 @@ def _cut(tokens: list[int], roles: list[str], stop_ids: frozenset[int], remainin
 
 def _setup(pair, prompt_ids, max_new_tokens, sampling, stop_ids, clock):
     """What both loops start from: a checked request, a clock, the stop tokens, the seeded generator,
-    the committed tokens and the target with an empty cache."""
+    the committed tokens and the target with an empty cache, on the pair's target forward (core.static.target_lm:
+    both loops the same one, so a speed ratio compares like with like)."""
     check_request(pair, prompt_ids, max_new_tokens)
     clock = clock or Clock.for_pair(pair)
     stops = frozenset(pair.eos_ids if stop_ids is None else stop_ids)
     generator = sampling.generator(pair.device)
     committed = [int(t) for t in prompt_ids]
-    return clock, stops, generator, committed, CachedLM(pair.target, pair.device, pair.vocab_size)
+    return clock, stops, generator, committed, target_lm(pair, len(committed) + max_new_tokens)
 
 
 def speculative_generate(

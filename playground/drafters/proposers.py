@@ -8,9 +8,10 @@ from collections.abc import Sequence
 import torch
 
 from ..core.cached import CachedLM, common_prefix
-from ..core.lean import LeanLM, draft_lm, supports
+from ..core.lean import LeanLM, supports
 from ..core.proposal import EMPTY, LOOKUP_MAX, Proposal, Proposer, RunContext
-from ..core.sampling import draw, probabilities
+from ..core.sampling import draw, draw_tensor, probabilities
+from ..core.static import StaticLM, draft_model_lm
 
 
 class DraftModelProposer(Proposer):
@@ -35,16 +36,19 @@ class DraftModelProposer(Proposer):
         self.name = name
         self.takes_target_kv = copies_target
         self.forward = forward
-        self.lm: CachedLM | LeanLM | None = None
+        self.lm: CachedLM | LeanLM | StaticLM | None = None
 
     def describe(self) -> str:
         """The name and the forward it runs on (a calibration is kept per description: their step costs differ)."""
-        lean = self.forward != "transformers" and supports(self.model) is None
-        return f"{self.name} ({'lean' if lean else 'transformers'} forward)"
+        kind = self.forward
+        if kind == "auto":
+            cuda = torch.device(self.device).type == "cuda"
+            kind = "transformers" if supports(self.model) is not None else ("graphed" if cuda else "lean")
+        return f"{self.name} ({kind} forward)"
 
     def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         super().begin(prompt_ids, ctx)
-        self.lm = draft_lm(self.model, self.device, self.vocab_size, self.forward)
+        self.lm = draft_model_lm(self.model, self.device, self.vocab_size, self.forward)
         prefix, target = list(prompt_ids[:-1]), ctx.target_kv
         self.shared_kv = 0
         if self.takes_target_kv and target is not None and target.tokens == prefix:
@@ -57,6 +61,8 @@ class DraftModelProposer(Proposer):
     def propose(self, tokens: Sequence[int], k: int) -> Proposal:
         lm, ctx = self.lm, self.ctx
         feed = list(tokens[len(lm) :])
+        if isinstance(lm, StaticLM) and not ctx.stops_on_confidence:
+            return self._propose_on_device(feed, k)
         out: list[int] = []
         dists = []
         for _ in range(k):
@@ -72,6 +78,28 @@ class DraftModelProposer(Proposer):
                 break
             feed = [x]
         return Proposal(tuple(out), torch.stack(dists))
+
+    def _propose_on_device(self, feed: list[int], k: int) -> Proposal:
+        """Draft k tokens with each one fed back to the graphed draft on the device, and read them once at the end:
+        one host sync per proposal instead of one per token. Without a stop rule nothing needs a token on the
+        host before the end; an EOS cuts the proposal afterwards, as drafting would have stopped there (the
+        tokens drafted past it are never proposed, and the rollback drops them from the draft's cache)."""
+        lm, ctx = self.lm, self.ctx
+        logits = lm.feed(feed)[-1]
+        drawn, dists = [], []
+        for i in range(k):
+            probs = probabilities(logits.unsqueeze(0), ctx.sampling)[0]
+            x = torch.argmax(logits) if ctx.sampling.greedy else draw_tensor(probs, ctx.generator)
+            drawn.append(x.view(1))
+            dists.append(probs)
+            if i + 1 < k:
+                logits = lm.feed(drawn[-1])[-1]
+        out = torch.cat(drawn).tolist()  # the one host sync
+        lm.tokens.extend(out[:-1])  # fed as device ids: the cache holds every drafted token but the last
+        stop = next((i for i, x in enumerate(out) if x in ctx.stop_ids), None)
+        if stop is not None:
+            out = out[: stop + 1]
+        return Proposal(tuple(out), torch.stack(dists[: len(out)]))
 
     def rollback(self, tokens: Sequence[int]) -> None:
         # Keep what the cache shares with the committed tokens, but never all of them: the next

@@ -48,6 +48,9 @@ class ModelPair:
     devices: tuple = ()
     # What the linear layers run on, per model ("target", "draft"): pairs.kernels.KernelChoice.to_dict().
     kernels: dict = field(default_factory=dict)
+    # The target's forward in the loop and its baseline: auto, transformers, static or graphed (core.static);
+    # None reads $PLAYGROUND_TARGET_FORWARD, else auto.
+    target_forward: str | None = None
 
     def __post_init__(self):
         if not self.devices:
