@@ -27,8 +27,10 @@ from tests.test_models import save
 from tests.tiny import tiny_model, tiny_pair
 
 DEVICE = os.environ.get("PLAYGROUND_DEVICE", "cuda")
-needs_gpu = pytest.mark.skipif(not DEVICE.startswith("cuda") or not torch.cuda.is_available(),
-                               reason="needs a CUDA device (set PLAYGROUND_DEVICE=cuda; scripts/gpu_check.sh)")
+needs_gpu = pytest.mark.skipif(
+    not DEVICE.startswith("cuda") or not torch.cuda.is_available(),
+    reason="needs a CUDA device (set PLAYGROUND_DEVICE=cuda; scripts/gpu_check.sh)",
+)
 
 
 # --- everywhere: torch.cuda's answers replaced ---------------------------------------------------------------
@@ -81,6 +83,13 @@ def test_memory_report_warns_when_accelerate_offloaded_part_of_the_target(monkey
 
 def test_auto_dtype_follows_the_gpus_bf16_support(monkeypatch):
     cuda = torch.device("cuda")
+    asked = []
+    monkeypatch.setattr(
+        torch.cuda,
+        "is_bf16_supported",
+        lambda including_emulation=True: asked.append(including_emulation) or not including_emulation,
+    )
+    assert resolve_dtype("auto", cuda) == torch.bfloat16 and asked == [False]  # native support only
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert resolve_dtype("auto", cuda) == torch.bfloat16
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
@@ -88,16 +97,17 @@ def test_auto_dtype_follows_the_gpus_bf16_support(monkeypatch):
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
 
 
-def test_device_map_only_with_several_gpus_or_when_asked(monkeypatch):
+def test_device_map_only_when_the_target_does_not_fit_one_of_several_gpus_or_when_asked(monkeypatch):
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert resolve_device_map(None, "auto", cuda) == "auto"
-    assert resolve_device_map(None, "cuda", cuda) == "auto"
-    assert resolve_device_map(None, "cuda:0", torch.device("cuda", 0)) is None  # one GPU named: whole there
+    assert resolve_device_map(None, "auto", cuda) is None  # it fits one GPU: whole there, not split
+    assert resolve_device_map(None, "auto", cuda, fits=False) == "auto"
+    assert resolve_device_map(None, "cuda", cuda, fits=False) == "auto"
+    assert resolve_device_map(None, "cuda:0", torch.device("cuda", 0), fits=False) is None  # one GPU named: there
     assert resolve_device_map("none", "auto", cuda) is None
     assert resolve_device_map(None, "auto", cpu) is None  # CPU behaviour unchanged
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert resolve_device_map(None, "auto", cuda) is None
+    assert resolve_device_map(None, "auto", cuda, fits=False) is None
     assert resolve_device_map("sequential", "cuda", cuda) == "sequential"
     with pytest.raises(PlaygroundError, match="across GPUs, but the device is cpu"):
         resolve_device_map("auto", "cpu", cpu)
@@ -112,6 +122,15 @@ def test_int8_draft_keeps_auto_on_the_cpu_and_explains_itself_on_a_gpu(monkeypat
     assert pair.device.type == "cpu" and pair.dtype == torch.float32 and pair.draft is not None
     with pytest.raises(PlaygroundError, match="int8 draft is a CPU-only quantization.*--draft none"):
         load_pair(target, "int8", device="cuda", progress=None)
+
+
+def test_a_target_too_big_for_one_gpu_is_found_from_its_config_before_loading(monkeypatch):
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (40 * gib, 80 * gib))
+    cuda = torch.device("cuda", 0)
+    assert models.fits_one_gpu("Qwen/Qwen2.5-7B-Instruct", torch.bfloat16, cuda)  # 15 GB in 40 GB free
+    assert not models.fits_one_gpu("Qwen/Qwen2.5-7B-Instruct", torch.float64, cuda)  # 61 GB
+    assert models.fits_one_gpu("someone/unknown", torch.bfloat16, cuda)  # no config here: one GPU
 
 
 def test_device_map_is_passed_to_transformers_and_not_followed_by_a_move(monkeypatch):
@@ -137,8 +156,15 @@ def gpu_pair(target, draft, dtype=torch.float64):
     dev = torch.device(DEVICE)
     t = copy.deepcopy(target).to(dev, dtype)
     d = copy.deepcopy(draft).to(dev, dtype) if draft is not None else None
-    return ModelPair(target=t, tokenizer=None, draft=d, device=dev, dtype=dtype, target_name="tiny-target",
-                     draft_name="tiny-draft" if d is not None else None)
+    return ModelPair(
+        target=t,
+        tokenizer=None,
+        draft=d,
+        device=dev,
+        dtype=dtype,
+        target_name="tiny-target",
+        draft_name="tiny-draft" if d is not None else None,
+    )
 
 
 @needs_gpu
@@ -147,8 +173,11 @@ def test_greedy_speculative_equals_plain_on_the_gpu(target64, drafts64, k):
     pair = gpu_pair(target64, drafts64["useful"])
     prompt = [1, 2, 3, 4, 5]
     plain = [r.token for r in plain_generate(pair, prompt, max_new_tokens=30) if isinstance(r, Step)]
-    records = list(speculative_generate(pair, prompt, proposer=DraftModelProposer(pair.draft, pair.device, None),
-                                        k=k, max_new_tokens=30))
+    records = list(
+        speculative_generate(
+            pair, prompt, proposer=DraftModelProposer(pair.draft, pair.device, None), k=k, max_new_tokens=30
+        )
+    )
     assert [t for r in records if isinstance(r, Iteration) for t in r.emitted] == plain
     s = summarize(records)
     assert s.alpha is not None and s.draft_s > 0 and s.verify_s > 0
@@ -162,7 +191,11 @@ def test_the_lean_draft_forward_matches_transformers_on_the_gpu(target64, dtype)
     ids = [3, 17, 42, 5, 9, 33, 8, 61]
     ours, theirs = LeanLM(model, DEVICE), CachedLM(model, DEVICE)
     got = [ours.feed(ids[:5])[-1], ours.feed(ids[5:6])[-1], ours.feed(ids[6:])[-1]]
-    want = [theirs.feed(ids[:5], last_only=True)[-1], theirs.feed(ids[5:6])[-1], theirs.feed(ids[6:], last_only=True)[-1]]
+    want = [
+        theirs.feed(ids[:5], last_only=True)[-1],
+        theirs.feed(ids[5:6])[-1],
+        theirs.feed(ids[6:], last_only=True)[-1],
+    ]
     tol = 1e-4 if dtype == torch.float32 else 5e-2
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol)

@@ -40,17 +40,21 @@ def no_hub(monkeypatch):
 
 
 def test_the_named_pairs():
-    assert list(PAIRS) == ["embedded", "smollm2-1.7b", "llama-3.2-3b", "qwen2.5-7b"]
+    assert list(PAIRS) == ["embedded", "qwen2.5-7b", "llama-3.1-8b", "llama-3.2-3b", "smollm2-1.7b"]
     assert (PAIRS["embedded"].target, PAIRS["embedded"].draft) == ("embedded", "int8")
     assert PAIRS["smollm2-1.7b"].draft == "embedded"  # the embedded 135M drafts for its big sibling
     assert PAIRS["qwen2.5-7b"].hub_ids == ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct")
-    assert [p.name for p in PAIRS.values() if p.gated] == ["llama-3.2-3b"]
+    assert [p.name for p in PAIRS.values() if p.gated] == ["llama-3.1-8b", "llama-3.2-3b"]
+    assert [p.name for p in PAIRS.values() if p.needs_cuda] == ["qwen2.5-7b", "llama-3.1-8b", "llama-3.2-3b"]
     assert all(p.note and p.dtype == "auto" for p in PAIRS.values())
 
 
 def test_unknown_pair_lists_the_names():
-    with pytest.raises(PlaygroundError, match="unknown model pair 'gpt-5'; choose one of embedded, smollm2-1.7b, "
-                                              "llama-3.2-3b, qwen2.5-7b"):
+    with pytest.raises(
+        PlaygroundError,
+        match="unknown model pair 'gpt-5'; choose one of embedded, qwen2.5-7b, "
+        "llama-3.1-8b, llama-3.2-3b, smollm2-1.7b",
+    ):
         get_pair_spec("gpt-5")
 
 
@@ -58,11 +62,18 @@ def test_choose_pair_defaults_environment_and_overrides():
     allow_all = ModelPolicy(allow_any=True)
     assert choose_pair(env={}) == PairChoice("embedded", "int8", "auto", "auto", None, "embedded")
     qwen = choose_pair(env={"PLAYGROUND_PAIR": "qwen2.5-7b"})
-    assert (qwen.name, qwen.target, qwen.draft) == ("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct",
-                                                     "Qwen/Qwen2.5-0.5B-Instruct")
+    assert (qwen.name, qwen.target, qwen.draft) == (
+        "qwen2.5-7b",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+    )
     lookup_only = choose_pair(pair="qwen2.5-7b", draft="none", device="cuda:1", dtype="float16", env={})
     assert (lookup_only.draft, lookup_only.device, lookup_only.dtype, lookup_only.name) == (
-        None, "cuda:1", "float16", None)  # an override makes it a custom pair
+        None,
+        "cuda:1",
+        "float16",
+        None,
+    )  # an override makes it a custom pair
     legacy = choose_pair(target="org/model", env={}, policy=allow_all)  # --target alone: as before named pairs
     assert (legacy.target, legacy.draft, legacy.device, legacy.name) == ("org/model", "int8", "auto", None)
     assert choose_pair(target="embedded", draft="int8", env={}).name == "embedded"
@@ -89,8 +100,11 @@ def test_keywords_and_the_registrys_own_models_are_always_allowed():
 
 
 def test_other_hub_ids_only_when_allowed():
-    with pytest.raises(PlaygroundError, match=r"the draft 'someone/model' is not a model of a named pair.*"
-                                              r"PLAYGROUND_ALLOW_ANY_MODEL=1"):
+    with pytest.raises(
+        PlaygroundError,
+        match=r"the draft 'someone/model' is not a model of a named pair.*"
+        r"PLAYGROUND_ALLOW_ANY_MODEL=1",
+    ):
         ModelPolicy().check("someone/model", "draft")
     ModelPolicy(allow_any=True).check("someone/model")
     assert ModelPolicy.from_env({"PLAYGROUND_ALLOW_ANY_MODEL": "1"}).allow_any
@@ -122,13 +136,16 @@ def test_local_paths_only_inside_the_model_roots(tmp_path):
 # --- the command line --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["info", "--target", "someone/model"], "not a model of a named pair"),
-    (["info", "--pair", "embedded", "--draft", "someone/draft"], "the draft 'someone/draft'"),
-    (["timing", "--target", "/etc", "--draft", "none"], "local path"),
-    (["generate", "--prompt", "hi", "--pair", "gpt-5"], "choose one of embedded"),
-    (["speed", "--pair", "nope"], "unknown model pair"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["info", "--target", "someone/model"], "not a model of a named pair"),
+        (["info", "--pair", "embedded", "--draft", "someone/draft"], "the draft 'someone/draft'"),
+        (["timing", "--target", "/etc", "--draft", "none"], "local path"),
+        (["generate", "--prompt", "hi", "--pair", "gpt-5"], "choose one of embedded"),
+        (["speed", "--pair", "nope"], "unknown model pair"),
+    ],
+)
 def test_cli_refuses_disallowed_models_before_loading(monkeypatch, capsys, no_hub, argv, message):
     monkeypatch.setattr(pairs, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
     assert main(argv) == 2
@@ -138,6 +155,7 @@ def test_cli_refuses_disallowed_models_before_loading(monkeypatch, capsys, no_hu
 
 def test_cli_gated_pair_without_a_token_says_how(monkeypatch, capsys, no_hub):
     monkeypatch.setattr(pairs, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU host: the pair's device check passes
     assert main(["info", "--pair", "llama-3.2-3b"]) == 2
     err = capsys.readouterr().err
     assert "gated model" in err and "no Hugging Face token is set" in err and "HF_TOKEN" in err
@@ -218,11 +236,14 @@ def test_load_choice_says_it_downloads_and_passes_the_placement(monkeypatch, no_
     calls, said = [], []
     monkeypatch.setattr(pairs, "offline", lambda: False)
     monkeypatch.setattr(pairs, "load_pair", lambda *a, **k: calls.append((a, k)) or "pair")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     choice = choose_pair(pair="qwen2.5-7b", device="cuda", device_map="auto", env={})
     assert load_choice(choice, progress=said.append) == "pair"
-    assert [m.split(" into ")[0] for m in said] == ["Downloading Qwen/Qwen2.5-7B-Instruct",
-                                                    "Downloading Qwen/Qwen2.5-0.5B-Instruct"]
-    (args, kwargs), = calls
+    assert [m.split(" into ")[0] for m in said] == [
+        "Downloading Qwen/Qwen2.5-7B-Instruct",
+        "Downloading Qwen/Qwen2.5-0.5B-Instruct",
+    ]
+    ((args, kwargs),) = calls
     assert args == ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct")
     assert kwargs["device"] == "cuda" and kwargs["device_map"] == "auto" and kwargs["dtype"] == "auto"
 
@@ -242,7 +263,11 @@ def test_app_choice_from_the_environment():
 
     choice = choice_from_env({"PLAYGROUND_PAIR": "smollm2-1.7b", "PLAYGROUND_DEVICE": "cuda:0"})
     assert (choice.target, choice.draft, choice.device, choice.name) == (
-        "HuggingFaceTB/SmolLM2-1.7B-Instruct", "embedded", "cuda:0", "smollm2-1.7b")
+        "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        "embedded",
+        "cuda:0",
+        "smollm2-1.7b",
+    )
     assert menu_value(choice_from_env({})) == "embedded"
     assert menu_value(choice_from_env({"PLAYGROUND_TARGET": "/m", "PLAYGROUND_DRAFT": "none"})) == "/m, none"
 
@@ -254,6 +279,7 @@ def test_app_refuses_a_disallowed_pair_at_load_without_network(monkeypatch, no_h
     provider = PairProvider(choice=PairChoice("someone/model", None, "cpu", "float32"), cache=PairCache())
     with pytest.raises(PlaygroundError, match="not a model of a named pair"):
         provider.get()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU host: past the pair's device check
     gated = PairProvider(choice=choice_from_env({"PLAYGROUND_PAIR": "llama-3.2-3b"}), cache=PairCache())
     with pytest.raises(PlaygroundError, match="gated model"):
         gated.get()
@@ -319,3 +345,38 @@ def test_build_ui_has_the_pair_menu_and_loads_nothing():
     api = demo.get_api_info()["named_endpoints"]  # the session state is no API parameter
     assert [p["parameter_name"] for p in api["/select_pair"]["parameters"]] == ["value"]
     assert [p["parameter_name"] for p in api["/load_preset"]["parameters"]] == ["preset", "prompt"]
+
+
+# --- GPU pairs: refused without CUDA, ratios from the shipped configs ----------------------------------------
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-7b", "llama-3.1-8b", "llama-3.2-3b"])
+def test_a_gpu_pair_without_cuda_is_refused_before_anything_loads(monkeypatch, capsys, no_hub, name):
+    import time
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(pairs, "load_pair", lambda *a, **k: pytest.fail("nothing may load"))
+    monkeypatch.setattr(pairs, "is_cached", lambda *a: pytest.fail("not even the cache is asked"))
+    t0 = time.perf_counter()
+    assert main(["info", "--pair", name]) == 2
+    err = capsys.readouterr().err
+    assert f"the {name} pair needs a CUDA GPU" in err and "--random-weights" in err and "Traceback" not in err
+    assert time.perf_counter() - t0 < 10
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU host, but the CPU asked for
+    with pytest.raises(PlaygroundError, match="the device asked for is the CPU"):
+        pairs.check_device(choose_pair(pair=name, device="cpu", env={}))
+
+
+def test_the_pairs_ratios_come_from_the_shipped_configs(capsys):
+    qwen = PAIRS["qwen2.5-7b"].ratios
+    assert (qwen["draft_layers"], qwen["target_layers"]) == (24, 28)
+    # published sizes: Qwen2.5-7B 7.62B parameters, 0.5B 0.49B (their model cards)
+    assert abs(qwen["target_params"] / 1e9 - 7.62) < 0.02 and abs(qwen["draft_params"] / 1e9 - 0.49) < 0.01
+    llama = PAIRS["llama-3.1-8b"].ratios
+    assert abs(llama["target_params"] / 1e9 - 8.03) < 0.02 and abs(llama["draft_params"] / 1e9 - 1.24) < 0.01
+    assert llama["layer_ratio"] == 0.5
+    assert PAIRS["smollm2-1.7b"].ratios["layer_ratio"] > 1  # the deep draft its note warns of
+    assert PAIRS["embedded"].ratios is None  # the int8 copy has no config of its own
+    assert main(["pairs"]) == 0
+    out = capsys.readouterr().out
+    assert "24/28 layers (0.86)" in out and "GPU only" in out

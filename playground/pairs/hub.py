@@ -38,10 +38,13 @@ def hub_cache_dir() -> str:
 
 
 def gated_message(repo_id: str, token_set: bool) -> str:
-    why = ("the token set (HF_TOKEN or a saved login) has no access to it" if token_set
-           else "no Hugging Face token is set")
-    return (f"{repo_id!r} is a gated model and {why}: ask for access at https://huggingface.co/{repo_id}, then set "
-            f"HF_TOKEN to a token with read access (docker run -e HF_TOKEN ...)")
+    why = (
+        "the token set (HF_TOKEN or a saved login) has no access to it" if token_set else "no Hugging Face token is set"
+    )
+    return (
+        f"{repo_id!r} is a gated model and {why}: ask for access at https://huggingface.co/{repo_id}, then set "
+        f"HF_TOKEN to a token with read access (docker run -e HF_TOKEN ...)"
+    )
 
 
 def offline() -> bool:
@@ -60,10 +63,14 @@ def hub_problem(repo_id: str, error: BaseException) -> str | None:
     if any(isinstance(c, GatedRepoError) for c in chain) or "gated repo" in str(error).lower():
         return gated_message(repo_id, token_set=hub_token() is not None)
     if any(isinstance(c, RepositoryNotFoundError) for c in chain):
-        return (f"there is no model {repo_id!r} on the Hugging Face hub (or it is private, and the token set, if "
-                f"any, has no access to it)")
+        return (
+            f"there is no model {repo_id!r} on the Hugging Face hub (or it is private, and the token set, if "
+            f"any, has no access to it)"
+        )
     if any(isinstance(c, (LocalEntryNotFoundError, OfflineModeIsEnabled)) for c in chain):
-        return (f"{repo_id!r} is not in the local Hugging Face cache ({hub_cache_dir()}) and the hub cannot be "
-                f"reached: run once with network access (it downloads into that cache), or use a named pair that "
-                f"needs no download (embedded)")
+        return (
+            f"{repo_id!r} is not in the local Hugging Face cache ({hub_cache_dir()}) and the hub cannot be "
+            f"reached: run once with network access (it downloads into that cache), or use a named pair that "
+            f"needs no download (embedded)"
+        )
     return None

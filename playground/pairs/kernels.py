@@ -53,8 +53,12 @@ class KernelChoice:
     probe_ms: dict = field(default_factory=dict)  # {"blas": {n: ms}, "onednn": {n: ms}} when auto measured
 
     def to_dict(self) -> dict:
-        return {"kernels": self.kernels, "asked": self.asked, "reason": self.reason,
-                "probe_ms": {k: {str(n): round(ms, 2) for n, ms in v.items()} for k, v in self.probe_ms.items()}}
+        return {
+            "kernels": self.kernels,
+            "asked": self.asked,
+            "reason": self.reason,
+            "probe_ms": {k: {str(n): round(ms, 2) for n, ms in v.items()} for k, v in self.probe_ms.items()},
+        }
 
 
 class OneDnnLinear(torch.nn.Module):
@@ -123,8 +127,13 @@ class Swap:
         self.sites, self.onednn = [], []
 
 
-def time_kernels(model: torch.nn.Module, swap: Swap, sizes=PROBE_SIZES, rounds: int = PROBE_ROUNDS,
-                 context_tokens: int = PROBE_CONTEXT) -> dict[str, dict[int, list[float]]]:
+def time_kernels(
+    model: torch.nn.Module,
+    swap: Swap,
+    sizes=PROBE_SIZES,
+    rounds: int = PROBE_ROUNDS,
+    context_tokens: int = PROBE_CONTEXT,
+) -> dict[str, dict[int, list[float]]]:
     """Seconds of a pass over each of `sizes` tokens after a `context_tokens`-token prompt, per kernel, `rounds`
     times; the two kernels alternate within each round, so that a drifting machine moves both alike. Leaves the
     model on oneDNN (the last timed): settle it with `swap.keep`."""
@@ -152,8 +161,9 @@ def time_kernels(model: torch.nn.Module, swap: Swap, sizes=PROBE_SIZES, rounds: 
     return times
 
 
-def choose_kernels(model: torch.nn.Module, kernels: str | None = "auto",
-                   progress: Callable[[str], None] | None = None) -> KernelChoice:
+def choose_kernels(
+    model: torch.nn.Module, kernels: str | None = "auto", progress: Callable[[str], None] | None = None
+) -> KernelChoice:
     """Put `model`'s linear layers on the kernels asked for (auto: the faster on this machine) and say why."""
     asked = resolve_kernels(kernels)
     if asked == "blas":
@@ -170,8 +180,9 @@ def choose_kernels(model: torch.nn.Module, kernels: str | None = "auto",
     if progress:
         progress("Timing BLAS and oneDNN kernels on this machine (about a second) ...")
     try:
-        probe = {k: {n: statistics.median(xs) * 1e3 for n, xs in per.items()}
-                 for k, per in time_kernels(model, swap).items()}
+        probe = {
+            k: {n: statistics.median(xs) * 1e3 for n, xs in per.items()} for k, per in time_kernels(model, swap).items()
+        }
     except RuntimeError as e:  # an op this build or CPU lacks: stay on torch's default
         swap.keep("blas", model)
         return KernelChoice("blas", asked, f"oneDNN failed on this machine: {str(e).splitlines()[0][:200]}")
@@ -182,8 +193,10 @@ def choose_kernels(model: torch.nn.Module, kernels: str | None = "auto",
     else:
         chosen, how = "blas", f"not {MARGIN:.0%} faster"
     swap.keep(chosen, model)
-    reason = (f"oneDNN {how} than BLAS on passes over {sizes} tokens: {total['onednn']:.1f} ms against "
-              f"{total['blas']:.1f} ms (medians of {PROBE_ROUNDS}, alternating)")
+    reason = (
+        f"oneDNN {how} than BLAS on passes over {sizes} tokens: {total['onednn']:.1f} ms against "
+        f"{total['blas']:.1f} ms (medians of {PROBE_ROUNDS}, alternating)"
+    )
     return KernelChoice(chosen, asked, reason, probe)
 
 

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ..core.int8 import rowwise
 from ..core.lean import prepare
@@ -33,6 +33,7 @@ from .models import (
     resolve_device_map,
     resolve_dtype,
 )
+from .synthetic import config_path, param_count, shipped_config
 
 # --- the embedded model ----------------------------------------------------------------------
 
@@ -114,19 +115,41 @@ def load_tokenizer(source: str | Path):
         raise PlaygroundError(hub or f"could not load a tokenizer from {str(source)!r}: {_first_line(e)}") from None
 
 
-def load_model(source: str | Path, device: torch.device, dtype: torch.dtype,
-               device_map: str | None = None) -> torch.nn.Module:
+def load_model(
+    source: str | Path, device: torch.device, dtype: torch.dtype, device_map: str | None = None
+) -> torch.nn.Module:
     """A causal LM from a local directory or a hub id (in the local HF cache, or downloaded into it, with
     huggingface_hub's progress bars). With a `device_map`, accelerate places it (across GPUs)."""
     local = Path(source).exists()
-    placement = {"device_map": device_map} if device_map else {}
+    # straight onto a GPU (accelerate places it), never through host memory first
+    placement = {"device_map": device_map or (str(device) if device.type == "cuda" else None)}
+    placement = {k: v for k, v in placement.items() if v}
     try:
         model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, local_files_only=local, **placement)
     except (OSError, ValueError) as e:
         hub = None if local else hub_problem(str(source), e)
         where = "local path" if local else "model id (not in the local Hugging Face cache and not downloadable)"
         raise PlaygroundError(hub or f"could not load {where} {str(source)!r}: {_first_line(e)}") from None
-    return (model if device_map else model.to(device)).eval()
+    return (model if placement else model.to(device)).eval()
+
+
+def fits_one_gpu(source, dtype: torch.dtype, dev: torch.device) -> bool:
+    """Whether the target's weights fit in 90% of one GPU's free memory, from its config (shipped with a named
+    pair's, else the one in the local cache) before any weight loads. A model of unknown size counts as fitting:
+    it goes whole onto one GPU unless a device map is asked for."""
+    if dev.type != "cuda":
+        return True
+    try:
+        cfg = (
+            shipped_config(str(source))
+            if config_path(str(source)).is_file()
+            else AutoConfig.from_pretrained(str(source), local_files_only=True).to_dict()
+        )
+        size = param_count(cfg) * dtype.itemsize
+    except (OSError, ValueError, KeyError, PlaygroundError):  # no config here, or not the Llama layout
+        return True
+    free, _ = torch.cuda.mem_get_info(dev)
+    return size < 0.9 * free
 
 
 def _first_line(e: BaseException) -> str:
@@ -169,8 +192,9 @@ def int8_copy(model: torch.nn.Module) -> torch.nn.Module:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quantized = quantize_dynamic(copy.deepcopy(model).float(), {torch.nn.Linear: per_channel_dynamic_qconfig},
-                                     dtype=torch.qint8).eval()
+        quantized = quantize_dynamic(
+            copy.deepcopy(model).float(), {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+        ).eval()
     rowwise(quantized)  # short feeds row by row independent: core.int8 says why
     return quantized
 
@@ -215,10 +239,12 @@ def load_pair(
     int8 = draft is not None and str(draft) == INT8
     dev = torch.device("cpu") if int8 and str(device) == "auto" else resolve_device(device)
     if int8 and dev.type != "cpu":
-        raise PlaygroundError(f"the int8 draft is a CPU-only quantization, and the device is {dev}: on a GPU choose "
-                              f"a draft model (a named pair, or --draft embedded / a model id) or --draft none")
+        raise PlaygroundError(
+            f"the int8 draft is a CPU-only quantization, and the device is {dev}: on a GPU choose "
+            f"a draft model (a named pair, or --draft embedded / a model id) or --draft none"
+        )
     dt = resolve_dtype(dtype, dev)
-    placement = resolve_device_map(device_map, device, dev)
+    placement = resolve_device_map(device_map, device, dev, fits=fits_one_gpu(target, dt, dev))
     if str(target) == EMBEDDED:
         source = ensure_embedded_safetensors(progress)
         target_name = EMBEDDED_NAME
@@ -253,5 +279,3 @@ def load_pair(
         draft_copies_target=int8,
         kernels={role: c.to_dict() for role, c in choices.items()},
     )
-
-

@@ -144,20 +144,29 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return dev
 
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float64": torch.float64}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float64": torch.float64,
+}
 
 
 def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None = None) -> torch.dtype:
     """auto: bf16 on a CUDA device that supports it, else fp16 there; fp32 on CPU.
 
-    On CPU, bf16 is no faster per step here and changes greedy output with batch shape (MEASURED.md).
+    On CPU, bf16 is no faster per step here and changes greedy output with batch shape. bf16 only where the GPU
+    runs it natively (compute capability 8.0 and up): torch's answer counts emulation by default, and an
+    emulated bf16 matrix product on an older card is slower than fp16.
     """
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
         if device is not None and device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return torch.bfloat16 if _native_bf16() else torch.float16
         return torch.float32
     try:
         return _DTYPES[dtype]
@@ -165,14 +174,24 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
         raise PlaygroundError(f"unknown dtype {dtype!r}; choose one of auto, {', '.join(_DTYPES)}") from None
 
 
+def _native_bf16() -> bool:
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # a torch without the argument counted no emulation
+        return torch.cuda.is_bf16_supported()
+
+
 DEVICE_MAPS = ("auto", "balanced", "sequential")
 
 
-def resolve_device_map(device_map: str | None, requested: str | torch.device, dev: torch.device) -> str | None:
+def resolve_device_map(
+    device_map: str | None, requested: str | torch.device, dev: torch.device, fits: bool = True
+) -> str | None:
     """accelerate's placement for the target, or None to put it whole on `dev`.
 
     None (automatic): "auto" only on CUDA, on a host with more than one GPU, when the device asked for names
-    no GPU index ("auto" or "cuda"): a target that does not fit one GPU is then split across them. "auto",
+    no GPU index ("auto" or "cuda") and the target does not fit one GPU (`fits`): a model that fits runs whole
+    on one, where a split would add a hop between GPUs to every pass and rule out the graphed forward. "auto",
     "balanced", "sequential": asked for (CUDA only). "none": never. CPU behaviour is unchanged.
     """
     value = (str(device_map).strip().lower() or None) if device_map is not None else None
@@ -180,7 +199,7 @@ def resolve_device_map(device_map: str | None, requested: str | torch.device, de
         return None
     if value is None:
         unindexed = ":" not in str(requested)
-        return "auto" if dev.type == "cuda" and unindexed and torch.cuda.device_count() > 1 else None
+        return "auto" if dev.type == "cuda" and unindexed and not fits and torch.cuda.device_count() > 1 else None
     if value not in DEVICE_MAPS:
         raise PlaygroundError(f"unknown device map {device_map!r}; choose one of none, {', '.join(DEVICE_MAPS)}")
     if dev.type != "cuda":
@@ -198,20 +217,29 @@ def memory_report(pair: ModelPair) -> dict:
         total += sum(b.numel() * b.element_size() for b in m.buffers())
         return total + sum(w.numel() * w.element_size() for w in _packed_weights(m))
 
-    report = {"target_bytes": model_bytes(pair.target), "draft_bytes": model_bytes(pair.draft), "device": str(pair.device)}
+    report = {
+        "target_bytes": model_bytes(pair.target),
+        "draft_bytes": model_bytes(pair.draft),
+        "device": str(pair.device),
+    }
     warnings_: list[str] = []
     if pair.device.type == "cuda":
         free, total = torch.cuda.mem_get_info(pair.device)
-        report.update(device_free_bytes=free, device_total_bytes=total,
-                      device_allocated_bytes=torch.cuda.memory_allocated(pair.device))
+        report.update(
+            device_free_bytes=free,
+            device_total_bytes=total,
+            device_allocated_bytes=torch.cuda.memory_allocated(pair.device),
+        )
         gpus = [d for d in pair.devices if d.type == "cuda"] or [pair.device]
         per_gpu = {}
         for d in gpus:
             f, t = torch.cuda.mem_get_info(d)
             per_gpu[str(d)] = {"free_bytes": f, "total_bytes": t, "allocated_bytes": torch.cuda.memory_allocated(d)}
             if t and f < LOW_MEMORY_FRACTION * t:
-                warnings_.append(f"{d} has {f / 2**20:.0f} MiB free of {t / 2**30:.1f} GiB: the KV caches may not "
-                                 f"fit, and other processes on this GPU share it (timings will suffer)")
+                warnings_.append(
+                    f"{d} has {f / 2**20:.0f} MiB free of {t / 2**30:.1f} GiB: the KV caches may not "
+                    f"fit, and other processes on this GPU share it (timings will suffer)"
+                )
         if len(per_gpu) > 1:
             report["gpus"] = per_gpu
     else:
@@ -219,15 +247,18 @@ def memory_report(pair: ModelPair) -> dict:
             vm = psutil.virtual_memory()
             report.update(process_rss_bytes=psutil.Process().memory_info().rss, available_ram_bytes=vm.available)
             if vm.total and vm.available < LOW_MEMORY_FRACTION * vm.total:
-                warnings_.append(f"only {vm.available / 2**20:.0f} MiB of RAM is available: the system may swap, "
-                                 f"and timings will suffer")
+                warnings_.append(
+                    f"only {vm.available / 2**20:.0f} MiB of RAM is available: the system may swap, "
+                    f"and timings will suffer"
+                )
         except psutil.Error:  # a process table that cannot be read: the report is still useful without it
             pass
-    offloaded = sorted({str(v) for v in (getattr(pair.target, "hf_device_map", None) or {}).values()}
-                       & {"cpu", "disk"})
+    offloaded = sorted({str(v) for v in (getattr(pair.target, "hf_device_map", None) or {}).values()} & {"cpu", "disk"})
     if offloaded and pair.device.type == "cuda":
-        warnings_.append(f"accelerate put part of the target on {' and '.join(offloaded)} (it does not fit the "
-                         f"GPUs): every pass moves those weights, so timings measure the transfers")
+        warnings_.append(
+            f"accelerate put part of the target on {' and '.join(offloaded)} (it does not fit the "
+            f"GPUs): every pass moves those weights, so timings measure the transfers"
+        )
     report["warnings"] = warnings_
     return report
 

