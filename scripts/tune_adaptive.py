@@ -9,9 +9,12 @@ Printed: per variant, adaptive / heuristic and adaptive / best fixed k, per pres
 compared is the cost model's prediction (its step costs from this machine's calibration, named in the header),
 not a measurement: confirm a chosen setting with `python -m playground speed` (live, adjacent rounds).
 
+The default variants are the defaults and, one at a time, each rule a setting switches off (see AdaptiveK's
+docstring): what each rule is worth. The memory's worth is the second calls' figures against the first calls'.
+
     .venv/bin/python scripts/tune_adaptive.py --threads 2
     .venv/bin/python scripts/tune_adaptive.py --drafters llama.cpp --presets tool_call,prose   # a short run
-    .venv/bin/python scripts/tune_adaptive.py --drafters draft --variant "by probability=sureness:probability"
+    .venv/bin/python scripts/tune_adaptive.py --drafters draft --variant "slow forgetting=decay:0.95"
 """
 
 from __future__ import annotations
@@ -35,10 +38,15 @@ from playground.lab.calibration import calibrate
 from playground.lab.common import markdown_table
 from playground.pairs.registry import load_named_pair
 
+_DEFAULTS = adaptive.DEFAULT_SETTINGS
 VARIANTS = {
-    "point estimate": adaptive.AdaptiveSettings(uncertainty=False),
-    "uncertain rate (default)": adaptive.AdaptiveSettings(),
-    "uncertain rate, remembered rate weighs as its count": adaptive.AdaptiveSettings(remembered_weight=True),
+    "defaults": _DEFAULTS,
+    "no optimism (rule 2)": dataclasses.replace(_DEFAULTS, optimism=0.0),
+    "no finish plan (rule 3)": dataclasses.replace(_DEFAULTS, horizon=0),  # remaining > 0 always: the steady k
+    # int(growth * last k) + 1 > K_MAX for any last k >= 1: the ramp never binds
+    "no depth ramp (rule 4)": dataclasses.replace(_DEFAULTS, growth=float(adaptive.K_MAX + 1)),
+    "no probe back-off (rule 5)": dataclasses.replace(_DEFAULTS, probe_max=_DEFAULTS.probe_every),
+    "no stop rule (rule 6)": dataclasses.replace(_DEFAULTS, confidence=False),
 }
 
 
