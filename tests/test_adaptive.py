@@ -22,7 +22,7 @@ from playground.drafters.adaptive import (
 )
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 from playground.errors import PlaygroundError
-from tests.test_engine import PROMPTS, chi2
+from tests.test_engine import PROMPTS, chi2, exact_joint
 from tests.tiny import tiny_model, tiny_pair
 
 
@@ -170,19 +170,6 @@ def pair8():
     return tiny_pair(target, draft)
 
 
-def exact_joint3(target, prompt, sampling):
-    """The target's exact distribution of its first three sampled tokens, [V, V, V]."""
-    from playground.core.sampling import probabilities
-
-    v = target.config.vocab_size
-    with torch.no_grad():
-        p1 = probabilities(target(torch.tensor([prompt])).logits[0, -1:], sampling)[0]
-        p2 = probabilities(target(torch.tensor([prompt + [a] for a in range(v)])).logits[:, -1], sampling)
-        ctx3 = torch.tensor([prompt + [a, b] for a in range(v) for b in range(v)])
-        p3 = probabilities(target(ctx3).logits[:, -1], sampling).reshape(v, v, v)
-    return (p1[:, None, None] * p2[:, :, None] * p3).numpy()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["adaptive", "heuristic"])
 def test_sampling_with_a_varying_k_keeps_the_targets_distribution(pair8, name):
@@ -200,7 +187,7 @@ def test_sampling_with_a_varying_k_keeps_the_targets_distribution(pair8, name):
         ks_seen.update(r.k for r in recs if isinstance(r, Iteration))
         counts[toks[0], toks[1], toks[2]] += 1
     assert len(ks_seen) >= 2  # k really varied
-    assert chi2(counts, exact_joint3(pair8.target, prompt, sampling)) > 0.001
+    assert chi2(counts, exact_joint(pair8.target, prompt, sampling, n=3)) > 0.001
 
 
 def test_speed_and_sweep_run_adaptive_and_heuristic_arms(pair64):
