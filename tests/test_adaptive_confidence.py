@@ -303,16 +303,28 @@ GOLDEN_STOPPING = (
 
 def test_each_of_the_tuning_scripts_ablations_switches_its_rule_off():
     """scripts/tune_adaptive.py's default variants drop one rule each: each changes the choices on the scripts (the
-    stop rule acts only on a drafter that stops, so on the stop script alone), and the defaults are the defaults."""
-    variants = tuning_script().VARIANTS
+    stop rule and its near-tie prior act only on a drafter that stops, so on the stop script alone), and the defaults
+    are the defaults."""
+    script = tuning_script()
+    variants = dict(script.VARIANTS)
     assert variants.pop("defaults") == AdaptiveSettings()
-    assert len(variants) == 5
+    assert len(variants) == 6 and set(script.PATCHES) <= set(variants)
     for name, settings in variants.items():
-        ablated = AdaptiveK(SCRIPT_CURVE, settings=settings)
-        if "stop rule" in name:
-            assert stopping_choices(ablated) != GOLDEN_STOPPING[0], name
-        else:
-            assert scripted_choices(ablated) != GOLDEN_DEFAULT[0], name
+        with script.patched(name):
+            ablated = AdaptiveK(SCRIPT_CURVE, settings=settings)
+            if "rule 6" in name:
+                assert stopping_choices(ablated) != GOLDEN_STOPPING[0], name
+            else:
+                assert scripted_choices(ablated) != GOLDEN_DEFAULT[0], name
+    assert stopping_choices(AdaptiveK(SCRIPT_CURVE)) == GOLDEN_STOPPING[0]  # every patch undone
+
+
+def test_the_tuning_script_says_what_dropping_each_rule_does(capsys):
+    out = {"draft": {"adaptive": {"defaults": {"a": 2.0, "b": 1.0}, "no x": {"a": 1.9, "b": 1.05}}},
+           "lookup": {"adaptive": {"defaults": {"a": 1.0, "b": 1.0}, "no x": {"a": 1.0, "b": 1.0}}}}
+    tuning_script().print_rule_effects(out)
+    assert capsys.readouterr().out == ("no x against the defaults: largest loss -5.0% (a, draft), "
+                                       "largest gain +5.0% (b, draft)\n")
 
 
 def test_the_stop_rule_chooses_exactly_as_recorded():
