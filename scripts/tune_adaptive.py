@@ -9,23 +9,29 @@ Printed: per variant, adaptive / heuristic and adaptive / best fixed k, per pres
 compared is the cost model's prediction (its step costs from this machine's calibration, named in the header),
 not a measurement: confirm a chosen setting with `python -m playground speed` (live, adjacent rounds).
 
+The default variants are the defaults and, one at a time, each rule switched off (see AdaptiveK's docstring) by a
+setting, or for the near-tie prior (confidence.prior) by a module constant patched during its replay: what each rule
+is worth. The memory's worth is each second call's figure against its first call's (the same text without memory).
+
     .venv/bin/python scripts/tune_adaptive.py --threads 2
     .venv/bin/python scripts/tune_adaptive.py --drafters llama.cpp --presets tool_call,prose   # a short run
-    .venv/bin/python scripts/tune_adaptive.py --drafters draft --variant "by probability=sureness:probability"
+    .venv/bin/python scripts/tune_adaptive.py --drafters draft --variant "slow forgetting=decay:0.95"
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import statistics
 import sys
 import time
+from unittest import mock
 
 import torch
 
-from playground.drafters import adaptive
+from playground.drafters import adaptive, confidence
 from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup
 from playground.errors import PlaygroundError
@@ -35,11 +41,26 @@ from playground.lab.calibration import calibrate
 from playground.lab.common import markdown_table
 from playground.pairs.registry import load_named_pair
 
+_DEFAULTS = adaptive.DEFAULT_SETTINGS
 VARIANTS = {
-    "point estimate": adaptive.AdaptiveSettings(uncertainty=False),
-    "uncertain rate (default)": adaptive.AdaptiveSettings(),
-    "uncertain rate, remembered rate weighs as its count": adaptive.AdaptiveSettings(remembered_weight=True),
+    "defaults": _DEFAULTS,
+    "no optimism (rule 2)": dataclasses.replace(_DEFAULTS, optimism=0.0),
+    "no finish plan (rule 3)": dataclasses.replace(_DEFAULTS, horizon=0),  # remaining > 0 always: the steady k
+    # int(growth * last k) + 1 > K_MAX for any last k >= 1: the ramp never binds
+    "no depth ramp (rule 4)": dataclasses.replace(_DEFAULTS, growth=float(adaptive.K_MAX + 1)),
+    "no probe back-off (rule 5)": dataclasses.replace(_DEFAULTS, probe_max=_DEFAULTS.probe_every),
+    "no stop rule (rule 6)": dataclasses.replace(_DEFAULTS, confidence=False),
+    "no near-tie prior (rule 6)": _DEFAULTS,  # PATCHES below
 }
+# Rules no setting switches off: confidence.py's constants patched while the variant replays. With TIE = 0 no margin
+# is a near-tie, so every unlearnt bin's prior is max(margin, rate) (confidence.prior).
+PATCHES = {"no near-tie prior (rule 6)": {"TIE": 0.0}}
+
+
+def patched(variant: str):
+    """A context in which confidence.py's constants are as `variant` needs them (PATCHES), restored after."""
+    changes = PATCHES.get(variant)
+    return mock.patch.multiple(confidence, **changes) if changes else contextlib.nullcontext()
 
 
 def replay_controllers(pair, turns, drafter, timing, ks, controllers, settings):
@@ -89,6 +110,18 @@ def parse_variant(text: str) -> tuple[str, adaptive.AdaptiveSettings]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def print_rule_effects(out: dict) -> None:
+    """Per variant, what dropping its rule does to adaptive k's replayed speed-up against the defaults: the largest
+    loss and gain over every turn and drafter (a rule that moves nothing anywhere is not earning its place)."""
+    for v in next(iter(out.values()))["adaptive"]:
+        if v == "defaults":
+            continue
+        changes = sorted((d["adaptive"][v][t] / d["adaptive"]["defaults"][t] - 1.0, t, drafter)
+                         for drafter, d in out.items() for t in d["adaptive"][v])
+        (low, lt, ld), (high, ht, hd) = changes[0], changes[-1]
+        print(f"{v} against the defaults: largest loss {low:+.1%} ({lt}, {ld}), largest gain {high:+.1%} ({ht}, {hd})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
@@ -115,8 +148,11 @@ def main() -> int:
               f"v(17) = {timing.v[17]:.2f} ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
         base = speedups(replay_controllers(pair, turns, drafter, timing, range(1, 17), ("heuristic",),
                                            adaptive.DEFAULT_SETTINGS), drafter)
-        per_variant = {name: speedups(replay_controllers(pair, turns, drafter, timing, [1], ("adaptive",), s), drafter)
-                       for name, s in variants.items()}
+        per_variant = {}
+        for name, s in variants.items():
+            with patched(name):
+                per_variant[name] = speedups(replay_controllers(pair, turns, drafter, timing, [1], ("adaptive",), s),
+                                             drafter)
         out[drafter] = {"timing": timing.to_dict(), "fixed_and_heuristic": {f"{t}|{a}": x for (t, a), x in base.items()},
                         "adaptive": {v: {t: x for (t, a), x in d.items() if a == "adaptive"}
                                      for v, d in per_variant.items()}}
@@ -146,6 +182,7 @@ def main() -> int:
             print(f"{v}, {call} calls: adaptive / heuristic median {statistics.median(vs_h):.3f} "
                   f"(min {min(vs_h):.3f}); adaptive / best fixed k median {statistics.median(vs_b):.3f} "
                   f"(min {min(vs_b):.3f})")
+    print_rule_effects(out)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -13,11 +13,10 @@ from playground.core.proposal import RunContext, top_two
 from playground.core.records import Iteration, Step, describe_choices, summarize
 from playground.core.sampling import SamplingConfig
 from playground.drafters.adaptive import AdaptiveK, AdaptiveSettings, CostCurve
-from playground.drafters.confidence import BINS, TIE, ConfidenceBins, confidence_bin, prior, sureness
+from playground.drafters.confidence import BINS, MEMORY_KEY, TIE, ConfidenceBins, confidence_bin, prior, sureness
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
-from playground.errors import PlaygroundError
 from playground.ui import panels
-from tests.test_adaptive import it
+from tests.test_adaptive import GOLDEN_DEFAULT, PLAIN_STEP, SCRIPT_CURVE, it, scripted_choices
 from tests.test_ui_confidence import request
 
 # a draft at 0.3 of a target step and passes dearer with their length: the steady choice is well below 16
@@ -132,7 +131,7 @@ def test_what_it_learnt_carries_over_in_the_memory():
     first = AdaptiveK(CURVE, memory=memory)
     first.drafter_stops(True)
     run(first, [0.4] * K_MAX, accepted=K_MAX)
-    reached = memory["adaptive_confidence/margin"][None][0]
+    reached = memory[MEMORY_KEY][None][0]
     assert reached[confidence_bin(0.4)] > 0 and sum(reached) == reached[confidence_bin(0.4)]  # the 0.3-0.5 bin
     second = AdaptiveK(CURVE, memory=memory)
     second.drafter_stops(True)
@@ -169,18 +168,18 @@ def test_a_rejected_near_tie_does_not_lower_the_rate_of_clearer_unsure_proposals
 
 
 def test_counts_kept_under_other_bins_are_not_read():
-    memory = {"adaptive_confidence/margin": {None: [[1.0] * (BINS - 1), [0.0] * (BINS - 1)]}}
+    memory = {MEMORY_KEY: {None: [[1.0] * (BINS - 1), [0.0] * (BINS - 1)]}}
     bins = ConfidenceBins(memory)
     assert bins.counts == {}
     assert bins.accepted_given(None, [0.9] * K_MAX, 4.0)(0.6, 0) == 0.9
     bins.learn(None, [0.6], 1, 1)
-    assert len(memory["adaptive_confidence/margin"][None][0]) == BINS
+    assert len(memory[MEMORY_KEY][None][0]) == BINS
 
 
 def test_a_flat_proposal_without_a_near_tie_is_sure_where_its_probability_is_not():
     """What a greedy target doubts is a near-tie between the draft's first and second choices: before anything is
     learnt, proposals at probability 0.2 with nothing else above 0.002 draft as deep as sure ones, where the same 0.2
-    with a runner-up at 0.18 stops at the steady choice; reading the probability alone, both stop there."""
+    with a runner-up at 0.18 stops at the steady choice."""
     ctl = AdaptiveK(CURVE)
     ctl.drafter_stops(True)
     steady = ctl.choice().k
@@ -188,18 +187,11 @@ def test_a_flat_proposal_without_a_near_tie_is_sure_where_its_probability_is_not
     assert drafted_under(ctl.drafting_rule(), [(0.2, 0.002)] * K_MAX) == K_MAX
     ctl.next_k()
     assert drafted_under(ctl.drafting_rule(), [(0.2, 0.18)] * K_MAX) == steady
-    by_probability = AdaptiveK(CURVE, settings=AdaptiveSettings(sureness="probability"))
-    by_probability.drafter_stops(True)
-    by_probability.next_k()
-    assert drafted_under(by_probability.drafting_rule(), [(0.2, 0.002)] * K_MAX) == steady
 
 
 def test_sureness_and_the_runner_up_the_loop_reads():
     assert sureness(0.5, 0.5) == 0.0 and sureness(0.4, 0.0) == 1.0 and sureness(0.4, 0.1) == pytest.approx(0.75)
     assert sureness(0.0, 0.3) == 0.0 and sureness(0.1, 0.3) == 0.0  # a token below another (sampling): not sure
-    assert sureness(0.4, 0.1, "probability") == 0.4
-    with pytest.raises(PlaygroundError, match="sureness must be one of margin, probability"):
-        AdaptiveSettings(sureness="entropy")
     probs = torch.tensor([0.1, 0.6, 0.3])
     assert top_two(probs, 1) == pytest.approx((0.6, 0.3)) and top_two(probs, 2) == pytest.approx((0.3, 0.6))
     heard = []
@@ -243,17 +235,103 @@ def test_a_run_says_how_many_proposals_it_drafted_under_its_caps(pair64):
     assert describe_choices({16: 2}, {3: 1, 9: 1}) == "16\u00d72; drafted 3\u00d71 9\u00d71"
 
 
-def test_the_tuning_script_takes_settings_variants_from_its_command_line():
-    """scripts/tune_adaptive.py --variant "NAME=field:value,...": an A/B of settings without patching code."""
+def tuning_script():
     path = Path(__file__).resolve().parents[1] / "scripts" / "tune_adaptive.py"
     spec = importlib.util.spec_from_file_location("tune_adaptive", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    name, settings = script.parse_variant("by probability=sureness:probability,confidence:false,decay:0.8")
-    assert name == "by probability"
-    assert settings == AdaptiveSettings(sureness="probability", confidence=False, decay=0.8)
+    return script
+
+
+def test_the_tuning_script_takes_settings_variants_from_its_command_line():
+    """scripts/tune_adaptive.py --variant "NAME=field:value,...": an A/B of settings without patching code."""
+    script = tuning_script()
+    name, settings = script.parse_variant("no stop rule=confidence:false,decay:0.8")
+    assert name == "no stop rule"
+    assert settings == AdaptiveSettings(confidence=False, decay=0.8)
     for bad, said in [("nameless", "NAME=field:value"), ("x=foo:1", "no setting 'foo'"),
-                      ("x=sureness:entropy", "sureness must be one of"), ("x=decay:fast", "decay takes a float"),
+                      ("x=growth:0.5", "growth must be >= 1"), ("x=decay:fast", "decay takes a float"),
                       ("x=confidence:maybe", "confidence takes a bool")]:
         with pytest.raises(argparse.ArgumentTypeError, match=said):
             script.parse_variant(bad)
+
+
+# (iterations, the drafter's sureness of each proposal (margins, or (probability, runner-up) pairs), proposals
+# accepted of those drafted): sure and all accepted, near-ties inside long drafts, a sure drafter rejected early,
+# flat but unrivalled proposals, rejections after near-ties and after sure proposals, a close rival, then sure again.
+STOP_SCRIPT = [(3, [0.99] * 16, 16), (4, [0.9, 0.6, 0.3, 0.05, 0.99] * 4, 16), (5, [0.95, 0.2] * 8, 1),
+               (3, [(0.2, 0.002)] * 16, 16), (4, [0.5, 0.08, 0.7] * 6, 2), (6, [0.99, 0.97, 0.04] * 6, 2),
+               (4, [(0.3, 0.25), 0.8] * 8, 0), (5, [0.99] * 16, 16)]
+
+
+def stopping_choices(ctl, phases=STOP_SCRIPT, finish=40):
+    """"k/drafted" per iteration of a controller told its drafter stops on its confidence, through `phases`, then a
+    finish of `finish` tokens drafted at sureness 0.9 and all accepted."""
+    out = []
+    ctl.drafter_stops(True)
+    for n, qs, accepted in phases:
+        for _ in range(n):
+            k = ctl.next_k()
+            rule = ctl.drafting_rule()
+            m = drafted_under(rule, qs[:k]) if rule is not None else k
+            out.append(f"{k}/{m}")
+            ctl.observe(it(k, min(m, accepted), proposed=tuple(range(m))) if k else PLAIN_STEP)
+    left = finish
+    while left > 0:
+        k = ctl.next_k(remaining=left)
+        rule = ctl.drafting_rule()
+        m = drafted_under(rule, [0.9] * k) if rule is not None else k
+        out.append(f"{k}/{m}")
+        step = it(k, m, proposed=tuple(range(m))) if k else PLAIN_STEP
+        ctl.observe(step)
+        left -= len(step.emitted)
+    return " ".join(out)
+
+
+# Recorded from the default AdaptiveK at commit 1c06995 (before its off-by-default alternatives were removed) on
+# SCRIPT_CURVE: two calls sharing one memory, and the memory after them (the confidence bins: per bin, the judged
+# proposals and the accepted ones).
+GOLDEN_STOPPING = (
+    ('16/16 16/16 16/16 16/4 16/4 16/4 16/4 16/16 16/2 16/2 16/2 16/2 16/16 16/16 16/16 16/14 16/3 16/3 16/3 16/15 '
+     '16/9 16/6 16/6 16/3 16/3 16/1 16/1 16/1 16/1 16/16 16/16 16/16 16/16 16/16 16/16 16/16 5/5'),
+    ('16/16 16/16 16/16 16/4 16/4 16/4 16/4 16/2 16/2 16/2 16/2 16/2 16/16 16/16 16/16 16/3 16/3 16/3 16/3 16/6 '
+     '16/6 16/6 16/3 16/3 16/3 16/1 16/1 16/1 16/1 16/16 16/16 16/16 16/16 16/16 16/16 16/16 5/5'),
+    {MEMORY_KEY: {None: [[28.0, 18.0, 8.0, 16.0, 8.0, 72.0, 386.0], [16.0, 0.0, 8.0, 16.0, 0.0, 72.0, 386.0]]},
+     "adaptive": {None: 0.9614337911632077}, "adaptive_evidence": {None: 93.77123343467838}},
+)
+
+
+def test_each_of_the_tuning_scripts_ablations_switches_its_rule_off():
+    """scripts/tune_adaptive.py's default variants drop one rule each: each changes the choices on the scripts (the
+    stop rule and its near-tie prior act only on a drafter that stops, so on the stop script alone), and the defaults
+    are the defaults."""
+    script = tuning_script()
+    variants = dict(script.VARIANTS)
+    assert variants.pop("defaults") == AdaptiveSettings()
+    assert len(variants) == 6 and set(script.PATCHES) <= set(variants)
+    for name, settings in variants.items():
+        with script.patched(name):
+            ablated = AdaptiveK(SCRIPT_CURVE, settings=settings)
+            if "rule 6" in name:
+                assert stopping_choices(ablated) != GOLDEN_STOPPING[0], name
+            else:
+                assert scripted_choices(ablated) != GOLDEN_DEFAULT[0], name
+    assert stopping_choices(AdaptiveK(SCRIPT_CURVE)) == GOLDEN_STOPPING[0]  # every patch undone
+
+
+def test_the_tuning_script_says_what_dropping_each_rule_does(capsys):
+    out = {"draft": {"adaptive": {"defaults": {"a": 2.0, "b": 1.0}, "no x": {"a": 1.9, "b": 1.05}}},
+           "lookup": {"adaptive": {"defaults": {"a": 1.0, "b": 1.0}, "no x": {"a": 1.0, "b": 1.0}}}}
+    tuning_script().print_rule_effects(out)
+    assert capsys.readouterr().out == ("no x against the defaults: largest loss -5.0% (a, draft), "
+                                       "largest gain +5.0% (b, draft)\n")
+
+
+def test_the_stop_rule_chooses_exactly_as_recorded():
+    memory: dict = {}
+    first, second, remembered = GOLDEN_STOPPING
+    assert stopping_choices(AdaptiveK(SCRIPT_CURVE, memory=memory)) == first
+    assert stopping_choices(AdaptiveK(SCRIPT_CURVE, memory=memory)) == second
+    assert memory[MEMORY_KEY] == remembered[MEMORY_KEY]
+    for key in ("adaptive", "adaptive_evidence"):
+        assert memory[key] == pytest.approx(remembered[key], rel=1e-12), key

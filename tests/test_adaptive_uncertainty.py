@@ -1,6 +1,6 @@
 """Adaptive k under an uncertain acceptance rate: the expected products over a Beta posterior (cost.py) and what
-they change in the controller (a first call drafts deep when its prior is high; many observations make the
-uncertain and the point estimate agree)."""
+they change in the controller against the point estimate's products (a first call drafts deep when its prior is
+high; many observations make the two agree; a remembered rate is as certain as the count it rests on)."""
 
 import itertools
 import math
@@ -10,11 +10,20 @@ import pytest
 from scipy import integrate, stats
 
 from playground.core import cost
-from playground.drafters.adaptive import AdaptiveK, AdaptiveSettings, CostCurve
+from playground.drafters.adaptive import AdaptiveK, CostCurve
 from tests.test_adaptive import it
 
-POINT = AdaptiveSettings(uncertainty=False)
-UNCERTAIN = AdaptiveSettings()  # the default
+
+def point_estimates(ctl, source=None):
+    """What the controller's estimates would be at the pooled rate's point estimate: each position's rate shrunk
+    towards alpha (the AdaptiveK docstring), with no expectation over alpha's posterior."""
+    w, (reached, accepted) = ctl.settings.position_weight, ctl._counts(source)
+    return [(a + ctl.alpha(source) * w) / (r + w) for r, a in zip(reached, accepted)]
+
+
+def point_choice(ctl, curve):
+    """The steady k (rule 1) on the point estimate."""
+    return cost.best_k(point_estimates(ctl), curve.c, curve.v, k_max=ctl.k_max, overhead=curve.overhead).k
 
 
 def expected_product(u, s, a, b):
@@ -51,7 +60,7 @@ def test_a_certain_rate_gives_the_plain_products():
 
 def test_uncertainty_lifts_the_deep_positions_above_the_point_estimate():
     # nothing observed, prior 0.9 with the weight of 2 observations: E[alpha^j] against 0.9^j
-    rates = AdaptiveK(CostCurve(c=0.1, v={1: 1.0}), k_max=16, settings=UNCERTAIN).estimates()
+    rates = AdaptiveK(CostCurve(c=0.1, v={1: 1.0}), k_max=16).estimates()
     products = list(itertools.accumulate(rates, lambda x, y: x * y))
     moments = [stats.beta(1.8, 0.2).moment(j) for j in range(1, 17)]
     assert products == pytest.approx(moments, rel=1e-9)
@@ -62,28 +71,21 @@ CHEAP_RISING = CostCurve(c=0.12, v={n: 1.0 + 0.04 * (n - 1) for n in range(1, 18
 
 
 def test_a_first_call_drafts_deep_with_a_high_prior_and_shallow_with_a_low_one():
-    point, uncertain = (AdaptiveK(CHEAP_RISING, settings=s) for s in (POINT, UNCERTAIN))
-    assert uncertain.next_k() > point.next_k()
-    assert uncertain.decisions[0] >= 12 > point.decisions[0]
+    uncertain = AdaptiveK(CHEAP_RISING)
+    assert point_estimates(uncertain) == pytest.approx([0.9] * 16)  # nothing observed: the prior everywhere
+    assert uncertain.next_k() >= 12 > point_choice(uncertain, CHEAP_RISING)
     # a low prior (a memory of a poor drafter): still shallow, or plain, either way
     low = {"adaptive": {None: 0.3}}
-    assert AdaptiveK(CHEAP_RISING, settings=UNCERTAIN, memory=low).next_k() <= 2
+    assert AdaptiveK(CHEAP_RISING, memory=low).next_k() <= 2
 
 
 def test_many_observations_make_the_two_estimates_agree():
     pattern = [4, 4, 2, 4, 0, 4, 3, 4]  # accepted of k = 4: about 0.8 per proposal
-    point, uncertain = (AdaptiveK(CHEAP_RISING, k_max=8, settings=s) for s in (POINT, UNCERTAIN))
+    uncertain = AdaptiveK(CHEAP_RISING, k_max=8)
     for n in pattern * 6:
-        for ctl in (point, uncertain):
-            ctl.observe(it(4, n))
-    assert uncertain.estimates()[:4] == pytest.approx(point.estimates()[:4], abs=0.01)
-    assert uncertain.next_k() == point.next_k()
-
-
-def test_uncertainty_is_a_setting():
-    assert UNCERTAIN.uncertainty and not POINT.uncertainty
-    fresh = AdaptiveK(CHEAP_RISING, k_max=8, settings=POINT).estimates()
-    assert fresh == pytest.approx([0.9] * 8)  # the point estimate: the prior at every position
+        uncertain.observe(it(4, n))
+    assert uncertain.estimates()[:4] == pytest.approx(point_estimates(uncertain)[:4], abs=0.01)
+    assert uncertain.choice().k == point_choice(uncertain, CHEAP_RISING)
 
 
 COSTLY = CostCurve(c=0.67, v={n: 1.0 + 0.06 * (n - 1) for n in range(1, 18)})  # an int8 draft's c here
@@ -91,47 +93,32 @@ COSTLY = CostCurve(c=0.67, v={n: 1.0 + 0.06 * (n - 1) for n in range(1, 18)})  #
 
 def test_a_remembered_rate_is_as_certain_as_the_count_it_rests_on():
     memory: dict = {}
-    first = AdaptiveK(COSTLY, settings=UNCERTAIN, memory=memory)
+    first = AdaptiveK(COSTLY, memory=memory)
     for n in [2, 2, 1, 2, 2, 2, 2, 2, 2, 2]:
         first.observe(it(2, n))
     assert memory["adaptive"][None] == pytest.approx(first.alpha())
     assert memory["adaptive_evidence"][None] == pytest.approx(sum(first.counts[None][0]))
     assert memory["adaptive_evidence"][None] > 10
     # the same rate without its count: as wide as a fresh prior, and bet on deep
-    bare = AdaptiveK(COSTLY, settings=UNCERTAIN, memory={"adaptive": dict(memory["adaptive"])})
-    narrow = AdaptiveK(COSTLY, settings=UNCERTAIN, memory=memory)
+    bare = AdaptiveK(COSTLY, memory={"adaptive": dict(memory["adaptive"])})
+    narrow = AdaptiveK(COSTLY, memory=memory)
     assert narrow.estimates()[0] == pytest.approx(bare.estimates()[0])  # the same mean
     assert math.prod(narrow.estimates()) < math.prod(bare.estimates())  # a narrower spread
     assert narrow.next_k() < bare.next_k()
-    point = AdaptiveK(COSTLY, settings=POINT, memory={"adaptive": dict(memory["adaptive"])})
-    assert narrow.next_k() <= point.next_k() + 2  # close to the point estimate's choice
+    assert narrow.decisions[-1] <= point_choice(narrow, COSTLY) + 2  # close to the point estimate's choice
 
 
-def test_a_remembered_rate_weighs_in_the_mean_as_the_count_it_rests_on():
-    # A free source (prompt lookup: c = 0) that copied well in the last call: 12 of 12, then a miss at 2.
-    free = CostCurve(c=0.0, v={n: 1.0 + 0.08 * (n - 1) for n in range(1, 18)})
+def test_a_remembered_rate_weighs_in_the_mean_as_the_prior_weight():
+    """Only the posterior's width takes the remembered count: in the mean the remembered rate weighs as w_p
+    observations, so a new text's own observations outweigh it within a few iterations."""
+    free = CostCurve(c=0.0, v={n: 1.0 + 0.08 * (n - 1) for n in range(1, 18)})  # prompt lookup: c = 0
     memory: dict = {}
     first = AdaptiveK(free, memory=memory)
     for obs in [(16, 1), (12, 12), (12, 12)]:
         first.observe(it(*obs))
-    evidence = memory["adaptive_evidence"][None]
-    assert evidence > 2
-    weighed = AdaptiveSettings(remembered_weight=True)
-    old, new = (AdaptiveK(free, settings=s, memory={k: dict(v) for k, v in memory.items()})
-                for s in (UNCERTAIN, weighed))
-    for c in (old, new):
-        assert c.alpha() == pytest.approx(memory["adaptive"][None])  # before any observation: the remembered rate
-        c.observe(it(16, 1))  # the second call opens with an early miss
+    assert memory["adaptive_evidence"][None] > 2
+    again = AdaptiveK(free, memory={k: dict(v) for k, v in memory.items()})
     p = memory["adaptive"][None]
-    assert old.alpha() == pytest.approx((1 + p * 2) / (2 + 2))
-    assert new.alpha() == pytest.approx((1 + p * evidence) / (2 + evidence))
-    # one miss no longer outweighs the count the remembered rate rests on: the next guess stays long
-    assert new.alpha() > old.alpha() and new.next_k() > old.next_k()
-    # without a memory, or with the point estimate, the setting changes nothing
-    fresh = [AdaptiveK(free, settings=s) for s in (UNCERTAIN, weighed)]
-    for c in fresh:
-        c.observe(it(16, 1))
-    assert fresh[0].alpha() == fresh[1].alpha() and fresh[0].next_k() == fresh[1].next_k()
-    point = [AdaptiveK(free, settings=AdaptiveSettings(uncertainty=False, remembered_weight=w),
-                       memory={k: dict(v) for k, v in memory.items()}) for w in (False, True)]
-    assert point[0].alpha() == point[1].alpha()
+    assert again.alpha() == pytest.approx(p)  # before any observation: the remembered rate
+    again.observe(it(16, 1))  # the second call opens with an early miss
+    assert again.alpha() == pytest.approx((1 + p * 2) / (2 + 2))

@@ -1,6 +1,7 @@
 """The loop on tiny random models: exactness, cache alignment, boundaries, distribution, bad input."""
 
 import itertools
+from collections import Counter
 from typing import ClassVar
 
 import numpy as np
@@ -23,11 +24,19 @@ from playground.core.records import (
     record_to_dict,
     summarize,
 )
-from playground.core.rules import accept_keep_draft, accept_resample_target
-from playground.core.sampling import SamplingConfig
+from playground.core.rules import (
+    Verdict,
+    _first_rejection,
+    _proposal_probs,
+    accept_keep_draft,
+    accept_resample_target,
+    accept_sample,
+    residual,
+)
+from playground.core.sampling import SamplingConfig, draw
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer, lookup
 from playground.errors import PlaygroundError
-from tests.tiny import tiny_model, tiny_pair
+from tests.tiny import perturbed, tiny_model, tiny_pair
 
 PROMPTS = [
     [1, 2, 3],
@@ -236,28 +245,34 @@ def test_sampling_run_is_reproducible_and_depends_on_the_seed(pair64):
 # --- the sampling loop keeps the target's distribution -------------------------------------------
 
 
-def exact_joint(target, prompt, sampling):
-    """The target's exact distribution of the first two new tokens, under the sampling warpers."""
+def exact_joint(target, prompt, sampling, n=2):
+    """The target's exact distribution of its first `n` new tokens under the sampling warpers, [V] * n, by
+    enumerating every context of up to n - 1 new tokens (a small vocabulary)."""
     from playground.core.sampling import probabilities
 
     vocab = target.config.vocab_size
+    joint = torch.ones(1, dtype=torch.float64)
     with torch.no_grad():
-        p1 = probabilities(target(torch.tensor([prompt])).logits[0, -1:], sampling)[0]
-        ctx = torch.tensor([prompt + [t] for t in range(vocab)])
-        p2 = probabilities(target(ctx).logits[:, -1], sampling)
-    return (p1[:, None] * p2).numpy()
+        for j in range(n):
+            contexts = torch.tensor([prompt + list(c) for c in itertools.product(range(vocab), repeat=j)])
+            joint = (joint[:, None] * probabilities(target(contexts).logits[:, -1], sampling)).reshape(-1)
+    return joint.reshape([vocab] * n).numpy()
 
 
-def loop_joint_counts(pair, prompt, sampling, runs, rule, k=2):
+def loop_joint_counts(pair, prompt, sampling, runs, rule, k=2, n=2, judged=None):
+    """Counts of the loop's first `n` tokens over `runs` seeds, [V] * n. `judged`, a Counter if given, counts each
+    iteration's (proposals drafted, proposals accepted)."""
     vocab = pair.target.config.vocab_size
-    counts = np.zeros((vocab, vocab), dtype=np.int64)
+    counts = np.zeros([vocab] * n, dtype=np.int64)
     proposer = draft_proposer(pair.draft)
     for seed in range(runs):
         s = SamplingConfig(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k,
                            top_p=sampling.top_p, seed=seed)
-        toks = tokens_of(speculative_generate(pair, prompt, proposer=proposer, k=k, sampling=s, max_new_tokens=2,
-                                              rule=rule))
-        counts[toks[0], toks[1]] += 1
+        records = [r for r in speculative_generate(pair, prompt, proposer=proposer, k=k, sampling=s, max_new_tokens=n,
+                                                   rule=rule) if isinstance(r, Iteration)]
+        counts[tuple(tokens_of(records))] += 1
+        if judged is not None:
+            judged.update((len(r.proposed), r.n_accepted) for r in records)
     return counts
 
 
@@ -310,6 +325,52 @@ def test_the_loop_level_test_catches_a_wrong_rule(pair8, rule, runs, sampling):
     prompt = [1, 5, 2]
     counts = loop_joint_counts(pair8, prompt, sampling, runs, rule=rule)
     assert chi2(counts, exact_joint(pair8.target, prompt, sampling)) < 1e-4
+
+
+def resample_target_past_the_first_proposal(proposals, p, q, generator):
+    """WRONG past the first proposal only: the exact rule, except that a rejected second (or later) proposal is
+    corrected from the target p instead of the residual. Built from the exact rule's own steps (rules.py), so a
+    test that never judges a second proposal cannot tell it from the exact rule."""
+    k = len(proposals)
+    n = _first_rejection(*_proposal_probs(proposals, p, q), generator)
+    if n == k:
+        return Verdict(k, draw(p[k], generator))
+    row = residual(p[0], None if q is None else q[0], proposals[0]) if n == 0 else p[n]
+    return Verdict(n, draw(row, generator))
+
+
+@pytest.fixture(scope="module")
+def pair4():
+    """Four tokens, and a draft close enough to the target that its second proposal is judged in most runs and
+    rejected in many (the first iteration of 1,000 runs below: 100 / 296 / 604 with 0 / 1 / 2 accepted)."""
+    target = tiny_model(vocab=4, seed=10, layers=1, hidden=16, scale=0.6)
+    return tiny_pair(target, perturbed(target, noise=0.3, seed=1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule, exact", [
+    (accept_sample, True),
+    (accept_resample_target, False),
+    (accept_keep_draft, False),
+    (resample_target_past_the_first_proposal, False),
+], ids=["exact", "resample-target", "keep-draft", "resample-target-past-the-first"])
+def test_the_joint_distribution_of_three_tokens_with_two_proposals_drafted(pair4, rule, exact):
+    """Three new tokens at k = 2: every run's first iteration drafts 2 proposals (3 tokens leave room for them), so
+    the joint distribution covers an accepted first proposal followed by a judged second one. The exact rule keeps
+    the target's; both wrong rules, and one wrong only past the first proposal, are caught. Measured (these 1,000
+    seeds): p = 0.14 for the exact rule, against 3.5e-15, 0 and 2.6e-12."""
+    prompt = [1, 2, 0]
+    sampling = SamplingConfig(do_sample=True)
+    judged = Counter()
+    counts = loop_joint_counts(pair4, prompt, sampling, 1000, rule=rule, k=2, n=3, judged=judged)
+    assert sum(n for (drafted, _), n in judged.items() if drafted == 2) >= 1000  # k = 2 really drafted
+    if rule is not accept_keep_draft:  # which ignores the target: it accepts everything
+        assert judged[(2, 1)] >= 200  # a second proposal judged and rejected, in a fifth of the runs at least
+    pvalue = chi2(counts, exact_joint(pair4.target, prompt, sampling, n=3))
+    if exact:
+        assert pvalue > 0.001
+    else:
+        assert pvalue < 1e-6
 
 
 # --- bad input ------------------------------------------------------------------------------------

@@ -75,59 +75,26 @@ class CostCurve:
 class AdaptiveK:
     """k maximising expected tokens per unit of time, from per-position acceptance estimated online.
 
-    Estimates, per proposal source (the engine says which source the next proposal comes from; a
-    drafter with one source has source None), from decayed counts reached_i and accepted_i of position
-    i's proposals that were evaluated and accepted. After every drafting iteration all counts are
-    multiplied by `decay`, then each evaluated position adds 1 to reached_i and each accepted one 1 to
-    accepted_i. Pooled over positions, shrunk towards the prior p with weight w_p = `prior_weight`:
-        alpha = (sum_i accepted_i + p * w_p) / (sum_i reached_i + w_p)
-    and each position shrunk towards alpha with weight w = `position_weight` (see `estimates`):
-        a_i = (accepted_i + alpha * w) / (reached_i + w).
-    Iterations without proposals (plain steps) leave the counts unchanged. With `uncertainty` (the default) the
-    pooled rate is not taken at its point estimate but as what the counts say of it, a Beta posterior with
-    sum_i accepted_i + p * w_p successes and the rest failures, and an iteration's expected tokens are averaged
-    over it (`cost.expected_rates_beta`): with few observations E[alpha^j] is well above alpha^j, so a first
-    call drafts deep when the prior is high (as transformers' heuristic does from k = 20), and the two agree
-    once the counts are many.
-
-    Choice (`choice`), with c, o the source's costs from the `CostCurve`:
-      1. steady state: k* = argmax over 0..k_max of E(k) / (k*c + v(k+1) + o), ties to the smaller k;
-      2. optimism, when k* = 0 and `optimism` > 0: add `optimism` standard errors of a_1,
-         sqrt(a_1 (1 - a_1) / (reached_1 + w_p)), to every a_i (capped at 1) and take the argmax over
-         0..probe k; a k > 0 found so is the choice;
-      3. finish, when k* > 0 and the tokens left r satisfy r <= min(`horizon`, 2 (k* + 1)): the k in
-         0..min(k_max, r - 1) that emits the r tokens at the least expected cost (`cost.best_k_finite`),
-         so the last iterations do not draft past the end or leave a few tokens for a whole extra pass.
-    Then (`next_k`):
-      4. depth ramp: for a source that has drafted before and costs c > 0 per proposal,
-         k <= int(`growth` * last k) + 1, so the deep positions, whose estimates come from alpha until a
-         draft reaches them, are reached before they are relied on; a source with c = 0 (prompt lookup)
-         pays only for the verification of a long guess and is not ramped;
-      5. probing: k = 0 observes nothing, so after `probe_wait` plain steps in a row the controller
-         drafts one iteration at the probe k (the best k at acceptance `prior`, at least 1; clipped to
-         r - 1, and none when r <= 1). `probe_wait` starts at `probe_every`, doubles (up to `probe_max`)
-         when a probe had a proposal rejected and the next choice is still k = 0, and returns to
-         `probe_every` whenever the choice is k > 0.
-      6. stopping on confidence (`confidence`, greedy, a drafter that reports its probabilities: the loop calls
-         `drafter_stops`): where rule 1 drafts (and no finish is planned) the cap opens to k_max without the ramp,
-         and `drafting_rule` stops the drafter after the first proposal past which drafting no longer pays
-         (`cost.drafts_on`, each step worth the steady choice's speed-up), with the chance that the proposals so
-         far are accepted taken from the drafter's sureness of them (`sureness`: by default the margin of each
-         proposal's probability over the runner-up's; what it means learnt per bin, confidence.py) and the
-         proposals to come at the pooled rate. Before anything is learnt it drafts what rule 1 chose, deeper where
-         the drafter is surer; then deeper where the bins say it is right, sooner where not.
-
-    Memory: `memory` is a dict the caller keeps across runs on one pair and drafter (a browser tab, a
-    lab arm). After every drafting iteration memory["adaptive"][source] = alpha(source); a new
-    controller given that dict uses it as the source's prior p, in the way transformers' "heuristic"
-    schedule keeps its k between generate() calls. Without `uncertainty` only the rate carries over: it
-    weighs as w_p observations. With it, memory["adaptive_evidence"][source] keeps the count the rate rests on
-    (the decayed number of evaluated proposals, which the decay bounds), and the new controller's posterior is
-    as narrow as that count makes it (never wider than w_p's), so a rate of 0.96 measured over 20
-    proposals is not bet on as if it could as well be 0.999 (which made an int8 draft at c = 0.67 open a second
-    call at k = 16 in replay). Its mean still weighs as w_p, so a new text's own observations outweigh it within
-    a few iterations; `remembered_weight` gives the mean the count's weight too, for calls that repeat one shape.
-    A first call's prior keeps the width and weight of w_p.
+    Estimates, per proposal source (None for a drafter with one): decayed counts reached_i and accepted_i of
+    position i's evaluated and accepted proposals, multiplied by `decay` after every drafting iteration (plain
+    steps leave them). The pooled rate alpha is their sum shrunk towards the prior p with weight w_p =
+    `prior_weight`; each a_i is its position's rate shrunk towards alpha with weight `position_weight`
+    (`estimates`). alpha is not taken at its point estimate but as a Beta posterior, and expected tokens are
+    averaged over it (`cost.expected_rates_beta`): a first call drafts deep when the prior is high, and a rate
+    resting on few observations is not bet on as if on many.
+    Rules, with c, o the source's costs from the `CostCurve` (`_choose`, then `next_k`):
+      1. steady: k* = argmax over 0..k_max of E(k) / (k c + v(k+1) + o), ties to the smaller k;
+      2. optimism: when k* = 0, add `optimism` standard errors of a_1 to every a_i and search 0..probe k;
+      3. finish: within min(`horizon`, 2 (k* + 1)) tokens of the end, the k that emits the rest cheapest;
+      4. depth ramp: a source with c > 0 that drafted before drafts at most int(`growth` * its last k) + 1;
+      5. probing: after `probe_wait` plain steps in a row, one iteration at the probe k (the best k at the prior);
+         the wait doubles, up to `probe_max`, while rejected probes leave the choice at k = 0;
+      6. stop rule (`confidence`; greedy, a drafter that reports its probabilities, told by `drafter_stops`):
+         where rule 1 drafts, the cap opens to k_max and `drafting_rule` stops the drafter once drafting on no
+         longer pays, reading each proposal's margin over its runner-up as confidence.py has learnt it.
+    Memory: a dict the caller keeps across runs on one pair and drafter (a browser tab, a lab arm): per source
+    alpha (the next controller's prior, weighing w_p in the mean) and the decayed count it rests on
+    ("adaptive_evidence": the next posterior is that narrow, never wider than w_p's), and the confidence bins.
     """
 
     name = "adaptive"
@@ -155,7 +122,7 @@ class AdaptiveK:
         self.stops = False  # whether the drafter stops on its confidence (drafter_stops); the rule needs it
         self._rule: tuple | None = None  # (source, rate, estimates) while this iteration's rule holds
         self._qs: list[float] = []  # the drafter's sureness of this iteration's proposals (the rule's)
-        self.by_confidence = ConfidenceBins(memory, settings.sureness)  # what the drafter's sureness means
+        self.by_confidence = ConfidenceBins(memory)  # what the drafter's sureness means
 
     def drafter_stops(self, can: bool) -> None:
         """Told by the loop before a run: whether the drafter calls the context's `confident` after each proposal
@@ -184,7 +151,7 @@ class AdaptiveK:
 
         def go_on(q: float, runner_up: float) -> bool:
             nonlocal reached
-            qs.append(s := sureness(q, runner_up, self.settings.sureness))
+            qs.append(s := sureness(q, runner_up))
             reached *= accept(s, len(qs) - 1)
             j = len(qs)
             return j < k_max and cost.drafts_on(reached, ahead[j:], j, c, v, rate)
@@ -199,14 +166,8 @@ class AdaptiveK:
     def alpha(self, source: str | None = None) -> float:
         """The pooled acceptance rate: accepted / evaluated proposals (decayed), shrunk towards the prior."""
         reached, accepted = self._counts(source)
-        prior, weight = self.priors.get(source, self.settings.prior), self._prior_weight(source)
+        prior, weight = self.priors.get(source, self.settings.prior), self.settings.prior_weight
         return (sum(accepted) + prior * weight) / (sum(reached) + weight)
-
-    def _prior_weight(self, source: str | None) -> float:
-        s = self.settings
-        if s.uncertainty and s.remembered_weight:
-            return max(s.prior_weight, self.evidence.get(source, 0.0))
-        return s.prior_weight
 
     def estimates(self, source: str | None = None, positions: bool = True) -> list[float]:
         """Current per-position acceptance estimates a_1..a_k_max (of proposals from `source`); with `positions`
@@ -216,9 +177,9 @@ class AdaptiveK:
         before it were accepted, so a deep position's count is small; shrunk, one rejection at a position
         not reached before gives a_i = alpha * w / (w + 1) (w = `position_weight`), not 0, and a_i departs
         from alpha only as its own observations accumulate. A position not reached lately drifts back to
-        alpha as its counts decay, which lets the controller draft deeper again. With `uncertainty`, alpha is
-        uncertain (the class docstring): the a_i returned are conditional rates whose running products are the
-        expected products over it, a_1 unchanged.
+        alpha as its counts decay, which lets the controller draft deeper again. alpha is uncertain (the class
+        docstring): the a_i returned are conditional rates whose running products are the expected products over
+        it, a_1 unchanged.
         """
         s = self.settings
         pooled, w = self.alpha(source), s.position_weight
@@ -228,8 +189,6 @@ class AdaptiveK:
         concentration = sum(reached) + max(s.prior_weight, self.evidence.get(source, 0.0))
         if not positions:
             reached = accepted = [0.0] * self.k_max
-        if not s.uncertainty:
-            return [(a + pooled * w) / (r + w) for r, a in zip(reached, accepted)]
         return cost.expected_rates_beta([a / (r + w) for r, a in zip(reached, accepted)],
                                         [w / (r + w) for r in reached],
                                         pooled * concentration, (1.0 - pooled) * concentration)

@@ -4,12 +4,12 @@ the proposals the rule judged: the part of adaptive k's stop rule (AdaptiveK.dra
 A draft's probability is not its acceptance: an int8 copy of the target agrees with it on most tokens it is unsure
 of (the arg-max survives where the distribution is flat), and a small draft of another family may be sure and
 wrong. What a greedy target checks is whether its arg-max is the draft's, which a near-tie between the draft's first
-and second choices puts in doubt, and a flat tail does not: so by default (`AdaptiveSettings.sureness`, "margin") a
-proposal's sureness is 1 - (the runner-up's probability / the proposal's), 0 at a tie, 1 when nothing else has any
-("probability": the proposal's own probability). Measured on the embedded pair (AMD EPYC, 2026-12-03,
-the int8 draft over every preset, greedy, k = 3 and 8, 64 new tokens; 770 judged proposals, 52 rejected): the margin
-tells accepted from rejected proposals with an area under the ROC curve of 0.958 against 0.923 for the probability,
-and among proposals under probability 0.5 (where the stop rule decides) 0.82 against 0.64.
+and second choices puts in doubt, and a flat tail does not: so a proposal's sureness is its margin, 1 - (the
+runner-up's probability / the proposal's), 0 at a tie, 1 when nothing else has any. Measured on the embedded pair
+(AMD EPYC, 2026-12-03, the int8 draft over every preset, greedy, k = 3 and 8, 64 new tokens; 770 judged
+proposals, 52 rejected): the margin tells accepted from rejected proposals with an area under the ROC curve of
+0.958 against 0.923 for the probability, and among proposals under probability 0.5 (where the stop rule decides)
+0.82 against 0.64.
 
 Where the rejections are (AMD EPYC, 2026-12-04, every preset at its own length, greedy, k = 16 drafted in full;
 923 judged proposals): by margin 0-0.05 / 0.05-0.1 / 0.1-0.2 / 0.2-0.3 / 0.3 and up, the int8 draft had 0.67 (of 6)
@@ -21,8 +21,7 @@ proposals where transformers' heuristic drafted 16, all accepted (docs/results.m
 Each bin counts its evaluated proposals (the accepted ones and the first rejected one of an iteration) and how many
 were accepted, and `accepted_given` shrinks a bin's rate with `weight` observations towards the controller's
 estimate for the position, or the sureness where that is higher (its docstring says why). The counts are the
-pair's and the drafter's, not the text's: they do not decay, and they carry over in the controller's memory, one
-set per kind of sureness.
+pair's and the drafter's, not the text's: they do not decay, and they carry over in the controller's memory.
 """
 
 from __future__ import annotations
@@ -33,14 +32,11 @@ EDGES = (0.1, 0.3, 0.5, 0.7, 0.85, 0.95)  # the bins' lower edges after the firs
 TIE = EDGES[0]  # under this margin a proposal is a near-tie (the module docstring has the measurement)
 BINS = len(EDGES) + 1
 MEMORY_KEY = "adaptive_confidence"
-SURENESS = ("margin", "probability")
 
 
-def sureness(q: float, runner_up: float, kind: str = "margin") -> float:
-    """A proposal's sureness in [0, 1] from the drafter's probability `q` of it and `runner_up`, the highest it gave
-    any other token (the module docstring says why the margin is the default)."""
-    if kind == "probability":
-        return q
+def sureness(q: float, runner_up: float) -> float:
+    """A proposal's sureness in [0, 1], its margin, from the drafter's probability `q` of it and `runner_up`, the
+    highest it gave any other token (the module docstring says why the margin)."""
     return max(0.0, 1.0 - runner_up / q) if q > 0 else 0.0
 
 
@@ -60,11 +56,10 @@ def confidence_bin(s: float) -> int:
 
 
 class ConfidenceBins:
-    """Per proposal source: [reached, accepted] per bin of sureness of one `kind`, read from and written to `memory`
-    (when given)."""
+    """Per proposal source: [reached, accepted] per bin of sureness, read from and written to `memory` (when given)."""
 
-    def __init__(self, memory: dict | None = None, kind: str = "margin"):
-        self.memory, self.key = memory, f"{MEMORY_KEY}/{kind}"
+    def __init__(self, memory: dict | None = None):
+        self.memory, self.key = memory, MEMORY_KEY
         saved = memory.get(self.key) if memory is not None else None
         self.counts: dict[str | None, list[list[float]]] = (
             {k: [list(r), list(a)] for k, (r, a) in saved.items() if len(r) == len(a) == BINS}

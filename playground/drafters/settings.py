@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from ..core.engine import K_MAX
 from ..errors import PlaygroundError
-from .confidence import SURENESS
 
 
 @dataclass(frozen=True)
@@ -32,20 +31,10 @@ class AdaptiveSettings:
     """Standard errors of a_1 added to every estimate when the steady choice is k = 0 (0: off)."""
     growth: float = 2.0
     """Depth ramp (>= 1): a source with a per-token cost drafts at most int(growth * its last k) + 1."""
-    uncertainty: bool = True
-    """Expected acceptance over the pooled rate's uncertainty (a Beta posterior), not at its point estimate."""
     confidence: bool = True
     """Greedy, with a drafter that has probabilities (told by `drafter_stops`): when the steady choice drafts, the
     cap is k_max and the drafter stops where its sureness of its last proposal (`sureness`) says drafting on no
     longer pays (`drafting_rule`), instead of drafting the k chosen before it saw any of them."""
-    sureness: str = "margin"
-    """What the stop rule reads of the drafter's distribution at each proposal (confidence.py): "margin", 1 - the
-    runner-up's probability / the proposal's (a near-tie is what puts a greedy target's agreement in doubt), or
-    "probability", the proposal's own."""
-    remembered_weight: bool = False
-    """With `uncertainty`, a remembered rate weighs in the pooled mean as the count it rests on (as it does in the
-    posterior's width), not as `prior_weight` observations: steadier when calls repeat one shape, slower to follow
-    a change of shape (docs/results.md measures both), so off by default."""
 
     def __post_init__(self):
         if not 0.0 < self.decay <= 1.0:
@@ -56,8 +45,6 @@ class AdaptiveSettings:
             raise PlaygroundError(f"need 1 <= probe_every <= probe_max, got {self.probe_every}, {self.probe_max}")
         if self.optimism < 0:
             raise PlaygroundError(f"optimism must be >= 0, got {self.optimism}")
-        if self.sureness not in SURENESS:
-            raise PlaygroundError(f"sureness must be one of {', '.join(SURENESS)}, got {self.sureness!r}")
         if self.growth < 1:
             raise PlaygroundError(f"growth must be >= 1, got {self.growth}")
 
