@@ -306,9 +306,9 @@ def test_pair_choice_from_environment():
     assert names[0] == "auto" and "lookup" in names and "draft" not in names  # no draft model in this pair
     assert "llama.cpp" not in names  # the llama.cpp drafter drafts for the embedded target only
     embedded = [name for _, name in serving.PairProvider(choice=serving.choice_from_env({})).drafter_choices()]
-    from playground.drafters.registry import DRAFTERS
+    from playground.drafters.registry import names
 
-    assert embedded == ["auto", *DRAFTERS]
+    assert embedded == ["auto", *names()]
 
 
 # --- events on tiny models ----------------------------------------------------------------------------------

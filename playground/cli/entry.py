@@ -22,6 +22,7 @@ import argparse
 import sys
 import traceback
 
+from ..drafters.registry import drafters
 from ..errors import PlaygroundError
 from .replay_args import add_replay_parser
 from .vllm import COMMANDS as VLLM_COMMANDS
@@ -55,6 +56,15 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
                    help="torch threads (default: torch's own choice); plain and speculative runs get the same")
 
 
+def _add_drafter_arg(p: argparse.ArgumentParser) -> None:
+    """--drafter: auto or a declared drafter (playground.drafters.registry), each with its one line."""
+    specs = drafters()
+    p.add_argument("--drafter", default="auto", choices=["auto", *(s.name for s in specs)], metavar="DRAFTER",
+                   help="auto (the best this pair can run: llama.cpp for the embedded target when installed, else "
+                        "the draft model, else prompt lookup; default) or "
+                        + "; ".join(f"{s.name}: {s.description}" for s in specs))
+
+
 def _add_sampling_args(p: argparse.ArgumentParser, name: str) -> None:
     """--greedy / --sample and the warpers, as `generate` takes them (distribution always samples)."""
     if name != "distribution":
@@ -83,10 +93,7 @@ def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
     g.add_argument("--k", default="4",
                    help="proposals per iteration: 1..16 (default 4), 'adaptive' (chosen per iteration from the "
                         "acceptance seen so far and a quick timing calibration) or 'heuristic' (transformers' schedule)")
-    g.add_argument("--drafter", default="auto",
-                   help="auto (llama.cpp for the embedded target when installed, else draft), llama.cpp, draft "
-                        "(the pair's draft model), lookup (prompt lookup) or hybrid (lookup where it matches, "
-                        "else the model drafter)")
+    _add_drafter_arg(g)
     g.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched (default 3)")
     g.add_argument("--min-confidence", type=float, default=None,
                    help="a model drafter stops drafting after a token it gave less than this probability")
@@ -153,7 +160,7 @@ def _add_lab_parsers(sub) -> None:
         src = p.add_mutually_exclusive_group()
         src.add_argument("--preset", action="append", help="a preset (repeatable; default: one per kind)")
         src.add_argument("--prompt", help="a prompt text instead of presets")
-        p.add_argument("--drafter", default="auto", help="auto, llama.cpp, draft, lookup or hybrid")
+        _add_drafter_arg(p)
         p.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
         # Each command gets only the options it reads; the others keep their defaults.
         p.set_defaults(ks=None, k=4, rounds=3, max_new_tokens=None, draws=20_000, min_confidence=None, batch=None,

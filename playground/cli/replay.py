@@ -10,12 +10,12 @@ import sys
 
 from ..core.engine import K_MAX, check_k
 from ..core.sampling import GREEDY, SamplingConfig
-from ..drafters.registry import make_proposer
+from ..drafters.registry import available_drafters, make_proposer
 from ..envinfo import describe_setup, redact
 from ..errors import PlaygroundError
 from ..inputs.traces import read_trace
 from ..lab.calibration import CalibrationStore, calibrated_timing
-from ..lab.replay import available_drafters, calibration_contexts, check_confidence, preset_turns, replay, text_turn
+from ..lab.replay import calibration_contexts, check_confidence, preset_turns, replay, text_turn
 from ..lab.replay_report import replay_table
 from ..lab.report import load_result, report
 from ..limits import Limits

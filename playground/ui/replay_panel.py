@@ -27,12 +27,12 @@ from typing import Any
 import gradio as gr
 
 from ..core.sampling import GREEDY, SamplingConfig
-from ..drafters.registry import make_proposer
+from ..drafters.registry import available_drafters, make_proposer
 from ..errors import PlaygroundError
 from ..inputs.presets import load_presets
 from ..inputs.traces import SAMPLE_TRACE, read_trace
 from ..lab.calibration import CalibrationStore, calibrated_timing
-from ..lab.replay import available_drafters, calibration_contexts, preset_turns, replay
+from ..lab.replay import calibration_contexts, preset_turns, replay
 from ..limits import Limits
 from . import scripts, serving
 from .downloads import jsonable
