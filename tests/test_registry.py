@@ -9,6 +9,7 @@ import argparse
 import pytest
 
 from playground.cli import build_parser
+from playground.cli.experiments import EXPERIMENTS
 from playground.core.proposal import Proposal, Proposer
 from playground.core.sampling import SamplingConfig
 from playground.drafters import registry
@@ -19,7 +20,7 @@ from playground.lab.replay import greedy_turn, replay
 from playground.ui import serving, session
 
 TOY = "zeros"
-LAB_COMMANDS = ("timing", "acceptance", "speed", "sweep", "divergence", "distribution", "bench-peers")
+LAB_COMMANDS = [e.name for e in EXPERIMENTS]
 
 
 class ZeroProposer(Proposer):
