@@ -895,7 +895,7 @@ def test_a_slow_load_reports_what_it_loads_and_for_how_long():
 
     provider = serving.PairProvider(choice=PairChoice("t", None, "cpu", "float32"),
                                     cache=serving.PairCache(load=slow_load))
-    gen = progress.load_pair(provider, time.monotonic())
+    gen = progress.load_with_progress(provider, time.monotonic())
     lines = []
     try:
         while True:

@@ -26,7 +26,7 @@ from ..lab.batch import batch_predictions, batch_timing
 from ..lab.calibration import pooled
 from ..lab.report import experiment_text
 from ..pairs.models import ModelPair
-from .load import load_pair
+from .load import pair_from_args
 
 
 @dataclass
@@ -184,7 +184,7 @@ def cmd_lab(args: argparse.Namespace, run: Callable[[Job], dict], default_ks: Se
     ks = _parse_ks(args.ks, default_ks)
     if not schedules and not all(isinstance(k, int) for k in ks):
         raise PlaygroundError(f"{args.command} takes fixed k values only; adaptive and heuristic run in speed and sweep")
-    pair = load_pair(args)
+    pair = pair_from_args(args)
     drafter = make_proposer(pair, args.drafter, max_ngram=args.max_ngram).describe()  # a bad drafter fails here
     prompts = _lab_prompts(pair, args)
     setup = describe_setup(pair)

@@ -340,5 +340,5 @@ def stoppable(what: str):
 
 
 def get_pair(provider: PairProvider):
-    """The provider's pair, loading it here if need be (events that can wait use progress.load_pair instead)."""
+    """The provider's pair, loading it here if need be (events that can wait use progress.load_with_progress instead)."""
     return provider.get()
