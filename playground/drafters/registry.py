@@ -1,9 +1,9 @@
 """Drafters by name: one declaration (`DrafterSpec`) per drafter, which every reader takes its drafters from.
 
 The CLI's --drafter choices (playground.cli), the browser's drafter menus (playground.ui.serving), replay
-(playground.lab.replay, replay_sampling, replay_walk) and the lab (playground.cli.lab) all read `drafters()` /
-`get(name)`; none keeps a list of its own. `make_proposer` builds one by name, "auto" picks the best this pair can
-run (`default_drafter`), and `available_drafters` says which a pair can run.
+(playground.lab.replay, replay_sampling, replay_walk) and the lab's commands (playground.cli.experiments) all read
+`drafters()` / `get(name)`; none keeps a list of its own. `make_proposer` builds one by name, "auto" picks the best
+this pair can run (`default_drafter`), and `available_drafters` says which a pair can run.
 
 Adding a drafter takes two things:
 1. a module beside this one with its proposer (a `playground.core.proposal.Proposer`: propose k tokens, roll back);

@@ -64,6 +64,7 @@ def proposals_along(proposer, prompt_ids: Sequence[int], completion_ids: Sequenc
     for t in completion_ids:
         out.append(list(proposer.propose(committed, LOOKUP_MAX).tokens))
         committed.append(int(t))
+        proposer.rollback(committed)  # as after a verification: the committed text is the recorded one
     return out
 
 
