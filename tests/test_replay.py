@@ -11,8 +11,7 @@ import re
 import pytest
 import torch
 
-from playground.cli import main
-from playground.cli.replay_args import DRAFTERS as CLI_DRAFTERS
+from playground.cli import build_parser, main
 from playground.cli.replay_args import FEEDINGS as CLI_FEEDINGS
 from playground.core.cached import CachedLM
 from playground.core.engine import FixedK, speculative_generate
@@ -20,12 +19,12 @@ from playground.core.records import Iteration
 from playground.core.sampling import GREEDY, SamplingConfig, probabilities
 from playground.drafters.adaptive import CostCurve, make_controller
 from playground.drafters.proposers import DraftModelProposer
-from playground.drafters.registry import make_proposer
+from playground.drafters.registry import make_proposer, names
 from playground.errors import PlaygroundError
 from playground.inputs.traces import Turn
 from playground.lab import replay_summary
 from playground.lab.calibration import Timing
-from playground.lab.replay import DRAFTERS, FEEDINGS, greedy_turn, replay
+from playground.lab.replay import FEEDINGS, greedy_turn, replay
 from playground.lab.replay_report import replay_table
 from playground.lab.replay_walk import PassProposer, expected_walk, replay_context, walk
 from tests.test_models import save
@@ -302,7 +301,13 @@ def test_bad_turns_are_errors_and_the_rest_replays(pair, turns):
 
 
 def test_the_cli_and_the_library_name_the_same_drafters():
-    assert tuple(CLI_DRAFTERS) == tuple(DRAFTERS) and tuple(CLI_FEEDINGS) == tuple(FEEDINGS)
+    (drafter,) = [a for a in _replay_parser()._actions if a.dest == "drafter"]
+    assert tuple(drafter.choices) == tuple(names()) and tuple(CLI_FEEDINGS) == tuple(FEEDINGS)
+
+
+def _replay_parser():
+    (sub,) = [a for a in build_parser()._actions if a.dest == "command"]
+    return sub.choices["replay"]
 
 
 def test_the_replay_command_end_to_end(tmp_path, capsys):

@@ -6,7 +6,7 @@ import torch
 from scipy.stats import chisquare
 
 from playground.core.rules import (
-    Verdict,
+    Decision,
     accept_greedy,
     accept_keep_draft,
     accept_resample_target,
@@ -28,19 +28,19 @@ def one_hot_logits(best: list[int], vocab: int = 6) -> torch.Tensor:
 
 class TestGreedy:
     def test_all_accepted_gives_bonus(self):
-        assert accept_greedy([1, 2, 3], one_hot_logits([1, 2, 3, 4])) == Verdict(3, 4)
+        assert accept_greedy([1, 2, 3], one_hot_logits([1, 2, 3, 4])) == Decision(3, 4)
 
     def test_first_mismatch_gives_correction(self):
-        assert accept_greedy([1, 5, 3], one_hot_logits([1, 2, 3, 4])) == Verdict(1, 2)
+        assert accept_greedy([1, 5, 3], one_hot_logits([1, 2, 3, 4])) == Decision(1, 2)
 
     def test_first_token_rejected(self):
-        assert accept_greedy([0], one_hot_logits([2, 4])) == Verdict(0, 2)
+        assert accept_greedy([0], one_hot_logits([2, 4])) == Decision(0, 2)
 
     def test_no_proposals_is_a_plain_step(self):
-        assert accept_greedy([], one_hot_logits([3])) == Verdict(0, 3)
+        assert accept_greedy([], one_hot_logits([3])) == Decision(0, 3)
 
     def test_bonus_flag(self):
-        assert Verdict(3, 4).is_bonus(3) and not Verdict(1, 2).is_bonus(3)
+        assert Decision(3, 4).is_bonus(3) and not Decision(1, 2).is_bonus(3)
 
 
 def test_residual_is_normalised_positive_part():

@@ -12,7 +12,7 @@ import torch
 from playground.core import engine
 from playground.core.cost import verify_cost
 from playground.core.records import Iteration, Step
-from playground.drafters.registry import DRAFTERS, make_proposer
+from playground.drafters.registry import make_proposer, names
 from playground.errors import PlaygroundError
 from playground.lab.misses import prediction_lines
 from playground.lab.speed import speed
@@ -47,7 +47,7 @@ def provider(word_pair):
 
 
 def request(**changes):
-    return parse_request({**CONTROLS, **changes}, list(DRAFTERS))
+    return parse_request({**CONTROLS, **changes}, names())
 
 
 def run(provider, session=None, **changes):
@@ -146,7 +146,7 @@ def sweep_with_stop(provider, drafter: str) -> tuple[float | None, list[str]]:
     controls = {n: CONTROLS[n] for n in ("prompt", "preset", "chat", "decoding", "temperature", "top_k", "top_p",
                                          "seed")}
     req = parse_sweep({**controls, "drafter": drafter, "k_max": 2, "rounds": 1, "max_new_tokens": 8,
-                       "min_confidence": STOP}, list(DRAFTERS))
+                       "min_confidence": STOP}, names())
     lines = [view.status for view in measure.stream_sweep(provider, Session(), req, sweep_fn=fake_sweep)]
     return seen["min_confidence"], lines
 

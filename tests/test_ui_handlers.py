@@ -306,9 +306,9 @@ def test_pair_choice_from_environment():
     assert names[0] == "auto" and "lookup" in names and "draft" not in names  # no draft model in this pair
     assert "llama.cpp" not in names  # the llama.cpp drafter drafts for the embedded target only
     embedded = [name for _, name in serving.PairProvider(choice=serving.choice_from_env({})).drafter_choices()]
-    from playground.drafters.registry import DRAFTERS
+    from playground.drafters.registry import names
 
-    assert embedded == ["auto", *DRAFTERS]
+    assert embedded == ["auto", *names()]
 
 
 # --- events on tiny models ----------------------------------------------------------------------------------
@@ -895,7 +895,7 @@ def test_a_slow_load_reports_what_it_loads_and_for_how_long():
 
     provider = serving.PairProvider(choice=PairChoice("t", None, "cpu", "float32"),
                                     cache=serving.PairCache(load=slow_load))
-    gen = progress.load_pair(provider, time.monotonic())
+    gen = progress.load_with_progress(provider, time.monotonic())
     lines = []
     try:
         while True:

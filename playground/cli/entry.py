@@ -23,6 +23,8 @@ import sys
 import traceback
 
 from ..errors import PlaygroundError
+from . import experiments
+from .experiments import add_drafter_arg, add_lab_parsers
 from .replay_args import add_replay_parser
 from .vllm import COMMANDS as VLLM_COMMANDS
 from .vllm import add_vllm_parsers
@@ -55,20 +57,6 @@ def _add_pair_args(p: argparse.ArgumentParser) -> None:
                    help="torch threads (default: torch's own choice); plain and speculative runs get the same")
 
 
-def _add_sampling_args(p: argparse.ArgumentParser, name: str) -> None:
-    """--greedy / --sample and the warpers, as `generate` takes them (distribution always samples)."""
-    if name != "distribution":
-        mode = p.add_mutually_exclusive_group()
-        mode.add_argument("--greedy", dest="sample", action="store_false", help="greedy decoding (default)")
-        mode.add_argument("--sample", dest="sample", action="store_true",
-                          help="sampling with the exact rule (the target's distribution is kept)")
-    p.set_defaults(sample=name == "distribution")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0, help="0 = off")
-    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
-    p.add_argument("--seed", type=int, default=0)
-
-
 def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -83,10 +71,7 @@ def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
     g.add_argument("--k", default="4",
                    help="proposals per iteration: 1..16 (default 4), 'adaptive' (chosen per iteration from the "
                         "acceptance seen so far and a quick timing calibration) or 'heuristic' (transformers' schedule)")
-    g.add_argument("--drafter", default="auto",
-                   help="auto (llama.cpp for the embedded target when installed, else draft), llama.cpp, draft "
-                        "(the pair's draft model), lookup (prompt lookup) or hybrid (lookup where it matches, "
-                        "else the model drafter)")
+    add_drafter_arg(g)
     g.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched (default 3)")
     g.add_argument("--min-confidence", type=float, default=None,
                    help="a model drafter stops drafting after a token it gave less than this probability")
@@ -106,7 +91,7 @@ def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
     g.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     _add_pair_args(g)
 
-    _add_lab_parsers(sub)
+    add_lab_parsers(sub, _add_pair_args)
     add_replay_parser(sub, _add_pair_args)
     add_vllm_parsers(sub)
 
@@ -133,73 +118,6 @@ def _add_whatif_parser(sub) -> None:
                    help="take c, the cost per call and v(n) from a saved timing, speed or sweep result (--out)")
     p.add_argument("--ks", default=",".join(map(str, range(1, 17))), help="k values (default 1..16)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-LAB_COMMANDS = ("timing", "acceptance", "speed", "sweep", "divergence", "distribution", "bench-peers")
-
-
-def _add_lab_parsers(sub) -> None:
-    helps = {
-        "timing": "target pass time over n = 1..n_max new tokens and the drafter's step: c and v(n)",
-        "acceptance": "alpha, per-position acceptance and tokens per pass per preset kind and k",
-        "speed": "plain vs speculative at each k in alternating runs; measured beside predicted",
-        "sweep": "k = 1..8 on one preset or prompt: measured and predicted curves, break-even, best k",
-        "divergence": "greedy runs that differ from plain greedy: near-tie or bug?",
-        "distribution": "first-token distribution through the exact and the two wrong rules (chi-square)",
-        "bench-peers": "our loop against transformers' assisted generation and prompt lookup",
-    }
-    for name in LAB_COMMANDS:
-        p = sub.add_parser(name, help=helps[name])
-        src = p.add_mutually_exclusive_group()
-        src.add_argument("--preset", action="append", help="a preset (repeatable; default: one per kind)")
-        src.add_argument("--prompt", help="a prompt text instead of presets")
-        p.add_argument("--drafter", default="auto", help="auto, llama.cpp, draft, lookup or hybrid")
-        p.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
-        # Each command gets only the options it reads; the others keep their defaults.
-        p.set_defaults(ks=None, k=4, rounds=3, max_new_tokens=None, draws=20_000, min_confidence=None, batch=None,
-                       alpha=0.8)
-        if name in ("timing", "acceptance", "speed", "sweep", "divergence"):
-            p.add_argument("--ks", default=None, help=(
-                "comma-separated k values" + (", or adaptive / heuristic (k chosen per iteration)"
-                                              if name in ("speed", "sweep") else "")
-                + ("; timing measures passes over up to max(k) + 1 tokens" if name == "timing" else "")))
-        if name == "timing":
-            p.add_argument("--batch", default=None, metavar="B,B,...",
-                           help="also time the target's pass over B sequences x n tokens at each batch size "
-                                "(e.g. 1,2,4,8): v(n) per batch and the k up to which verification stays nearly free")
-            p.add_argument("--alpha", type=float, default=0.8,
-                           help="the acceptance rate the --batch predictions assume (default 0.8)")
-        if name == "bench-peers":
-            p.add_argument("--k", type=int, default=4, help="proposals per iteration for every arm")
-        if name in ("speed", "sweep", "bench-peers"):
-            p.add_argument("--rounds", type=int, default=3, help="rounds of adjacent runs (default 3)")
-        if name in ("speed", "sweep"):
-            p.add_argument("--min-confidence", type=float, default=None,
-                           help="model drafters stop after a token they gave less than this probability")
-            # lab.speed.PLAIN_EVERY, spelled out: the parser imports nothing that loads torch
-            p.add_argument("--plain-every", type=int, default=3, metavar="N",
-                           help="a plain run before every N speculative runs of a prompt and after the last; each "
-                                "speculative run is divided by plain speed interpolated to its moment (default 3; "
-                                "fewer plain runs are quicker, more follow a drifting host closer)")
-        if name == "speed":
-            # lab.speed.MEMORY_SCOPES, spelled out: the parser imports nothing that loads torch
-            p.add_argument("--memory", choices=("conversation", "prompt", "none"), default="conversation",
-                           help="what adaptive k and the heuristic carry from run to run: conversation (every prompt "
-                                "and round, as an agent's calls; default), prompt (rounds of one prompt only: a "
-                                "figure per output shape whatever the order) or none (every run a first call)")
-            p.add_argument("--no-spread-calibration", dest="spread_calibration", action="store_false",
-                           help="predict from the calibrations made before the rounds only (default: a short one "
-                                "more between rounds, pooled, so the step costs span the minutes the rounds ran)")
-        if name != "timing" and name != "distribution":
-            p.add_argument("--max-new-tokens", type=int, default=None,
-                           help="default: each preset's own (64 for a prompt)" if name in ("speed", "sweep")
-                           else "default: the longest of the chosen presets' own (64 for a prompt)")
-        if name in ("timing", "speed", "sweep", "acceptance", "distribution"):
-            _add_sampling_args(p, name)  # timing: the calibration is timed under this decoding
-        if name == "distribution":
-            p.add_argument("--draws", type=int, default=20_000, help="draws per context, seed and rule")
-        p.add_argument("--out", help="write the JSON result here")
-        _add_pair_args(p)
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m playground") -> int:
@@ -240,10 +158,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         from . import replay  # on use (see the docstring)
 
         return replay.cmd_replay(args) if args.command == "replay" else replay.cmd_report(args)
-    if args.command in LAB_COMMANDS:
-        from . import lab  # on use (see the docstring)
-
-        return lab.cmd_lab(args)
+    experiment = experiments.get(args.command)
+    if experiment is not None:
+        return experiment.run(args)  # imports the lab on use (see the docstring)
     if args.command in VLLM_COMMANDS:
         from . import vllm  # on use (see the docstring)
 

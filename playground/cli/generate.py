@@ -19,7 +19,7 @@ from ..inputs.presets import check_output, get_preset
 from ..inputs.text import check_prompt_text, encode_prompt, read_prompt_file, token_pieces
 from ..lab import calibrated_curve
 from ..limits import Limits
-from .load import load_pair
+from .load import pair_from_args
 
 COLOURS = {"accepted": "\033[32m", "correction": "\033[1;31m", "bonus": "\033[1;36m", "plain": ""}
 RESET = "\033[0m"
@@ -38,7 +38,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.prompt is not None:
         check_prompt_text(args.prompt, limits.max_prompt_chars)
     preset = get_preset(args.preset) if args.preset is not None else None
-    pair = load_pair(args, quiet=args.json)
+    pair = pair_from_args(args, quiet=args.json)
     proposer = make_proposer(pair, args.drafter, max_ngram=args.max_ngram)
     if preset is not None:
         prompt_ids = preset.prompt_ids(pair.tokenizer)

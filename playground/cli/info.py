@@ -47,8 +47,8 @@ def cmd_pairs() -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from ..envinfo import environment  # on use, as in cmd_pairs
-    from .load import load_pair  # on use, as in cmd_pairs
+    from .load import pair_from_args  # on use, as in cmd_pairs
 
-    pair = load_pair(args)
+    pair = pair_from_args(args)
     print(json.dumps({"environment": environment(pair), "memory": pair.memory_report()}, indent=2))
     return 0

@@ -10,7 +10,7 @@ import argparse
 import json
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..core.engine import K_MAX
@@ -26,11 +26,7 @@ from ..lab.batch import batch_predictions, batch_timing
 from ..lab.calibration import pooled
 from ..lab.report import experiment_text
 from ..pairs.models import ModelPair
-from .load import load_pair
-
-# The k values each command runs when --ks is not given.
-DEFAULT_KS = {"timing": range(1, 9), "acceptance": (1, 2, 4, 8), "speed": (1, 2, 3, 4, 6), "sweep": range(1, 9),
-              "divergence": (1, 2, 3, 4, 6)}
+from .load import pair_from_args
 
 
 @dataclass
@@ -66,7 +62,7 @@ class Job:
         return [k for k in self.ks if isinstance(k, int)]
 
 
-def _timing(job: Job) -> dict:
+def timing_job(job: Job) -> dict:
     ids = next(iter(job.ids.values()))
     n_max = max(job.fixed_ks) + 1
     batches = _parse_batches(job.args.batch)
@@ -140,7 +136,7 @@ def _spread(job: Job, timings: dict) -> Callable[[int], None] | None:
     return recalibrate
 
 
-def _speed(job: Job) -> dict:
+def speed_job(job: Job) -> dict:
     timings = _calibrations(job, list(job.ids))
     return speed(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.lengths,
                  sampling=_sampling(job.args), timing=timings, min_confidence=job.args.min_confidence,
@@ -148,7 +144,7 @@ def _speed(job: Job) -> dict:
                  plain_every=job.args.plain_every)
 
 
-def _sweep(job: Job) -> dict:
+def sweep_job(job: Job) -> dict:
     name, ids = next(iter(job.ids.items()))
     timing = _calibrations(job, [name])[name]
     return sweep(job.pair, ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.max_new,
@@ -156,33 +152,39 @@ def _sweep(job: Job) -> dict:
                  progress=_rest_of_bar(job), plain_every=job.args.plain_every)
 
 
-# command -> the experiment it runs, with the arguments it reads
-EXPERIMENTS: dict[str, Callable[[Job], dict]] = {
-    "timing": _timing,
-    "acceptance": lambda job: acceptance(job.pair, job.prompts, job.proposer, ks=job.ks, sampling=_sampling(job.args),
-                                         progress=job.progress),
-    "speed": _speed,
-    "sweep": _sweep,
-    "divergence": lambda job: divergence(job.pair, job.ids, job.proposer, ks=job.ks, max_new_tokens=job.max_new,
-                                         progress=job.progress),
-    "distribution": lambda job: distribution(job.pair, job.ids, job.proposer, sampling=_sampling(job.args),
-                                             draws=job.args.draws, progress=job.progress),
-    "bench-peers": lambda job: peers(job.pair, job.ids, k=job.args.k, rounds=job.args.rounds,
-                                     max_new_tokens=job.max_new, max_ngram=job.args.max_ngram, progress=job.progress),
-}
+def acceptance_job(job: Job) -> dict:
+    return acceptance(job.pair, job.prompts, job.proposer, ks=job.ks, sampling=_sampling(job.args),
+                      progress=job.progress)
 
 
-def cmd_lab(args: argparse.Namespace) -> int:
+def divergence_job(job: Job) -> dict:
+    return divergence(job.pair, job.ids, job.proposer, ks=job.ks, max_new_tokens=job.max_new, progress=job.progress)
+
+
+def distribution_job(job: Job) -> dict:
+    return distribution(job.pair, job.ids, job.proposer, sampling=_sampling(job.args), draws=job.args.draws,
+                        progress=job.progress)
+
+
+def peers_job(job: Job) -> dict:
+    return peers(job.pair, job.ids, k=job.args.k, rounds=job.args.rounds, max_new_tokens=job.max_new,
+                 max_ngram=job.args.max_ngram, progress=job.progress)
+
+
+def cmd_lab(args: argparse.Namespace, run: Callable[[Job], dict], default_ks: Sequence = (),
+            schedules: bool = False) -> int:
+    """Runs the experiment `run` (a job function above) as its declaration in cli/experiments.py says: the k values
+    it runs without --ks, and whether --ks may name adaptive / heuristic (`schedules`)."""
     if args.rounds < 1:
         raise PlaygroundError(f"--rounds must be >= 1, got {args.rounds}")
     if args.draws < 1:
         raise PlaygroundError(f"--draws must be >= 1, got {args.draws}")
     if getattr(args, "plain_every", 1) < 1:  # speed and sweep only
         raise PlaygroundError(f"--plain-every must be >= 1, got {args.plain_every}")
-    ks = _parse_ks(args.ks, DEFAULT_KS.get(args.command, ()))
-    if args.command not in ("speed", "sweep") and not all(isinstance(k, int) for k in ks):
+    ks = _parse_ks(args.ks, default_ks)
+    if not schedules and not all(isinstance(k, int) for k in ks):
         raise PlaygroundError(f"{args.command} takes fixed k values only; adaptive and heuristic run in speed and sweep")
-    pair = load_pair(args)
+    pair = pair_from_args(args)
     drafter = make_proposer(pair, args.drafter, max_ngram=args.max_ngram).describe()  # a bad drafter fails here
     prompts = _lab_prompts(pair, args)
     setup = describe_setup(pair)
@@ -191,7 +193,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
     print("# memory: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in memory.items()
                                     if isinstance(v, int)), file=sys.stderr)
     job = Job(args=args, pair=pair, ks=ks, prompts=prompts, progress=_progress_bar(), memory=memory)
-    result = EXPERIMENTS[args.command](job)
+    result = run(job)
     print(experiment_text(result, setup, kinds={name: kind for name, (kind, _, _) in prompts.items() if kind != name}))
     if args.out:
         result.setdefault("drafter", drafter)

@@ -14,7 +14,7 @@ from ..pairs.models import ModelPair
 from ..pairs.registry import choose_pair, load_choice
 
 
-def load_pair(args: argparse.Namespace, quiet: bool = False) -> ModelPair:
+def pair_from_args(args: argparse.Namespace, quiet: bool = False) -> ModelPair:
     """The pair the arguments name; `quiet`: without the loading progress."""
     if args.threads is not None:
         if args.threads < 1:

@@ -10,17 +10,17 @@ import sys
 
 from ..core.engine import K_MAX, check_k
 from ..core.sampling import GREEDY, SamplingConfig
-from ..drafters.registry import make_proposer
+from ..drafters.registry import available_drafters, make_proposer
 from ..envinfo import describe_setup, redact
 from ..errors import PlaygroundError
 from ..inputs.traces import read_trace
 from ..lab.calibration import CalibrationStore, calibrated_timing
-from ..lab.replay import available_drafters, calibration_contexts, check_confidence, preset_turns, replay, text_turn
+from ..lab.replay import calibration_contexts, check_confidence, preset_turns, replay, text_turn
 from ..lab.replay_report import replay_table
 from ..lab.report import load_result, report
 from ..limits import Limits
 from .lab import _progress_bar  # the lab commands' progress bar, shared so every command draws the same one
-from .load import load_pair
+from .load import pair_from_args
 from .replay_args import CONTROLLERS
 
 
@@ -51,7 +51,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise PlaygroundError(f"--max-ngram must be >= 1, got {args.max_ngram}")
     check_confidence(args.min_confidence, sampling, args.feeding)  # before the pair loads
     limits = Limits.from_env()
-    pair = load_pair(args)
+    pair = pair_from_args(args)
     drafters = args.drafter or available_drafters(pair)
     descriptions = {d: make_proposer(pair, d, max_ngram=args.max_ngram).describe() for d in drafters}
     print(redact(f"# {pair.target_name} | drafters: {', '.join(descriptions.values())} | {describe_setup(pair)}"),

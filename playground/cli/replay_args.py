@@ -3,7 +3,8 @@ its parser, and answer --help, without loading anything heavy."""
 
 from __future__ import annotations
 
-DRAFTERS = ("draft", "llama.cpp", "lookup", "hybrid")  # playground.lab.replay.DRAFTERS (a test keeps them equal)
+from ..drafters.registry import names as drafter_names
+
 CONTROLLERS = ("adaptive", "heuristic")
 FEEDINGS = ("auto", "live", "shared")  # playground.lab.replay.FEEDINGS (the same test keeps them equal)
 
@@ -18,7 +19,7 @@ def add_replay_parser(sub, add_pair_args) -> None:
     p.add_argument("--preset", action="append", help="a preset (repeatable); its completion is the target's own "
                                                      "greedy output, generated once")
     p.add_argument("--text", help="a prompt (one user turn); its completion is the target's own greedy output")
-    p.add_argument("--drafter", action="append", choices=DRAFTERS,
+    p.add_argument("--drafter", action="append", choices=drafter_names(),
                    help="repeatable (default: every drafter this pair can run)")
     p.add_argument("--ks", default=None, help="comma-separated k values (default 1..16)")
     p.add_argument("--controllers", default=",".join(CONTROLLERS),

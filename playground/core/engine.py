@@ -25,7 +25,7 @@ from .cached import CachedLM
 from .clock import Clock
 from .proposal import EMPTY, Proposal, Proposer, RunContext
 from .records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
-from .rules import SampleRule, Verdict, accept_greedy, accept_sample
+from .rules import Decision, SampleRule, accept_greedy, accept_sample
 from .sampling import GREEDY, SamplingConfig, choose, probabilities
 from .static import target_lm
 
@@ -179,17 +179,17 @@ def speculative_generate(
         # 2. verify: one target pass over the pending token and the proposals -> k + 1 rows
         logits = target.feed([committed[-1], *proposal.tokens])
         p = None if sampling.greedy else probabilities(logits, sampling)
-        verdict = _decide(proposal, logits, p, sampling, rule, generator)
+        decision = _decide(proposal, logits, p, sampling, rule, generator)
         t_c = clock.now()
 
         # 3. accept: accepted proposals, then the target's correction or bonus token
-        n = verdict.n_accepted
+        n = decision.n_accepted
         if not proposal.tokens:
             last_role = PLAIN
         else:
-            last_role = BONUS if verdict.is_bonus(len(proposal)) else CORRECTION
+            last_role = BONUS if decision.is_bonus(len(proposal)) else CORRECTION
         emitted, roles, finished = _cut(
-            [*proposal.tokens[:n], verdict.token], [ACCEPTED] * n + [last_role], stops, remaining
+            [*proposal.tokens[:n], decision.token], [ACCEPTED] * n + [last_role], stops, remaining
         )
         committed.extend(emitted)
         produced += len(emitted)
@@ -324,7 +324,7 @@ def _clip(proposal: Proposal, k: int) -> Proposal:
     return Proposal(proposal.tokens[:k], q, sources)
 
 
-def _decide(proposal, logits, p, sampling, rule, generator) -> Verdict:
+def _decide(proposal, logits, p, sampling, rule, generator) -> Decision:
     if sampling.greedy:
         return accept_greedy(proposal.tokens, logits)
     return rule(proposal.tokens, p, proposal.q, generator)

@@ -1,7 +1,7 @@
 """Acceptance rules: pure functions of the proposals and the target's (and draft's) distributions.
 
 Each takes the k proposed tokens and the target's k + 1 next-token rows (row i predicts proposal i,
-the last row predicts the token after all of them) and returns a `Verdict`: how many proposals are
+the last row predicts the token after all of them) and returns a `Decision`: how many proposals are
 kept and the target's own next token (a correction after a rejection, or the bonus token when all
 were kept).
 
@@ -21,7 +21,7 @@ from .sampling import draw
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Decision:
     n_accepted: int
     token: int  # the target's token: a correction if n_accepted < k, else the bonus token
 
@@ -29,14 +29,14 @@ class Verdict:
         return self.n_accepted == k
 
 
-def accept_greedy(proposals: Sequence[int], target_logits: torch.Tensor) -> Verdict:
+def accept_greedy(proposals: Sequence[int], target_logits: torch.Tensor) -> Decision:
     """Keep proposal i while it is the target's arg-max at that position."""
     k = len(proposals)
     best = torch.argmax(target_logits[: k + 1], dim=-1).tolist()  # one host sync for the whole check
     for i, x in enumerate(proposals):
         if best[i] != x:
-            return Verdict(i, best[i])
-    return Verdict(k, best[k])
+            return Decision(i, best[i])
+    return Decision(k, best[k])
 
 
 def _proposal_probs(proposals: Sequence[int], p: torch.Tensor, q: torch.Tensor | None):
@@ -72,21 +72,21 @@ def residual(p_row: torch.Tensor, q_row: torch.Tensor | None, proposal: int) -> 
 
 def accept_sample(
     proposals: Sequence[int], p: torch.Tensor, q: torch.Tensor | None, generator: torch.Generator
-) -> Verdict:
+) -> Decision:
     """The exact rule: accept with min(1, p/q); on rejection sample the residual; else a bonus from p."""
     k = len(proposals)
     if k == 0:
-        return Verdict(0, draw(p[0], generator))
+        return Decision(0, draw(p[0], generator))
     px, qx = _proposal_probs(proposals, p, q)
     n = _first_rejection(px, qx, generator)
     if n == k:
-        return Verdict(k, draw(p[k], generator))
-    return Verdict(n, draw(residual(p[n], None if q is None else q[n], proposals[n]), generator))
+        return Decision(k, draw(p[k], generator))
+    return Decision(n, draw(residual(p[n], None if q is None else q[n], proposals[n]), generator))
 
 
 def accept_resample_target(
     proposals: Sequence[int], p: torch.Tensor, q: torch.Tensor | None, generator: torch.Generator
-) -> Verdict:
+) -> Decision:
     """WRONG: after a rejection, draw from the target p instead of the residual.
 
     Over-represents the tokens the draft already favours (they can be drawn twice: once accepted,
@@ -94,21 +94,21 @@ def accept_resample_target(
     """
     k = len(proposals)
     if k == 0:
-        return Verdict(0, draw(p[0], generator))
+        return Decision(0, draw(p[0], generator))
     px, qx = _proposal_probs(proposals, p, q)
     n = _first_rejection(px, qx, generator)
-    return Verdict(n, draw(p[n], generator))
+    return Decision(n, draw(p[n], generator))
 
 
 def accept_keep_draft(
     proposals: Sequence[int], p: torch.Tensor, q: torch.Tensor | None, generator: torch.Generator
-) -> Verdict:
+) -> Decision:
     """WRONG: keep every draft token and ignore p. Samples the draft's distribution, not the target's."""
     k = len(proposals)
-    return Verdict(k, draw(p[k], generator))
+    return Decision(k, draw(p[k], generator))
 
 
-SampleRule = Callable[[Sequence[int], torch.Tensor, "torch.Tensor | None", torch.Generator], Verdict]
+SampleRule = Callable[[Sequence[int], torch.Tensor, "torch.Tensor | None", torch.Generator], Decision]
 
 SAMPLING_RULES: dict[str, SampleRule] = {
     "exact": accept_sample,

@@ -1,64 +1,198 @@
-"""Drafters by name: the menu the CLI and the browser offer, the default for a pair, and building one."""
+"""Drafters by name: one declaration (`DrafterSpec`) per drafter, which every reader takes its drafters from.
+
+The CLI's --drafter choices (playground.cli), the browser's drafter menus (playground.ui.serving), replay
+(playground.lab.replay, replay_sampling, replay_walk) and the lab's commands (playground.cli.experiments) all read
+`drafters()` / `get(name)`; none keeps a list of its own. `make_proposer` builds one by name, "auto" picks the best
+this pair can run (`default_drafter`), and `available_drafters` says which a pair can run.
+
+Adding a drafter takes two things:
+1. a module beside this one with its proposer (a `playground.core.proposal.Proposer`: propose k tokens, roll back);
+2. one `register(DrafterSpec(...))` call at the end of this module, naming it, saying what it needs (a draft model,
+   a condition on the pair, an installed package), how replay walks it (`replay`: "live" for a model-free drafter)
+   and how to build it: a function that imports the new module when called (the drafters' modules import torch,
+   which listing the names, for the CLI's parser and --help, must not load).
+Nothing else changes: the CLI, the browser, replay and the lab find it here. Registration order is menu order and,
+for the drafters marked `auto`, the order "auto" prefers them in.
+
+This module imports nothing heavy (torch, transformers): the CLI builds its parser from it.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..core.proposal import Proposer
 from ..errors import PlaygroundError
-from ..pairs.models import EMBEDDED_NAME
-from .llamacpp import LlamaCppProposer, llama_cpp_available
-from .proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 
-DRAFTERS = {
-    "llama.cpp": "the target's own GGUF run by llama.cpp (embedded target only; needs llama-cpp-python)",
-    "draft": "the pair's draft model (for the embedded target: an int8 copy of its weights)",
-    "lookup": "prompt lookup: copy what followed the latest match of the last n tokens (no model)",
-    "hybrid": "prompt lookup where the last tokens occurred before, else the best model drafter",
-}
+if TYPE_CHECKING:
+    from ..core.proposal import Proposer
+
+REPLAY_WALKS = ("live", "pass", "hybrid")
+
+
+@dataclass(frozen=True)
+class PairFacts:
+    """What a drafter's availability depends on, known before the pair loads (the browser's menus) or after."""
+
+    has_draft: bool
+    """The pair has a draft model."""
+    embedded_target: bool
+    """The target is the embedded model (whose GGUF llama.cpp runs)."""
+    check_installs: bool = True
+    """Check optional packages (llama-cpp-python) too; False where a run asking for it says how to install it."""
+
+    @classmethod
+    def of(cls, pair, check_installs: bool = True) -> PairFacts:
+        """The facts of a loaded pair (a playground.pairs.models.ModelPair)."""
+        from ..pairs.models import EMBEDDED_NAME  # imports torch: only ever asked of a loaded pair, which has it
+
+        return cls(pair.draft is not None, pair.target_name == EMBEDDED_NAME, check_installs)
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """One drafter, declared once: what the CLI, the browser, replay and the lab know of it."""
+
+    name: str
+    """Its name on the command line, in requests and in results."""
+    label: str
+    """Its short label in the browser's menus."""
+    description: str
+    """One line: what it proposes (CLI help, the browser's hint)."""
+    build: Callable[..., Proposer]
+    """build(pair, max_ngram=3, **options) -> a proposer for this pair (a new one, unless the drafter is shared).
+    Options a drafter does not use are ignored; the hybrid's `model` is the model drafter it wraps."""
+    replay: str = "live"
+    """How replay walks it: "live", a model-free drafter whose proposals depend on the text only, walked by its own
+    proposer (exact); "pass", a model drafter, whose proposals replay reads from one teacher-forced pass per turn
+    (playground.lab.replay_walk.shared_pass) or feeds it live; "hybrid", prompt lookup else the pair's model
+    drafter, built around that drafter's walk (the `model` build option)."""
+    draft_model: bool = False
+    """It runs the pair's draft model (so it needs one)."""
+    requires: Callable[[PairFacts], str | None] | None = None
+    """Any other condition on the pair: why not, or None where it holds."""
+    installed: Callable[[], tuple[bool, str]] | None = None
+    """An optional package it needs: (True, what) or (False, why not and how to install it). Never raises."""
+    pass_exact: Callable[..., bool] | None = None
+    """replay == "pass": pass_exact(pair) is True where walks from its shared pass equal its live-fed ones."""
+    sources: tuple[str, ...] = ()
+    """The sources its proposals are tagged with (Proposal.sources), for the token view and per-source costs."""
+    auto: bool = False
+    """"auto" may pick it (the first available, in registration order)."""
+
+    def __post_init__(self):
+        if self.replay not in REPLAY_WALKS:
+            raise PlaygroundError(f"a drafter's replay walk is one of {', '.join(REPLAY_WALKS)}, got {self.replay!r}")
+
+    @property
+    def model(self) -> bool:
+        """A model drafter: its proposals come from a model (the hybrid wraps one of these)."""
+        return self.replay == "pass"
+
+    def available(self, pair) -> tuple[bool, str]:
+        """(True, "") when this drafter can run on `pair` (a loaded pair or its PairFacts); (False, why) otherwise."""
+        facts = pair if isinstance(pair, PairFacts) else PairFacts.of(pair)
+        if self.draft_model and not facts.has_draft:
+            return False, "this model pair has no draft model; choose the 'lookup' drafter or load a draft"
+        why = self.requires(facts) if self.requires is not None else None
+        if why:
+            return False, why
+        if self.installed is not None and facts.check_installs:
+            ok, what = self.installed()
+            return ok, "" if ok else what
+        return True, ""
+
+
+_SPECS: dict[str, DrafterSpec] = {}
+_LOCK = threading.Lock()  # registration from a test or a plugin, while a tab reads the menu
+
+
+def register(spec: DrafterSpec) -> DrafterSpec:
+    """Declare a drafter (see the module docstring); its name must be new. Returns the spec."""
+    if spec.name == "auto" or not spec.name:
+        raise PlaygroundError(f"a drafter cannot be named {spec.name!r}")
+    with _LOCK:
+        if spec.name in _SPECS:
+            raise PlaygroundError(f"a drafter named {spec.name!r} is already registered")
+        _SPECS[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Withdraw a drafter (tests register toy drafters and withdraw them)."""
+    with _LOCK:
+        _SPECS.pop(name, None)
+
+
+def drafters() -> list[DrafterSpec]:
+    """Every declared drafter, in registration order."""
+    with _LOCK:
+        return list(_SPECS.values())
+
+
+def names() -> list[str]:
+    """Every declared drafter's name, in registration order ("auto" is not one: it picks one of these)."""
+    return [s.name for s in drafters()]
+
+
+def get(name: str) -> DrafterSpec:
+    """The drafter named `name`; a PlaygroundError naming the choices otherwise."""
+    with _LOCK:
+        spec = _SPECS.get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise PlaygroundError(f"unknown drafter {name!r}; choose one of auto, {', '.join(names())}")
+    return spec
+
+
+def available_drafters(pair) -> list[str]:
+    """The drafters this pair can run here (optional packages checked), in registration order."""
+    facts = PairFacts.of(pair)
+    return [s.name for s in drafters() if s.available(facts)[0]]
+
+
+def model_drafter(pair) -> str | None:
+    """The first model drafter this pair can run here (what the hybrid wraps), or None."""
+    facts = PairFacts.of(pair)
+    return next((s.name for s in drafters() if s.model and s.available(facts)[0]), None)
 
 
 def default_drafter(pair) -> tuple[str, str]:
-    """The best drafter this pair can use here, and why: llama.cpp for the embedded target when it is
-    installed (measured fastest on CPU), else the pair's draft model, else prompt lookup."""
-    if pair.target_name == EMBEDDED_NAME:
-        ok, why = llama_cpp_available()
+    """What "auto" picks, and why: the first drafter marked `auto` this pair can run (llama.cpp for the embedded
+    target when it is installed, measured fastest on CPU; else the pair's draft model; else prompt lookup)."""
+    facts, skipped = PairFacts.of(pair), []
+    for spec in drafters():
+        if not spec.auto:
+            continue
+        ok, why = spec.available(facts)
         if ok:
-            return "llama.cpp", "the embedded GGUF in llama.cpp"
-        fallback = "draft" if pair.draft is not None else "lookup"
-        return fallback, f"llama.cpp drafter unavailable ({why}); using {fallback}"
-    if pair.draft is not None:
-        return "draft", "the pair's draft model"
-    return "lookup", "no draft model loaded"
+            return spec.name, f"{'; '.join(skipped)}; using {spec.name}" if skipped else spec.description
+        skipped.append(f"{spec.name} drafter unavailable ({why})")
+    raise PlaygroundError("no drafter can run on this model pair")
 
 
-def make_proposer(pair, drafter: str = "draft", max_ngram: int = 3) -> Proposer:
-    """A proposer of the named kind for this pair (see DRAFTERS). Each call builds a new proposer, except
-    llama.cpp's, whose load costs about a second: it is built once per pair and shared (`shared_llama_cpp`)."""
+def make_proposer(pair, drafter: str = "draft", max_ngram: int = 3, **options) -> Proposer:
+    """A proposer of the named drafter (or "auto") for this pair. Each call builds a new proposer, except
+    llama.cpp's, whose load costs about a second: it is built once per pair and shared
+    (`shared_llama_cpp`)."""
     if drafter == "auto":
         drafter = default_drafter(pair)[0]
-    if drafter == "hybrid":
-        inner = default_drafter(pair)[0]
-        if inner == "lookup":
-            raise PlaygroundError("the hybrid drafter needs a model drafter (llama.cpp or a draft model), "
-                                  "and this pair has neither")
-        return HybridProposer(make_proposer(pair, inner, max_ngram=max_ngram), max_ngram=max_ngram)
-    if drafter == "draft":
-        if pair.draft is None:
-            raise PlaygroundError("this model pair has no draft model; choose the 'lookup' drafter or load a draft")
-        return DraftModelProposer(pair.draft, pair.device, pair.vocab_size, name=pair.draft_name or "draft",
-                                  copies_target=pair.draft_copies_target)
-    if drafter == "lookup":
-        return PromptLookupProposer(max_ngram=max_ngram)
-    if drafter == "llama.cpp":
-        return shared_llama_cpp(pair)
-    raise PlaygroundError(f"unknown drafter {drafter!r}; choose one of auto, {', '.join(DRAFTERS)}")
+    spec = get(drafter)
+    ok, why = spec.available(PairFacts.of(pair, check_installs=False))  # a missing package: its build says how
+    if not ok:
+        raise PlaygroundError(why)
+    return spec.build(pair, max_ngram=max_ngram, **options)
+
+
+# --- the drafters that ship ------------------------------------------------------------------------------------
+# Each build imports its drafter's module when called: they import torch (the module docstring says why not here).
 
 
 _BUILD_LOCK = threading.Lock()  # two tabs asking at once build one drafter, not two
 
 
-def shared_llama_cpp(pair) -> LlamaCppProposer:
+def shared_llama_cpp(pair, **_options) -> Proposer:
     """The pair's llama.cpp drafter, built on first use and kept in `pair.llama_cpp`.
 
     It is shared by every run on the pair (every browser tab, every lab arm), and that is safe: runs on a
@@ -66,10 +200,78 @@ def shared_llama_cpp(pair) -> LlamaCppProposer:
     time anyway), `begin` resets everything a run depends on, and what it keeps from the previous run (the
     llama.cpp KV of the prompt prefix the two runs share) changes only how long the next prefill takes.
     """
-    if pair.target_name != EMBEDDED_NAME:
-        raise PlaygroundError("the llama.cpp drafter runs the embedded GGUF, so it drafts for the embedded target only")
+    from .llamacpp import LlamaCppProposer  # imports torch and numpy: on use (the module docstring)
+
     with _BUILD_LOCK:
         if pair.llama_cpp is None:
             pair.llama_cpp = LlamaCppProposer(pair.tokenizer, vocab_size=pair.vocab_size,
                                               target_config=pair.target.config)
         return pair.llama_cpp
+
+
+def _llama_cpp_installed() -> tuple[bool, str]:
+    from .llamacpp import llama_cpp_available  # imports torch and numpy: on use (the module docstring)
+
+    return llama_cpp_available()
+
+
+def _embedded_only(facts: PairFacts) -> str | None:
+    if facts.embedded_target:
+        return None
+    return "the llama.cpp drafter runs the embedded GGUF, so it drafts for the embedded target only"
+
+
+def _build_draft(pair, **_options) -> Proposer:
+    from .proposers import DraftModelProposer  # imports torch: on use (the module docstring)
+
+    return DraftModelProposer(pair.draft, pair.device, pair.vocab_size, name=pair.draft_name or "draft",
+                              copies_target=pair.draft_copies_target)
+
+
+def _draft_pass_exact(pair) -> bool:
+    """The int8 copy on the lean forward: row-independent products, so its logits for a token do not depend on
+    what was fed beside it (core.int8; bitwise in tests/test_int8.py)."""
+    from ..core.int8 import row_independent  # imports torch: on use (the module docstring)
+    from ..core.lean import supports  # imports torch: on use (the module docstring)
+
+    return pair.draft is not None and supports(pair.draft) is None and row_independent(pair.draft)
+
+
+def _build_lookup(pair, max_ngram: int = 3, **_options) -> Proposer:
+    from .proposers import PromptLookupProposer  # imports torch: on use (the module docstring)
+
+    return PromptLookupProposer(max_ngram=max_ngram)
+
+
+_NO_MODEL_DRAFTER = "the hybrid drafter needs a model drafter (llama.cpp or a draft model), and this pair has neither"
+
+
+def _needs_model_drafter(facts: PairFacts) -> str | None:
+    return None if any(s.model and s.available(facts)[0] for s in drafters()) else _NO_MODEL_DRAFTER
+
+
+def _build_hybrid(pair, max_ngram: int = 3, model: Proposer | None = None, **_options) -> Proposer:
+    """Around `model` (replay's walk of the model drafter), else around a new proposer of the pair's model drafter."""
+    from .proposers import HybridProposer  # imports torch: on use (the module docstring)
+
+    if model is None:
+        inner = model_drafter(pair)
+        if inner is None:
+            raise PlaygroundError(_NO_MODEL_DRAFTER)
+        model = make_proposer(pair, inner, max_ngram=max_ngram)
+    return HybridProposer(model, max_ngram=max_ngram)
+
+
+register(DrafterSpec(
+    "llama.cpp", "llama.cpp", "the target's own GGUF run by llama.cpp (embedded target only; needs llama-cpp-python)",
+    shared_llama_cpp, replay="pass", requires=_embedded_only, installed=_llama_cpp_installed,
+    pass_exact=lambda pair: True, auto=True))  # 72 of 72 walks equal (playground.lab.replay's docstring)
+register(DrafterSpec(
+    "draft", "draft model", "the pair's draft model (for the embedded target: an int8 copy of its weights)",
+    _build_draft, replay="pass", draft_model=True, pass_exact=_draft_pass_exact, auto=True))
+register(DrafterSpec(
+    "lookup", "prompt lookup", "prompt lookup: copy what followed the latest match of the last n tokens (no model)",
+    _build_lookup, auto=True))
+register(DrafterSpec(
+    "hybrid", "hybrid", "prompt lookup where the last tokens occurred before, else the best model drafter",
+    _build_hybrid, replay="hybrid", requires=_needs_model_drafter, sources=("lookup", "draft")))

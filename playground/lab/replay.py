@@ -37,17 +37,16 @@ from ..core.lean import copy_lm
 from ..core.proposal import RunContext
 from ..core.records import Step, record_to_dict, summarize
 from ..core.sampling import GREEDY, SamplingConfig
+from ..drafters import registry
 from ..drafters.adaptive import CostCurve, make_controller
-from ..drafters.llamacpp import llama_cpp_available
-from ..drafters.proposers import DraftModelProposer, HybridProposer
-from ..drafters.registry import default_drafter, make_proposer
+from ..drafters.proposers import DraftModelProposer
+from ..drafters.registry import make_proposer
 from ..envinfo import environment
 from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
 from ..inputs.text import encode_prompt
 from ..inputs.traces import Turn
 from ..limits import Limits
-from ..pairs.models import EMBEDDED_NAME
 from . import replay_sampling, replay_summary
 from .calibration import CalibrationStore
 from .common import Progress, tick
@@ -67,22 +66,11 @@ from .replay_walk import (
 )
 from .shapes import runs, segment
 
-DRAFTERS = ("draft", "llama.cpp", "lookup", "hybrid")
-MODEL_DRAFTERS = ("draft", "llama.cpp")
 FEEDINGS = ("auto", "live", "shared")
 _COMPUTED = "simulated: these iterations were computed from teacher-forced passes over the recorded text, not run; "
 SIMULATED = _COMPUTED + ("their timings are 0, and a model drafter's proposals stop at the first one the target rejects "
                          "(a live drafter drafts all k; 'drafted' counts those)")
 SIMULATED_STOP = _COMPUTED + "their timings are 0; a model drafter drafted as a live one does, up to its confidence stop"
-
-
-def available_drafters(pair) -> list[str]:
-    """The drafters this pair can replay: the draft model if it has one, llama.cpp for the embedded target when
-    installed, prompt lookup always, the hybrid when a model drafter exists."""
-    out = ["draft"] if pair.draft is not None else []
-    if pair.target_name == EMBEDDED_NAME and llama_cpp_available()[0]:
-        out.append("llama.cpp")
-    return out + ["lookup"] + (["hybrid"] if out else [])
 
 
 # --- turns whose completion is the target's own greedy output ---------------------------------------------------
@@ -128,38 +116,42 @@ class _SharedPrefillDraft(DraftModelProposer):
 
 
 class _Proposers:
-    """The proposers of one turn: a live one per walk, or (shared) a model drafter's read from the shared pass."""
+    """The proposers of one turn, walked as each drafter's declaration says (DrafterSpec.replay): a live one per
+    walk, or (shared) a model drafter's read from the shared pass."""
 
     def __init__(self, pair, turn: Turn, max_ngram: int, shared: frozenset[str], preds: dict[str, list[int]],
                  target: list[int] | None = None, confs: dict[str, list[tuple[float, float]]] | None = None):
         self.pair, self.turn, self.max_ngram, self.shared, self.preds = pair, turn, max_ngram, shared, preds
         self.target, self.confs = target, confs or {}
-        self._draft: _SharedPrefillDraft | None = None
+        self._drafts: dict[str, _SharedPrefillDraft] = {}
 
     def model_name(self, drafter: str) -> str | None:
-        """The model drafter behind `drafter` (None for prompt lookup)."""
-        if drafter == "hybrid":
-            return default_drafter(self.pair)[0]
-        return drafter if drafter in MODEL_DRAFTERS else None
+        """The model drafter behind `drafter` (None for a model-free one, or a hybrid with none to wrap)."""
+        spec = registry.get(drafter)
+        if spec.replay == "hybrid":
+            return registry.model_drafter(self.pair)
+        return drafter if spec.model else None
 
     def _model(self, name: str, live: bool = False):
         if name in self.shared and not live:
             return PassProposer(name, len(self.turn.prompt_ids), self.target, self.preds[name],
-                                uses_draft_model=name == "draft", conf=self.confs.get(name))
-        if name == "draft":
-            if self._draft is None:
-                self._draft = _SharedPrefillDraft(make_proposer(self.pair, "draft"))
-            return self._draft
-        return make_proposer(self.pair, name, max_ngram=self.max_ngram)
+                                uses_draft_model=registry.get(name).draft_model, conf=self.confs.get(name))
+        if name in self._drafts:
+            return self._drafts[name]
+        proposer = make_proposer(self.pair, name, max_ngram=self.max_ngram)
+        if isinstance(proposer, DraftModelProposer):  # a torch draft model: its prefill computed once per turn
+            proposer = self._drafts[name] = _SharedPrefillDraft(proposer)
+        return proposer
 
     def get(self, drafter: str, live: bool = False):  # live: a model drafter fed live even where walks share a pass
-        if drafter == "lookup":
-            return make_proposer(self.pair, "lookup", max_ngram=self.max_ngram)
-        if drafter == "hybrid":
-            inner = self.model_name("hybrid")
-            if inner not in MODEL_DRAFTERS:
+        spec = registry.get(drafter)
+        if spec.replay == "live":
+            return make_proposer(self.pair, drafter, max_ngram=self.max_ngram)
+        if spec.replay == "hybrid":
+            inner = self.model_name(drafter)
+            if inner is None:
                 raise PlaygroundError("the hybrid drafter needs a model drafter (llama.cpp or a draft model)")
-            return HybridProposer(self._model(inner, live), max_ngram=self.max_ngram)
+            return make_proposer(self.pair, drafter, max_ngram=self.max_ngram, model=self._model(inner, live))
         return self._model(drafter, live)
 
 
@@ -235,7 +227,7 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
     shapes = segment(pair.tokenizer, turn.prompt_ids, turn.completion_ids, pair.eos_ids)
     doc["shapes"] = {"runs": runs(shapes), "tokens": {s: shapes.count(s) for s in sorted(set(shapes))}}
     probe = _Proposers(pair, turn, max_ngram, frozenset(), {})
-    models = sorted({m for d in drafters if (m := probe.model_name(d)) in MODEL_DRAFTERS})
+    models = sorted({m for d in drafters if (m := probe.model_name(d)) is not None})
     preds: dict[str, list[int]] = {}
     confs: dict[str, list[tuple[float, float]]] = {}  # the drafter's probabilities there (adaptive k's stop rule)
     for name in models:  # the shared one-token pass: the agreement sequence, and a shared-pass walk's proposals
@@ -323,13 +315,13 @@ def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, k
     trace file's bad lines, carried into the result. Sampling replays fixed k only (controllers are greedy-only).
     min_confidence: the draft confidence stop replayed (greedy only; model drafters are then fed live)."""
     limits = limits or Limits()
-    drafters = list(drafters) if drafters is not None else available_drafters(pair)
+    drafters = list(drafters) if drafters is not None else registry.available_drafters(pair)
     ks = [int(k) for k in ks]
     if not ks or any(not 1 <= k <= K_MAX for k in ks):
         raise PlaygroundError(f"k must be from 1 to {K_MAX}, got {ks}")
-    unknown = [d for d in drafters if d not in DRAFTERS]
+    unknown = [d for d in drafters if d not in registry.names()]
     if unknown:
-        raise PlaygroundError(f"unknown drafter {unknown[0]!r}; choose from {', '.join(DRAFTERS)}")
+        raise PlaygroundError(f"unknown drafter {unknown[0]!r}; choose from {', '.join(registry.names())}")
     for d in drafters:
         make_proposer(pair, d, max_ngram=max_ngram)  # refuses a drafter this pair cannot run, before any work
     if feeding not in FEEDINGS:
@@ -338,7 +330,7 @@ def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, k
         raise PlaygroundError(f"records must be full, compact or none, got {records!r}")
     check_confidence(min_confidence, sampling, feeding)
     controllers = list(controllers) if sampling.greedy else []
-    steps = len(turns) * (1 + len(drafters) * (len(ks) + len(controllers)) + len(MODEL_DRAFTERS))
+    steps = len(turns) * (1 + len(drafters) * (len(ks) + len(controllers)) + sum(s.model for s in registry.drafters()))
     done = [0]
 
     def step(turn_name: str) -> Callable[[str], None]:

@@ -5,9 +5,10 @@ recorded ones, so its later contexts differ from the text replayed here.
 Model drafters: at completion position t, the exact rule accepts a draft token with probability
 beta_t = sum_x min(p_t(x), q_t(x)), p and q the target's and the drafter's distributions after the recorded text
 before t, warped alike (playground.core.sampling); q from the drafter's own propose, fed one token at a time.
-Prompt lookup proposes deterministically: its j-th proposal from position i is accepted with p_{i+j}(x_j), known
-while the proposals before it are the recorded tokens (the target's distribution after another text is not
-computed); past that it counts as rejected, so lookup's figure is a lower bound. The hybrid takes lookup's where
+Prompt lookup, like every model-free drafter (DrafterSpec.replay "live"), proposes deterministically: its j-th
+proposal from position i is accepted with p_{i+j}(x_j), known while the proposals before it are the recorded tokens
+(the target's distribution after another text is not computed); past that it counts as rejected, so its figure is a
+lower bound. The hybrid takes lookup's where
 lookup finds a match (its min n-gram of 2), the model drafter's otherwise, as HybridProposer decides.
 """
 
@@ -19,9 +20,10 @@ import torch
 
 from ..core.proposal import LOOKUP_MAX, RunContext
 from ..core.sampling import SamplingConfig, probabilities
+from ..drafters import registry
 from ..drafters.adaptive import CostCurve
 from ..drafters.proposers import lookup
-from ..drafters.registry import default_drafter, make_proposer
+from ..drafters.registry import make_proposer
 from ..inputs.traces import Turn
 from .replay_walk import (
     TargetPass,
@@ -35,8 +37,6 @@ from .replay_walk import (
     target_chunks,
 )
 from .shapes import runs, segment
-
-MODEL_DRAFTERS = ("draft", "llama.cpp")
 
 
 def lookups(prompt_ids: Sequence[int], completion_ids: Sequence[int], max_ngram: int, min_ngram: int,
@@ -52,6 +52,19 @@ def lookups(prompt_ids: Sequence[int], completion_ids: Sequence[int], max_ngram:
                 break
         out.append(found)
         committed.append(int(t))
+    return out
+
+
+def proposals_along(proposer, prompt_ids: Sequence[int], completion_ids: Sequence[int], ctx: RunContext
+                    ) -> list[list[int]]:
+    """Per completion position i, what a model-free drafter (DrafterSpec.replay "live") proposes after the recorded
+    text before i (up to LOOKUP_MAX tokens): for prompt lookup, `lookups` with its own n-grams."""
+    committed, out = [int(t) for t in prompt_ids], []
+    proposer.begin(committed, ctx)
+    for t in completion_ids:
+        out.append(list(proposer.propose(committed, LOOKUP_MAX).tokens))
+        committed.append(int(t))
+        proposer.rollback(committed)  # as after a verification: the committed text is the recorded one
     return out
 
 
@@ -76,13 +89,20 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], sa
     completion = [int(t) for t in turn.completion_ids]
     length = min(turn.max_new, len(completion))
     stops = frozenset(pair.eos_ids)
-    inner = default_drafter(pair)[0]
-    models = sorted({d if d != "hybrid" else inner for d in drafters} & set(MODEL_DRAFTERS))
-    mins = {d: make_proposer(pair, d, max_ngram=max_ngram).min_ngram for d in drafters if d in ("lookup", "hybrid")}
-    found = {m: lookups(turn.prompt_ids, completion, max_ngram, m, stops) for m in set(mins.values())}
-    need = {m: _needed(f, completion) for m, f in found.items()}
-    got = {m: [[0.0] * len(xs) for xs in f] for m, f in found.items()}
+    kinds = {d: registry.get(d).replay for d in drafters}
+    inner = registry.model_drafter(pair)  # what a hybrid wraps
+    models = sorted({d if kinds[d] == "pass" else inner for d in drafters if kinds[d] != "live"} - {None})
     prompt = prompt_cache(pair, turn.prompt_ids)  # what a live prefill leaves, for drafters that copy it
+    found = {}  # model-free proposals (a hybrid's: its lookup's) along the text, per drafter
+    for d in drafters:
+        if kinds[d] == "live":
+            ctx = RunContext(sampling, sampling.generator(pair.device), stops, target_kv=prompt)
+            found[d] = proposals_along(make_proposer(pair, d, max_ngram=max_ngram), turn.prompt_ids, completion, ctx)
+        elif kinds[d] == "hybrid":
+            hybrid = make_proposer(pair, d, max_ngram=max_ngram)
+            found[d] = lookups(turn.prompt_ids, completion, hybrid.max_ngram, hybrid.min_ngram, stops)
+    need = {d: _needed(f, completion) for d, f in found.items()}
+    got = {d: [[0.0] * len(xs) for xs in f] for d, f in found.items()}
     gens = {name: drafter_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids, completion,
                                RunContext(sampling, sampling.generator(pair.device), stops, target_kv=prompt))
             for name in models}
@@ -106,10 +126,10 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], sa
     for drafter in drafters:
         timing = timing_of(drafter, turn.prompt_ids) if timing_of is not None else None
         curve = CostCurve.from_timing(timing) if timing is not None else None
-        accept, drafted, source = _model_of(drafter, inner, beta, found, got, mins)
+        model = None if kinds[drafter] == "live" else drafter if kinds[drafter] == "pass" else inner
+        accept, drafted, source = _model_of(kinds[drafter], model, beta, found.get(drafter), got.get(drafter))
         entry = {"timing": timings.setdefault(drafter, TimingIndex()).index(timing), "exact": False,
-                 "agreement": beta.get(drafter if drafter != "hybrid" else inner) if drafter != "lookup" else None,
-                 "walks": {}}
+                 "agreement": beta.get(model), "walks": {}}
         for k in ks:
             ew = expected_walk(accept, drafted, source, k, length, curve)
             token_cost = ew.pop("token_cost")
@@ -130,24 +150,21 @@ def _stack(rows) -> torch.Tensor:
     return torch.stack([r.float() for r in rows])
 
 
-def _model_of(drafter: str, inner: str, beta: dict, found: dict, got: dict, mins: dict):
-    """(accept(i), drafted(i, k_i), source(i)) of one drafter for expected_walk."""
-    def model(name):
-        b = beta[name]
+def _model_of(kind: str, model: str | None, beta: dict, f: list | None, g: list | None):
+    """(accept(i), drafted(i, k_i), source(i)) of one drafter for expected_walk: a model drafter's (kind "pass"),
+    a model-free one's ("live": its proposals `f` and their acceptance probabilities `g`) or a hybrid's (its
+    lookup's where it matches, else the model drafter's)."""
+    if kind == "pass":
+        b = beta[model]
         return (lambda i: b[i: i + LOOKUP_MAX]), (lambda i, k: k), (lambda i: None)
 
-    if drafter in MODEL_DRAFTERS:
-        return model(drafter)
-    m = mins[drafter]
-    f, g = found[m], got[m]
-
     def known(i):
-        """The acceptance probabilities of lookup's proposals from i, up to the first off the recorded text."""
+        """The acceptance probabilities of the proposals from i, up to the first off the recorded text."""
         return g[i][: len(g[i])]
 
-    if drafter == "lookup":
+    if kind == "live":
         return known, (lambda i, k: min(k, len(f[i]))), (lambda i: None)
-    b = beta[inner]
+    b = beta[model]
     return ((lambda i: known(i) if f[i] else b[i: i + LOOKUP_MAX]),
             (lambda i, k: min(k, len(f[i])) if f[i] else k),
             (lambda i: "lookup" if f[i] else "draft"))

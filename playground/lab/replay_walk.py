@@ -38,12 +38,11 @@ import torch
 
 from ..core.cached import CachedLM
 from ..core.engine import _clip, _cut, drafting_rule, tell_controller  # the engine's own: the walk cannot drift
-from ..core.int8 import row_independent
-from ..core.lean import supports
 from ..core.proposal import EMPTY, Proposal, Proposer, RunContext, top_two
 from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration
 from ..core.sampling import SamplingConfig
 from ..drafters.adaptive import CostCurve
+from ..drafters.registry import drafters
 from .quality import _spacing  # the dtype spacing the divergence experiment compares logit gaps with
 
 
@@ -200,13 +199,11 @@ def shared_pass(proposer: Proposer, prompt_ids: Sequence[int], completion_ids: S
 
 
 def shared_exact(pair) -> frozenset[str]:
-    """The model drafters whose shared-pass walks equal their live-fed ones on this pair: llama.cpp (measured:
-    playground.lab.replay's docstring) and a draft model the lean forward runs on row-independent int8 products
-    (the embedded pair's int8 copy), whose logits for a token do not depend on what was fed beside it
-    (core.int8; bitwise in tests/test_int8.py)."""
-    draft = pair.draft
-    exact = draft is not None and supports(draft) is None and row_independent(draft)
-    return frozenset(("llama.cpp", "draft") if exact else ("llama.cpp",))
+    """The model drafters whose shared-pass walks equal their live-fed ones on this pair, as each declares
+    (DrafterSpec.pass_exact): llama.cpp (measured: playground.lab.replay's docstring) and a draft model the lean
+    forward runs on row-independent int8 products (the embedded pair's int8 copy), whose logits for a token do not
+    depend on what was fed beside it (core.int8; bitwise in tests/test_int8.py)."""
+    return frozenset(s.name for s in drafters() if s.model and s.pass_exact is not None and s.pass_exact(pair))
 
 
 def expected_acceptance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

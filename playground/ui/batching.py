@@ -23,7 +23,7 @@ from ..lab.batch import NEARLY_FREE, batch_predictions, batch_table, batch_timin
 from ..lab.calibration import Timing
 from ..limits import Limits
 from . import charts, serving
-from .progress import Tracker, clock_text, load_pair, mapped, progress_lines, ticker
+from .progress import Tracker, clock_text, load_with_progress, mapped, progress_lines, ticker
 from .serving import Background, PairProvider, stoppable
 from .session import RunRequest, Session, encode_request
 
@@ -98,7 +98,7 @@ def stream_batch(provider: PairProvider, session: Session | None, request: RunRe
     limits = limits or Limits.from_env()
     reps = repeats if repeats is not None else SHORT[0]
     warm = warmup if warmup is not None else SHORT[1]
-    pair = yield from mapped(load_pair(provider, started), lambda line: BatchView(session, line))
+    pair = yield from mapped(load_with_progress(provider, started), lambda line: BatchView(session, line))
     ids, _ = encode_request(pair, request, N_MAX, limits)
     tracker = Tracker(f"Timing batches {', '.join(map(str, BATCHES))} on {len(ids)} tokens of context", started,
                       f"the target's pass over B sequences \u00d7 n = 1..{N_MAX} tokens, {warm} warm-up and {reps} "

@@ -33,7 +33,7 @@ from ..pairs.registry import PAIRS, ModelPolicy
 from . import panels, serving, verdicts
 from .downloads import run_document, save_document
 from .measure import stream_calibrate, stream_sweep  # noqa: F401 - re-exported: the lab events' first home
-from .progress import Tracker, clock_text, eta_text, load_pair, loading_message, mapped, phase, ticker
+from .progress import Tracker, clock_text, eta_text, load_with_progress, loading_message, mapped, phase, ticker
 from .render import TokenRenderer
 from .serving import Background, PairProvider, stoppable
 from .session import (
@@ -153,7 +153,7 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     streamed, one side of the comparison would pay for it and the other not."""
     started = time.monotonic()
     limits = limits or Limits.from_env()
-    pair = yield from mapped(load_pair(provider, started), lambda line: RunView(session, line))
+    pair = yield from mapped(load_with_progress(provider, started), lambda line: RunView(session, line))
     ids, preset_obj = encode_request(pair, request, request.max_new_tokens, limits)
     proposer = make_proposer(pair, request.drafter)
     request = without_idle_stop(request, proposer)
@@ -261,7 +261,7 @@ def stream_compare(provider: PairProvider, session: Session | None) -> Iterator[
     if run is None or not run.finished:
         raise PlaygroundError("there is no finished speculative run to compare with: press Run first (the "
                               "'Compare with plain' button runs one and then plain decoding right after)")
-    pair = yield from mapped(load_pair(provider, started), lambda line: CompareView(session, line))
+    pair = yield from mapped(load_with_progress(provider, started), lambda line: CompareView(session, line))
     records: list = []
     begun: list[float] = []
 

@@ -24,7 +24,7 @@ from ..limits import Limits
 from . import charts, serving, verdicts
 from .batching import batch_curves
 from .downloads import jsonable
-from .progress import Tracker, clock_text, load_pair, mapped, phase, progress_lines, ticker
+from .progress import Tracker, clock_text, load_with_progress, mapped, phase, progress_lines, ticker
 from .serving import Background, PairProvider, stoppable
 from .session import (
     RunRequest,
@@ -89,7 +89,7 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
     fills the prediction panel at once. `repeats` / `warmup` override the short or careful settings (tests)."""
     started = time.monotonic()
     limits = limits or Limits.from_env()
-    pair = yield from mapped(load_pair(provider, started), lambda line: CalibrateView(session, line))
+    pair = yield from mapped(load_with_progress(provider, started), lambda line: CalibrateView(session, line))
     ids, _ = encode_request(pair, request, N_NEEDED, limits)
     proposer = make_proposer(pair, request.drafter)
     name, key, store = proposer.describe(), prompt_key(ids), provider.calibrations
@@ -142,7 +142,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     sweep_fn = sweep_fn or sweep
     limits = limits or Limits.from_env()
     req, k_max, rounds = sweep_req.run, sweep_req.k_max, sweep_req.rounds
-    pair = yield from mapped(load_pair(provider, started), lambda line: SweepView(session, line))
+    pair = yield from mapped(load_with_progress(provider, started), lambda line: SweepView(session, line))
     ids, _ = encode_request(pair, req, req.max_new_tokens, limits)
     proposer = make_proposer(pair, req.drafter)
     req, name = without_idle_stop(req, proposer), proposer.describe()

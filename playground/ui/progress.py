@@ -6,7 +6,7 @@ phase, never reset), and an estimate of the time left from the speed so far.
 - `Tracker`: reads those from a worker's output and writes the status line; `progress_lines` for work that emits
   nothing else.
 - `mapped`: `yield from` a generator of lines, as views, keeping its return value.
-- `load_pair`: the pair, loaded in a worker thread when it is not loaded yet, with a status line that names it
+- `load_with_progress`: the pair, loaded in a worker thread when it is not loaded yet, with a status line that names it
   and says for how long it has been loading.
 """
 
@@ -130,8 +130,8 @@ def loading_message(provider: PairProvider) -> str:
     return f"Loading the model pair {what}: {how}"
 
 
-def load_pair(provider: PairProvider, started: float) -> Generator[str, None, object]:
-    """The provider's pair (`pair = yield from load_pair(...)`): at once when loaded, else loaded in a worker
+def load_with_progress(provider: PairProvider, started: float) -> Generator[str, None, object]:
+    """The provider's pair (`pair = yield from load_with_progress(...)`): at once when loaded, else loaded in a worker
     thread while status lines say what loads, what the loader said last, and for how long."""
     if provider.loaded():
         return provider.get()

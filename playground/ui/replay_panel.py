@@ -27,17 +27,17 @@ from typing import Any
 import gradio as gr
 
 from ..core.sampling import GREEDY, SamplingConfig
-from ..drafters.registry import make_proposer
+from ..drafters.registry import available_drafters, make_proposer
 from ..errors import PlaygroundError
 from ..inputs.presets import load_presets
 from ..inputs.traces import SAMPLE_TRACE, read_trace
 from ..lab.calibration import CalibrationStore, calibrated_timing
-from ..lab.replay import available_drafters, calibration_contexts, preset_turns, replay
+from ..lab.replay import calibration_contexts, preset_turns, replay
 from ..limits import Limits
 from . import scripts, serving
 from .downloads import jsonable
 from .measure import N_NEEDED
-from .progress import Tracker, clock_text, load_pair, mapped, phase, progress_lines, ticker
+from .progress import Tracker, clock_text, load_with_progress, mapped, phase, progress_lines, ticker
 from .render import legend_html
 from .replay_request import SOURCES, ReplayRequest, parse_replay
 from .replay_view import (
@@ -157,7 +157,7 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
     provider = provider.for_session(session)  # the pair this tab chose
     try:
         yield ReplayUpdate(TAB_STARTING, state)
-        pair = yield from mapped(load_pair(provider, started), lambda line: ReplayUpdate(line, state))
+        pair = yield from mapped(load_with_progress(provider, started), lambda line: ReplayUpdate(line, state))
         offered = available_drafters(pair)
         if req.drafter not in offered:
             raise PlaygroundError(f"the {req.drafter} drafter cannot replay on this pair; choose one of "

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..drafters.registry import DRAFTERS
+from ..drafters.registry import PairFacts, drafters
 from ..errors import PlaygroundError
 from ..lab.calibration import CalibrationStore
 from ..pairs.models import EMBEDDED_NAME, release_memory
@@ -43,8 +43,6 @@ from .session import new_session
 
 HEARTBEAT_S = 0.5  # a status update at least this often, so a Stop never waits on a silent generator
 AUTO_LABEL = "auto"
-DRAFTER_LABELS = {"llama.cpp": "llama.cpp", "draft": "draft model", "lookup": "prompt lookup",
-                  "hybrid": "hybrid"}
 AUTO_HELP = ("auto: llama.cpp for the embedded target when llama-cpp-python is installed, else the pair's draft "
              "model, else prompt lookup \u00b7 lookup: copies what followed the last match in the text (no model) "
              "\u00b7 hybrid: lookup where the last tokens occurred before, the best model drafter otherwise")
@@ -217,16 +215,10 @@ class PairProvider:
 
     def drafter_choices(self) -> list[tuple[str, str]]:
         """(label, name): 'auto' first (playground.drafters.registry.default_drafter picks at run time), then
-        each drafter in DRAFTERS this pair can use. Availability that needs an import (llama-cpp-python) is
-        checked when a run asks for it, with a message saying how to install it."""
-        out = [(AUTO_LABEL, "auto")]
-        for name in DRAFTERS:
-            if (name == "draft" and not self.has_draft) or (name == "llama.cpp" and not self.embedded_target):
-                continue
-            if name == "hybrid" and not (self.has_draft or self.embedded_target):  # it needs a model drafter
-                continue
-            out.append((DRAFTER_LABELS.get(name, name), name))
-        return out
+        each declared drafter (playground.drafters.registry) this pair can use. Availability that needs an
+        import (llama-cpp-python) is checked when a run asks for it, with a message saying how to install it."""
+        facts = PairFacts(self.has_draft, self.embedded_target, check_installs=False)
+        return [(AUTO_LABEL, "auto"), *((s.label, s.name) for s in drafters() if s.available(facts)[0])]
 
     def drafter_names(self) -> list[str]:
         """The drafters a request on this pair may name."""
@@ -348,5 +340,5 @@ def stoppable(what: str):
 
 
 def get_pair(provider: PairProvider):
-    """The provider's pair, loading it here if need be (events that can wait use progress.load_pair instead)."""
+    """The provider's pair, loading it here if need be (events that can wait use progress.load_with_progress instead)."""
     return provider.get()

@@ -24,7 +24,7 @@ from ..core.engine import check_k, check_request
 from ..core.records import Iteration
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
-from ..drafters.registry import DRAFTERS
+from ..drafters.registry import names as drafter_names
 from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
 from ..inputs.text import check_prompt_text, encode_prompt
@@ -117,7 +117,7 @@ def parse_request(controls: Mapping[str, Any], drafters: Sequence[str] | None = 
     check_prompt_text(prompt, limits.max_prompt_chars)
     if preset is not None and not isinstance(preset, str):
         raise PlaygroundError(f"the preset must be a preset name, got {preset!r}")
-    known = list(drafters) if drafters is not None else list(DRAFTERS)
+    known = list(drafters) if drafters is not None else drafter_names()
     drafter = c.get("drafter")
     if drafter not in known:
         raise PlaygroundError(f"unknown drafter {drafter!r}; choose one of {', '.join(known)}")

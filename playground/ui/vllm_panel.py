@@ -56,7 +56,7 @@ QUIET = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
 
 
 @dataclass
-class RunView:
+class VllmRunView:
     status: str
     tokens: str
     counters: str
@@ -93,13 +93,13 @@ def request_ids(client, values: dict, limits: Limits) -> tuple[list[int], int, s
     return ids, max_new, what
 
 
-def run_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[RunView]:
+def run_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[VllmRunView]:
     """Stream one greedy request: live views (provisional roles), then the final view with the histogram."""
     client = settings.client()
     model = client.check(settings.model)
     ids, max_new, what = request_ids(client, values, limits)
     k = settings.spec.k if settings.spec else server_info(settings).k
-    yield RunView(f"Running: {what} ({len(ids)} prompt tokens) on `{model}` \u2026", EMPTY_TOKENS,
+    yield VllmRunView(f"Running: {what} ({len(ids)} prompt tokens) on `{model}` \u2026", EMPTY_TOKENS,
                   counters_html([], max_new, k))
     live = StepRenderer(lambda t: client.detokenize(t, model=model))
     steps: list[ServedStep] = []
@@ -116,7 +116,7 @@ def run_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[
             live.add(record)
             if records.empty() and time.perf_counter() - shown >= THROTTLE_S:
                 shown = time.perf_counter()
-                yield RunView(f"Running: {len(steps)} steps \u2026", live.html(), counters_html(steps, max_new, k))
+                yield VllmRunView(f"Running: {len(steps)} steps \u2026", live.html(), counters_html(steps, max_new, k))
     finally:
         stop.set()  # Stop (the generator closed): the reader closes the stream at its next chunk
     req = record
@@ -124,7 +124,7 @@ def run_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[
     status = (f"Done: {req.completion_tokens} tokens in {len(req.steps)} engine steps"
               + (f", \u03b1 {req.alpha:.2f}, mean acceptance length {mal:.2f}" if mal else ", no verify steps")
               + (f", {req.tokens_per_s:.1f} tokens/s" if req.tokens_per_s else "") + f" \u00b7 {req.schedule}")
-    yield RunView(status, request_html(req, live.detok), counters_html(req.steps, max_new, k, req),
+    yield VllmRunView(status, request_html(req, live.detok), counters_html(req.steps, max_new, k, req),
                   histogram_figure(req), metrics_markdown(req), jsonable(req.to_dict()))
 
 

@@ -1,0 +1,198 @@
+"""The lab's experiments as commands, declared once each (`Experiment`): name, help, their own options, the k values
+they run by default and how they run. entry.py builds a subcommand per declaration and dispatches to its `run`;
+playground.cli.lab runs it. Adding an experiment means one job function in cli/lab.py and one declaration here.
+
+This module imports nothing heavy (torch, transformers): the CLI builds its parser from it, and a run imports
+cli/lab.py when it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+
+from ..drafters.registry import drafters
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One lab command."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    """Its own options, added after the ones every lab command takes (presets or a prompt, the drafter)."""
+    run: Callable[[argparse.Namespace], int]
+    """Runs the parsed command; the exit status."""
+
+
+def _on_lab(job: Callable[[ModuleType], Callable], default_ks: Sequence = (), schedules: bool = False
+            ) -> Callable[[argparse.Namespace], int]:
+    """run(args) of an experiment: cli.lab.cmd_lab with the job that `job(lab)` picks from cli/lab.py, the k values
+    it runs when --ks is not given, and whether --ks may name adaptive / heuristic (`schedules`)."""
+
+    def run(args: argparse.Namespace) -> int:
+        from . import lab  # imports torch: on use, so that the parser and --help load nothing heavy
+
+        return lab.cmd_lab(args, job(lab), default_ks, schedules)
+
+    return run
+
+
+# --- options, shared by several experiments ----------------------------------------------------------------------
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    """The options every lab command takes, and the defaults of those only some take (each command gets only the
+    options it reads; the others keep their defaults)."""
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", action="append", help="a preset (repeatable; default: one per kind)")
+    src.add_argument("--prompt", help="a prompt text instead of presets")
+    add_drafter_arg(p)
+    p.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
+    p.set_defaults(ks=None, k=4, rounds=3, max_new_tokens=None, draws=20_000, min_confidence=None, batch=None,
+                   alpha=0.8)
+
+
+def add_drafter_arg(p: argparse.ArgumentParser) -> None:
+    """--drafter: auto or a declared drafter (playground.drafters.registry), each with its one line."""
+    specs = drafters()
+    p.add_argument("--drafter", default="auto", choices=["auto", *(s.name for s in specs)], metavar="DRAFTER",
+                   help="auto (the best this pair can run: llama.cpp for the embedded target when installed, else "
+                        "the draft model, else prompt lookup; default) or "
+                        + "; ".join(f"{s.name}: {s.description}" for s in specs))
+
+
+def add_sampling_args(p: argparse.ArgumentParser, always: bool = False) -> None:
+    """--greedy / --sample and the warpers, as `generate` takes them (always: the command always samples)."""
+    if not always:
+        mode = p.add_mutually_exclusive_group()
+        mode.add_argument("--greedy", dest="sample", action="store_false", help="greedy decoding (default)")
+        mode.add_argument("--sample", dest="sample", action="store_true",
+                          help="sampling with the exact rule (the target's distribution is kept)")
+    p.set_defaults(sample=always)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _ks(p: argparse.ArgumentParser, more: str = "") -> None:
+    p.add_argument("--ks", default=None, help="comma-separated k values" + more)
+
+
+_SCHEDULES = ", or adaptive / heuristic (k chosen per iteration)"
+
+
+def _rounds(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rounds", type=int, default=3, help="rounds of adjacent runs (default 3)")
+
+
+def _stop_and_plain(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-confidence", type=float, default=None,
+                   help="model drafters stop after a token they gave less than this probability")
+    # lab.speed.PLAIN_EVERY, spelled out: the parser imports nothing that loads torch
+    p.add_argument("--plain-every", type=int, default=3, metavar="N",
+                   help="a plain run before every N speculative runs of a prompt and after the last; each "
+                        "speculative run is divided by plain speed interpolated to its moment (default 3; "
+                        "fewer plain runs are quicker, more follow a drifting host closer)")
+
+
+def _max_new(p: argparse.ArgumentParser, per_prompt: bool) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="default: each preset's own (64 for a prompt)" if per_prompt
+                   else "default: the longest of the chosen presets' own (64 for a prompt)")
+
+
+# --- each experiment's own options -------------------------------------------------------------------------------
+
+
+def _timing_args(p: argparse.ArgumentParser) -> None:
+    _ks(p, "; timing measures passes over up to max(k) + 1 tokens")
+    p.add_argument("--batch", default=None, metavar="B,B,...",
+                   help="also time the target's pass over B sequences x n tokens at each batch size "
+                        "(e.g. 1,2,4,8): v(n) per batch and the k up to which verification stays nearly free")
+    p.add_argument("--alpha", type=float, default=0.8,
+                   help="the acceptance rate the --batch predictions assume (default 0.8)")
+    add_sampling_args(p)  # the calibration is timed under this decoding
+
+
+def _acceptance_args(p: argparse.ArgumentParser) -> None:
+    _ks(p)
+    _max_new(p, per_prompt=False)
+    add_sampling_args(p)
+
+
+def _speed_args(p: argparse.ArgumentParser) -> None:
+    _ks(p, _SCHEDULES)
+    _rounds(p)
+    _stop_and_plain(p)
+    # lab.speed.MEMORY_SCOPES, spelled out: the parser imports nothing that loads torch
+    p.add_argument("--memory", choices=("conversation", "prompt", "none"), default="conversation",
+                   help="what adaptive k and the heuristic carry from run to run: conversation (every prompt "
+                        "and round, as an agent's calls; default), prompt (rounds of one prompt only: a "
+                        "figure per output shape whatever the order) or none (every run a first call)")
+    p.add_argument("--no-spread-calibration", dest="spread_calibration", action="store_false",
+                   help="predict from the calibrations made before the rounds only (default: a short one "
+                        "more between rounds, pooled, so the step costs span the minutes the rounds ran)")
+    _max_new(p, per_prompt=True)
+    add_sampling_args(p)
+
+
+def _sweep_args(p: argparse.ArgumentParser) -> None:
+    _ks(p, _SCHEDULES)
+    _rounds(p)
+    _stop_and_plain(p)
+    _max_new(p, per_prompt=True)
+    add_sampling_args(p)
+
+
+def _divergence_args(p: argparse.ArgumentParser) -> None:
+    _ks(p)
+    _max_new(p, per_prompt=False)
+
+
+def _distribution_args(p: argparse.ArgumentParser) -> None:
+    add_sampling_args(p, always=True)
+    p.add_argument("--draws", type=int, default=20_000, help="draws per context, seed and rule")
+
+
+def _peers_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--k", type=int, default=4, help="proposals per iteration for every arm")
+    _rounds(p)
+    _max_new(p, per_prompt=False)
+
+
+EXPERIMENTS = (
+    Experiment("timing", "target pass time over n = 1..n_max new tokens and the drafter's step: c and v(n)",
+               _timing_args, _on_lab(lambda lab: lab.timing_job, range(1, 9))),
+    Experiment("acceptance", "alpha, per-position acceptance and tokens per pass per preset kind and k",
+               _acceptance_args, _on_lab(lambda lab: lab.acceptance_job, (1, 2, 4, 8))),
+    Experiment("speed", "plain vs speculative at each k in alternating runs; measured beside predicted",
+               _speed_args, _on_lab(lambda lab: lab.speed_job, (1, 2, 3, 4, 6), schedules=True)),
+    Experiment("sweep", "k = 1..8 on one preset or prompt: measured and predicted curves, break-even, best k",
+               _sweep_args, _on_lab(lambda lab: lab.sweep_job, range(1, 9), schedules=True)),
+    Experiment("divergence", "greedy runs that differ from plain greedy: near-tie or bug?",
+               _divergence_args, _on_lab(lambda lab: lab.divergence_job, (1, 2, 3, 4, 6))),
+    Experiment("distribution", "first-token distribution through the exact and the two wrong rules (chi-square)",
+               _distribution_args, _on_lab(lambda lab: lab.distribution_job)),
+    Experiment("bench-peers", "our loop against transformers' assisted generation and prompt lookup",
+               _peers_args, _on_lab(lambda lab: lab.peers_job)),
+)
+
+
+def add_lab_parsers(sub, add_pair_args) -> None:
+    """A subcommand per experiment (add_pair_args: entry.py's --pair/--target/... options, added last)."""
+    for e in EXPERIMENTS:
+        p = sub.add_parser(e.name, help=e.help)
+        add_common(p)
+        e.add_arguments(p)
+        p.add_argument("--out", help="write the JSON result here")
+        add_pair_args(p)
+
+
+def get(name: str) -> Experiment | None:
+    """The experiment named `name`, or None (another command)."""
+    return next((e for e in EXPERIMENTS if e.name == name), None)

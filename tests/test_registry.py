@@ -1,0 +1,128 @@
+"""A drafter is declared once (playground.drafters.registry): a toy drafter registered here is offered by the
+CLI's parsers, the browser's menus, replay and the lab, runs in each, and is gone from all of them once withdrawn.
+A reader that kept its own list of names would not offer it: that is the power of the first test."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from playground.cli import build_parser
+from playground.cli.experiments import EXPERIMENTS
+from playground.core.proposal import Proposal, Proposer
+from playground.core.sampling import SamplingConfig
+from playground.drafters import registry
+from playground.drafters.registry import DrafterSpec, PairFacts, make_proposer
+from playground.errors import PlaygroundError
+from playground.lab import acceptance
+from playground.lab.replay import greedy_turn, replay
+from playground.ui import serving, session
+
+TOY = "zeros"
+LAB_COMMANDS = [e.name for e in EXPERIMENTS]
+
+
+class ZeroProposer(Proposer):
+    """Always proposes token 0, k times."""
+
+    name = "zeros"
+
+    def propose(self, tokens, k: int) -> Proposal:
+        return Proposal((0,) * k)
+
+
+def _toy() -> DrafterSpec:
+    return DrafterSpec(TOY, "all zeros", "always proposes token 0 (a test's toy)", lambda pair, **_: ZeroProposer())
+
+
+@pytest.fixture
+def toy():
+    """The toy drafter, registered for one test and withdrawn after it, so that other tests never see it."""
+    spec = registry.register(_toy())
+    yield spec
+    registry.unregister(TOY)
+
+
+def _drafter_choices(command: str) -> list[str]:
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    (drafter,) = [a for a in sub.choices[command]._actions if a.dest == "drafter"]
+    return list(drafter.choices)
+
+
+READERS = {  # each reader's drafter list, on a pair with a draft model
+    "cli generate": lambda pair: _drafter_choices("generate"),
+    "cli replay": lambda pair: _drafter_choices("replay"),
+    "browser menu": lambda pair: [name for _, name in serving.PairProvider(pair=pair).drafter_choices()],
+    "browser request": lambda pair: [name for name in ("lookup", TOY) if _accepted(name)],
+    "replay": lambda pair: registry.available_drafters(pair),
+    **{f"lab {c}": (lambda pair, c=c: _drafter_choices(c)) for c in LAB_COMMANDS},
+}
+
+
+def _accepted(name: str) -> bool:
+    """Whether a browser request (session.parse_request, with no pair's list given) takes this drafter."""
+    controls = {"prompt": "w1", "preset": None, "drafter": name, "k": 2, "decoding": "greedy", "max_new_tokens": 4,
+                "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
+    try:
+        session.parse_request(controls)
+    except PlaygroundError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_every_reader_offers_a_registered_drafter_and_forgets_it_when_withdrawn(reader, pair64):
+    builtin = READERS[reader](pair64)
+    assert TOY not in builtin and "lookup" in builtin
+    registry.register(_toy())
+    try:
+        assert TOY in READERS[reader](pair64)
+    finally:
+        registry.unregister(TOY)
+    assert TOY not in READERS[reader](pair64)
+
+
+def test_the_browser_shows_its_label_and_the_drafter_runs_in_the_lab_and_replay(toy, pair64):
+    assert ("all zeros", TOY) in serving.PairProvider(pair=pair64).drafter_choices()
+    res = acceptance(pair64, {"p": ("prose", [1, 2, 3, 4], 6)}, lambda: make_proposer(pair64, TOY), ks=(2,))
+    assert res["rows"][0]["k"] == 2
+    turn = greedy_turn(pair64, "t", [1, 2, 3, 4, 1, 2], 8, "text")
+    greedy = replay(pair64, [turn], drafters=[TOY], ks=[1, 2], controllers=())
+    walks = greedy["turns"][0]["drafters"][TOY]["walks"]
+    assert greedy["drafters"] == [TOY] and set(walks) == {"k=1", "k=2"}
+    assert greedy["turns"][0]["drafters"][TOY]["feeding"] is None  # model-free: walked by its own proposer
+    sampled = replay(pair64, [turn], drafters=[TOY], ks=[2], controllers=(),
+                     sampling=SamplingConfig(do_sample=True, temperature=1.0, seed=0))
+    assert sampled["turns"][0]["drafters"][TOY]["walks"]["k=2"]["expected"] is True
+
+
+def test_availability_is_declared_once_and_read_by_every_menu(toy, pair64):
+    needy = registry.register(DrafterSpec("needy", "needy", "needs the embedded target", lambda pair, **_: None,
+                                          requires=lambda f: None if f.embedded_target else "embedded only"))
+    try:
+        assert needy.available(pair64) == (False, "embedded only")
+        assert "needy" not in registry.available_drafters(pair64)
+        assert "needy" not in [n for _, n in serving.PairProvider(pair=pair64).drafter_choices()]
+        assert needy.available(PairFacts(has_draft=False, embedded_target=True)) == (True, "")
+        with pytest.raises(PlaygroundError, match="embedded only"):
+            make_proposer(pair64, "needy")
+    finally:
+        registry.unregister("needy")
+
+
+def test_auto_and_hybrid_keep_their_meaning(toy, pair64):
+    """A drafter registered after the built-ins is not picked by auto (not marked `auto`) nor wrapped by the
+    hybrid (not a model drafter): auto is still the draft model on a pair with one, the hybrid around it."""
+    assert registry.default_drafter(pair64)[0] == "draft"
+    assert registry.model_drafter(pair64) == "draft"
+    assert make_proposer(pair64, "hybrid").model.name == pair64.draft_name
+
+
+def test_a_name_is_declared_once():
+    with pytest.raises(PlaygroundError, match="already registered"):
+        registry.register(DrafterSpec("lookup", "x", "x", lambda pair, **_: None))
+    with pytest.raises(PlaygroundError, match="cannot be named"):
+        registry.register(DrafterSpec("auto", "x", "x", lambda pair, **_: None))
+    with pytest.raises(PlaygroundError, match="unknown drafter 'telepathy'; choose one of auto, llama.cpp"):
+        registry.get("telepathy")
