@@ -55,9 +55,10 @@ def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, defau
                               elem_id="drafter")
         ui.k = gr.Slider(1, 16, value=SHOW_ME["k"], step=1, label="k (proposals per iteration)", elem_id="k",
                          info=K_HELP)
-        ui.max_new = gr.Number(value=min(SHOW_ME["max_new_tokens"], limits.max_new_tokens), minimum=1,
-                               maximum=limits.max_new_tokens, label="Max new tokens", elem_id="max-new",
-                               info=f"1 to {limits.max_new_tokens}")
+        # The number boxes name their range but leave checking it to the events (session.parse_request): Gradio's
+        # own check raises before an event's code runs, so its message would never reach the status line.
+        ui.max_new = gr.Number(value=min(SHOW_ME["max_new_tokens"], limits.max_new_tokens), label="Max new tokens",
+                               elem_id="max-new", info=f"1 to {limits.max_new_tokens}")
         ui.k_mode = gr.Radio([("fixed k", "fixed"), ("adaptive", "adaptive"), ("transformers' heuristic", "heuristic")],
                              value=SHOW_ME["k_mode"], label="k per iteration", elem_id="k-mode",
                              info="adaptive: the cost model picks k (0-16) each iteration from the acceptance so far "
@@ -76,9 +77,9 @@ def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, defau
                 ui.top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="Top-p", info="1 = off",
                                      interactive=False, elem_id="top-p", min_width=200)
             with gr.Row(elem_id="seed-row"):
-                ui.top_k = gr.Number(value=0, minimum=0, label="Top-k", info="0 = off", interactive=False,
+                ui.top_k = gr.Number(value=0, label="Top-k", info="0 = off", interactive=False,
                                      elem_id="top-k", min_width=140)
-                ui.seed = gr.Number(value=0, minimum=0, label="Seed", elem_id="seed", min_width=140)
+                ui.seed = gr.Number(value=0, label="Seed", elem_id="seed", min_width=140)
         ui.pair_menu = gr.Dropdown(pair_list, value=pair_value, label="Model pair", elem_id="pair",
                                    allow_custom_value=pair_typed, filterable=True,
                                    info="Loads on the next run (hub pairs download once)"
@@ -121,8 +122,8 @@ def _sweep_tab(ui, limits: Limits):
     with gr.Row(elem_id="sweep-row"):
         ui.k_max = gr.Slider(1, 16, value=8, step=1, label="Largest k", elem_id="k-max", min_width=150)
         ui.rounds = gr.Slider(1, 5, value=3, step=1, label="Rounds", elem_id="rounds", min_width=150)
-        ui.sweep_new = gr.Number(value=min(32, limits.max_new_tokens), minimum=1, maximum=limits.max_new_tokens,
-                                 label="Max new tokens per run", elem_id="sweep-new", min_width=150)
+        ui.sweep_new = gr.Number(value=min(32, limits.max_new_tokens), label="Max new tokens per run",
+                                 info=f"1 to {limits.max_new_tokens}", elem_id="sweep-new", min_width=150)
         ui.sweep_btn = gr.Button("Sweep k", variant="primary", elem_id="sweep-btn", min_width=120)
     ui.sweep_status = gr.Markdown("", elem_id="sweep-status")
     ui.sweep_plot = gr.Plot(charts.sweep_figure(None), show_label=False, elem_id="sweep-plot")

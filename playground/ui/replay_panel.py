@@ -56,7 +56,7 @@ from .replay_view import (
 )
 from .serving import Background, PairProvider
 from .session import SHOW_ME, stop_text
-from .wiring import _event, _guarded, _skip
+from .wiring import _event, _guarded, _skip, on_failure
 
 STARTING = "Replay: starting; its progress shows on the Replay tab \u2026"
 TAB_STARTING = "Starting: waiting for the device if another event is using it \u2026"
@@ -318,6 +318,7 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
         return gr.skip(), gr.skip()
 
     replay_ev.then(after_replay, [ui.rp_state, ui.status], [ui.status, ui.rp_status], **QUIET)
+    on_failure(replay_ev, STARTING, "Replay", ui.status, ui.rp_status)
 
     def redraw(state, turn, arm):
         if state is None or state.doc is None:

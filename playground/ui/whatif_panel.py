@@ -27,7 +27,7 @@ from .downloads import jsonable
 from .session import Session, _number, parse_request
 from .verdicts import glossary_html
 from .whatif_view import DEFAULTS, FIELDS, START_NOTE, error_status, parse_positions, parse_verify, prefill, whatif_view
-from .wiring import _error, _event, _guarded, _skip
+from .wiring import _error, _event, _guarded, _skip, on_failure
 
 log = logging.getLogger(__name__)
 BATCH_STARTING = "Timing batches: starting; its progress shows on the 'k per output shape' tab \u2026"
@@ -188,4 +188,5 @@ def wire_batch(ui, provider, limits) -> None:
         return gr.skip(), gr.skip()
 
     batch_ev.then(after_batch, [session, ui.status], [ui.status, ui.batch_status], **QUIET)
+    on_failure(batch_ev, BATCH_STARTING, "Time batches", ui.status, ui.batch_status)
     ui.sweep_event.then(batch_note, [session], [ui.batch_note], **QUIET)  # the note says whether lines are drawn

@@ -40,8 +40,8 @@ STOP_JS = ("(s) => /^(Starting|Running|Loading|Calibrating|Plain decoding|Sweep 
            "? 'Stopping \u2026' : s")
 
 
-def _error(e: Exception) -> gr.Error:
-    return gr.Error(html.escape(redact(str(e))), title="Cannot do that", print_exception=False)
+def _error(e: Exception, visible: bool = True) -> gr.Error:
+    return gr.Error(html.escape(redact(str(e))), title="Cannot do that", print_exception=False, visible=visible)
 
 
 def _skip(x):
@@ -50,7 +50,8 @@ def _skip(x):
 
 def _guarded(views, to_outputs, n_outputs: int, status_first: bool = True):
     """Map each view to output values; turn a PlaygroundError into a status line (the first output) and an
-    error the user or API client sees, and any other exception into an 'internal error' message. The app
+    error the API client sees, and any other exception into an 'internal error' message. Where the status line
+    says it, the page shows no toast as well (toasts pile up and outlive the error they report). The app
     keeps serving either way. No secret (HF_TOKEN, ...) is shown or logged: messages go through `redact`."""
     try:
         for v in views:
@@ -58,13 +59,14 @@ def _guarded(views, to_outputs, n_outputs: int, status_first: bool = True):
     except PlaygroundError as e:
         if status_first:
             yield (f"\u26a0 {redact(str(e))}", *([gr.skip()] * (n_outputs - 1)))
-        raise _error(e) from None
+        raise _error(e, visible=not status_first) from None
     except Exception as e:  # noqa: BLE001 - a bug, not bad input: say what happened, log the traceback
         log.error("playground event failed\n%s", redact(traceback.format_exc()))
         message = redact(f"internal error: {type(e).__name__}: {e}")
         if status_first:
             yield (f"\u26a0 {message}", *([gr.skip()] * (n_outputs - 1)))
-        raise gr.Error(html.escape(message), title="Something broke", print_exception=False) from None
+        raise gr.Error(html.escape(message), title="Something broke", print_exception=False,
+                       visible=not status_first) from None
 
 
 def _event(body, session: gr.State, controls: dict):
@@ -87,6 +89,32 @@ def _event(body, session: gr.State, controls: dict):
         + [param("progress", param.POSITIONAL_OR_KEYWORD, default=PROGRESS)])
     event.__name__, event.__qualname__, event.__doc__ = body.__name__, body.__qualname__, body.__doc__
     return event, [session, *controls.values()]
+
+
+NOT_RUN = ("\u26a0 Not run: a value was refused before it began (the message names it); fix it and press the "
+           "button again.")
+
+
+def on_failure(event, starting: str, what: str, status, tab_status=None) -> None:
+    """Make sure a failed event leaves no 'starting' line behind. Gradio 6's page runs an event's `.then`
+    listeners only after it succeeded or was cancelled (one that raised gr.Error, in its own code or in Gradio's
+    checks of the inputs, runs its `.failure` listeners alone), so the `after` events chained with `.then` never
+    ran after an error: this chains one with `.failure`. While the status line (and the tab's, `tab_status`) still
+    shows `starting`, it gets the tab's error line or NOT_RUN; a line already describing the error stays."""
+
+    def failed(top, tab=None):
+        def starts(line):
+            return isinstance(line, str) and line.startswith(starting[:12])
+
+        tab_error = tab if isinstance(tab, str) and tab.startswith("\u26a0") else None
+        line = (f"\u26a0 {what}: {tab_error[1:].strip()}" if tab_error else NOT_RUN) if starts(top) else None
+        if tab_status is None:
+            return _skip(line)
+        starting_tab = isinstance(tab, str) and tab.startswith(("Starting", starting[:12]))
+        return _skip(line), (NOT_RUN if starting_tab else gr.skip())
+
+    inputs, outputs = ([status], [status]) if tab_status is None else ([status, tab_status], [status, tab_status])
+    event.failure(failed, inputs, outputs, queue=False, api_visibility="private", show_progress="hidden")
 
 
 def range_problem(value, label: str, lo: float, hi: float | None, whole: bool = True) -> str | None:
@@ -295,6 +323,10 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
                      (sweep_ev, "sweep"), (show_ev, "run")):
         ev.then(after(kind), [session, ui.status], after_outputs, api_visibility="private", queue=False,
                 show_progress="hidden")
+        if kind == "sweep":
+            on_failure(ev, SWEEP_STARTING, "Sweep k", ui.status, ui.sweep_status)
+        else:
+            on_failure(ev, STARTING, kind.capitalize(), ui.status)
     _wire_controls(ui, limits)
 
 

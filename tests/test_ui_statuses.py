@@ -1,0 +1,90 @@
+"""Every event ends in a status line that says what is true now, without a browser: the handlers and the
+wiring that issue 47's walk-through found stuck, silent or long (the real-browser checks are in
+test_ui_browser.py)."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+from playground.errors import PlaygroundError
+from playground.ui import serving
+from playground.ui.session import parse_request
+from tests.test_ui_handlers import CONTROLS, word_pair  # noqa: F401 - word_pair: a fixture used here
+
+
+@pytest.fixture(scope="module")
+def demo(word_pair):  # noqa: F811 - the fixture imported above
+    from playground.ui import build_ui
+
+    return build_ui(serving.PairProvider(pair=word_pair))
+
+
+def by_elem_id(demo) -> dict:
+    return {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
+
+
+def test_every_device_event_has_a_listener_for_its_failure(demo):
+    """Gradio's page runs `.then` listeners only after a success: a failed event (Gradio's own input checks
+    included) reaches its `.failure` listeners alone, so each device event needs one or its 'starting' line
+    stays for good."""
+    fns = list(demo.fns.values())
+    device = [f for f in fns if str(f.concurrency_id or "").startswith("device:")]
+    failing = {f.trigger_after for f in fns if f.trigger_only_on_failure}
+    missing = [f.name for f in device if f._id not in failing]
+    assert len(device) >= 8 and not missing, missing  # run, compare (2), calibrate, sweep, show me, replay, batches
+
+
+def failure_listener(demo, event_name: str):
+    fns = list(demo.fns.values())
+    event = next(f for f in fns if f.api_name == event_name)
+    return next(f.fn for f in fns if f.trigger_only_on_failure and f.trigger_after == event._id)
+
+
+def test_a_failed_event_replaces_its_starting_line(demo):
+    from playground.ui.replay_panel import STARTING as REPLAY_STARTING
+    from playground.ui.replay_panel import TAB_STARTING
+    from playground.ui.wiring import NOT_RUN, STARTING, SWEEP_STARTING
+
+    run = failure_listener(demo, "run")
+    assert run(STARTING) == NOT_RUN  # refused by Gradio before our code ran: never "Starting" for good
+    assert isinstance(run("\u26a0 max new tokens must be from 1 to 512, got 0"), type(gr.skip()))  # it says why
+    replay = failure_listener(demo, "replay")
+    top, tab = replay(REPLAY_STARTING, "\u26a0 Nothing to replay: 1 line(s) refused, listed below")
+    assert top == "\u26a0 Replay: Nothing to replay: 1 line(s) refused, listed below"  # the tab's reason, above
+    assert isinstance(tab, type(gr.skip()))
+    assert replay(REPLAY_STARTING, TAB_STARTING) == (NOT_RUN, NOT_RUN)
+    sweep = failure_listener(demo, "sweep")
+    top, _ = sweep(SWEEP_STARTING, "\u26a0 the prompt is empty")
+    assert top == "\u26a0 Sweep k: the prompt is empty"
+    assert all(isinstance(x, type(gr.skip())) for x in sweep("Done: 3 tokens", "\u26a0 old"))
+
+
+def test_number_boxes_leave_their_range_to_the_events(demo):
+    """Gradio's own range check raises before the event's code (a toast, and the status never updated): the
+    boxes name the range, the request parser enforces it with field, range and value."""
+    blocks = by_elem_id(demo)
+    for elem_id in ("max-new", "sweep-new", "top-k", "seed"):
+        assert blocks[elem_id].minimum is None and blocks[elem_id].maximum is None, elem_id
+    for value in (0, 999999):
+        with pytest.raises(PlaygroundError, match=f"max new tokens must be from 1 to [0-9]+, got {value}"):
+            parse_request({**CONTROLS, "max_new_tokens": value})
+    with pytest.raises(PlaygroundError, match="seed must be between 0 and .*got -3"):
+        parse_request({**CONTROLS, "seed": -3})
+    with pytest.raises(PlaygroundError, match="top-k must be .*>= 0.*got -1"):
+        parse_request({**CONTROLS, "decoding": "sample", "top_k": -1})
+
+
+def test_an_error_the_status_line_shows_is_not_also_a_toast():
+    from playground.ui.wiring import _guarded
+
+    def bad():
+        raise PlaygroundError("k must be from 1 to 16, got 99")
+        yield
+
+    with pytest.raises(gr.Error) as shown:
+        list(_guarded(bad(), str, 2))
+    assert not shown.value.visible  # the status line has it; an API client still gets the error
+    with pytest.raises(gr.Error) as toast:
+        list(_guarded(bad(), str, 2, status_first=False))
+    assert toast.value.visible  # no status line to say it: the toast does
