@@ -88,3 +88,16 @@ def test_an_error_the_status_line_shows_is_not_also_a_toast():
     with pytest.raises(gr.Error) as toast:
         list(_guarded(bad(), str, 2, status_first=False))
     assert toast.value.visible  # no status line to say it: the toast does
+
+
+def test_a_trace_of_blank_lines_says_it_holds_no_turn(word_pair, tmp_path):  # noqa: F811 - the fixture
+    from playground.limits import Limits
+    from playground.ui import replay_panel
+    from tests.test_ui_replay import request
+
+    path = tmp_path / "blank.jsonl"
+    path.write_text("\n  \n\n")
+    gen = replay_panel.stream_replay(serving.PairProvider(pair=word_pair), None, None,
+                                     request(trace_file=str(path)), Limits())
+    with pytest.raises(PlaygroundError, match="the file holds no turn"):
+        list(gen)  # not '0 line(s) refused, listed below' over an empty list

@@ -164,6 +164,8 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
                                   f"{', '.join(offered)}")
         turns, errors = _read(pair, req, limits)
         if req.source != "presets" and not turns:
+            if not errors:
+                raise PlaygroundError("nothing to replay: the file holds no turn (blank lines only?)")
             listing = errors_markdown({"errors": [e.to_dict() for e in errors]})
             yield ReplayUpdate(f"\u26a0 Nothing to replay: {len(errors)} line(s) refused, listed below", state,
                                errors=listing)
