@@ -249,8 +249,8 @@ def test_the_replay_event_turns_bad_input_into_a_message_and_lists_the_api(provi
     assert fns["replay"].concurrency_id == fns["run"].concurrency_id and fns["replay"].concurrency_limit == 1
     api = demo.get_api_info()["named_endpoints"]["/replay"]  # the tab's state is no API parameter
     assert [p["parameter_name"] for p in api["parameters"]] == list(BASE)
-    args = {**BASE, "state": None}
-    names = ["state", *[n for n in BASE]]
+    args = {**BASE, "state": None, "moved": {}}
+    names = ["state", *[n for n in BASE], "moved"]  # the two gr.States: the tab's replay, the sliders' moves
     gen = fns["replay"].fn(None, *[args[n] for n in names], None)
     first = next(gen)
     assert first[0].startswith("\u26a0 no trace file")

@@ -101,3 +101,43 @@ def test_a_trace_of_blank_lines_says_it_holds_no_turn(word_pair, tmp_path):  # n
                                      request(trace_file=str(path)), Limits())
     with pytest.raises(PlaygroundError, match="the file holds no turn"):
         list(gen)  # not '0 line(s) refused, listed below' over an empty list
+
+
+def test_a_slider_moved_from_a_typed_value_refuses_the_next_event_once(demo):
+    """k typed 99 (the page's slider moves to 16 as the box loses focus): the status line says so, and the next
+    Run is refused naming the range and the move, instead of running k = 16 with no word; a second press runs."""
+    import inspect
+
+    from playground.ui.ranges import range_check, remember_moves
+
+    listener = remember_moves(range_check("k", 1, 16, slider=True), "k", 1, 16)
+    line, moved = listener(99, "Ready", {})
+    assert line == "\u26a0 k must be from 1 to 16, got 99; the slider moved to 16" and moved["k"][:2] == (99, 16)
+    _, kept = listener(16, line, moved)  # the slider's own move to the bound
+    assert "k" in kept
+    _, dropped = listener(5, line, moved)  # set again by hand
+    assert "k" not in dropped
+    fns = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
+    names = list(inspect.signature(fns["run"]).parameters)[1:-1]  # (session, *controls, progress)
+    assert "moved" in names  # a gr.State: the API's parameters are the components'
+    values = {**CONTROLS, "preset": "", "k": 16, "k_mode": "fixed", "min_confidence": 0, "max_new_tokens": 4}
+    state = dict(kept)
+    lines = []
+    with pytest.raises(gr.Error):
+        for out in fns["run"](None, *[state if n == "moved" else values[n] for n in names], None):
+            lines.append(out[0])
+    assert lines == [("\u26a0 not run: k was typed as 99, outside 1 to 16; the slider moved to 16. Press again to "
+                      "use 16, or set it")]
+    assert len(lines[0]) <= 120 and state == {}  # refused once ...
+    done = list(fns["run"](None, *[state if n == "moved" else values[n] for n in names], None))
+    assert done[-1][0].startswith("Done")  # ... and the second press runs k = 16
+
+
+def test_a_moved_value_the_event_does_not_read_is_no_reason_to_refuse():
+    from playground.ui.ranges import refuse_moved
+
+    moved = {"temperature": (-1, 0.05, 0.05, 2.0), "k": (0, 1, 1, 16)}
+    refuse_moved(moved, {"decoding": "greedy", "temperature": 0.05, "k": 1, "k_mode": "adaptive"})  # neither read
+    with pytest.raises(PlaygroundError, match="temperature was typed as -1, outside 0.05 to 2"):
+        refuse_moved(moved, {"decoding": "sample", "temperature": 0.05})
+    refuse_moved(moved, {"decoding": "sample", "temperature": 0.05})  # once: the next one runs

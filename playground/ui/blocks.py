@@ -152,6 +152,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
 
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         ui.session = gr.State(None)  # a session.Session, created by the first event of each tab
+        ui.moved = gr.State({})  # sliders moved from a value typed out of range (ranges.remember_moves), per tab
         with gr.Column(elem_id="header"):
             gr.Markdown(f"# {TITLE}\nA small drafter proposes *k* tokens, the target checks them in one pass, the "
                         "acceptance rule keeps a prefix: see which tokens were accepted, the acceptance rate \u03b1, "

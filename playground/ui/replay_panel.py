@@ -38,6 +38,7 @@ from . import scripts, serving
 from .downloads import jsonable
 from .measure import N_NEEDED
 from .progress import Tracker, clock_text, load_pair, mapped, phase, progress_lines, ticker
+from .ranges import refuse_moved
 from .render import legend_html
 from .replay_request import SOURCES, ReplayRequest, parse_replay
 from .replay_view import (
@@ -282,7 +283,8 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
     controls = {"state": ui.rp_state, "source": ui.rp_source, "trace_file": ui.rp_file, "presets": ui.rp_presets,
                 "drafter": ui.rp_drafter, "ks": ui.rp_ks, "controllers": ui.rp_controllers,
                 "calibration": ui.rp_calibration, "decoding": ui.decoding, "temperature": ui.temperature,
-                "top_k": ui.top_k, "top_p": ui.top_p, "seed": ui.seed, "min_confidence": ui.min_confidence}
+                "top_k": ui.top_k, "top_p": ui.top_p, "seed": ui.seed, "min_confidence": ui.min_confidence,
+                "moved": ui.moved}  # a gr.State: no API parameter
     outputs = [ui.rp_status, ui.rp_verdict, ui.rp_plot, ui.rp_table, ui.rp_errors, ui.rp_turn, ui.rp_arm,
                ui.rp_turn_note, ui.rp_tokens, ui.rp_json, ui.rp_state]
 
@@ -295,6 +297,7 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
             state.stopped, state.outcome = False, None
 
         def views():
+            refuse_moved(values.pop("moved", None), values)
             names = [name for _, name in drafter_choices(provider.for_session(session))]
             request = parse_replay(values, names, limits)
             yield from stream_replay(provider, state, session, request, limits)

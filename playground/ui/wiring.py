@@ -20,7 +20,6 @@ from __future__ import annotations
 import html
 import inspect
 import logging
-import math
 import traceback
 
 import gradio as gr
@@ -29,6 +28,7 @@ from ..envinfo import redact
 from ..errors import PlaygroundError
 from . import handlers, measure, scripts
 from .panels import READY
+from .ranges import SLIDERS, range_check, refuse_moved, remember_moves
 from .session import SHOW_ME, SHOW_ME_NOTE, parse_request, parse_sweep
 
 log = logging.getLogger(__name__)
@@ -117,44 +117,6 @@ def on_failure(event, starting: str, what: str, status, tab_status=None) -> None
     event.failure(failed, inputs, outputs, queue=False, api_visibility="private", show_progress="hidden")
 
 
-def range_problem(value, label: str, lo: float, hi: float | None, whole: bool = True) -> str | None:
-    """What is wrong with a typed number, in words (None when it is fine)."""
-    if value is None or value == "":
-        return f"{label} is empty: type a number"
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return f"{label} must be a number, got {str(value)[:40]!r}"
-    bounds = f"from {lo:g} to {hi:g}" if hi is not None else f"{lo:g} or more"
-    if not math.isfinite(x) or (whole and not x.is_integer()):
-        return f"{label} must be a whole number {bounds}, got {x:g}"
-    if x < lo or (hi is not None and x > hi):
-        return f"{label} must be {bounds}, got {x:g}"
-    return None
-
-
-def range_check(label: str, lo: float, hi: float | None, whole: bool = True, slider: bool = False):
-    """A change listener (preprocess=False: the value as typed, before any clamping or rounding): an error on
-    the status line for a value out of range, cleared once the value is fixed. A slider moves to its bound
-    after an out-of-range value (Gradio clamps it): that keeps the message, which says where it went."""
-
-    def check(value, status):
-        problem = range_problem(value, label, lo, hi, whole)
-        if problem:
-            if slider and isinstance(value, (int, float)):
-                problem += f"; the slider moved to {min(max(value, lo), hi):g}"
-            return f"\u26a0 {problem}"
-        # The slider's clamp fires a change of its own, at the bound the message names: that one keeps the message
-        # (any other in-range value, the other bound included, is a fix and clears it).
-        clamped = slider and isinstance(status, str) and isinstance(value, (int, float)) and status.endswith(
-            f"the slider moved to {value:g}")
-        if isinstance(status, str) and status.startswith(f"\u26a0 {label}") and not clamped:
-            return READY
-        return gr.skip()
-
-    return check
-
-
 def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = None) -> None:
     """Every event of the playground's components (`ui`: blocks.py's namespace of components)."""
     group = f"device:{provider.device}"  # one run at a time per device, whatever the event
@@ -166,7 +128,8 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
     sweep_controls = {**{n: run_controls[n] for n in ("prompt", "preset", "chat", "drafter", "decoding",
                                                       "temperature", "top_k", "top_p", "seed")},
                       "k_max": ui.k_max, "rounds": ui.rounds, "max_new_tokens": ui.sweep_new,
-                      "min_confidence": ui.min_confidence}  # last: API clients' positional calls keep working
+                      "min_confidence": ui.min_confidence,  # last: API clients' positional calls keep working
+                      "moved": ui.moved}  # a gr.State: no API parameter
     run_outputs = [ui.status, ui.tokens, ui.counters, ui.time_plot, ui.pos_plot, ui.alpha_plot, ui.check,
                    ui.prediction, ui.run_json, ui.download, session]
 
@@ -185,6 +148,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
         k_mode: "fixed" (k every iteration), "adaptive" or "heuristic" (k chosen per iteration)."""
 
         def views():
+            refuse_moved(values.pop("moved", None), values)
             request = parse_request(values, drafters_of(session), limits)
             yield from handlers.stream_run(provider, session, request, limits=limits, stream_tokens=stream_tokens)
 
@@ -205,6 +169,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
         tab on the pair. careful: 12 timed cycles instead of 5."""
 
         def views():
+            refuse_moved(values.pop("moved", None), values, ignore=("k",))  # a calibration serves every k
             request = parse_request(values, drafters_of(session), limits)
             yield from measure.stream_calibrate(provider, session, request, careful=bool(values.get("careful")),
                                                 repeats=calibrate_repeats, limits=limits)
@@ -216,16 +181,18 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
         recommended k where the verdict holds."""
 
         def views():
+            refuse_moved(values.pop("moved", None), values)
             request = parse_sweep(values, drafters_of(session), limits)
             yield from measure.stream_sweep(provider, session, request, sweep_fn=sweep_fn, limits=limits)
 
         yield from _guarded(views(), lambda v: (v.status, _skip(v.figure), _skip(v.table), _skip(v.summary),
                                                 _skip(v.doc), v.session), 6)
 
-    speculative = {**run_controls, "k_mode": ui.k_mode, "min_confidence": ui.min_confidence}
+    speculative = {**run_controls, "k_mode": ui.k_mode, "min_confidence": ui.min_confidence, "moved": ui.moved}
     run_event, run_inputs = _event(run, session, speculative)
     compare_run_event, _ = _event(run_to_compare, session, speculative)
-    calibrate_event, calibrate_inputs = _event(calibrate, session, {**run_controls, "careful": ui.careful})
+    calibrate_event, calibrate_inputs = _event(calibrate, session,
+                                               {**run_controls, "careful": ui.careful, "moved": ui.moved})
     sweep_event, sweep_inputs = _event(sweep, session, sweep_controls)
 
     def load_preset(preset, prompt, session=None):
@@ -344,7 +311,11 @@ def _wire_controls(ui, limits) -> None:
               (ui.rounds, "rounds", 1, 5, True, True, ui.sweep_status),
               (ui.sweep_new, "max new tokens per run", 1, limits.max_new_tokens, True, False, ui.sweep_status)]
     for comp, label, lo, hi, whole, slider, where in checks:
-        comp.change(range_check(label, lo, hi, whole, slider), [comp, where], [where], **raw)
+        check = range_check(label, lo, hi, whole, slider)
+        if label in SLIDERS:
+            comp.change(remember_moves(check, label, lo, hi), [comp, where, ui.moved], [where, ui.moved], **raw)
+        else:
+            comp.change(check, [comp, where], [where], **raw)
 
     def sampling_controls(decoding):
         on = decoding == "sample"
