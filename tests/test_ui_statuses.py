@@ -141,3 +141,40 @@ def test_a_moved_value_the_event_does_not_read_is_no_reason_to_refuse():
     with pytest.raises(PlaygroundError, match="temperature was typed as -1, outside 0.05 to 2"):
         refuse_moved(moved, {"decoding": "sample", "temperature": 0.05})
     refuse_moved(moved, {"decoding": "sample", "temperature": 0.05})  # once: the next one runs
+
+
+def test_a_long_status_line_shows_its_first_120_characters_and_folds_the_rest():
+    import re
+
+    from playground.ui.panels import fold
+    from playground.ui.wiring import _guarded
+
+    done = ("Done: 6 new tokens in 6 target passes, finished by length \u00b7 drafter hybrid: prompt lookup (n-gram 2..3) "
+            "else tiny-draft, k = 16, greedy \u00b7 cpu, float32 \u00b7 0 s \u00b7 \u26a0 other processes used 1.8 cores")
+    folded = fold(done)
+    head, rest = folded.split(" <details", 1)
+    assert head == "Done: 6 new tokens in 6 target passes, finished by length" and len(head) <= 120
+    assert "<summary>more</summary>drafter hybrid" in rest and rest.endswith("1.8 cores</details>")
+    assert re.sub(r"<[^>]+>", "", rest).endswith(done[len(head) + 3:])  # nothing lost, only folded
+    bold = "Nothing yet: press **Compare with plain** and then " + "x" * 60 + " **Calibrate** to see it " + "y" * 40
+    assert fold(bold).split(" <details")[0].count("**") % 2 == 0  # never cut inside a bold span
+    assert fold("short") == "short" and fold(None) is None
+    (line, _), = list(_guarded(iter([done]), lambda v: (v, 1), 2))
+    assert line == folded  # every event's status line goes through the fold
+
+
+def test_the_words_match_what_a_user_sees(demo):
+    from playground.ui import measure
+    from playground.ui.blocks import CAREFUL_LABEL
+    from playground.ui.session import SHOW_ME_NOTE
+    from playground.ui.whatif_view import START_NOTE
+
+    blocks = by_elem_id(demo)
+    # the careful box promises what Calibrate then reports ("4 timed cycles after 2 warm-up")
+    assert blocks["careful"].label == CAREFUL_LABEL
+    assert f"({measure.CAREFUL[0]} timed cycles instead of {measure.SHORT[0]}:" in CAREFUL_LABEL
+    assert "instead of 5" not in CAREFUL_LABEL
+    texts = [str(getattr(b, "value", "") or "") + str(getattr(b, "label", "") or "") for b in demo.blocks.values()]
+    assert not [t for t in texts if "seed chapter" in t] and "seed chapter" not in START_NOTE  # a source never seen
+    assert not [t for t in texts if "on the left" in t or "on the right" in t]  # a phone has neither
+    assert "runs it" in SHOW_ME_NOTE  # Show me starts a run, and says so

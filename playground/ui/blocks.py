@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from ..limits import Limits
-from . import charts, handlers, replay_panel, verdicts, vllm_panel, whatif_panel
+from . import charts, handlers, measure, replay_panel, verdicts, vllm_panel, whatif_panel
 from .panels import READY, counters_html, pair_info
 from .render import EMPTY_TOKENS, legend_html
 from .scripts import TOKEN_DETAILS
@@ -25,6 +25,9 @@ from .session import SHOW_ME, SHOW_ME_NOTE, Session
 from .wiring import _guarded, wire  # noqa: F401 - _guarded: its first home, where tests import it
 
 TITLE = "Speculative decoding playground"
+# What Calibrate reports is what the box promises: its timed cycles and warm-ups are measure.SHORT and CAREFUL.
+CAREFUL_LABEL = (f"Careful calibration ({measure.CAREFUL[0]} timed cycles instead of {measure.SHORT[0]}: about "
+                 f"{sum(measure.CAREFUL) / sum(measure.SHORT):.1f} times as long, less noise)")
 K_HELP = "fixed k only; adaptive and heuristic choose k themselves"
 STOP_HELP = ("0 = off: every iteration drafts its k. Above 0 a model drafter stops after a token it gave less than "
              "this probability (transformers' assistant stops at 0.4), so k is a cap; prompt lookup never stops")
@@ -66,8 +69,7 @@ def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, defau
                                   "long that takes); heuristic: +2 after a fully accepted iteration, -1 otherwise")
         ui.min_confidence = gr.Slider(0.0, 1.0, value=0.0, step=0.05, label="Stop drafting below confidence",
                                       elem_id="min-confidence", info=STOP_HELP)
-        ui.careful = gr.Checkbox(value=False, label="Careful calibration (12 timed cycles instead of 5: about twice "
-                                                    "as long, less noise)", elem_id="careful")
+        ui.careful = gr.Checkbox(value=False, label=CAREFUL_LABEL, elem_id="careful")
         with gr.Accordion("Decoding", open=False, elem_id="decoding-box"):
             ui.decoding = gr.Radio([("greedy", "greedy"), ("sampling", "sample")], value=SHOW_ME["decoding"],
                                    label="Decoding", elem_id="decoding")
@@ -163,7 +165,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
             _controls(ui, preset_list)
             with gr.Column(elem_id="results", min_width=300):
                 with gr.Row(equal_height=True, elem_id="status-row"):
-                    ui.status = gr.Markdown(f"{READY} It runs the example on the left; or pick a preset.",
+                    ui.status = gr.Markdown(f"{READY} It runs the example prompt; or pick a preset.",
                                             elem_id="status")
                     # Gradio's status tracker of the model events draws here (hidden); scripts.HEAD shows a
                     # queued event's place in line in the span.

@@ -37,6 +37,7 @@ from ..limits import Limits
 from . import scripts, serving
 from .downloads import jsonable
 from .measure import N_NEEDED
+from .panels import fold
 from .progress import Tracker, clock_text, load_pair, mapped, phase, progress_lines, ticker
 from .ranges import refuse_moved
 from .render import legend_html
@@ -319,7 +320,7 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
             return line, line
         if isinstance(status, str) and status.startswith(STARTING[:14]):
             done = state.outcome if state is not None and state.outcome else None
-            return done or "The replay did not finish: its tab says why.", gr.skip()
+            return fold(done) if done else "The replay did not finish: its tab says why.", gr.skip()
         return gr.skip(), gr.skip()
 
     replay_ev.then(after_replay, [ui.rp_state, ui.status], [ui.status, ui.rp_status], **QUIET)

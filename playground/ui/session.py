@@ -46,7 +46,7 @@ SHOW_ME = {
                "the list in the same order, then add one more task."),
     "chat": True, "drafter": "hybrid", "k": 4, "k_mode": "fixed", "decoding": "greedy", "max_new_tokens": 60,
 }
-SHOW_ME_NOTE = ("**Example** (**Show me** brings it back): a list copied from the prompt and extended, with the hybrid "
+SHOW_ME_NOTE = ("**Example** (**Show me** brings it back and runs it): a list copied from the prompt and extended, with the hybrid "
                 "drafter at k = 4, greedy: copied, accepted, corrected and bonus tokens all show. Press **Run**, or "
                 "pick a preset: it fills the prompt with the exact text the model sees.")
 

@@ -28,11 +28,11 @@ from .session import Session, _number, run_timing
 from .verdicts import GLOSSARY
 
 MODES = {"iid": "iid \u03b1", "positions": "per position"}
-# The seed chapter's cheap-draft example (c = 0.38, every pass one target step): 1.47x at alpha = 0.85, k = 4.
+# A cheap draft (c = 0.38, every pass one target step): 1.47x at alpha = 0.85, k = 4.
 DEFAULTS = {"acceptance": "iid", "alpha": 0.85, "positions": "0.95, 0.9, 0.85, 0.8", "c": 0.38, "overhead": 0.0,
             "v": "flat"}
 FIELDS = tuple(DEFAULTS)  # the panel's inputs, in the order the events take them
-START_NOTE = ("Starts from the seed chapter's cheap-draft example (c = 0.38, flat v(n), \u03b1 = 0.85): after a "
+START_NOTE = ("Starts from an example cheap draft (c = 0.38, flat v(n), \u03b1 = 0.85): after a "
               "**Calibrate** or a **Run** this tab fills in its own numbers when you open it.")
 SEP = " \u00b7 "
 STALE = "the chart and the tables still show the last inputs that worked"
@@ -245,7 +245,7 @@ def per_k_html(doc: dict, mark: RunMark | None) -> str:
 
 
 def grid_html(doc: dict, mark: RunMark | None) -> str:
-    """The seed chapter's table: predicted speed-up over alpha x k, the best k of each alpha in bold, the
+    """The table of predicted speed-up over alpha x k, the best k of each alpha in bold, the
     what-if alpha's row and the last run's row labelled, and the run's own cell outlined."""
     ks = doc["ks"]
     corner = _tip("\u03b1 (acceptance rate)", "; k: " + GLOSSARY["k"])

@@ -27,13 +27,14 @@ import gradio as gr
 from ..envinfo import redact
 from ..errors import PlaygroundError
 from . import handlers, measure, scripts
-from .panels import READY
+from .panels import READY, fold
 from .ranges import SLIDERS, range_check, refuse_moved, remember_moves
 from .session import SHOW_ME, SHOW_ME_NOTE, parse_request, parse_sweep
 
 log = logging.getLogger(__name__)
 PROGRESS = gr.Progress()  # a marker: Gradio hands each call a tracker of its own
 STARTING = "Starting: waiting for the device if another event is using it \u2026"
+SHOW_STARTING = "Starting: waiting for the device to run the example (Show me loads it and runs it) \u2026"
 SWEEP_STARTING = "Sweep k: starting; its progress shows on the 'k per output shape' tab \u2026"
 STOP_JS = ("(s) => /^(Starting|Running|Loading|Calibrating|Plain decoding|Sweep k|Sweeping|Timing batches)/"
            ".test(s || '') "
@@ -55,16 +56,17 @@ def _guarded(views, to_outputs, n_outputs: int, status_first: bool = True):
     keeps serving either way. No secret (HF_TOKEN, ...) is shown or logged: messages go through `redact`."""
     try:
         for v in views:
-            yield to_outputs(v)
+            out = to_outputs(v)
+            yield (fold(out[0]), *out[1:]) if status_first and isinstance(out, tuple) else out
     except PlaygroundError as e:
         if status_first:
-            yield (f"\u26a0 {redact(str(e))}", *([gr.skip()] * (n_outputs - 1)))
+            yield (fold(f"\u26a0 {redact(str(e))}"), *([gr.skip()] * (n_outputs - 1)))
         raise _error(e, visible=not status_first) from None
     except Exception as e:  # noqa: BLE001 - a bug, not bad input: say what happened, log the traceback
         log.error("playground event failed\n%s", redact(traceback.format_exc()))
         message = redact(f"internal error: {type(e).__name__}: {e}")
         if status_first:
-            yield (f"\u26a0 {message}", *([gr.skip()] * (n_outputs - 1)))
+            yield (fold(f"\u26a0 {message}"), *([gr.skip()] * (n_outputs - 1)))
         raise gr.Error(html.escape(message), title="Something broke", print_exception=False,
                        visible=not status_first) from None
 
@@ -107,7 +109,7 @@ def on_failure(event, starting: str, what: str, status, tab_status=None) -> None
             return isinstance(line, str) and line.startswith(starting[:12])
 
         tab_error = tab if isinstance(tab, str) and tab.startswith("\u26a0") else None
-        line = (f"\u26a0 {what}: {tab_error[1:].strip()}" if tab_error else NOT_RUN) if starts(top) else None
+        line = fold(f"\u26a0 {what}: {tab_error[1:].strip()}" if tab_error else NOT_RUN) if starts(top) else None
         if tab_status is None:
             return _skip(line)
         starting_tab = isinstance(tab, str) and tab.startswith(("Starting", starting[:12]))
@@ -166,7 +168,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
 
     def calibrate(session, values):
         """Time the target (v(n)) and the drafter (c) for the cost model, on this context length; reused by every
-        tab on the pair. careful: 12 timed cycles instead of 5."""
+        tab on the pair. careful: measure.CAREFUL's timed cycles instead of SHORT's."""
 
         def views():
             refuse_moved(values.pop("moved", None), values, ignore=("k",))  # a calibration serves every k
@@ -241,7 +243,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
                             "and press the button again.")
                 elif status.startswith("Stopping"):
                     line = "Stopped before it began. Press Run to start again."
-            return (_skip(line), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
+            return (_skip(fold(line)), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
                     _skip(figs.get("alpha")), _skip(v.sweep_status), _skip(v.tokens))
 
         return after_event
@@ -250,8 +252,9 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
     # what happens, and scripts.HEAD shows the place in line.
     on_status = {"show_progress": "minimal", "show_progress_on": [ui.activity]}
     starting = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
-    for btn in (ui.run_btn, ui.compare_btn, ui.calibrate_btn, ui.show_btn):
+    for btn in (ui.run_btn, ui.compare_btn, ui.calibrate_btn):
         btn.click(None, None, [ui.status], js=scripts.starting(STARTING), **starting)
+    ui.show_btn.click(None, None, [ui.status], js=scripts.starting(SHOW_STARTING), **starting)
     ui.sweep_btn.click(None, None, [ui.status], js=scripts.starting(SWEEP_STARTING, "#sweep-status"), **starting)
     run_ev = ui.run_btn.click(run_event, run_inputs, run_outputs, api_name="run", **on_status, **device_events)
     cmp_run_ev = ui.compare_btn.click(compare_run_event, run_inputs, run_outputs, api_visibility="private", **on_status,
@@ -336,8 +339,8 @@ def _wire_controls(ui, limits) -> None:
     def nothing_yet(session):
         """Say so when there is no finished run to download (the button has no file to give yet)."""
         if session is None or session.run is None or not session.run.finished:
-            return ("Nothing to download yet: press **Run** first (the file holds the run's request, records, "
-                    "summary, environment and, after **Compare with plain**, the plain run and its verdict).")
+            return fold("Nothing to download yet: press **Run** first \u00b7 the file holds the run's request, records, "
+                        "summary, environment and, after **Compare with plain**, the plain run and its verdict.")
         return gr.skip()
 
     ui.download.click(nothing_yet, [ui.session], [ui.status], **quiet)
