@@ -29,7 +29,7 @@ WORDS = [f"w{i}" for i in range(63)]  # + "<eos>" = 64 tokens
 PROMPTS = ["w1 w2 w3 w4 w5 w1 w2 w3", "w7 w8 w9 w7 w8", "w20 w21 w22 w23 w20 w21", "w30 w31 w32 w30 w31"]
 BASE = {"source": "file", "trace_file": None, "presets": [], "drafter": "draft", "ks": "1-4",
         "controllers": ["heuristic"], "calibration": "once", "decoding": "greedy", "temperature": 1.0, "top_k": 0,
-        "top_p": 1.0, "seed": 0, "min_confidence": 0.0}
+        "top_p": 1.0, "seed": 0, "min_confidence": 0.0, "first_turns": 0}
 DRAFTERS = ["draft", "lookup", "hybrid"]
 
 

@@ -178,3 +178,32 @@ def test_the_words_match_what_a_user_sees(demo):
     assert not [t for t in texts if "seed chapter" in t] and "seed chapter" not in START_NOTE  # a source never seen
     assert not [t for t in texts if "on the left" in t or "on the right" in t]  # a phone has neither
     assert "runs it" in SHOW_ME_NOTE  # Show me starts a run, and says so
+
+
+def test_a_big_trace_is_announced_before_it_runs_and_its_first_turns_offered(tmp_path):
+    from playground.limits import Limits
+    from playground.ui import replay_panel, replay_request
+    from tests import test_ui_replay as rp
+
+    pair = rp.pair.__wrapped__()  # the module's fixtures, built here: a tiny pair with a perfect draft
+    provider = rp.provider.__wrapped__(pair)
+    trace = rp.trace.__wrapped__(pair, type("F", (), {"mktemp": lambda self, name: tmp_path})())
+    limits = Limits(max_replay_turns=2)  # the trace's 4 good turns: 2 past the cap
+
+    def req(**changes):
+        return replay_request.parse_replay({**rp.BASE, "trace_file": trace, **changes}, rp.DRAFTERS, limits)
+
+    state = replay_panel.ReplayState()
+    first = list(replay_panel.stream_replay(provider, state, None, req(), limits))
+    line = first[-1].status
+    assert first[-1].doc is None and not any("Replaying" in u.status for u in first)  # nothing ran
+    assert line.startswith("\u26a0 Not started: 2 turns, ") and ", about " in line  # turns, tokens, time
+    assert "2 turns past the cap of 2 (PLAYGROUND_MAX_REPLAY_TURNS) skipped" in line and "1 lines refused" in line
+    assert "press Run replay again to replay all 2, or set First turns to 1" in line
+    assert state.outcome == line  # the line above the tabs says it too
+    again = list(replay_panel.stream_replay(provider, state, None, req(), limits))
+    assert again[-1].status.startswith("Replay done") and len(again[-1].doc["turns"]) == 2  # pressed again: runs
+    chosen = list(replay_panel.stream_replay(provider, replay_panel.ReplayState(), None, req(first_turns=1), limits))
+    assert chosen[-1].status.startswith("Replay done") and len(chosen[-1].doc["turns"]) == 1  # the offer, no stop
+    with pytest.raises(PlaygroundError, match="first turns must be from 0 \\(all\\) to 2, got 3"):
+        req(first_turns=3)
