@@ -207,3 +207,38 @@ def test_a_big_trace_is_announced_before_it_runs_and_its_first_turns_offered(tmp
     assert chosen[-1].status.startswith("Replay done") and len(chosen[-1].doc["turns"]) == 1  # the offer, no stop
     with pytest.raises(PlaygroundError, match="first turns must be from 0 \\(all\\) to 2, got 3"):
         req(first_turns=3)
+
+
+def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_this_one(word_pair, monkeypatch):  # noqa: F811
+    """Calibrated on a short prompt, a long one gets the nearest bucket's calibration, labelled, instead of
+    'press Calibrate' and a calibration hidden inside its first adaptive run; Calibrate itself times this length."""
+    from dataclasses import replace
+
+    import playground.lab.calibration as lab_calibration
+    from playground.drafters.registry import make_proposer
+    from playground.ui import handlers, measure
+    from playground.ui.session import Session, find_timing, nearest_timing
+    from tests.test_replay import fake_timing
+    from tests.test_ui_handlers import request
+
+    provider = serving.PairProvider(pair=word_pair)
+    name = make_proposer(word_pair, "lookup").describe()
+    store = provider.calibrations
+    store.put(name, replace(fake_timing(), context_tokens=70))  # bucket 128
+    assert nearest_timing(store, name, 330).context_tokens == 70  # 512: two doublings away, the only one
+    store.put(name, replace(fake_timing(), context_tokens=1000))  # bucket 1024, one doubling from 512
+    assert nearest_timing(store, name, 330).context_tokens == 1000
+    assert nearest_timing(store, name, 180).context_tokens == 70  # 256: 128 and 1024 ... the nearer, 128
+    assert find_timing(Session(), store, name, list(range(330)), nearest=False) is None
+    calls = []
+    monkeypatch.setattr(lab_calibration, "calibrate", lambda *a, **k: calls.append(k) or fake_timing())
+    monkeypatch.setattr(measure, "calibrate", lambda *a, **k: calls.append(k) or fake_timing())
+    long_prompt = " ".join(f"w{i % 60 + 1}" for i in range(180))  # ~190 tokens with the chat template: bucket 256
+    session = Session()
+    views = list(handlers.stream_run(provider, session, request(provider, prompt=long_prompt, drafter="lookup",
+                                                                k_mode="adaptive", max_new_tokens=6)))
+    assert not calls and views[-1].status.startswith("Done")  # no calibration inside the run
+    assert "the nearest calibrated length (128 tokens) stands in for this prompt's" in views[-1].prediction
+    cal = list(measure.stream_calibrate(provider, Session(), request(provider, prompt=long_prompt, drafter="lookup"),
+                                        repeats=1, warmup=0))
+    assert len(calls) == 1 and cal[-1].status.startswith("Calibrated")  # this length, not 'Already calibrated'

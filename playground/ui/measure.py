@@ -32,6 +32,8 @@ from .session import (
     SweepRequest,
     encode_request,
     find_timing,
+    is_nearest,
+    nearest_note,
     prompt_key,
     run_timing,
     stop_text,
@@ -60,9 +62,11 @@ class SweepView:
     doc: dict | None = None
 
 
-def reused_text(timing: Timing, own: bool) -> str:
+def reused_text(timing: Timing, own: bool, context_tokens: int | None = None) -> str:
     if own:
         return "reused this tab's calibration of this prompt"
+    if context_tokens is not None and is_nearest(timing, context_tokens):
+        return nearest_note(timing, context_tokens).replace("**", "")
     bucket = CalibrationStore.bucket(timing.context_tokens)
     return (f"reused the calibration from {bucket} tokens (one serves every context of up to {bucket} tokens on "
             f"this pair and drafter, in every tab)")
@@ -97,7 +101,7 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
     reps = repeats if repeats is not None else default[0]
     warm = warmup if warmup is not None else default[1]
     if not careful:
-        found = find_timing(session, store, name, ids, N_NEEDED, request.sampling)
+        found = find_timing(session, store, name, ids, N_NEEDED, request.sampling, nearest=False)
         if found is not None:
             own = session.timings.get((name, key)) is found
             session.timings[(name, key)] = found
@@ -170,7 +174,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     plan = (f"{rounds} round(s) of k = 1..{k_max} and adaptive k back to back, plain decoding before every "
             f"{PLAIN_EVERY} and after the last{stop}, "
             f"{req.max_new_tokens} new tokens per run: {runs} runs"
-            + (f"; {reused_text(timing, False)}" if timing is not None else ", after a short calibration"))
+            + (f"; {reused_text(timing, False, len(ids))}" if timing is not None else ", after a short calibration"))
     tracker = Tracker(f"Sweeping k = 1..{k_max}", started, plan)
     yield SweepView(session, tracker.line(), figure=charts.sweep_figure(None))
     with Background(work, "playground-sweep", serving.device_lock(pair.device)) as bg:

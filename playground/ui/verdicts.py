@@ -15,7 +15,7 @@ from ..drafters.adaptive import AdaptiveSettings, CostCurve
 from ..lab.misses import noise_bound, noise_line
 from ..lab.schedules import costed_ratio, iteration_rows
 from ..lab.trust import FAIL, WARN, Finding, MachineLoad, Verdict
-from .session import RunResult, Session, stop_text
+from .session import RunResult, Session, nearest_note, stop_text
 
 PRIOR_ALPHA = AdaptiveSettings().prior  # what adaptive k assumes before it has seen a proposal
 SWEEP_COLUMNS = ["k", "measured", "min", "max", "\u03b1", "predicted (iid)", "predicted (per position)",
@@ -212,6 +212,8 @@ def prediction_markdown(session: Session, timing=None) -> str:
     elif timing is not None:
         lines.append(verdict_html(timing.trust, "The prediction's calibration"))
     lines.append("\n".join(rows))
+    if nearest_note(timing, len(run.prompt_ids)):
+        lines.append(f"Calibration: {nearest_note(timing, len(run.prompt_ids))}.")
     if timing is not None and not varying:
         lines.append(cost_inputs(timing, k))
     elif timing is not None and s.alpha is not None:
