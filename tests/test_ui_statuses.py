@@ -242,3 +242,75 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
     cal = list(measure.stream_calibrate(provider, Session(), request(provider, prompt=long_prompt, drafter="lookup"),
                                         repeats=1, warmup=0))
     assert len(calls) == 1 and cal[-1].status.startswith("Calibrated")  # this length, not 'Already calibrated'
+
+
+def recorded_sweep(**changes) -> dict:
+    """Issue 47's tool-call sweep as recorded (hybrid, 3 rounds, trusted): every predicted curve peaks at k = 8, the
+    largest k swept, while the lab's pick from the deepest k's acceptance alone said 6 and adaptive k chose 15-16."""
+    from playground.lab.trust import Verdict
+
+    table = [{"k": k, "median_ratio": r, "min_ratio": r - 0.05, "max_ratio": r + 0.05, "alpha": 0.9,
+              "predicted_iid": r + 0.1, "predicted_empirical": r + 0.05, "predicted_local": r + 0.02}
+             for k, r in [(1, 1.3), (2, 1.6), (4, 1.9), (6, 2.1), (8, 2.22)]]
+    table.append({"k": "adaptive", "median_ratio": 2.62, "min_ratio": 2.5, "max_ratio": 2.7, "alpha": 0.9,
+                  "k_values": {"15": 10, "16": 30}})
+    result = {"table": table, "best_k": 8, "predicted_best_k": 6, "recommended_k": 8, "withheld": None,
+              "trust": Verdict.of([]).to_dict()}
+    result.update(changes)
+    return result
+
+
+def test_the_sweep_summary_chart_and_recommendation_tell_one_story():
+    from playground.ui import charts
+    from playground.ui.sweep_words import predicted_peaks, recommendation, sweep_summary
+
+    result = recorded_sweep()
+    text = sweep_summary(result, "cpu", 3, 32)
+    lead = text.split("</div>", 2)[-1].split("<details")[0]  # after the verdict box, before the fold
+    assert "**Recommended k = 8**" in lead and "(trusted)" in lead
+    assert len(lead.split(".")[0].split()) <= 30  # one short first sentence: what to use, how sure
+    assert set(predicted_peaks(result).values()) == {8}  # the chart's three predicted curves ...
+    assert "predictions peak at k = 8, as measured." in lead  # ... and the words say the same
+    assert "k = 6" not in text and "see the verdict" not in text and "disagrees" not in text
+    assert "k = 8 is the largest k swept" in lead and "adaptive k chose up to 16" in lead
+    assert "'Largest k' (up to 16)" in lead  # the wider sweep, offered
+    assert "How measured" in text.split("<details", 1)[1]  # method and noise: behind the fold
+    fig = charts.sweep_figure(result)
+    assert any("recommended k = 8" in a.text for a in fig.layout.annotations) and recommendation(result) == (8, None)
+    inner = sweep_summary(recorded_sweep(recommended_k=6), "cpu", 3, 32)
+    assert "largest k swept" not in inner  # k = 6 is inside the sweep: no offer
+
+
+def test_a_prediction_2x_from_its_measurement_fails_the_sweep_and_withholds_k():
+    from playground.ui import charts
+    from playground.ui.sweep_words import recommendation, sweep_summary, sweep_verdict
+
+    result = recorded_sweep()
+    result["table"][4]["predicted_empirical"] = 1.05  # k = 8: measured 2.22x, predicted 1.05x (2.1-fold)
+    verdict = sweep_verdict(result)
+    assert not verdict.trusted and "k = 8: the prediction (1.05" in verdict.failures[0].message
+    k, why = recommendation(result)
+    assert k is None and why.startswith("the verdict failed: k = 8")
+    assert "**No recommended k**" in sweep_summary(result, "cpu", 3, 32)
+    assert not any("recommended k" in a.text for a in charts.sweep_figure(result).layout.annotations)
+
+
+def test_no_single_c_prediction_for_a_hybrid_run(word_pair):  # noqa: F811 - the fixture
+    from playground.drafters.registry import make_proposer
+    from playground.ui import handlers, verdicts
+    from playground.ui.session import Session
+    from tests.test_replay import fake_timing
+    from tests.test_ui_handlers import request
+
+    provider = serving.PairProvider(pair=word_pair)
+    for drafter in ("hybrid", "draft"):
+        provider.calibrations.put(make_proposer(word_pair, drafter).describe(), fake_timing())
+    panels = {}
+    for drafter in ("hybrid", "draft"):
+        session = Session()
+        list(handlers.stream_run(provider, session, request(provider, drafter=drafter, k=4, max_new_tokens=12)))
+        panels[drafter] = verdicts.prediction_markdown(session, provider.calibrations.get(
+            make_proposer(word_pair, drafter).describe(), len(session.run.prompt_ids), 5))
+    assert "no model for this drafter" in panels["hybrid"] and "| costed: this run's own iterations |" in panels["hybrid"]
+    assert "predicted, iid" not in panels["hybrid"] and "per-position acceptance |" not in panels["hybrid"]
+    assert "predicted, iid" in panels["draft"] and "no model for this drafter" not in panels["draft"]

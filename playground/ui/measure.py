@@ -21,7 +21,7 @@ from ..envinfo import describe_setup
 from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, Timing, calibrate, calibrated_timing, pass_lengths
 from ..lab.speed import PLAIN_EVERY, bracketed, sweep
 from ..limits import Limits
-from . import charts, serving, verdicts
+from . import charts, serving, sweep_words, verdicts
 from .batching import batch_curves
 from .downloads import jsonable
 from .progress import Tracker, clock_text, load_pair, mapped, phase, progress_lines, ticker
@@ -184,8 +184,8 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     result, t, _ = bg.result
     session.sweep = result
     session.timings[(name, key)] = t
-    text = verdicts.sweep_summary(result, describe_setup(pair), rounds, req.max_new_tokens)
-    k, why_not = verdicts.recommendation(result)
+    text = sweep_words.sweep_summary(result, describe_setup(pair), rounds, req.max_new_tokens)
+    k, why_not = sweep_words.recommendation(result)
     clock = clock_text(time.monotonic() - started)
     if k is not None:
         status = f"Sweep done: recommended k = {k} for this prompt and drafter ({name}) \u00b7 {clock}"
@@ -193,4 +193,4 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
         status = f"Sweep done: no recommended k \u2014 {why_not} \u00b7 {clock}"
     session.sweep_status = status + " (see the k per output shape tab)"
     figure = charts.sweep_figure(result, batch_curves(result, session.batch))  # + the lines of a batch timing
-    yield SweepView(session, status, figure, verdicts.sweep_rows(result), text, jsonable(result))
+    yield SweepView(session, status, figure, sweep_words.sweep_rows(result), text, jsonable(result))
