@@ -62,7 +62,8 @@ def counter(page, key: str) -> str:
 
 
 def status(page, selector: str = "#status") -> str:
-    return page.locator(selector).inner_text()
+    """The whole status line, the part folded behind 'more' included (what a tap on it shows)."""
+    return page.locator(selector).text_content()
 
 
 def wait_status(page, prefix: str, selector: str = "#status") -> None:

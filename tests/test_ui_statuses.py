@@ -180,11 +180,13 @@ def test_the_words_match_what_a_user_sees(demo):
     assert "runs it" in SHOW_ME_NOTE  # Show me starts a run, and says so
 
 
-def test_a_big_trace_is_announced_before_it_runs_and_its_first_turns_offered(tmp_path):
+def test_a_big_trace_is_announced_before_it_runs_and_its_first_turns_offered(tmp_path, monkeypatch):
     from playground.limits import Limits
-    from playground.ui import replay_panel, replay_request
+    from playground.ui import replay_announce, replay_panel, replay_request
     from tests import test_ui_replay as rp
 
+    for module in (replay_panel, replay_announce):
+        monkeypatch.setattr(module, "BIG_TURNS", 1)  # more turns than this are big, whatever the estimate
     pair = rp.pair.__wrapped__()  # the module's fixtures, built here: a tiny pair with a perfect draft
     provider = rp.provider.__wrapped__(pair)
     trace = rp.trace.__wrapped__(pair, type("F", (), {"mktemp": lambda self, name: tmp_path})())

@@ -41,7 +41,7 @@ def estimate_seconds(turns: Sequence, seconds_per_token: float, drafter: str) ->
 def announcement(turns: Sequence, skipped_turns: int, refused: int, seconds: float, limits: Limits) -> str | None:
     """The status line that stops a big replay before it starts (None when it is not big): turns, tokens and the
     estimate first, then what the caps skipped and the offer of the first N turns."""
-    if seconds <= BIG_S and not skipped_turns and len(turns) <= BIG_TURNS:
+    if seconds <= BIG_S and len(turns) <= BIG_TURNS:
         return None
     n = len(turns)
     offer = max(1, min(n - 1, int(n * OFFER_S / seconds))) if seconds > 0 else n

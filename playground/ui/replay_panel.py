@@ -145,7 +145,7 @@ def _read(pair, req: ReplayRequest, limits: Limits):
 
 def _announce(pair, req: ReplayRequest, state: ReplayState, turns, errors, skipped: int, limits: Limits):
     """The line that stops a big replay before it starts, once per request (None: run it)."""
-    if state.announced == repr(req) or not (skipped or len(turns) > BIG_TURNS or tokens_of(turns) > PROBE_TOKENS):
+    if state.announced == repr(req) or not (len(turns) > BIG_TURNS or tokens_of(turns) > PROBE_TOKENS):
         return None
     with serving.device_lock(pair.device):
         per_token = probe_seconds_per_token(pair, turns[0], limits.replay_chunk_tokens)
