@@ -63,7 +63,9 @@ def counter(page, key: str) -> str:
 
 def status(page, selector: str = "#status") -> str:
     """The whole status line, the part folded behind 'more' included (what a tap on it shows)."""
-    return page.locator(selector).text_content()
+    return page.eval_on_selector(selector, """el => { const c = el.cloneNode(true);
+        c.querySelectorAll('summary').forEach(s => s.replaceWith(' '));
+        return c.textContent.replace(/\\s+/g, ' ').trim(); }""")
 
 
 def wait_status(page, prefix: str, selector: str = "#status") -> None:
@@ -576,7 +578,7 @@ def wait_final(page, text: str, selector: str = "#status") -> str:
         f"(() => {{ const t = document.querySelector({json.dumps(selector)}).innerText;"
         f" return !{json.dumps(STARTING_PREFIXES)}.some(p => t.startsWith(p)) && t.includes({json.dumps(text)}); }})()",
         timeout=60_000)
-    return status(page, selector)
+    return page.locator(selector).inner_text()  # what shows: the fold closed
 
 
 def test_every_error_path_ends_in_a_status_that_says_what_is_wrong(tiny_app_url, page, tmp_path):

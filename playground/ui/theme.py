@@ -26,7 +26,8 @@ CSS = """
           min-width: 0 !important; overflow-wrap: anywhere; }
 #status-row { align-items: center; gap: 8px; flex-wrap: nowrap; }
 #status p { margin: 0; }
-.status-more { display: inline; }
+.status-more { display: inline; margin-left: 0.3em; }
+p:has(+ .status-more) { display: inline; margin: 0; }  /* "more" on the line it folds */
 .status-more > summary { display: inline; cursor: pointer; text-decoration: underline dotted; }
 .status-more[open] > summary { display: block; }
 #activity { flex: 0 0 auto !important; min-width: 0 !important; width: auto !important; padding: 0 !important;
