@@ -316,3 +316,16 @@ def test_no_single_c_prediction_for_a_hybrid_run(word_pair):  # noqa: F811 - the
     assert "no model for this drafter" in panels["hybrid"] and "| costed: this run's own iterations |" in panels["hybrid"]
     assert "predicted, iid" not in panels["hybrid"] and "per-position acceptance |" not in panels["hybrid"]
     assert "predicted, iid" in panels["draft"] and "no model for this drafter" not in panels["draft"]
+
+
+def test_a_hybrid_sweep_shows_no_single_c_prediction():
+    from playground.ui import charts
+    from playground.ui.sweep_words import fit_to_drafter, sweep_summary
+
+    result = fit_to_drafter(recorded_sweep(), "hybrid")
+    names = [t.name for t in charts.sweep_figure(result).data]
+    assert "predicted (iid \u03b1)" not in names and "predicted (per position)" not in names
+    assert "predicted (loop costs)" in names  # priced from the runs' own iterations: it fits any drafter
+    assert "no model for this drafter" in sweep_summary(result, "cpu", 3, 32)
+    kept = fit_to_drafter(recorded_sweep(), "draft")
+    assert "predicted (iid \u03b1)" in [t.name for t in charts.sweep_figure(kept).data] and "no_model" not in kept

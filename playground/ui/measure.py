@@ -182,6 +182,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
             yield SweepView(session, line)
         bg.raise_error()
     result, t, _ = bg.result
+    result = sweep_words.fit_to_drafter(result, req.drafter)
     session.sweep = result
     session.timings[(name, key)] = t
     text = sweep_words.sweep_summary(result, describe_setup(pair), rounds, req.max_new_tokens)

@@ -16,6 +16,21 @@ PREDICTIONS = {"predicted_iid": "iid \u03b1", "predicted_empirical": "per positi
                "predicted_local": "loop costs"}  # the chart's predicted curves (charts.sweep_figure)
 
 
+SINGLE_C = ("predicted_iid", "predicted_empirical")  # the models that charge every proposal one drafter's c
+
+
+def fit_to_drafter(result: dict, drafter: str) -> dict:
+    """The result as the tab shows it for `drafter`: a hybrid's proposals come from lookup at its search cost and
+    from a model drafter at c, so the single-c predictions are dropped (no model for this drafter) and only the
+    loop-cost prediction, priced from the runs' own iterations, is drawn and said."""
+    if drafter == "hybrid":
+        for row in result.get("table") or []:
+            for key in SINGLE_C:
+                row.pop(key, None)
+        result["no_model"] = [PREDICTIONS[key] for key in SINGLE_C]
+    return result
+
+
 def _fixed(result: dict) -> list[dict]:
     return [r for r in result.get("table") or [] if isinstance(r["k"], int)]
 
@@ -127,6 +142,9 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int, k_max: in
         elif "beat plain" not in why_not:
             lead.append(f"And no k beat plain decoding (the best, k = {best['k']}, measured "
                         f"{best['median_ratio']:.2f}\u00d7).")
+    if result.get("no_model"):
+        lead.append(f"No {' or '.join(result['no_model'])} prediction: no model for this drafter (lookup and a model "
+                    f"drafter cost differently).")
     lead += [x for x in (_prediction_line(result, best["k"], verdict),
                          _edge_line(result, k if k is not None else best["k"], k_max)) if x]
     out.append(" ".join(lead))
