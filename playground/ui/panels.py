@@ -15,7 +15,7 @@ from .session import RunRequest, stop_text
 
 READY = "Ready: press **Run**."
 STATUS_CHARS = 120  # a status line's visible words; the rest opens from "more"
-FOLD_AT = (" \u00b7 ", " \u2014 ", "; ", " (", ": ", ", ", " ")  # where a long line is cut, the best first
+FOLD_AT = (" \u00b7 ", " \u2014 ", ". ", "; ", " (", ": ", ", ", " ")  # where a long line is cut, the best first
 
 
 def fold(line, limit: int = STATUS_CHARS):
@@ -28,6 +28,7 @@ def fold(line, limit: int = STATUS_CHARS):
     for sep in FOLD_AT:
         cut = head.rfind(sep)
         if cut >= limit // 3:
+            cut += sep == ". "  # a sentence keeps its full stop
             break
     else:
         cut = len(head)

@@ -24,6 +24,7 @@ from ..errors import PlaygroundError
 from ..lab.calibration import Timing
 from ..lab.whatif import ALPHAS, parse_v, whatif
 from . import charts
+from .panels import fold
 from .session import Session, _number, run_timing
 from .verdicts import GLOSSARY
 
@@ -168,7 +169,7 @@ def whatif_view(session: Session | None, values: Mapping[str, Any]) -> WhatifVie
     status = _status(doc, mark, point)
     if refused is not None and alpha == refused[1]:
         status = f"\u26a0 {html.escape(refused[0])}: the slider moved to {alpha:g}, and these numbers are for it. {status}"
-    return WhatifView(status, charts.whatif_figure(doc, point), per_k_html(doc, mark), grid_html(doc, mark), doc)
+    return WhatifView(fold(status), charts.whatif_figure(doc, point), per_k_html(doc, mark), grid_html(doc, mark), doc)
 
 
 def describe_inputs(doc: dict) -> str:
@@ -195,7 +196,7 @@ def _status(doc: dict, mark: RunMark | None, point: dict | None) -> str:
 
 
 def error_status(e: PlaygroundError) -> str:
-    return f"\u26a0 {html.escape(str(e))} \u2014 {STALE}."
+    return fold(f"\u26a0 {html.escape(str(e))} \u2014 {STALE}.")
 
 
 def _tip(term: str, extra: str = "") -> str:
