@@ -86,8 +86,9 @@ class Browser:
         self.updates = 0
 
     def inputs(self, controls: dict) -> list:
-        """The event's inputs as the page sends them: the state first, then each control by its elem_id."""
-        return [None if block is self.session_block else controls[block.elem_id] for block in self.fn.inputs]
+        """The event's inputs as the page sends them: each control by its elem_id; the tab's states (the session,
+        the sliders' moves), which have none, are filled from the session state."""
+        return [None if block.elem_id is None else controls[block.elem_id] for block in self.fn.inputs]
 
     def run(self, controls: dict) -> list:
         """Drive one Run event to its end; the records of the run it streamed."""
@@ -152,8 +153,8 @@ class Chromium:
             page.locator("#prompt textarea").fill(prompt)
             page.locator("#chat input").set_checked(chat)
             self._typed = (prompt, chat)
-        status = "document.querySelector('#status').innerText"
-        before = json.dumps(page.locator("#status").inner_text())
+        status = "document.querySelector('#status').textContent"  # the line whole: its timings may sit in a fold
+        before = json.dumps(page.locator("#status").text_content())
         page.locator("#run-btn").click()
         # The click's first step replaces the last Done line; a run quicker than the first poll may already show its
         # own Done line, which differs from the last one (its timings) where the step in between was missed.

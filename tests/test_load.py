@@ -240,13 +240,14 @@ API_ROWS = [
     ({"prompt": " ".join(["w7"] * 250)}, "context holds 256"),
     ({"k": 2.5}, "k must be a whole number"),
     ({"preset": "no-such-preset"}, "no-such-preset"),  # Gradio: not one of the dropdown's choices
-    # Gradio's own range checks of the components (each names the value and the bound)
-    ({"max_new_tokens": 5000}, "greater than maximum"),
+    # the sliders' ranges: Gradio's own checks (each names the value and the bound) ...
     ({"k": 0}, "less than minimum"),
     ({"decoding": "sample", "temperature": 0.0}, "less than minimum"),
     ({"decoding": "sample", "top_p": 1.5}, "greater than maximum"),
-    ({"decoding": "sample", "top_k": -1}, "less than minimum"),
-    ({"seed": -1}, "less than minimum"),
+    # ... the number boxes': the request parser's, which the page's status line shows too (field, range, value)
+    ({"max_new_tokens": 5000}, "max new tokens must be from 1 to"),
+    ({"decoding": "sample", "top_k": -1}, "top-k must be an integer"),
+    ({"seed": -1}, "seed must be between 0"),
 ]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 
@@ -61,7 +62,10 @@ def counter(page, key: str) -> str:
 
 
 def status(page, selector: str = "#status") -> str:
-    return page.locator(selector).inner_text()
+    """The whole status line, the part folded behind 'more' included (what a tap on it shows)."""
+    return page.eval_on_selector(selector, """el => { const c = el.cloneNode(true);
+        c.querySelectorAll('summary').forEach(s => s.replaceWith(' '));
+        return c.textContent.replace(/\\s+/g, ' ').trim(); }""")
 
 
 def wait_status(page, prefix: str, selector: str = "#status") -> None:
@@ -563,3 +567,62 @@ def test_closing_the_tab_mid_run_stops_the_run_and_the_next_tab_runs_cleanly(tin
         assert page.locator("#tokens .tok").count() == 8
     finally:
         page.close()
+
+
+STARTING_PREFIXES = ("Starting", "Replay: starting", "Sweep k: starting", "Stopping")
+
+
+def wait_final(page, text: str, selector: str = "#status") -> str:
+    """Wait until the status line is a final one (not a 'starting' line) that includes `text`; return it."""
+    page.wait_for_function(
+        f"(() => {{ const t = document.querySelector({json.dumps(selector)}).innerText;"
+        f" return !{json.dumps(STARTING_PREFIXES)}.some(p => t.startsWith(p)) && t.includes({json.dumps(text)}); }})()",
+        timeout=60_000)
+    return page.locator(selector).inner_text()  # what shows: the fold closed
+
+
+def test_every_error_path_ends_in_a_status_that_says_what_is_wrong(tiny_app_url, page, tmp_path):
+    """Issue 47's stuck and silent paths, clicked as a newcomer would: max new tokens 0 and 999999 (Gradio's own
+    range check left 'Starting' for good), k typed 99 and temperature -1 (clamped in silence), and a trace file
+    with no turn (the line above the tabs kept 'Replay: starting'). Each ends in a final status of at most 120
+    characters that names the field, the range and the value."""
+    page.goto(tiny_app_url)
+    page.locator("#prompt textarea").fill(TINY_PROMPT)
+    seen = []
+    for value in ("0", "999999"):
+        page.locator("#max-new input").fill(value)
+        page.locator("#run-btn").click()  # straight from the box: no Tab first
+        seen.append(wait_final(page, f"got {value}"))
+        assert "max new tokens must be from 1 to" in seen[-1], seen[-1]
+    page.locator("#max-new input").fill("6")
+    page.locator("#max-new input").press("Tab")
+    page.locator("#k input[type=number]").fill("99")
+    page.locator("#k input[type=number]").press("Tab")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('the slider moved to 16')")
+    page.locator("#run-btn").click()
+    seen.append(wait_final(page, "k was typed as 99, outside 1 to 16"))
+    page.locator("#run-btn").click()  # the second press runs with what the slider shows
+    seen.append(wait_final(page, "Done"))
+    fold = page.locator("#status details.status-more")  # the rest of a long line: one tap away, also on a phone
+    assert fold.count() == 1 and "drafter hybrid" in fold.text_content() and not fold.evaluate("e => e.open")
+    page.locator("#decoding-box .label-wrap").first.click()  # the Decoding fold
+    page.locator("#decoding label", has_text="sampling").click()
+    page.locator("#temperature input[type=number]").fill("-1")
+    page.locator("#temperature input[type=number]").press("Tab")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('the slider moved to 0.05')")
+    page.locator("#run-btn").click()
+    seen.append(wait_final(page, "temperature was typed as -1, outside 0.05 to 2"))
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n \n")
+    page.get_by_role("tab", name="Replay").click()
+    page.locator("#replay-file input[type=file]").set_input_files(str(blank))
+    page.locator("#replay-btn").click()
+    seen.append(wait_final(page, "Replay: nothing to replay"))
+    assert page.locator('[data-testid="toast-body"]').count() == 0  # each error on the status line, not in toasts
+    shown = [visible_line(line) for line in seen]
+    assert all(len(line) <= 120 for line in shown), [line for line in shown if len(line) > 120]
+
+
+def visible_line(text: str) -> str:
+    """A status line as read: without Gradio's elapsed-time badge, the fold's 'more' as one word."""
+    return re.sub(r"^\d+(\.\d+)?s\s+", "", text).replace("\n\nmore", " more").strip()

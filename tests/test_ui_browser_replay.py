@@ -56,7 +56,7 @@ def test_the_replay_tab_runs_the_sample_trace_and_shows_k_per_shape(replay_url, 
     page.wait_for_function("window.seenStatus.some(t => t.startsWith('Starting'))", timeout=5000)
     page.wait_for_function("document.querySelector('#replay-status').innerText.startsWith('Replay done')",
                            timeout=REPLAY_MS)
-    status = text_of(page, "#replay-status")
+    status = house.status(page, "#replay-status")  # the line whole, its folded part included
     verdict = text_of(page, "#replay-verdict")
     assert "lookup" in status and "hybrid" not in status  # the drafter chosen on the tab
     if "Replay done: recommended k = " in status:

@@ -20,7 +20,7 @@ from playground.inputs.text import token_pieces
 from playground.lab.calibration import pass_lengths
 from playground.pairs.models import ModelPair
 from playground.pairs.registry import PairChoice
-from playground.ui import charts, handlers, measure, panels, render, serving, verdicts
+from playground.ui import charts, handlers, measure, panels, render, serving, sweep_words, verdicts
 from playground.ui.session import Session, parse_request, parse_sweep
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
@@ -497,7 +497,7 @@ def test_sweep_calls_lab_sweep_with_the_settings_and_reports_progress(provider):
     final = views[-1]
     assert "recommended k = 2" in final.status
     assert final.table[1][:2] == [2, 1.4] and len(final.table) == 4 and final.table[1][-1] == 0.4
-    assert "**Recommended k = 2**" in final.summary and "predicts k = 3" in final.summary
+    assert "**Recommended k = 2**" in final.summary and "predictions peak at k = 2, as measured" in final.summary
     assert "Slower than plain decoding" in final.summary and "k = 4" in final.summary
     assert session.sweep["best_k"] == 2 and len(session.timings) == 1  # the sweep's calibration is kept
 
@@ -606,7 +606,7 @@ def test_sweep_rows_say_when_a_k_never_pays():
                          "break_even_alpha": None},
                         {"k": 2, "median_ratio": 1.2, "min_ratio": 1.1, "max_ratio": 1.3, "alpha": 0.9,
                          "predicted_iid": 1.25, "predicted_local": 1.1789, "break_even_alpha": 0.41234}]}
-    rows = verdicts.sweep_rows(result)
+    rows = sweep_words.sweep_rows(result)
     assert rows[0] == [1, 0.812, 0.8, 0.9, "\u2013", "\u2013", "\u2013", "\u2013", "never pays"]
     assert rows[1] == [2, 1.2, 1.1, 1.3, 0.9, 1.25, "\u2013", 1.179, 0.412]
     assert len(verdicts.SWEEP_COLUMNS) == len(rows[0])
@@ -714,9 +714,9 @@ def test_no_k_is_recommended_when_every_k_is_slower_than_plain():
     for row in result["table"]:
         row["median_ratio"] -= 0.6  # best: k = 2 at 0.8x
     result.update(trust=_verdict().to_dict(), recommended_k=2, withheld=None)
-    k, why = verdicts.recommendation(result)
+    k, why = sweep_words.recommendation(result)
     assert k is None and "no k beat plain decoding" in why
-    text = verdicts.sweep_summary(result, "cpu", 3, 16)
+    text = sweep_words.sweep_summary(result, "cpu", 3, 16)
     assert "**No recommended k**" in text and "Slower than plain decoding at k = 1, 2, 3, 4" in text
     assert not any("recommended k" in (a.text or "") for a in valid(charts.sweep_figure(result)).layout.annotations)
 
@@ -724,16 +724,17 @@ def test_no_k_is_recommended_when_every_k_is_slower_than_plain():
 def test_a_trusted_sweep_summary_agrees_with_its_chart():
     result = json.loads(json.dumps(SWEEP_RESULT))
     result.update(trust=_verdict().to_dict(), recommended_k=2, withheld=None)
-    text = verdicts.sweep_summary(result, "cpu", 3, 16)
+    text = sweep_words.sweep_summary(result, "cpu", 3, 16)
     assert 'class="trust ok"' in text and "**Recommended k = 2**" in text
     assert "Slower than plain decoding at k = 4." in text  # the recommended k is not among the losing ones
-    assert "predicts k = 3 would be best. It disagrees with the measurement" in text
+    # where the chart's predicted curves peak (k = 2), not the lab's deepest-k pick (predicted_best_k = 3)
+    assert "The cost model's predictions peak at k = 2, as measured." in text and "k = 3" not in text.split("<details")[0]
     assert "What the terms mean" in text and "break-even" in text  # the glossary, a details element
     assert "Noise bound" not in text  # a result without its runs has no scatter to read
     # with its runs (10% apart around each cell), it says what any prediction could score on that scatter
     runs = [{"prompt": "prompt", "k": r["k"], "ratio": r["median_ratio"] * f} for r in result["table"]
             for f in (0.9, 1.0, 1.1) if isinstance(r["k"], int)]
-    said = verdicts.sweep_summary({**result, "runs": runs}, "cpu", 3, 16)
+    said = sweep_words.sweep_summary({**result, "runs": runs}, "cpu", 3, 16)
     assert "Noise bound: runs scatter by 10% around their cell" in said and "3 ran, or a quieter host)." in said
     assert "<dt>noise bound</dt>" in said  # with the term in the glossary
 

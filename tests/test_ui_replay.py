@@ -29,7 +29,7 @@ WORDS = [f"w{i}" for i in range(63)]  # + "<eos>" = 64 tokens
 PROMPTS = ["w1 w2 w3 w4 w5 w1 w2 w3", "w7 w8 w9 w7 w8", "w20 w21 w22 w23 w20 w21", "w30 w31 w32 w30 w31"]
 BASE = {"source": "file", "trace_file": None, "presets": [], "drafter": "draft", "ks": "1-4",
         "controllers": ["heuristic"], "calibration": "once", "decoding": "greedy", "temperature": 1.0, "top_k": 0,
-        "top_p": 1.0, "seed": 0, "min_confidence": 0.0}
+        "top_p": 1.0, "seed": 0, "min_confidence": 0.0, "first_turns": 0}
 DRAFTERS = ["draft", "lookup", "hybrid"]
 
 
@@ -249,8 +249,8 @@ def test_the_replay_event_turns_bad_input_into_a_message_and_lists_the_api(provi
     assert fns["replay"].concurrency_id == fns["run"].concurrency_id and fns["replay"].concurrency_limit == 1
     api = demo.get_api_info()["named_endpoints"]["/replay"]  # the tab's state is no API parameter
     assert [p["parameter_name"] for p in api["parameters"]] == list(BASE)
-    args = {**BASE, "state": None}
-    names = ["state", *[n for n in BASE]]
+    args = {**BASE, "state": None, "moved": {}}
+    names = ["state", *[n for n in BASE], "moved"]  # the two gr.States: the tab's replay, the sliders' moves
     gen = fns["replay"].fn(None, *[args[n] for n in names], None)
     first = next(gen)
     assert first[0].startswith("\u26a0 no trace file")

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from ..limits import Limits
-from . import charts, handlers, replay_panel, verdicts, vllm_panel, whatif_panel
+from . import charts, handlers, measure, replay_panel, verdicts, vllm_panel, whatif_panel
 from .panels import READY, counters_html, pair_info
 from .render import EMPTY_TOKENS, legend_html
 from .scripts import TOKEN_DETAILS
@@ -25,6 +25,9 @@ from .session import SHOW_ME, SHOW_ME_NOTE, Session
 from .wiring import _guarded, wire  # noqa: F401 - _guarded: its first home, where tests import it
 
 TITLE = "Speculative decoding playground"
+# What Calibrate reports is what the box promises: its timed cycles and warm-ups are measure.SHORT and CAREFUL.
+CAREFUL_LABEL = (f"Careful calibration ({measure.CAREFUL[0]} timed cycles instead of {measure.SHORT[0]}: about "
+                 f"{sum(measure.CAREFUL) / sum(measure.SHORT):.1f} times as long, less noise)")
 K_HELP = "fixed k only; adaptive and heuristic choose k themselves"
 STOP_HELP = ("0 = off: every iteration drafts its k. Above 0 a model drafter stops after a token it gave less than "
              "this probability (transformers' assistant stops at 0.4), so k is a cap; prompt lookup never stops")
@@ -55,9 +58,10 @@ def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, defau
                               elem_id="drafter")
         ui.k = gr.Slider(1, 16, value=SHOW_ME["k"], step=1, label="k (proposals per iteration)", elem_id="k",
                          info=K_HELP)
-        ui.max_new = gr.Number(value=min(SHOW_ME["max_new_tokens"], limits.max_new_tokens), minimum=1,
-                               maximum=limits.max_new_tokens, label="Max new tokens", elem_id="max-new",
-                               info=f"1 to {limits.max_new_tokens}")
+        # The number boxes name their range but leave checking it to the events (session.parse_request): Gradio's
+        # own check raises before an event's code runs, so its message would never reach the status line.
+        ui.max_new = gr.Number(value=min(SHOW_ME["max_new_tokens"], limits.max_new_tokens), label="Max new tokens",
+                               elem_id="max-new", info=f"1 to {limits.max_new_tokens}")
         ui.k_mode = gr.Radio([("fixed k", "fixed"), ("adaptive", "adaptive"), ("transformers' heuristic", "heuristic")],
                              value=SHOW_ME["k_mode"], label="k per iteration", elem_id="k-mode",
                              info="adaptive: the cost model picks k (0-16) each iteration from the acceptance so far "
@@ -65,8 +69,7 @@ def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, defau
                                   "long that takes); heuristic: +2 after a fully accepted iteration, -1 otherwise")
         ui.min_confidence = gr.Slider(0.0, 1.0, value=0.0, step=0.05, label="Stop drafting below confidence",
                                       elem_id="min-confidence", info=STOP_HELP)
-        ui.careful = gr.Checkbox(value=False, label="Careful calibration (12 timed cycles instead of 5: about twice "
-                                                    "as long, less noise)", elem_id="careful")
+        ui.careful = gr.Checkbox(value=False, label=CAREFUL_LABEL, elem_id="careful")
         with gr.Accordion("Decoding", open=False, elem_id="decoding-box"):
             ui.decoding = gr.Radio([("greedy", "greedy"), ("sampling", "sample")], value=SHOW_ME["decoding"],
                                    label="Decoding", elem_id="decoding")
@@ -76,9 +79,9 @@ def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, defau
                 ui.top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="Top-p", info="1 = off",
                                      interactive=False, elem_id="top-p", min_width=200)
             with gr.Row(elem_id="seed-row"):
-                ui.top_k = gr.Number(value=0, minimum=0, label="Top-k", info="0 = off", interactive=False,
+                ui.top_k = gr.Number(value=0, label="Top-k", info="0 = off", interactive=False,
                                      elem_id="top-k", min_width=140)
-                ui.seed = gr.Number(value=0, minimum=0, label="Seed", elem_id="seed", min_width=140)
+                ui.seed = gr.Number(value=0, label="Seed", elem_id="seed", min_width=140)
         ui.pair_menu = gr.Dropdown(pair_list, value=pair_value, label="Model pair", elem_id="pair",
                                    allow_custom_value=pair_typed, filterable=True,
                                    info="Loads on the next run (hub pairs download once)"
@@ -121,8 +124,8 @@ def _sweep_tab(ui, limits: Limits):
     with gr.Row(elem_id="sweep-row"):
         ui.k_max = gr.Slider(1, 16, value=8, step=1, label="Largest k", elem_id="k-max", min_width=150)
         ui.rounds = gr.Slider(1, 5, value=3, step=1, label="Rounds", elem_id="rounds", min_width=150)
-        ui.sweep_new = gr.Number(value=min(32, limits.max_new_tokens), minimum=1, maximum=limits.max_new_tokens,
-                                 label="Max new tokens per run", elem_id="sweep-new", min_width=150)
+        ui.sweep_new = gr.Number(value=min(32, limits.max_new_tokens), label="Max new tokens per run",
+                                 info=f"1 to {limits.max_new_tokens}", elem_id="sweep-new", min_width=150)
         ui.sweep_btn = gr.Button("Sweep k", variant="primary", elem_id="sweep-btn", min_width=120)
     ui.sweep_status = gr.Markdown("", elem_id="sweep-status")
     ui.sweep_plot = gr.Plot(charts.sweep_figure(None), show_label=False, elem_id="sweep-plot")
@@ -151,6 +154,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
 
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:
         ui.session = gr.State(None)  # a session.Session, created by the first event of each tab
+        ui.moved = gr.State({})  # sliders moved from a value typed out of range (ranges.remember_moves), per tab
         with gr.Column(elem_id="header"):
             gr.Markdown(f"# {TITLE}\nA small drafter proposes *k* tokens, the target checks them in one pass, the "
                         "acceptance rule keeps a prefix: see which tokens were accepted, the acceptance rate \u03b1, "
@@ -161,7 +165,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
             _controls(ui, preset_list)
             with gr.Column(elem_id="results", min_width=300):
                 with gr.Row(equal_height=True, elem_id="status-row"):
-                    ui.status = gr.Markdown(f"{READY} It runs the example on the left; or pick a preset.",
+                    ui.status = gr.Markdown(f"{READY} It runs the example prompt; or pick a preset.",
                                             elem_id="status")
                     # Gradio's status tracker of the model events draws here (hidden); scripts.HEAD shows a
                     # queued event's place in line in the span.

@@ -3,7 +3,7 @@
 Every function returns a plotly `Figure` (no gradio here). `empty_figure` is what each `gr.Plot` shows
 before its first update (small: an empty chart should not fill the screen), so plotly.js is loaded by the time a
 run streams its first chart. The sweep chart labels its lines in the right margin, nudged apart so that no two
-labels overlap, and draws a recommended k only where the trust verdict allows one (verdicts.recommendation).
+labels overlap, and draws a recommended k only where the trust verdict allows one (sweep_words.recommendation).
 
 Figures are built as one dict and turned into a Figure in a single constructor call, with no plotly
 template: plotly's incremental update methods and its templates cost tens of milliseconds per figure,
@@ -22,7 +22,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ..core.records import Iteration, RunSummary
-from .verdicts import recommendation
+from .sweep_words import recommendation
 
 COLOURS = {
     "draft": "#6366f1",  # indigo

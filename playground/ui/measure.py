@@ -21,7 +21,7 @@ from ..envinfo import describe_setup
 from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, Timing, calibrate, calibrated_timing, pass_lengths
 from ..lab.speed import PLAIN_EVERY, bracketed, sweep
 from ..limits import Limits
-from . import charts, serving, verdicts
+from . import charts, serving, sweep_words, verdicts
 from .batching import batch_curves
 from .downloads import jsonable
 from .progress import Tracker, clock_text, load_with_progress, mapped, phase, progress_lines, ticker
@@ -32,6 +32,8 @@ from .session import (
     SweepRequest,
     encode_request,
     find_timing,
+    is_nearest,
+    nearest_note,
     prompt_key,
     run_timing,
     stop_text,
@@ -60,9 +62,11 @@ class SweepView:
     doc: dict | None = None
 
 
-def reused_text(timing: Timing, own: bool) -> str:
+def reused_text(timing: Timing, own: bool, context_tokens: int | None = None) -> str:
     if own:
         return "reused this tab's calibration of this prompt"
+    if context_tokens is not None and is_nearest(timing, context_tokens):
+        return nearest_note(timing, context_tokens).replace("**", "")
     bucket = CalibrationStore.bucket(timing.context_tokens)
     return (f"reused the calibration from {bucket} tokens (one serves every context of up to {bucket} tokens on "
             f"this pair and drafter, in every tab)")
@@ -97,7 +101,7 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
     reps = repeats if repeats is not None else default[0]
     warm = warmup if warmup is not None else default[1]
     if not careful:
-        found = find_timing(session, store, name, ids, N_NEEDED, request.sampling)
+        found = find_timing(session, store, name, ids, N_NEEDED, request.sampling, nearest=False)
         if found is not None:
             own = session.timings.get((name, key)) is found
             session.timings[(name, key)] = found
@@ -170,7 +174,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     plan = (f"{rounds} round(s) of k = 1..{k_max} and adaptive k back to back, plain decoding before every "
             f"{PLAIN_EVERY} and after the last{stop}, "
             f"{req.max_new_tokens} new tokens per run: {runs} runs"
-            + (f"; {reused_text(timing, False)}" if timing is not None else ", after a short calibration"))
+            + (f"; {reused_text(timing, False, len(ids))}" if timing is not None else ", after a short calibration"))
     tracker = Tracker(f"Sweeping k = 1..{k_max}", started, plan)
     yield SweepView(session, tracker.line(), figure=charts.sweep_figure(None))
     with Background(work, "playground-sweep", serving.device_lock(pair.device)) as bg:
@@ -178,10 +182,11 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
             yield SweepView(session, line)
         bg.raise_error()
     result, t, _ = bg.result
+    result = sweep_words.fit_to_drafter(result, req.drafter)
     session.sweep = result
     session.timings[(name, key)] = t
-    text = verdicts.sweep_summary(result, describe_setup(pair), rounds, req.max_new_tokens)
-    k, why_not = verdicts.recommendation(result)
+    text = sweep_words.sweep_summary(result, describe_setup(pair), rounds, req.max_new_tokens)
+    k, why_not = sweep_words.recommendation(result)
     clock = clock_text(time.monotonic() - started)
     if k is not None:
         status = f"Sweep done: recommended k = {k} for this prompt and drafter ({name}) \u00b7 {clock}"
@@ -189,4 +194,4 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
         status = f"Sweep done: no recommended k \u2014 {why_not} \u00b7 {clock}"
     session.sweep_status = status + " (see the k per output shape tab)"
     figure = charts.sweep_figure(result, batch_curves(result, session.batch))  # + the lines of a batch timing
-    yield SweepView(session, status, figure, verdicts.sweep_rows(result), text, jsonable(result))
+    yield SweepView(session, status, figure, sweep_words.sweep_rows(result), text, jsonable(result))

@@ -14,6 +14,30 @@ from .serving import PairProvider, menu_value
 from .session import RunRequest, stop_text
 
 READY = "Ready: press **Run**."
+STATUS_CHARS = 120  # a status line's visible words; the rest opens from "more"
+FOLD_AT = (" \u00b7 ", " \u2014 ", ". ", "; ", " (", ": ", ", ", " ")  # where a long line is cut, the best first
+
+
+def fold(line, limit: int = STATUS_CHARS):
+    """A status line of at most `limit` visible characters: a longer one keeps its first part, cut after a whole
+    part (at ' · ', then ' — ', '; ', ...), and puts the rest in a "more" fold that opens on a tap or a click
+    (its text is also the fold's hover title). Anything but a string (a gr.skip) is returned as it is."""
+    if not isinstance(line, str) or len(line) <= limit or "<details" in line:
+        return line
+    head = line[:limit - 6]
+    for sep in FOLD_AT:
+        cut = head.rfind(sep)
+        if cut >= limit // 3:
+            cut += sep == ". "  # a sentence keeps its full stop
+            break
+    else:
+        cut = len(head)
+    if line[:cut].count("**") % 2:  # never inside a bold span
+        cut = line.rfind("**", 0, cut)
+    rest = line[cut:].lstrip(" \u00b7;:,")
+    rest = rest.removeprefix("\u2014 ")
+    return (f"{line[:cut]} <details class='status-more' title='{html.escape(rest, quote=True)}'>"
+            f"<summary>more</summary>{rest}</details>")
 
 
 def pair_info(provider: PairProvider) -> str:

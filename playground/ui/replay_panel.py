@@ -37,8 +37,11 @@ from ..limits import Limits
 from . import scripts, serving
 from .downloads import jsonable
 from .measure import N_NEEDED
+from .panels import fold
 from .progress import Tracker, clock_text, load_with_progress, mapped, phase, progress_lines, ticker
+from .ranges import refuse_moved
 from .render import legend_html
+from .replay_announce import BIG_TURNS, announcement, estimate_seconds, probe_seconds_per_token, tokens_of
 from .replay_request import SOURCES, ReplayRequest, parse_replay
 from .replay_view import (
     EMPTY_TOKENS,
@@ -56,11 +59,12 @@ from .replay_view import (
 )
 from .serving import Background, PairProvider
 from .session import SHOW_ME, stop_text
-from .wiring import _event, _guarded, _skip
+from .wiring import _event, _guarded, _skip, on_failure
 
 STARTING = "Replay: starting; its progress shows on the Replay tab \u2026"
 TAB_STARTING = "Starting: waiting for the device if another event is using it \u2026"
 DEFAULT_PRESETS = ("tool_call", "json_extract", "code", "prose")
+PROBE_TOKENS = 20_000  # a trace of more tokens is timed before it runs (replay_announce)
 QUIET = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
 INTRO = (
     "Which k for **your** agent, from what it actually wrote: each recorded turn is replayed with teacher-forced "
@@ -83,6 +87,7 @@ class ReplayState:
     special_ids: frozenset = field(default_factory=frozenset)
     stopped: bool = False
     outcome: str | None = None
+    announced: str | None = None  # the request whose big replay was announced: pressed again, it runs
 
 
 @dataclass
@@ -127,14 +132,27 @@ def calibrations(pair, turns, drafter: str, store: CalibrationStore, how: str, p
 
 
 def _read(pair, req: ReplayRequest, limits: Limits):
-    """(turns, errors) of a trace source; ([], []) for presets (generated in the worker)."""
+    """(turns, errors, turns skipped past the cap) of a trace source; ([], [], 0) for presets (generated in the
+    worker)."""
     if pair.tokenizer is None:
         raise PlaygroundError("this model pair has no tokenizer, so no text can be replayed")
     if req.source == "presets":
-        return [], []
+        return [], [], 0
     trace = read_trace(req.path if req.source == "file" else SAMPLE_TRACE, pair.tokenizer, pair.eos_ids, limits,
                        pair.max_context)
-    return trace.turns, trace.errors
+    return trace.turns, trace.errors, trace.skipped_turns
+
+
+def _announce(pair, req: ReplayRequest, state: ReplayState, turns, errors, skipped: int, limits: Limits):
+    """The line that stops a big replay before it starts, once per request (None: run it)."""
+    if state.announced == repr(req) or not (len(turns) > BIG_TURNS or tokens_of(turns) > PROBE_TOKENS):
+        return None
+    with serving.device_lock(pair.device):
+        per_token = probe_seconds_per_token(pair, turns[0], limits.replay_chunk_tokens)
+    note = announcement(turns, skipped, len(errors) - bool(skipped), estimate_seconds(turns, per_token, req.drafter),
+                        limits)
+    state.announced = repr(req) if note else None
+    return note
 
 
 def _done_status(doc: dict, drafter: str, seconds: float) -> str:
@@ -162,12 +180,21 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
         if req.drafter not in offered:
             raise PlaygroundError(f"the {req.drafter} drafter cannot replay on this pair; choose one of "
                                   f"{', '.join(offered)}")
-        turns, errors = _read(pair, req, limits)
+        turns, errors, skipped = _read(pair, req, limits)
         if req.source != "presets" and not turns:
+            if not errors:
+                raise PlaygroundError("nothing to replay: the file holds no turn (blank lines only?)")
             listing = errors_markdown({"errors": [e.to_dict() for e in errors]})
             yield ReplayUpdate(f"\u26a0 Nothing to replay: {len(errors)} line(s) refused, listed below", state,
                                errors=listing)
             raise PlaygroundError(f"nothing to replay: the file's {len(errors)} bad line(s) are listed on the tab")
+        if req.first_turns:
+            turns = turns[: req.first_turns]
+        elif req.source != "presets":
+            state.outcome = _announce(pair, req, state, turns, errors, skipped, limits)
+            if state.outcome:
+                yield ReplayUpdate(state.outcome, state)
+                return
         n = len(req.presets) if req.source == "presets" else len(turns)
         what = f"{n} preset(s)" if req.source == "presets" else f"{n} turns of {SOURCES[req.source]}"
         arms = ", ".join([f"k = {','.join(map(str, req.ks))}", *[f"{c} k" for c in req.controllers]])
@@ -239,6 +266,8 @@ def replay_tab(ui, provider: PairProvider) -> None:
         ui.rp_controllers = gr.CheckboxGroup([("adaptive k", "adaptive"), ("transformers' heuristic", "heuristic")],
                                              value=["heuristic"], label="Also simulate", elem_id="replay-controllers",
                                              min_width=200, info="greedy only; adaptive k needs the calibration")
+        ui.rp_first = gr.Number(value=0, precision=None, label="First turns", elem_id="replay-first", min_width=120,
+                                info="0 = all, up to the cap")
         ui.rp_calibration = gr.Radio([("once, on the median prompt", "once"), ("per context length", "bucket")],
                                      value="once", label="Calibration", elem_id="replay-calibration", min_width=200)
     ui.rp_btn = gr.Button("Run replay", variant="primary", elem_id="replay-btn", size="md")
@@ -280,7 +309,8 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
     controls = {"state": ui.rp_state, "source": ui.rp_source, "trace_file": ui.rp_file, "presets": ui.rp_presets,
                 "drafter": ui.rp_drafter, "ks": ui.rp_ks, "controllers": ui.rp_controllers,
                 "calibration": ui.rp_calibration, "decoding": ui.decoding, "temperature": ui.temperature,
-                "top_k": ui.top_k, "top_p": ui.top_p, "seed": ui.seed, "min_confidence": ui.min_confidence}
+                "top_k": ui.top_k, "top_p": ui.top_p, "seed": ui.seed, "min_confidence": ui.min_confidence,
+                "first_turns": ui.rp_first, "moved": ui.moved}  # a gr.State: no API parameter
     outputs = [ui.rp_status, ui.rp_verdict, ui.rp_plot, ui.rp_table, ui.rp_errors, ui.rp_turn, ui.rp_arm,
                ui.rp_turn_note, ui.rp_tokens, ui.rp_json, ui.rp_state]
 
@@ -293,6 +323,7 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
             state.stopped, state.outcome = False, None
 
         def views():
+            refuse_moved(values.pop("moved", None), values)
             names = [name for _, name in drafter_choices(provider.for_session(session))]
             request = parse_replay(values, names, limits)
             yield from stream_replay(provider, state, session, request, limits)
@@ -314,10 +345,11 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
             return line, line
         if isinstance(status, str) and status.startswith(STARTING[:14]):
             done = state.outcome if state is not None and state.outcome else None
-            return done or "The replay did not finish: its tab says why.", gr.skip()
+            return fold(done) if done else "The replay did not finish: its tab says why.", gr.skip()
         return gr.skip(), gr.skip()
 
     replay_ev.then(after_replay, [ui.rp_state, ui.status], [ui.status, ui.rp_status], **QUIET)
+    on_failure(replay_ev, STARTING, "Replay", ui.status, ui.rp_status)
 
     def redraw(state, turn, arm):
         if state is None or state.doc is None:

@@ -19,7 +19,7 @@ from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
 from ..lab.replay import check_confidence
 from ..limits import ENV_VARS, Limits
-from .session import parse_request
+from .session import _integer, parse_request
 
 SOURCES = {"sample": "the sample trace", "file": "an uploaded trace file", "presets": "presets"}
 CONTROLLERS = ("adaptive", "heuristic")
@@ -38,6 +38,7 @@ class ReplayRequest:
     calibration: str  # "once" (on the turn of median prompt length) or "bucket" (one per context-length bucket)
     sampling: SamplingConfig
     min_confidence: float | None = None  # the Run tab's draft confidence stop, replayed (greedy only)
+    first_turns: int | None = None  # replay only a trace's first turns (None: all, up to the cap)
 
 
 def parse_ks(text) -> tuple[int, ...]:
@@ -121,4 +122,14 @@ def parse_replay(values: Mapping, drafters, limits: Limits) -> ReplayRequest:
     check_confidence(run.min_confidence, run.sampling, "auto")  # greedy only: said before the pair loads
     return ReplayRequest(source, path, presets, drafter, parse_ks(values.get("ks")),
                          tuple(c for c in CONTROLLERS if c in controllers), calibration, run.sampling,
-                         run.min_confidence)
+                         run.min_confidence, _first_turns(values.get("first_turns"), limits))
+
+
+def _first_turns(value, limits: Limits) -> int | None:
+    """'First turns' as typed: empty or 0 is every turn (up to the cap)."""
+    if value is None or value == "" or value == 0:
+        return None
+    n = _integer(value, "first turns")
+    if not 1 <= n <= limits.max_replay_turns:
+        raise PlaygroundError(f"first turns must be from 0 (all) to {limits.max_replay_turns}, got {n}")
+    return n

@@ -9,7 +9,7 @@ from the result dict alone (the request is parsed in replay_request.py).
   with the calibration's c, v and cost per call); `errors_markdown`: the lines and turns not replayed.
 - `token_view`: one turn at one k (or controller), its simulated iterations through render.py's token HTML.
 
-The summary's recommendation (lab.replay_summary) is shown as the sweep's is (verdicts.recommendation): never
+The summary's recommendation (lab.replay_summary) is shown as the sweep's is (sweep_words.recommendation): never
 from an untrusted calibration, and never a k predicted slower than plain decoding.
 """
 

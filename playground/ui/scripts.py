@@ -58,7 +58,7 @@ def starting(what: str, target: str = "#status-row") -> str:
   const el = document.querySelector({json.dumps(target)});
   if (el) {{
     const r = el.getBoundingClientRect();
-    if (r.top < 0 || r.top > window.innerHeight * 0.5) el.scrollIntoView({{block: 'start'}});
+    if (r.top < 0 || r.top > window.innerHeight * 0.5) window.scrollBy(0, r.top - 8);  // a little margin above it
   }}
   return {json.dumps(what)};
 }}"""

@@ -46,7 +46,7 @@ SHOW_ME = {
                "the list in the same order, then add one more task."),
     "chat": True, "drafter": "hybrid", "k": 4, "k_mode": "fixed", "decoding": "greedy", "max_new_tokens": 60,
 }
-SHOW_ME_NOTE = ("**Example** (**Show me** brings it back): a list copied from the prompt and extended, with the hybrid "
+SHOW_ME_NOTE = ("**Example** (**Show me** brings it back and runs it): a list copied from the prompt and extended, with the hybrid "
                 "drafter at k = 4, greedy: copied, accepted, corrected and bonus tokens all show. Press **Run**, or "
                 "pick a preset: it fills the prompt with the exact text the model sees.")
 
@@ -288,13 +288,44 @@ def new_session() -> Session:
 
 
 def find_timing(session: Session, store: CalibrationStore | None, drafter: str, ids: Sequence[int],
-                n_needed: int = 1, sampling: SamplingConfig = GREEDY) -> Timing | None:
+                n_needed: int = 1, sampling: SamplingConfig = GREEDY, nearest: bool = True) -> Timing | None:
     """The calibration of this drafter on this context, under `sampling`, reaching passes of `n_needed` tokens:
-    the tab's own for this very prompt, else the pair's (shared by every tab) for this context length, else None."""
+    the tab's own for this very prompt, else the pair's (shared by every tab) for this context length, else (with
+    `nearest`) the pair's for the nearest calibrated length (`is_nearest` says so), else None."""
     timing = session.timing_for(drafter, prompt_key(ids), n_needed, sampling)
     if timing is None and store is not None:
         timing = store.get(drafter, len(ids), n_needed, sampling)
+        if timing is None and nearest:
+            timing = nearest_timing(store, drafter, len(ids), n_needed, sampling)
     return timing
+
+
+def nearest_timing(store: CalibrationStore, drafter: str, context_tokens: int, n_needed: int = 1,
+                   sampling: SamplingConfig = GREEDY) -> Timing | None:
+    """The pair's calibration of this drafter and decoding on the bucket nearest this context length (in doublings,
+    the shorter on a tie): a step's cost changes slowly with the context, so a neighbour's stands in until this
+    length is calibrated."""
+    bucket = CalibrationStore.bucket(context_tokens)
+    for d in range(1, 13):
+        for other in (bucket >> d, bucket << d):
+            timing = store.get(drafter, other, n_needed, sampling) if other >= 64 else None
+            if timing is not None:
+                return timing
+    return None
+
+
+def is_nearest(timing: Timing | None, context_tokens: int) -> bool:
+    """Whether `timing` was made on another context-length bucket than this context's (a stand-in)."""
+    return timing is not None and CalibrationStore.bucket(timing.context_tokens) != CalibrationStore.bucket(
+        context_tokens)
+
+
+def nearest_note(timing: Timing | None, context_tokens: int) -> str:
+    """'' or the words that label a stand-in calibration."""
+    if not is_nearest(timing, context_tokens):
+        return ""
+    return (f"the nearest calibrated length ({CalibrationStore.bucket(timing.context_tokens)} tokens) stands in for "
+            f"this prompt's {context_tokens}; **Calibrate** times this length")
 
 
 def run_timing(session: Session, store: CalibrationStore | None) -> Timing | None:

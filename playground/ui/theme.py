@@ -26,6 +26,10 @@ CSS = """
           min-width: 0 !important; overflow-wrap: anywhere; }
 #status-row { align-items: center; gap: 8px; flex-wrap: nowrap; }
 #status p { margin: 0; }
+.status-more { display: inline; margin-left: 0.3em; }
+p:has(+ .status-more) { display: inline; margin: 0; }  /* "more" on the line it folds */
+.status-more > summary { display: inline; cursor: pointer; text-decoration: underline dotted; }
+.status-more[open] > summary { display: block; }
 #activity { flex: 0 0 auto !important; min-width: 0 !important; width: auto !important; padding: 0 !important;
             border: none !important; background: none !important; }
 #activity [data-testid="status-tracker"] { display: none !important; }

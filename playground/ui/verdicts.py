@@ -12,10 +12,9 @@ import html
 from ..core.cost import break_even_alpha, verify_cost
 from ..core.records import Iteration, describe_choices
 from ..drafters.adaptive import AdaptiveSettings, CostCurve
-from ..lab.misses import noise_bound, noise_line
 from ..lab.schedules import costed_ratio, iteration_rows
 from ..lab.trust import FAIL, WARN, Finding, MachineLoad, Verdict
-from .session import RunResult, Session, stop_text
+from .session import RunResult, Session, nearest_note, stop_text
 
 PRIOR_ALPHA = AdaptiveSettings().prior  # what adaptive k assumes before it has seen a proposal
 SWEEP_COLUMNS = ["k", "measured", "min", "max", "\u03b1", "predicted (iid)", "predicted (per position)",
@@ -185,6 +184,9 @@ def prediction_markdown(session: Session, timing=None) -> str:
     elif timing is not None and run.request.min_confidence is not None:
         rows.append(f"| predicted | \u2013 | {stop_text(run.request.min_confidence)} ({_drafted_text(run)}); the "
                     "fixed-k model drafts all k, so only the costed row below applies |")
+    elif timing is not None and not one_cost_fits(run):
+        rows.append(f"| predicted | \u2013 | no model for this drafter: the model charges every proposal one "
+                    f"drafter's c, and these came from {_sources(s)}; the costed row prices each source |")
     elif timing is not None:
         positions = [a for a in s.per_position_acceptance if a is not None]
         if s.alpha is not None:
@@ -212,6 +214,8 @@ def prediction_markdown(session: Session, timing=None) -> str:
     elif timing is not None:
         lines.append(verdict_html(timing.trust, "The prediction's calibration"))
     lines.append("\n".join(rows))
+    if nearest_note(timing, len(run.prompt_ids)):
+        lines.append(f"Calibration: {nearest_note(timing, len(run.prompt_ids))}.")
     if timing is not None and not varying:
         lines.append(cost_inputs(timing, k))
     elif timing is not None and s.alpha is not None:
@@ -232,11 +236,23 @@ def prediction_markdown(session: Session, timing=None) -> str:
     return "\n\n".join(lines)
 
 
+def one_cost_fits(run: RunResult) -> bool:
+    """Whether the fixed-k model, which charges every proposal one drafter's cost c, fits the run's drafter: not a
+    hybrid, whose proposals come from lookup at its search cost or from a model drafter at c."""
+    return run.request.drafter != "hybrid" and len(run.summary.source_iterations if run.summary else {}) <= 1
+
+
+def _sources(s) -> str:
+    return ", ".join(f"{src} ({n} iterations)" for src, n in s.source_iterations.items()) or "more than one source"
+
+
 def _model_prediction(run: RunResult, timing) -> float | None:
-    """The model's prediction of a fixed-k run that drafted every k: its per-position acceptance, at its length."""
+    """The model's prediction of a fixed-k run that drafted every k: its per-position acceptance, at its length
+    (None where the model does not fit the drafter: `one_cost_fits`)."""
     s = run.summary
     positions = [a for a in s.per_position_acceptance if a is not None]
-    if timing is None or run.request.k_mode != "fixed" or run.request.min_confidence is not None or not positions:
+    if timing is None or run.request.k_mode != "fixed" or run.request.min_confidence is not None or not positions \
+            or not one_cost_fits(run):
         return None
     return timing.predict(positions, run.request.k, new_tokens=s.new_tokens or None,
                           limit=run.request.max_new_tokens if s.finished == "eos" else None)
@@ -280,111 +296,3 @@ def _k_chosen(run: RunResult) -> str:
     s = run.summary
     ks = s.k_values if s is not None else {}
     return f"{run.request.k_mode}, chosen: {describe_choices(ks, s.drafted_values)}" if ks else run.request.k_mode
-
-
-# --- the sweep ----------------------------------------------------------------------------------------------
-
-
-def sweep_verdict(result: dict) -> Verdict | None:
-    """The sweep's overall verdict (None for a result from before verdicts existed)."""
-    return Verdict.from_dict(result["trust"]) if isinstance(result.get("trust"), dict) else None
-
-
-def recommendation(result: dict) -> tuple[int | None, str | None]:
-    """(recommended k, None) or (None, why there is none): never a k from a failed verdict (the lab's
-    `recommended_k` / `withheld`), and never a k that measured slower than plain decoding."""
-    if "recommended_k" in result:
-        k, withheld = result.get("recommended_k"), result.get("withheld")
-    else:  # a result without a verdict: its best measured k
-        k, withheld = result.get("best_k"), None
-    if k is None:
-        return None, withheld or "the sweep measured no fixed k"
-    row = next((r for r in result.get("table") or [] if r["k"] == k), None)
-    if row is not None and row["median_ratio"] < 1.0:
-        return None, (f"no k beat plain decoding (the best, k = {k}, measured {row['median_ratio']:.2f}\u00d7): "
-                      f"decode without drafting here, or use a faster drafter")
-    return k, None
-
-
-def sweep_rows(result: dict) -> list[list]:
-    """The sweep table for display: speed-ups and rates to 3 decimals; a k that can never pay says so."""
-
-    def r3(x):
-        return "\u2013" if x is None else round(float(x), 3)
-
-    rows = []
-    for row in result.get("table", []):
-        never = "break_even_alpha" in row and row["break_even_alpha"] is None  # computed: no alpha pays
-        rows.append([row["k"], r3(row["median_ratio"]), r3(row["min_ratio"]), r3(row["max_ratio"]),
-                     r3(row.get("alpha")), r3(row.get("predicted_iid")), r3(row.get("predicted_empirical")),
-                     r3(row.get("predicted_local")), "never pays" if never else r3(row.get("break_even_alpha"))])
-    return rows
-
-
-def sweep_summary(result: dict, setup: str, rounds: int, max_new: int) -> str:
-    """The verdict, the recommendation (or why there is none), and what the table says, in sentences that agree
-    with each other and with the chart."""
-    table = result.get("table") or []
-    if not table:
-        return "No sweep result."
-    fixed = [r for r in table if isinstance(r["k"], int)] or table
-    verdict = sweep_verdict(result)
-    k, why_not = recommendation(result)
-    best = max(fixed, key=lambda r: r["median_ratio"])
-    out = [verdict_html(verdict, "This sweep")] if verdict is not None else []
-    if k is not None:
-        row = next(r for r in fixed if r["k"] == k)
-        lines = [(f"**Recommended k = {k}**: median measured speed-up {row['median_ratio']:.2f}\u00d7 "
-                  f"(range {row['min_ratio']:.2f}\u2013{row['max_ratio']:.2f} over {rounds} round(s)).")]
-    else:
-        lines = [f"**No recommended k**: {html.escape(why_not)}."]
-        if best["median_ratio"] >= 1.0:
-            lines.append(f"The best measured k was {best['k']} ({best['median_ratio']:.2f}\u00d7); it is not a "
-                         f"recommendation while the verdict fails.")
-        elif "beat plain" not in why_not:
-            lines.append(f"And no k beat plain decoding (the best, k = {best['k']}, measured "
-                         f"{best['median_ratio']:.2f}\u00d7).")
-    predicted = result.get("predicted_best_k")
-    if predicted is not None:
-        agree = "" if k is None or predicted == k else " It disagrees with the measurement: see the verdict."
-        lines.append(f"The cost model, from the per-position acceptance at the largest k and the calibration, "
-                     f"predicts k = {predicted} would be best.{agree}")
-    ref = next((r for r in fixed if r["k"] == k), best)
-    costed = next(iter(result.get("schedules") or []), {})  # lab.schedules: one entry, the sweep's one prompt
-    for r in table:
-        if not isinstance(r["k"], int):  # the adaptive arm of the same rounds
-            line = (f"Adaptive k (chosen per iteration: {describe_choices(r.get('k_values') or {}, r.get('drafted_values'))}): "
-                    f"{r['median_ratio']:.2f}\u00d7, {r['median_ratio'] / ref['median_ratio']:.0%} of "
-                    f"{'the recommended' if k is not None else 'the best measured'} k")
-            if r.get("median_costed") is not None and costed.get("adaptive_of_best") is not None:
-                line += (f"; its own iterations costed under the calibration, without the host's noise: "
-                         f"{r['median_costed']:.2f}\u00d7, {costed['adaptive_of_best']:.0%} of the best fixed k "
-                         f"costed the same way (k = {costed['best_fixed']['k']})")
-            lines.append(line + ".")
-    losing = [str(r["k"]) for r in fixed if r["median_ratio"] < 1.0]
-    if losing:
-        lines.append(f"Slower than plain decoding at k = {', '.join(losing)}.")
-    never = [str(r["k"]) for r in fixed if "break_even_alpha" in r and r["break_even_alpha"] is None]
-    if never:
-        lines.append(f"With these step costs the cost model says k = {', '.join(never)} can never pay.")
-    explained = ref.get("explained")
-    if explained:
-        lines.append(f"Where the prediction missed at k = {ref['k']} (measured \u2212 predicted = "
-                     f"{explained['miss']:+.2f}\u00d7): step costs {explained['step_costs']:+.2f}, acceptance model "
-                     f"{explained['acceptance']:+.2f}, overhead {explained['overhead']:+.2f}.")
-    if (bound := noise_bound(result)) is not None:  # what any prediction could score on this sweep's scatter
-        said = html.escape(noise_line(bound))
-        lines.append(said[0].upper() + said[1:] + ".")
-    spreads = [f.message for r in fixed for f in Verdict.from_dict(r.get("trust")).findings if f.check == "spread"]
-    if spreads:
-        lines.append("Rounds disagree: " + "; ".join(html.escape(m) for m in spreads) + ".")
-    every = result.get("plain_every")  # absent from results saved with one plain run per round
-    divided = (f"with plain decoding before every {every} of them and after the last, each speculative run divided "
-               "by plain decoding's speed at its moment, interpolated between the plain runs around it" if every else
-               "each speculative run divided by the plain run of its round")
-    lines.append(f"How measured: in each round every k ran back to back in a rotating order, {divided}; "
-                 f"{max_new} max new tokens, prefill excluded; {setup}.")
-    out.append(" ".join(lines))
-    out.append(glossary_html(["k", "\u03b1 (acceptance rate)", "iid \u03b1", "per position", "loop costs",
-                              "break-even \u03b1", "speed-up", "adjacent runs", "noise bound", "trust verdict"]))
-    return "\n\n".join(out)

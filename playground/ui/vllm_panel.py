@@ -197,8 +197,8 @@ def vllm_tab(ui, settings: VllmSettings, preset_list, limits: Limits) -> None:
                                         placeholder="Type a prompt, or pick a preset")
         with gr.Column(scale=1, min_width=200):
             ui.vllm_chat = gr.Checkbox(value=True, label="As one user turn (chat template)", elem_id="vllm-chat")
-            ui.vllm_max_new = gr.Number(value=min(64, limits.max_new_tokens), minimum=1, maximum=limits.max_new_tokens,
-                                        precision=0, label="Max new tokens", elem_id="vllm-max-new")
+            ui.vllm_max_new = gr.Number(value=min(64, limits.max_new_tokens), precision=0, label="Max new tokens",
+                                        info=f"1 to {limits.max_new_tokens}", elem_id="vllm-max-new")
             with gr.Row():
                 ui.vllm_run_btn = gr.Button("Run on vLLM", variant="primary", elem_id="vllm-run-btn", min_width=100)
                 ui.vllm_stop_btn = gr.Button("Stop", variant="stop", elem_id="vllm-stop-btn", min_width=70)

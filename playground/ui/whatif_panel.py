@@ -24,10 +24,11 @@ from ..lab.whatif import whatif
 from . import handlers, scripts
 from .batching import INTRO, batch_note, stream_batch
 from .downloads import jsonable
+from .panels import fold
 from .session import Session, _number, parse_request
 from .verdicts import glossary_html
 from .whatif_view import DEFAULTS, FIELDS, START_NOTE, error_status, parse_positions, parse_verify, prefill, whatif_view
-from .wiring import _error, _event, _guarded, _skip
+from .wiring import _error, _event, _guarded, _skip, on_failure
 
 log = logging.getLogger(__name__)
 BATCH_STARTING = "Timing batches: starting; its progress shows on the 'k per output shape' tab \u2026"
@@ -70,7 +71,7 @@ def whatif_tab(ui) -> None:
     ui.whatif_status = gr.Markdown(first.status, elem_id="whatif-status")
     ui.whatif_plot = gr.Plot(first.figure, show_label=False, elem_id="whatif-plot")
     ui.whatif_table = gr.HTML(first.table, elem_id="whatif-table", label="per k")
-    gr.Markdown("Predicted speed-up over \u03b1 \u00d7 k (the seed chapter's table), best k of each \u03b1 in bold; "
+    gr.Markdown("Predicted speed-up over \u03b1 \u00d7 k, best k of each \u03b1 in bold; "
                 "the what-if \u03b1 and your last run's \u03b1 have rows of their own, the run's k is outlined.",
                 elem_id="whatif-grid-title")
     ui.whatif_grid = gr.HTML(first.grid, elem_id="whatif-grid")
@@ -184,8 +185,9 @@ def wire_batch(ui, provider, limits) -> None:
             return stopped, "Batch timing stopped: nothing was kept."
         if isinstance(status, str) and status.startswith(BATCH_STARTING[:14]):
             done = session.batch_status if session is not None and session.batch_status else None
-            return done or "The batch timing did not finish: its tab says why.", gr.skip()
+            return fold(done) if done else "The batch timing did not finish: its tab says why.", gr.skip()
         return gr.skip(), gr.skip()
 
     batch_ev.then(after_batch, [session, ui.status], [ui.status, ui.batch_status], **QUIET)
+    on_failure(batch_ev, BATCH_STARTING, "Time batches", ui.status, ui.batch_status)
     ui.sweep_event.then(batch_note, [session], [ui.batch_note], **QUIET)  # the note says whether lines are drawn

@@ -24,15 +24,16 @@ from ..errors import PlaygroundError
 from ..lab.calibration import Timing
 from ..lab.whatif import ALPHAS, parse_v, whatif
 from . import charts
+from .panels import fold
 from .session import Session, _number, run_timing
 from .verdicts import GLOSSARY
 
 MODES = {"iid": "iid \u03b1", "positions": "per position"}
-# The seed chapter's cheap-draft example (c = 0.38, every pass one target step): 1.47x at alpha = 0.85, k = 4.
+# A cheap draft (c = 0.38, every pass one target step): 1.47x at alpha = 0.85, k = 4.
 DEFAULTS = {"acceptance": "iid", "alpha": 0.85, "positions": "0.95, 0.9, 0.85, 0.8", "c": 0.38, "overhead": 0.0,
             "v": "flat"}
 FIELDS = tuple(DEFAULTS)  # the panel's inputs, in the order the events take them
-START_NOTE = ("Starts from the seed chapter's cheap-draft example (c = 0.38, flat v(n), \u03b1 = 0.85): after a "
+START_NOTE = ("Starts from an example cheap draft (c = 0.38, flat v(n), \u03b1 = 0.85): after a "
               "**Calibrate** or a **Run** this tab fills in its own numbers when you open it.")
 SEP = " \u00b7 "
 STALE = "the chart and the tables still show the last inputs that worked"
@@ -168,7 +169,7 @@ def whatif_view(session: Session | None, values: Mapping[str, Any]) -> WhatifVie
     status = _status(doc, mark, point)
     if refused is not None and alpha == refused[1]:
         status = f"\u26a0 {html.escape(refused[0])}: the slider moved to {alpha:g}, and these numbers are for it. {status}"
-    return WhatifView(status, charts.whatif_figure(doc, point), per_k_html(doc, mark), grid_html(doc, mark), doc)
+    return WhatifView(fold(status), charts.whatif_figure(doc, point), per_k_html(doc, mark), grid_html(doc, mark), doc)
 
 
 def describe_inputs(doc: dict) -> str:
@@ -195,7 +196,7 @@ def _status(doc: dict, mark: RunMark | None, point: dict | None) -> str:
 
 
 def error_status(e: PlaygroundError) -> str:
-    return f"\u26a0 {html.escape(str(e))} \u2014 {STALE}."
+    return fold(f"\u26a0 {html.escape(str(e))} \u2014 {STALE}.")
 
 
 def _tip(term: str, extra: str = "") -> str:
@@ -245,7 +246,7 @@ def per_k_html(doc: dict, mark: RunMark | None) -> str:
 
 
 def grid_html(doc: dict, mark: RunMark | None) -> str:
-    """The seed chapter's table: predicted speed-up over alpha x k, the best k of each alpha in bold, the
+    """The table of predicted speed-up over alpha x k, the best k of each alpha in bold, the
     what-if alpha's row and the last run's row labelled, and the run's own cell outlined."""
     ks = doc["ks"]
     corner = _tip("\u03b1 (acceptance rate)", "; k: " + GLOSSARY["k"])

@@ -20,7 +20,6 @@ from __future__ import annotations
 import html
 import inspect
 import logging
-import math
 import traceback
 
 import gradio as gr
@@ -28,20 +27,22 @@ import gradio as gr
 from ..envinfo import redact
 from ..errors import PlaygroundError
 from . import handlers, measure, scripts
-from .panels import READY
+from .panels import READY, fold
+from .ranges import SLIDERS, range_check, refuse_moved, remember_moves
 from .session import SHOW_ME, SHOW_ME_NOTE, parse_request, parse_sweep
 
 log = logging.getLogger(__name__)
 PROGRESS = gr.Progress()  # a marker: Gradio hands each call a tracker of its own
 STARTING = "Starting: waiting for the device if another event is using it \u2026"
+SHOW_STARTING = "Starting: waiting for the device to run the example (Show me loads it and runs it) \u2026"
 SWEEP_STARTING = "Sweep k: starting; its progress shows on the 'k per output shape' tab \u2026"
 STOP_JS = ("(s) => /^(Starting|Running|Loading|Calibrating|Plain decoding|Sweep k|Sweeping|Timing batches)/"
            ".test(s || '') "
            "? 'Stopping \u2026' : s")
 
 
-def _error(e: Exception) -> gr.Error:
-    return gr.Error(html.escape(redact(str(e))), title="Cannot do that", print_exception=False)
+def _error(e: Exception, visible: bool = True) -> gr.Error:
+    return gr.Error(html.escape(redact(str(e))), title="Cannot do that", print_exception=False, visible=visible)
 
 
 def _skip(x):
@@ -50,21 +51,24 @@ def _skip(x):
 
 def _guarded(views, to_outputs, n_outputs: int, status_first: bool = True):
     """Map each view to output values; turn a PlaygroundError into a status line (the first output) and an
-    error the user or API client sees, and any other exception into an 'internal error' message. The app
+    error the API client sees, and any other exception into an 'internal error' message. Where the status line
+    says it, the page shows no toast as well (toasts pile up and outlive the error they report). The app
     keeps serving either way. No secret (HF_TOKEN, ...) is shown or logged: messages go through `redact`."""
     try:
         for v in views:
-            yield to_outputs(v)
+            out = to_outputs(v)
+            yield (fold(out[0]), *out[1:]) if status_first and isinstance(out, tuple) else out
     except PlaygroundError as e:
         if status_first:
-            yield (f"\u26a0 {redact(str(e))}", *([gr.skip()] * (n_outputs - 1)))
-        raise _error(e) from None
+            yield (fold(f"\u26a0 {redact(str(e))}"), *([gr.skip()] * (n_outputs - 1)))
+        raise _error(e, visible=not status_first) from None
     except Exception as e:  # noqa: BLE001 - a bug, not bad input: say what happened, log the traceback
         log.error("playground event failed\n%s", redact(traceback.format_exc()))
         message = redact(f"internal error: {type(e).__name__}: {e}")
         if status_first:
-            yield (f"\u26a0 {message}", *([gr.skip()] * (n_outputs - 1)))
-        raise gr.Error(html.escape(message), title="Something broke", print_exception=False) from None
+            yield (fold(f"\u26a0 {message}"), *([gr.skip()] * (n_outputs - 1)))
+        raise gr.Error(html.escape(message), title="Something broke", print_exception=False,
+                       visible=not status_first) from None
 
 
 def _event(body, session: gr.State, controls: dict):
@@ -89,42 +93,30 @@ def _event(body, session: gr.State, controls: dict):
     return event, [session, *controls.values()]
 
 
-def range_problem(value, label: str, lo: float, hi: float | None, whole: bool = True) -> str | None:
-    """What is wrong with a typed number, in words (None when it is fine)."""
-    if value is None or value == "":
-        return f"{label} is empty: type a number"
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return f"{label} must be a number, got {str(value)[:40]!r}"
-    bounds = f"from {lo:g} to {hi:g}" if hi is not None else f"{lo:g} or more"
-    if not math.isfinite(x) or (whole and not x.is_integer()):
-        return f"{label} must be a whole number {bounds}, got {x:g}"
-    if x < lo or (hi is not None and x > hi):
-        return f"{label} must be {bounds}, got {x:g}"
-    return None
+NOT_RUN = ("\u26a0 Not run: a value was refused before it began (the message names it); fix it and press the "
+           "button again.")
 
 
-def range_check(label: str, lo: float, hi: float | None, whole: bool = True, slider: bool = False):
-    """A change listener (preprocess=False: the value as typed, before any clamping or rounding): an error on
-    the status line for a value out of range, cleared once the value is fixed. A slider moves to its bound
-    after an out-of-range value (Gradio clamps it): that keeps the message, which says where it went."""
+def on_failure(event, starting: str, what: str, status, tab_status=None) -> None:
+    """Make sure a failed event leaves no 'starting' line behind. Gradio 6's page runs an event's `.then`
+    listeners only after it succeeded or was cancelled (one that raised gr.Error, in its own code or in Gradio's
+    checks of the inputs, runs its `.failure` listeners alone), so the `after` events chained with `.then` never
+    ran after an error: this chains one with `.failure`. While the status line (and the tab's, `tab_status`) still
+    shows `starting`, it gets the tab's error line or NOT_RUN; a line already describing the error stays."""
 
-    def check(value, status):
-        problem = range_problem(value, label, lo, hi, whole)
-        if problem:
-            if slider and isinstance(value, (int, float)):
-                problem += f"; the slider moved to {min(max(value, lo), hi):g}"
-            return f"\u26a0 {problem}"
-        # The slider's clamp fires a change of its own, at the bound the message names: that one keeps the message
-        # (any other in-range value, the other bound included, is a fix and clears it).
-        clamped = slider and isinstance(status, str) and isinstance(value, (int, float)) and status.endswith(
-            f"the slider moved to {value:g}")
-        if isinstance(status, str) and status.startswith(f"\u26a0 {label}") and not clamped:
-            return READY
-        return gr.skip()
+    def failed(top, tab=None):
+        def starts(line):
+            return isinstance(line, str) and line.startswith(starting[:12])
 
-    return check
+        tab_error = tab if isinstance(tab, str) and tab.startswith("\u26a0") else None
+        line = fold(f"\u26a0 {what}: {tab_error[1:].strip()}" if tab_error else NOT_RUN) if starts(top) else None
+        if tab_status is None:
+            return _skip(line)
+        starting_tab = isinstance(tab, str) and tab.startswith(("Starting", starting[:12]))
+        return _skip(line), (NOT_RUN if starting_tab else gr.skip())
+
+    inputs, outputs = ([status], [status]) if tab_status is None else ([status, tab_status], [status, tab_status])
+    event.failure(failed, inputs, outputs, queue=False, api_visibility="private", show_progress="hidden")
 
 
 def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = None) -> None:
@@ -138,7 +130,8 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
     sweep_controls = {**{n: run_controls[n] for n in ("prompt", "preset", "chat", "drafter", "decoding",
                                                       "temperature", "top_k", "top_p", "seed")},
                       "k_max": ui.k_max, "rounds": ui.rounds, "max_new_tokens": ui.sweep_new,
-                      "min_confidence": ui.min_confidence}  # last: API clients' positional calls keep working
+                      "min_confidence": ui.min_confidence,  # last: API clients' positional calls keep working
+                      "moved": ui.moved}  # a gr.State: no API parameter
     run_outputs = [ui.status, ui.tokens, ui.counters, ui.time_plot, ui.pos_plot, ui.alpha_plot, ui.check,
                    ui.prediction, ui.run_json, ui.download, session]
 
@@ -157,6 +150,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
         k_mode: "fixed" (k every iteration), "adaptive" or "heuristic" (k chosen per iteration)."""
 
         def views():
+            refuse_moved(values.pop("moved", None), values)
             request = parse_request(values, drafters_of(session), limits)
             yield from handlers.stream_run(provider, session, request, limits=limits, stream_tokens=stream_tokens)
 
@@ -174,9 +168,10 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
 
     def calibrate(session, values):
         """Time the target (v(n)) and the drafter (c) for the cost model, on this context length; reused by every
-        tab on the pair. careful: 12 timed cycles instead of 5."""
+        tab on the pair. careful: measure.CAREFUL's timed cycles instead of SHORT's."""
 
         def views():
+            refuse_moved(values.pop("moved", None), values, ignore=("k",))  # a calibration serves every k
             request = parse_request(values, drafters_of(session), limits)
             yield from measure.stream_calibrate(provider, session, request, careful=bool(values.get("careful")),
                                                 repeats=calibrate_repeats, limits=limits)
@@ -188,16 +183,18 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
         recommended k where the verdict holds."""
 
         def views():
+            refuse_moved(values.pop("moved", None), values)
             request = parse_sweep(values, drafters_of(session), limits)
             yield from measure.stream_sweep(provider, session, request, sweep_fn=sweep_fn, limits=limits)
 
         yield from _guarded(views(), lambda v: (v.status, _skip(v.figure), _skip(v.table), _skip(v.summary),
                                                 _skip(v.doc), v.session), 6)
 
-    speculative = {**run_controls, "k_mode": ui.k_mode, "min_confidence": ui.min_confidence}
+    speculative = {**run_controls, "k_mode": ui.k_mode, "min_confidence": ui.min_confidence, "moved": ui.moved}
     run_event, run_inputs = _event(run, session, speculative)
     compare_run_event, _ = _event(run_to_compare, session, speculative)
-    calibrate_event, calibrate_inputs = _event(calibrate, session, {**run_controls, "careful": ui.careful})
+    calibrate_event, calibrate_inputs = _event(calibrate, session,
+                                               {**run_controls, "careful": ui.careful, "moved": ui.moved})
     sweep_event, sweep_inputs = _event(sweep, session, sweep_controls)
 
     def load_preset(preset, prompt, session=None):
@@ -246,7 +243,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
                             "and press the button again.")
                 elif status.startswith("Stopping"):
                     line = "Stopped before it began. Press Run to start again."
-            return (_skip(line), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
+            return (_skip(fold(line)), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
                     _skip(figs.get("alpha")), _skip(v.sweep_status), _skip(v.tokens))
 
         return after_event
@@ -255,8 +252,9 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
     # what happens, and scripts.HEAD shows the place in line.
     on_status = {"show_progress": "minimal", "show_progress_on": [ui.activity]}
     starting = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
-    for btn in (ui.run_btn, ui.compare_btn, ui.calibrate_btn, ui.show_btn):
+    for btn in (ui.run_btn, ui.compare_btn, ui.calibrate_btn):
         btn.click(None, None, [ui.status], js=scripts.starting(STARTING), **starting)
+    ui.show_btn.click(None, None, [ui.status], js=scripts.starting(SHOW_STARTING), **starting)
     ui.sweep_btn.click(None, None, [ui.status], js=scripts.starting(SWEEP_STARTING, "#sweep-status"), **starting)
     run_ev = ui.run_btn.click(run_event, run_inputs, run_outputs, api_name="run", **on_status, **device_events)
     cmp_run_ev = ui.compare_btn.click(compare_run_event, run_inputs, run_outputs, api_visibility="private", **on_status,
@@ -295,6 +293,10 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
                      (sweep_ev, "sweep"), (show_ev, "run")):
         ev.then(after(kind), [session, ui.status], after_outputs, api_visibility="private", queue=False,
                 show_progress="hidden")
+        if kind == "sweep":
+            on_failure(ev, SWEEP_STARTING, "Sweep k", ui.status, ui.sweep_status)
+        else:
+            on_failure(ev, STARTING, kind.capitalize(), ui.status)
     _wire_controls(ui, limits)
 
 
@@ -312,7 +314,11 @@ def _wire_controls(ui, limits) -> None:
               (ui.rounds, "rounds", 1, 5, True, True, ui.sweep_status),
               (ui.sweep_new, "max new tokens per run", 1, limits.max_new_tokens, True, False, ui.sweep_status)]
     for comp, label, lo, hi, whole, slider, where in checks:
-        comp.change(range_check(label, lo, hi, whole, slider), [comp, where], [where], **raw)
+        check = range_check(label, lo, hi, whole, slider)
+        if label in SLIDERS:
+            comp.change(remember_moves(check, label, lo, hi), [comp, where, ui.moved], [where, ui.moved], **raw)
+        else:
+            comp.change(check, [comp, where], [where], **raw)
 
     def sampling_controls(decoding):
         on = decoding == "sample"
@@ -333,8 +339,8 @@ def _wire_controls(ui, limits) -> None:
     def nothing_yet(session):
         """Say so when there is no finished run to download (the button has no file to give yet)."""
         if session is None or session.run is None or not session.run.finished:
-            return ("Nothing to download yet: press **Run** first (the file holds the run's request, records, "
-                    "summary, environment and, after **Compare with plain**, the plain run and its verdict).")
+            return fold("Nothing to download yet: press **Run** first \u00b7 the file holds the run's request, records, "
+                        "summary, environment and, after **Compare with plain**, the plain run and its verdict.")
         return gr.skip()
 
     ui.download.click(nothing_yet, [ui.session], [ui.status], **quiet)

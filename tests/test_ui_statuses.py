@@ -1,0 +1,331 @@
+"""Every event ends in a status line that says what is true now, without a browser: the handlers and the
+wiring that issue 47's walk-through found stuck, silent or long (the real-browser checks are in
+test_ui_browser.py)."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+from playground.errors import PlaygroundError
+from playground.ui import serving
+from playground.ui.session import parse_request
+from tests.test_ui_handlers import CONTROLS, word_pair  # noqa: F401 - word_pair: a fixture used here
+
+
+@pytest.fixture(scope="module")
+def demo(word_pair):  # noqa: F811 - the fixture imported above
+    from playground.ui import build_ui
+
+    return build_ui(serving.PairProvider(pair=word_pair))
+
+
+def by_elem_id(demo) -> dict:
+    return {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
+
+
+def test_every_device_event_has_a_listener_for_its_failure(demo):
+    """Gradio's page runs `.then` listeners only after a success: a failed event (Gradio's own input checks
+    included) reaches its `.failure` listeners alone, so each device event needs one or its 'starting' line
+    stays for good."""
+    fns = list(demo.fns.values())
+    device = [f for f in fns if str(f.concurrency_id or "").startswith("device:")]
+    failing = {f.trigger_after for f in fns if f.trigger_only_on_failure}
+    missing = [f.name for f in device if f._id not in failing]
+    assert len(device) >= 8 and not missing, missing  # run, compare (2), calibrate, sweep, show me, replay, batches
+
+
+def failure_listener(demo, event_name: str):
+    fns = list(demo.fns.values())
+    event = next(f for f in fns if f.api_name == event_name)
+    return next(f.fn for f in fns if f.trigger_only_on_failure and f.trigger_after == event._id)
+
+
+def test_a_failed_event_replaces_its_starting_line(demo):
+    from playground.ui.replay_panel import STARTING as REPLAY_STARTING
+    from playground.ui.replay_panel import TAB_STARTING
+    from playground.ui.wiring import NOT_RUN, STARTING, SWEEP_STARTING
+
+    run = failure_listener(demo, "run")
+    assert run(STARTING) == NOT_RUN  # refused by Gradio before our code ran: never "Starting" for good
+    assert isinstance(run("\u26a0 max new tokens must be from 1 to 512, got 0"), type(gr.skip()))  # it says why
+    replay = failure_listener(demo, "replay")
+    top, tab = replay(REPLAY_STARTING, "\u26a0 Nothing to replay: 1 line(s) refused, listed below")
+    assert top == "\u26a0 Replay: Nothing to replay: 1 line(s) refused, listed below"  # the tab's reason, above
+    assert isinstance(tab, type(gr.skip()))
+    assert replay(REPLAY_STARTING, TAB_STARTING) == (NOT_RUN, NOT_RUN)
+    sweep = failure_listener(demo, "sweep")
+    top, _ = sweep(SWEEP_STARTING, "\u26a0 the prompt is empty")
+    assert top == "\u26a0 Sweep k: the prompt is empty"
+    assert all(isinstance(x, type(gr.skip())) for x in sweep("Done: 3 tokens", "\u26a0 old"))
+
+
+def test_number_boxes_leave_their_range_to_the_events(demo):
+    """Gradio's own range check raises before the event's code (a toast, and the status never updated): the
+    boxes name the range, the request parser enforces it with field, range and value."""
+    blocks = by_elem_id(demo)
+    for elem_id in ("max-new", "sweep-new", "top-k", "seed"):
+        assert blocks[elem_id].minimum is None and blocks[elem_id].maximum is None, elem_id
+    for value in (0, 999999):
+        with pytest.raises(PlaygroundError, match=f"max new tokens must be from 1 to [0-9]+, got {value}"):
+            parse_request({**CONTROLS, "max_new_tokens": value})
+    with pytest.raises(PlaygroundError, match="seed must be between 0 and .*got -3"):
+        parse_request({**CONTROLS, "seed": -3})
+    with pytest.raises(PlaygroundError, match="top-k must be .*>= 0.*got -1"):
+        parse_request({**CONTROLS, "decoding": "sample", "top_k": -1})
+
+
+def test_an_error_the_status_line_shows_is_not_also_a_toast():
+    from playground.ui.wiring import _guarded
+
+    def bad():
+        raise PlaygroundError("k must be from 1 to 16, got 99")
+        yield
+
+    with pytest.raises(gr.Error) as shown:
+        list(_guarded(bad(), str, 2))
+    assert not shown.value.visible  # the status line has it; an API client still gets the error
+    with pytest.raises(gr.Error) as toast:
+        list(_guarded(bad(), str, 2, status_first=False))
+    assert toast.value.visible  # no status line to say it: the toast does
+
+
+def test_a_trace_of_blank_lines_says_it_holds_no_turn(word_pair, tmp_path):  # noqa: F811 - the fixture
+    from playground.limits import Limits
+    from playground.ui import replay_panel
+    from tests.test_ui_replay import request
+
+    path = tmp_path / "blank.jsonl"
+    path.write_text("\n  \n\n")
+    gen = replay_panel.stream_replay(serving.PairProvider(pair=word_pair), None, None,
+                                     request(trace_file=str(path)), Limits())
+    with pytest.raises(PlaygroundError, match="the file holds no turn"):
+        list(gen)  # not '0 line(s) refused, listed below' over an empty list
+
+
+def test_a_slider_moved_from_a_typed_value_refuses_the_next_event_once(demo):
+    """k typed 99 (the page's slider moves to 16 as the box loses focus): the status line says so, and the next
+    Run is refused naming the range and the move, instead of running k = 16 with no word; a second press runs."""
+    import inspect
+
+    from playground.ui.ranges import range_check, remember_moves
+
+    listener = remember_moves(range_check("k", 1, 16, slider=True), "k", 1, 16)
+    line, moved = listener(99, "Ready", {})
+    assert line == "\u26a0 k must be from 1 to 16, got 99; the slider moved to 16" and moved["k"][:2] == (99, 16)
+    _, kept = listener(16, line, moved)  # the slider's own move to the bound
+    assert "k" in kept
+    _, dropped = listener(5, line, moved)  # set again by hand
+    assert "k" not in dropped
+    fns = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
+    names = list(inspect.signature(fns["run"]).parameters)[1:-1]  # (session, *controls, progress)
+    assert "moved" in names  # a gr.State: the API's parameters are the components'
+    values = {**CONTROLS, "preset": "", "k": 16, "k_mode": "fixed", "min_confidence": 0, "max_new_tokens": 4}
+    state = dict(kept)
+    lines = []
+    with pytest.raises(gr.Error):
+        for out in fns["run"](None, *[state if n == "moved" else values[n] for n in names], None):
+            lines.append(out[0])
+    assert lines == [("\u26a0 not run: k was typed as 99, outside 1 to 16; the slider moved to 16. Press again to "
+                      "use 16, or set it")]
+    assert len(lines[0]) <= 120 and state == {}  # refused once ...
+    done = list(fns["run"](None, *[state if n == "moved" else values[n] for n in names], None))
+    assert done[-1][0].startswith("Done")  # ... and the second press runs k = 16
+
+
+def test_a_moved_value_the_event_does_not_read_is_no_reason_to_refuse():
+    from playground.ui.ranges import refuse_moved
+
+    moved = {"temperature": (-1, 0.05, 0.05, 2.0), "k": (0, 1, 1, 16)}
+    refuse_moved(moved, {"decoding": "greedy", "temperature": 0.05, "k": 1, "k_mode": "adaptive"})  # neither read
+    with pytest.raises(PlaygroundError, match="temperature was typed as -1, outside 0.05 to 2"):
+        refuse_moved(moved, {"decoding": "sample", "temperature": 0.05})
+    refuse_moved(moved, {"decoding": "sample", "temperature": 0.05})  # once: the next one runs
+
+
+def test_a_long_status_line_shows_its_first_120_characters_and_folds_the_rest():
+    import re
+
+    from playground.ui.panels import fold
+    from playground.ui.wiring import _guarded
+
+    done = ("Done: 6 new tokens in 6 target passes, finished by length \u00b7 drafter hybrid: prompt lookup (n-gram 2..3) "
+            "else tiny-draft, k = 16, greedy \u00b7 cpu, float32 \u00b7 0 s \u00b7 \u26a0 other processes used 1.8 cores")
+    folded = fold(done)
+    head, rest = folded.split(" <details", 1)
+    assert head == "Done: 6 new tokens in 6 target passes, finished by length" and len(head) <= 120
+    assert "<summary>more</summary>drafter hybrid" in rest and rest.endswith("1.8 cores</details>")
+    assert re.sub(r"<[^>]+>", "", rest).endswith(done[len(head) + 3:])  # nothing lost, only folded
+    bold = "Nothing yet: press **Compare with plain** and then " + "x" * 60 + " **Calibrate** to see it " + "y" * 40
+    assert fold(bold).split(" <details")[0].count("**") % 2 == 0  # never cut inside a bold span
+    assert fold("short") == "short" and fold(None) is None
+    (line, _), = list(_guarded(iter([done]), lambda v: (v, 1), 2))
+    assert line == folded  # every event's status line goes through the fold
+
+
+def test_the_words_match_what_a_user_sees(demo):
+    from playground.ui import measure
+    from playground.ui.blocks import CAREFUL_LABEL
+    from playground.ui.session import SHOW_ME_NOTE
+    from playground.ui.whatif_view import START_NOTE
+
+    blocks = by_elem_id(demo)
+    # the careful box promises what Calibrate then reports ("4 timed cycles after 2 warm-up")
+    assert blocks["careful"].label == CAREFUL_LABEL
+    assert f"({measure.CAREFUL[0]} timed cycles instead of {measure.SHORT[0]}:" in CAREFUL_LABEL
+    assert "instead of 5" not in CAREFUL_LABEL
+    texts = [str(getattr(b, "value", "") or "") + str(getattr(b, "label", "") or "") for b in demo.blocks.values()]
+    assert not [t for t in texts if "seed chapter" in t] and "seed chapter" not in START_NOTE  # a source never seen
+    assert not [t for t in texts if "on the left" in t or "on the right" in t]  # a phone has neither
+    assert "runs it" in SHOW_ME_NOTE  # Show me starts a run, and says so
+
+
+def test_a_big_trace_is_announced_before_it_runs_and_its_first_turns_offered(tmp_path, monkeypatch):
+    from playground.limits import Limits
+    from playground.ui import replay_announce, replay_panel, replay_request
+    from tests import test_ui_replay as rp
+
+    for module in (replay_panel, replay_announce):
+        monkeypatch.setattr(module, "BIG_TURNS", 1)  # more turns than this are big, whatever the estimate
+    pair = rp.pair.__wrapped__()  # the module's fixtures, built here: a tiny pair with a perfect draft
+    provider = rp.provider.__wrapped__(pair)
+    trace = rp.trace.__wrapped__(pair, type("F", (), {"mktemp": lambda self, name: tmp_path})())
+    limits = Limits(max_replay_turns=2)  # the trace's 4 good turns: 2 past the cap
+
+    def req(**changes):
+        return replay_request.parse_replay({**rp.BASE, "trace_file": trace, **changes}, rp.DRAFTERS, limits)
+
+    state = replay_panel.ReplayState()
+    first = list(replay_panel.stream_replay(provider, state, None, req(), limits))
+    line = first[-1].status
+    assert first[-1].doc is None and not any("Replaying" in u.status for u in first)  # nothing ran
+    assert line.startswith("\u26a0 Not started: 2 turns, ") and ", about " in line  # turns, tokens, time
+    assert "2 turns past the cap of 2 (PLAYGROUND_MAX_REPLAY_TURNS) skipped" in line and "1 lines refused" in line
+    assert "press Run replay again to replay all 2, or set First turns to 1" in line
+    assert state.outcome == line  # the line above the tabs says it too
+    again = list(replay_panel.stream_replay(provider, state, None, req(), limits))
+    assert again[-1].status.startswith("Replay done") and len(again[-1].doc["turns"]) == 2  # pressed again: runs
+    chosen = list(replay_panel.stream_replay(provider, replay_panel.ReplayState(), None, req(first_turns=1), limits))
+    assert chosen[-1].status.startswith("Replay done") and len(chosen[-1].doc["turns"]) == 1  # the offer, no stop
+    with pytest.raises(PlaygroundError, match="first turns must be from 0 \\(all\\) to 2, got 3"):
+        req(first_turns=3)
+
+
+def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_this_one(word_pair, monkeypatch):  # noqa: F811
+    """Calibrated on a short prompt, a long one gets the nearest bucket's calibration, labelled, instead of
+    'press Calibrate' and a calibration hidden inside its first adaptive run; Calibrate itself times this length."""
+    from dataclasses import replace
+
+    import playground.lab.calibration as lab_calibration
+    from playground.drafters.registry import make_proposer
+    from playground.ui import handlers, measure
+    from playground.ui.session import Session, find_timing, nearest_timing
+    from tests.test_replay import fake_timing
+    from tests.test_ui_handlers import request
+
+    provider = serving.PairProvider(pair=word_pair)
+    name = make_proposer(word_pair, "lookup").describe()
+    store = provider.calibrations
+    store.put(name, replace(fake_timing(), context_tokens=70))  # bucket 128
+    assert nearest_timing(store, name, 330).context_tokens == 70  # 512: two doublings away, the only one
+    store.put(name, replace(fake_timing(), context_tokens=1000))  # bucket 1024, one doubling from 512
+    assert nearest_timing(store, name, 330).context_tokens == 1000
+    assert nearest_timing(store, name, 180).context_tokens == 70  # 256: 128 and 1024 ... the nearer, 128
+    assert find_timing(Session(), store, name, list(range(330)), nearest=False) is None
+    calls = []
+    monkeypatch.setattr(lab_calibration, "calibrate", lambda *a, **k: calls.append(k) or fake_timing())
+    monkeypatch.setattr(measure, "calibrate", lambda *a, **k: calls.append(k) or fake_timing())
+    long_prompt = " ".join(f"w{i % 60 + 1}" for i in range(180))  # ~190 tokens with the chat template: bucket 256
+    session = Session()
+    views = list(handlers.stream_run(provider, session, request(provider, prompt=long_prompt, drafter="lookup",
+                                                                k_mode="adaptive", max_new_tokens=6)))
+    assert not calls and views[-1].status.startswith("Done")  # no calibration inside the run
+    assert "the nearest calibrated length (128 tokens) stands in for this prompt's" in views[-1].prediction
+    cal = list(measure.stream_calibrate(provider, Session(), request(provider, prompt=long_prompt, drafter="lookup"),
+                                        repeats=1, warmup=0))
+    assert len(calls) == 1 and cal[-1].status.startswith("Calibrated")  # this length, not 'Already calibrated'
+
+
+def recorded_sweep(**changes) -> dict:
+    """Issue 47's tool-call sweep as recorded (hybrid, 3 rounds, trusted): every predicted curve peaks at k = 8, the
+    largest k swept, while the lab's pick from the deepest k's acceptance alone said 6 and adaptive k chose 15-16."""
+    from playground.lab.trust import Verdict
+
+    table = [{"k": k, "median_ratio": r, "min_ratio": r - 0.05, "max_ratio": r + 0.05, "alpha": 0.9,
+              "predicted_iid": r + 0.1, "predicted_empirical": r + 0.05, "predicted_local": r + 0.02}
+             for k, r in [(1, 1.3), (2, 1.6), (4, 1.9), (6, 2.1), (8, 2.22)]]
+    table.append({"k": "adaptive", "median_ratio": 2.62, "min_ratio": 2.5, "max_ratio": 2.7, "alpha": 0.9,
+                  "k_values": {"15": 10, "16": 30}})
+    result = {"table": table, "best_k": 8, "predicted_best_k": 6, "recommended_k": 8, "withheld": None,
+              "trust": Verdict.of([]).to_dict()}
+    result.update(changes)
+    return result
+
+
+def test_the_sweep_summary_chart_and_recommendation_tell_one_story():
+    from playground.ui import charts
+    from playground.ui.sweep_words import predicted_peaks, recommendation, sweep_summary
+
+    result = recorded_sweep()
+    text = sweep_summary(result, "cpu", 3, 32)
+    lead = text.split("</div>", 2)[-1].split("<details")[0]  # after the verdict box, before the fold
+    assert "**Recommended k = 8**" in lead and "(trusted)" in lead
+    assert len(lead.split(".")[0].split()) <= 30  # one short first sentence: what to use, how sure
+    assert set(predicted_peaks(result).values()) == {8}  # the chart's three predicted curves ...
+    assert "predictions peak at k = 8, as measured." in lead  # ... and the words say the same
+    assert "k = 6" not in text and "see the verdict" not in text and "disagrees" not in text
+    assert "k = 8 is the largest k swept" in lead and "adaptive k chose up to 16" in lead
+    assert "'Largest k' (up to 16)" in lead  # the wider sweep, offered
+    assert "How measured" in text.split("<details", 1)[1]  # method and noise: behind the fold
+    fig = charts.sweep_figure(result)
+    assert any("recommended k = 8" in a.text for a in fig.layout.annotations) and recommendation(result) == (8, None)
+    inner = sweep_summary(recorded_sweep(recommended_k=6), "cpu", 3, 32)
+    assert "largest k swept" not in inner  # k = 6 is inside the sweep: no offer
+
+
+def test_a_prediction_2x_from_its_measurement_fails_the_sweep_and_withholds_k():
+    from playground.ui import charts
+    from playground.ui.sweep_words import recommendation, sweep_summary, sweep_verdict
+
+    result = recorded_sweep()
+    result["table"][4]["predicted_empirical"] = 1.05  # k = 8: measured 2.22x, predicted 1.05x (2.1-fold)
+    verdict = sweep_verdict(result)
+    assert not verdict.trusted and "k = 8: the prediction (1.05" in verdict.failures[0].message
+    k, why = recommendation(result)
+    assert k is None and why.startswith("the verdict failed: k = 8")
+    assert "**No recommended k**" in sweep_summary(result, "cpu", 3, 32)
+    assert not any("recommended k" in a.text for a in charts.sweep_figure(result).layout.annotations)
+
+
+def test_no_single_c_prediction_for_a_hybrid_run(word_pair):  # noqa: F811 - the fixture
+    from playground.drafters.registry import make_proposer
+    from playground.ui import handlers, verdicts
+    from playground.ui.session import Session
+    from tests.test_replay import fake_timing
+    from tests.test_ui_handlers import request
+
+    provider = serving.PairProvider(pair=word_pair)
+    for drafter in ("hybrid", "draft"):
+        provider.calibrations.put(make_proposer(word_pair, drafter).describe(), fake_timing())
+    panels = {}
+    for drafter in ("hybrid", "draft"):
+        session = Session()
+        list(handlers.stream_run(provider, session, request(provider, drafter=drafter, k=4, max_new_tokens=12)))
+        panels[drafter] = verdicts.prediction_markdown(session, provider.calibrations.get(
+            make_proposer(word_pair, drafter).describe(), len(session.run.prompt_ids), 5))
+    assert "no model for this drafter" in panels["hybrid"] and "| costed: this run's own iterations |" in panels["hybrid"]
+    assert "predicted, iid" not in panels["hybrid"] and "per-position acceptance |" not in panels["hybrid"]
+    assert "predicted, iid" in panels["draft"] and "no model for this drafter" not in panels["draft"]
+
+
+def test_a_hybrid_sweep_shows_no_single_c_prediction():
+    from playground.ui import charts
+    from playground.ui.sweep_words import fit_to_drafter, sweep_summary
+
+    result = fit_to_drafter(recorded_sweep(), "hybrid")
+    names = [t.name for t in charts.sweep_figure(result).data]
+    assert "predicted (iid \u03b1)" not in names and "predicted (per position)" not in names
+    assert "predicted (loop costs)" in names  # priced from the runs' own iterations: it fits any drafter
+    assert "no model for this drafter" in sweep_summary(result, "cpu", 3, 32)
+    kept = fit_to_drafter(recorded_sweep(), "draft")
+    assert "predicted (iid \u03b1)" in [t.name for t in charts.sweep_figure(kept).data] and "no_model" not in kept
