@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..lab.replay import MODEL_DRAFTERS
+from ..drafters import registry
 from ..lab.replay_walk import target_chunks
 from ..limits import ENV_VARS, Limits
 from .progress import clock_text
@@ -34,7 +34,8 @@ def probe_seconds_per_token(pair, turn, chunk: int) -> float:
 
 
 def estimate_seconds(turns: Sequence, seconds_per_token: float, drafter: str) -> float:
-    model = drafter in MODEL_DRAFTERS or drafter == "hybrid"  # a model drafter's own pass over the text
+    spec = registry.get(drafter) if drafter in registry.names() else None
+    model = spec is not None and spec.replay != "live"  # a model drafter's own pass over the text
     return tokens_of(turns) * seconds_per_token * (2.0 if model else 1.2)
 
 
