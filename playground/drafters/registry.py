@@ -9,12 +9,15 @@ from ..errors import PlaygroundError
 from ..pairs.models import EMBEDDED_NAME
 from .llamacpp import LlamaCppProposer, llama_cpp_available
 from .proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
+from .suffix import SuffixHybridProposer, SuffixProposer
 
 DRAFTERS = {
     "llama.cpp": "the target's own GGUF run by llama.cpp (embedded target only; needs llama-cpp-python)",
     "draft": "the pair's draft model (for the embedded target: an int8 copy of its weights)",
     "lookup": "prompt lookup: copy what followed the latest match of the last n tokens (no model)",
     "hybrid": "prompt lookup where the last tokens occurred before, else the best model drafter",
+    "suffix": "suffix decoding: the longest match in a suffix tree over this run and earlier ones (no model)",
+    "suffix-hybrid": "suffix decoding where its match is worth verifying, else the best model drafter",
 }
 
 
@@ -32,17 +35,24 @@ def default_drafter(pair) -> tuple[str, str]:
     return "lookup", "no draft model loaded"
 
 
-def make_proposer(pair, drafter: str = "draft", max_ngram: int = 3) -> Proposer:
+def make_proposer(pair, drafter: str = "draft", max_ngram: int = 3, suffix_cache=None) -> Proposer:
     """A proposer of the named kind for this pair (see DRAFTERS). Each call builds a new proposer, except
-    llama.cpp's, whose load costs about a second: it is built once per pair and shared (`shared_llama_cpp`)."""
+    llama.cpp's, whose load costs about a second: it is built once per pair and shared (`shared_llama_cpp`).
+    suffix_cache: the earlier responses the suffix drafters draw on (a SuffixCache per tab, lab arm or
+    trace); None starts an empty one."""
     if drafter == "auto":
         drafter = default_drafter(pair)[0]
-    if drafter == "hybrid":
+    if drafter in ("hybrid", "suffix-hybrid"):
         inner = default_drafter(pair)[0]
         if inner == "lookup":
-            raise PlaygroundError("the hybrid drafter needs a model drafter (llama.cpp or a draft model), "
+            raise PlaygroundError(f"the {drafter} drafter needs a model drafter (llama.cpp or a draft model), "
                                   "and this pair has neither")
-        return HybridProposer(make_proposer(pair, inner, max_ngram=max_ngram), max_ngram=max_ngram)
+        model = make_proposer(pair, inner, max_ngram=max_ngram)
+        if drafter == "suffix-hybrid":
+            return SuffixHybridProposer(model, SuffixProposer(suffix_cache))
+        return HybridProposer(model, max_ngram=max_ngram)
+    if drafter == "suffix":
+        return SuffixProposer(suffix_cache)
     if drafter == "draft":
         if pair.draft is None:
             raise PlaygroundError("this model pair has no draft model; choose the 'lookup' drafter or load a draft")

@@ -223,7 +223,7 @@ class PairProvider:
         for name in DRAFTERS:
             if (name == "draft" and not self.has_draft) or (name == "llama.cpp" and not self.embedded_target):
                 continue
-            if name == "hybrid" and not (self.has_draft or self.embedded_target):  # it needs a model drafter
+            if name in ("hybrid", "suffix-hybrid") and not (self.has_draft or self.embedded_target):  # it needs a model drafter
                 continue
             out.append((DRAFTER_LABELS.get(name, name), name))
         return out
