@@ -132,6 +132,14 @@ class SuffixHybridProposer(Proposer):
         d = self._suffix_draft(tokens)
         return SOURCE if d.tokens and d.score >= self.min_score else "draft"
 
+    free_source = SOURCE  # the source that runs no model (calibration times it apart: `searcher`)
+
+    def searcher(self, prompt: Sequence[int], ctx: RunContext):
+        """A call that makes the tree's search after `prompt` once, as next_source does each iteration (the
+        tree starts a run over `prompt`; it holds no output, so the cache keeps nothing of it)."""
+        self.suffix.begin(prompt, ctx)
+        return lambda: self.suffix.draft(prompt, LOOKUP_MAX)
+
     def propose(self, tokens: Sequence[int], k: int) -> Proposal:
         if self.next_source(tokens) == SOURCE:
             found = self._suffix_draft(tokens).tokens[:k]

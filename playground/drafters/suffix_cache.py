@@ -99,6 +99,9 @@ class SuffixCache:
         with self._lock:
             if self._active is not None:
                 self._trees.stop_request(self._active)
+                if self._sizes.get(self._active) == 0:  # a run that produced nothing (a calibration's) is no response
+                    del self._sizes[self._active]
+                    self._trees.evict_cached_response(self._active)
             run = next(self._ids)
             self._trees.start_request(run, [int(t) for t in prompt_ids])
             self._sizes[run] = 0
@@ -153,7 +156,8 @@ class SuffixCache:
 
     @property
     def responses(self) -> int:
-        return len(self._sizes)
+        """The cached responses (the active run counts once it has output)."""
+        return sum(1 for n in self._sizes.values() if n)
 
     @property
     def tokens(self) -> int:
