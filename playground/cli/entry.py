@@ -85,8 +85,9 @@ def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
                         "acceptance seen so far and a quick timing calibration) or 'heuristic' (transformers' schedule)")
     g.add_argument("--drafter", default="auto",
                    help="auto (llama.cpp for the embedded target when installed, else draft), llama.cpp, draft "
-                        "(the pair's draft model), lookup (prompt lookup) or hybrid (lookup where it matches, "
-                        "else the model drafter)")
+                        "(the pair's draft model), lookup (prompt lookup), hybrid (lookup where it matches, "
+                        "else the model drafter), suffix (suffix decoding over this run: no history on the "
+                        "command line) or suffix-hybrid (suffix where its match is worth it, else the model drafter)")
     g.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched (default 3)")
     g.add_argument("--min-confidence", type=float, default=None,
                    help="a model drafter stops drafting after a token it gave less than this probability")
@@ -153,7 +154,8 @@ def _add_lab_parsers(sub) -> None:
         src = p.add_mutually_exclusive_group()
         src.add_argument("--preset", action="append", help="a preset (repeatable; default: one per kind)")
         src.add_argument("--prompt", help="a prompt text instead of presets")
-        p.add_argument("--drafter", default="auto", help="auto, llama.cpp, draft, lookup or hybrid")
+        p.add_argument("--drafter", default="auto", help="auto, llama.cpp, draft, lookup, hybrid, suffix or suffix-hybrid (each run "
+                       "starts its suffix cache empty)")
         p.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
         # Each command gets only the options it reads; the others keep their defaults.
         p.set_defaults(ks=None, k=4, rounds=3, max_new_tokens=None, draws=20_000, min_confidence=None, batch=None,
