@@ -3,7 +3,8 @@ its parser, and answer --help, without loading anything heavy."""
 
 from __future__ import annotations
 
-DRAFTERS = ("draft", "llama.cpp", "lookup", "hybrid")  # playground.lab.replay.DRAFTERS (a test keeps them equal)
+# playground.lab.replay.DRAFTERS (a test keeps them equal)
+DRAFTERS = ("draft", "llama.cpp", "lookup", "hybrid", "suffix", "suffix-hybrid")
 CONTROLLERS = ("adaptive", "heuristic")
 FEEDINGS = ("auto", "live", "shared")  # playground.lab.replay.FEEDINGS (the same test keeps them equal)
 

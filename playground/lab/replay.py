@@ -51,6 +51,7 @@ from ..pairs.models import EMBEDDED_NAME
 from . import replay_sampling, replay_summary
 from .calibration import CalibrationStore
 from .common import Progress, tick
+from .replay_suffix import suffix_cache, suffix_hybrid
 from .replay_walk import (
     PassProposer,
     TargetPass,
@@ -67,7 +68,7 @@ from .replay_walk import (
 )
 from .shapes import runs, segment
 
-DRAFTERS = ("draft", "llama.cpp", "lookup", "hybrid")
+DRAFTERS = ("draft", "llama.cpp", "lookup", "hybrid", "suffix", "suffix-hybrid")
 MODEL_DRAFTERS = ("draft", "llama.cpp")
 FEEDINGS = ("auto", "live", "shared")
 _COMPUTED = "simulated: these iterations were computed from teacher-forced passes over the recorded text, not run; "
@@ -138,7 +139,7 @@ class _Proposers:
 
     def model_name(self, drafter: str) -> str | None:
         """The model drafter behind `drafter` (None for prompt lookup)."""
-        if drafter == "hybrid":
+        if drafter in ("hybrid", "suffix-hybrid"):
             return default_drafter(self.pair)[0]
         return drafter if drafter in MODEL_DRAFTERS else None
 
@@ -152,22 +153,19 @@ class _Proposers:
             return self._draft
         return make_proposer(self.pair, name, max_ngram=self.max_ngram)
 
-    def get(self, drafter: str, live: bool = False):  # live: a model drafter fed live even where walks share a pass
-        if drafter == "lookup":
-            return make_proposer(self.pair, "lookup", max_ngram=self.max_ngram)
-        if drafter == "hybrid":
-            inner = self.model_name("hybrid")
+    def get(self, drafter: str, live: bool = False, cache=None):  # live: a model drafter fed live where walks share
+        if drafter in ("lookup", "suffix"):  # a pass; cache: a suffix drafter's (replay_suffix.suffix_cache)
+            return make_proposer(self.pair, drafter, max_ngram=self.max_ngram, suffix_cache=cache)
+        if drafter in ("hybrid", "suffix-hybrid"):
+            inner = self.model_name(drafter)
             if inner not in MODEL_DRAFTERS:
-                raise PlaygroundError("the hybrid drafter needs a model drafter (llama.cpp or a draft model)")
-            return HybridProposer(self._model(inner, live), max_ngram=self.max_ngram)
+                raise PlaygroundError(f"the {drafter} drafter needs a model drafter (llama.cpp or a draft model)")
+            model = self._model(inner, live)
+            return HybridProposer(model, max_ngram=self.max_ngram) if drafter == "hybrid" else suffix_hybrid(model, cache)
         return self._model(drafter, live)
 
 
 # --- one turn ------------------------------------------------------------------------------------------------------
-
-
-def _arms(ks, controllers) -> list:
-    return [*ks, *controllers]
 
 
 def _label(arm) -> str:
@@ -261,7 +259,7 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
             entry["estimate_reason"] = (f"{model}'s proposals from one shared pass fed one token at a time; a live "
                                         "run feeds it two at once after a fully accepted iteration, which can change "
                                         "its proposals")
-        for arm in _arms(ks, controllers):
+        for arm in [*ks, *controllers]:
             label = _label(arm)
             if arm == "adaptive" and curve is None:
                 entry["walks"][label] = {"arm": label, "skipped": "adaptive k needs a calibration (timing_of)"}
@@ -271,8 +269,8 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
             ctx = replay_context(GREEDY, pair.device, pair.eos_ids, min_confidence)
             ctx.target_kv = prompt
             live = arm == "adaptive" and entry["exact"] and model in shared  # the module docstring
-            w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposers.get(drafter, live), controller,
-                     turn.max_new, ctx)
+            proposer = proposers.get(drafter, live, suffix_cache(memories, drafter, label))
+            w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposer, controller, turn.max_new, ctx)
             entry["walks"][label] = _walk_doc(w, curve, shapes, records, label)
             if model in preds and model not in shared:
                 entry["chunking_differs"][label] = _chunking_differs(w, preds[model], turn.completion_ids)

@@ -22,6 +22,7 @@ from ..core.sampling import SamplingConfig, probabilities
 from ..drafters.adaptive import CostCurve
 from ..drafters.proposers import lookup
 from ..drafters.registry import default_drafter, make_proposer
+from ..errors import PlaygroundError
 from ..inputs.traces import Turn
 from .replay_walk import (
     TargetPass,
@@ -73,6 +74,8 @@ def _needed(found: list[list[int]], completion: Sequence[int]) -> dict[int, list
 def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], sampling: SamplingConfig,
                 timing_of: Callable | None, max_ngram: int, chunk: int, timings: dict,
                 progress: Callable[[str], None]) -> dict:
+    if {"suffix", "suffix-hybrid"} & set(drafters):  # its proposals depend on the turns walked before it
+        raise PlaygroundError("the suffix drafters are replayed for greedy decoding only")
     completion = [int(t) for t in turn.completion_ids]
     length = min(turn.max_new, len(completion))
     stops = frozenset(pair.eos_ids)

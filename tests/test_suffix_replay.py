@@ -1,0 +1,73 @@
+"""Replaying the suffix drafters: each arm's cache grows turn by turn in the file's order, so a walk is the live run
+that had the same earlier turns, iteration by iteration; and an earlier turn is worth something."""
+
+import pytest
+
+from playground.core.engine import speculative_generate
+from playground.core.records import Iteration
+from playground.core.sampling import SamplingConfig
+from playground.drafters.adaptive import CostCurve, make_controller
+from playground.drafters.registry import make_proposer
+from playground.drafters.suffix_cache import SuffixCache, suffix_tree_available
+from playground.lab.replay import greedy_turn, replay
+from tests.test_replay import EOS, fake_timing
+from tests.tiny import tiny_pair
+
+OK, WHY = suffix_tree_available()
+pytestmark = pytest.mark.skipif(not OK, reason=WHY)
+ARMS = [1, 3, 8, 16, "adaptive"]
+
+
+@pytest.fixture(scope="module")
+def pair(target64, drafts64):
+    return tiny_pair(target64, drafts64["useful"], eos_ids=(EOS,))
+
+
+@pytest.fixture(scope="module")
+def turns(pair):
+    # The third turn asks what the first did: with the first's answer cached, the tree drafts all of it.
+    prompts = [[1, 2, 3, 4, 5, 1, 2, 3], [7, 8, 9, 7, 8], [1, 2, 3, 4, 5, 1, 2, 3], [40, 41, 1, 2, 3]]
+    return [greedy_turn(pair, f"t{i}", p, 30, "text") for i, p in enumerate(prompts)]
+
+
+def live_runs(pair, turns, drafter, arm, curve):
+    """The live runs of the turns in order, one cache across them (as an agent's): their iterations per turn."""
+    cache, out = SuffixCache(), []
+    for turn in turns:
+        proposer = make_proposer(pair, drafter, suffix_cache=cache)
+        out.append([r for r in speculative_generate(pair, list(turn.prompt_ids), proposer=proposer,
+                                                    k=make_controller(arm, curve, memory={}),
+                                                    max_new_tokens=turn.max_new) if isinstance(r, Iteration)])
+    return out
+
+
+@pytest.mark.parametrize("drafter", ["suffix", "suffix-hybrid"])
+def test_the_walk_is_the_live_run_with_the_same_history(pair, turns, drafter):
+    timing = fake_timing()
+    curve = CostCurve.from_timing(timing)
+    doc = replay(pair, turns, drafters=[drafter], ks=[a for a in ARMS if isinstance(a, int)],
+                 controllers=["adaptive"], timing_of=lambda d, ids: timing, feeding="live")
+    assert doc["errors"] == [] and all(t["exact"] for t in doc["turns"])
+    for arm in ARMS:
+        label = f"k={arm}" if isinstance(arm, int) else arm
+        for t, live in zip(doc["turns"], live_runs(pair, turns, drafter, arm, curve)):
+            simulated = t["drafters"][drafter]["walks"][label]["records"]
+            assert [(it.k, it.n_accepted, it.emitted, (it.sources or [None])[0]) for it in live] == \
+                [(r["k"], r["n_accepted"], tuple(r["emitted"]), (r["sources"] or [None])[0]) for r in simulated], \
+                (t["name"], label)
+            for it, r in zip(live, simulated):  # the tree's proposals whole; a model's as far as they were decided
+                n = len(r["proposed"]) if (it.sources or ["suffix"])[0] == "draft" else len(it.proposed)
+                assert list(it.proposed[:n]) == list(r["proposed"]), (t["name"], label)
+
+
+def test_an_earlier_turn_makes_its_repeat_cheap(pair, turns):
+    doc = replay(pair, turns, drafters=["suffix"], ks=[16], controllers=[])
+    first, repeat = (doc["turns"][i]["drafters"]["suffix"]["walks"]["k=16"] for i in (0, 2))
+    assert repeat["tokens_per_pass"] > 2 * first["tokens_per_pass"], (first, repeat)
+    alone = replay(pair, turns[2:3], drafters=["suffix"], ks=[16], controllers=[])  # no history
+    assert alone["turns"][0]["drafters"]["suffix"]["walks"]["k=16"]["tokens_per_pass"] == first["tokens_per_pass"]
+
+
+def test_a_sampling_replay_says_the_suffix_drafters_are_greedy_only(pair, turns):
+    doc = replay(pair, turns[:1], drafters=["suffix"], ks=[2], sampling=SamplingConfig(do_sample=True, temperature=0.8, seed=1))
+    assert doc["turns"] == [] and "greedy decoding only" in doc["errors"][0]["message"]
