@@ -71,3 +71,16 @@ def test_an_earlier_turn_makes_its_repeat_cheap(pair, turns):
 def test_a_sampling_replay_says_the_suffix_drafters_are_greedy_only(pair, turns):
     doc = replay(pair, turns[:1], drafters=["suffix"], ks=[2], sampling=SamplingConfig(do_sample=True, temperature=0.8, seed=1))
     assert doc["turns"] == [] and "greedy decoding only" in doc["errors"][0]["message"]
+
+
+def test_the_report_says_what_the_earlier_turns_were_worth(pair, turns):
+    doc = replay(pair, turns, drafters=["suffix", "lookup"], ks=[16], controllers=[],
+                 timing_of=lambda d, ids: fake_timing())
+    assert doc["drafters"] == ["suffix", "suffix (no cache)", "lookup"]
+    with_history, alone = (doc["turns"][2]["drafters"][d]["walks"]["k=16"] for d in doc["drafters"][:2])
+    assert with_history["tokens_per_pass"] > 2 * alone["tokens_per_pass"]  # the repeat of turn 0
+    first = doc["turns"][0]["drafters"]
+    assert first["suffix"]["walks"]["k=16"]["tokens_per_pass"] == \
+        first["suffix (no cache)"]["walks"]["k=16"]["tokens_per_pass"]  # nothing earlier to remember
+    overall = doc["summary"]["overall"]["drafters"]
+    assert overall["suffix"]["speedup"]["k=16"] > overall["suffix (no cache)"]["speedup"]["k=16"]

@@ -51,7 +51,7 @@ from ..pairs.models import EMBEDDED_NAME
 from . import replay_sampling, replay_summary
 from .calibration import CalibrationStore
 from .common import Progress, tick
-from .replay_suffix import suffix_cache, suffix_hybrid
+from .replay_suffix import alone, alone_entry, suffix_cache, suffix_hybrid, with_alone
 from .replay_walk import (
     PassProposer,
     TargetPass,
@@ -168,10 +168,6 @@ class _Proposers:
 # --- one turn ------------------------------------------------------------------------------------------------------
 
 
-def _label(arm) -> str:
-    return f"k={arm}" if isinstance(arm, int) else str(arm)
-
-
 def _target(pair, turn: Turn, chunk: int, prompt) -> TargetPass:
     tp = TargetPass([], [], [], [], pair.dtype)
     for a, logits in target_chunks(pair, turn.prompt_ids, turn.completion_ids, chunk, prompt):
@@ -260,7 +256,7 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
                                         "run feeds it two at once after a fully accepted iteration, which can change "
                                         "its proposals")
         for arm in [*ks, *controllers]:
-            label = _label(arm)
+            label = f"k={arm}" if isinstance(arm, int) else str(arm)
             if arm == "adaptive" and curve is None:
                 entry["walks"][label] = {"arm": label, "skipped": "adaptive k needs a calibration (timing_of)"}
                 continue
@@ -272,6 +268,11 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
             proposer = proposers.get(drafter, live, suffix_cache(memories, drafter, label))
             w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposer, controller, turn.max_new, ctx)
             entry["walks"][label] = _walk_doc(w, curve, shapes, records, label)
+            for name, cache in alone(drafter):  # a suffix drafter again, with no cache (replay_suffix)
+                ctl = make_controller(arm, curve, memory=memories.setdefault((turn.conversation, name, label), {}))
+                w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposers.get(drafter, live, cache), ctl,
+                         turn.max_new, ctx)
+                alone_entry(doc, entry, name)["walks"][label] = _walk_doc(w, curve, shapes, records, label)
             if model in preds and model not in shared:
                 entry["chunking_differs"][label] = _chunking_differs(w, preds[model], turn.completion_ids)
             progress(f"{drafter} {label}")
@@ -372,6 +373,7 @@ def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, k
               "records_note": SIMULATED if min_confidence is None else SIMULATED_STOP, "turns": out_turns,
               "errors": out_errors,
               "timings": timing_docs, "trust": trust}
+    with_alone(result)  # a suffix drafter's walks with no cache, beside it (replay_suffix)
     result["summary"] = replay_summary.summarize_replay(result)
     return result
 

@@ -6,6 +6,13 @@ by turn in the file's order (each walk begins a run over the turn's prompt and a
 a live run does), across conversations. So a walk is the live run that had the same history: replay equals a
 live run fed the same earlier turns, iteration by iteration (tests/test_suffix_replay.py). Arms never share a
 cache: each must see only the turns before its own.
+
+What the history was worth: every arm of a suffix drafter is walked a second time over an empty cache, as the
+drafter `NAME (no cache)` beside it in each turn and in the result's drafters, so the report pools it per
+output shape like any drafter: the two rows are the accepted tokens per target pass (and predicted speed-up)
+with and without the cache of earlier responses. A turn's prompt still holds its own conversation's earlier
+turns (the run's own tree sees them either way): the cache adds the other conversations' responses, and what a
+prompt no longer quotes. It has its drafter's calibration.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from ..drafters.suffix import SuffixHybridProposer, SuffixProposer
 from ..drafters.suffix_cache import SuffixCache
 
 SUFFIX_DRAFTERS = ("suffix", "suffix-hybrid")
+ALONE = " (no cache)"
 
 
 def suffix_cache(memories: dict, drafter: str, label: str) -> SuffixCache | None:
@@ -27,3 +35,26 @@ def suffix_cache(memories: dict, drafter: str, label: str) -> SuffixCache | None
 
 def suffix_hybrid(model: Proposer, cache: SuffixCache | None) -> SuffixHybridProposer:
     return SuffixHybridProposer(model, SuffixProposer(cache))
+
+
+def alone(drafter: str) -> list[tuple[str, SuffixCache]]:
+    """For a suffix drafter, the walk to add with no cache of earlier responses: (its name, an empty cache); else none."""
+    return [(drafter + ALONE, SuffixCache())] if drafter in SUFFIX_DRAFTERS else []
+
+
+def alone_entry(doc: dict, entry: dict, name: str) -> dict:
+    """The turn's entry for the walks of `name` (with no cache), with its drafter's `entry`'s fields."""
+    return doc["drafters"].setdefault(name, {**entry, "walks": {}, "chunking_differs": {}})
+
+
+def with_alone(result: dict) -> None:
+    """Name the walks with no cache among the result's drafters, each after its drafter, with its
+    drafter's calibration verdict."""
+    names = []
+    for d in result["drafters"]:
+        names.append(d)
+        if d in SUFFIX_DRAFTERS:
+            names.append(d + ALONE)
+            if d in result.get("trust", {}):
+                result["trust"][d + ALONE] = result["trust"][d]
+    result["drafters"] = names
