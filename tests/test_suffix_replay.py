@@ -5,7 +5,7 @@ import pytest
 
 from playground.core.engine import speculative_generate
 from playground.core.records import Iteration
-from playground.core.sampling import SamplingConfig
+from playground.core.sampling import GREEDY, SamplingConfig
 from playground.drafters.adaptive import CostCurve, make_controller
 from playground.drafters.registry import make_proposer
 from playground.drafters.suffix_cache import SuffixCache, suffix_tree_available
@@ -84,3 +84,36 @@ def test_the_report_says_what_the_earlier_turns_were_worth(pair, turns):
         first["suffix (no cache)"]["walks"]["k=16"]["tokens_per_pass"]  # nothing earlier to remember
     overall = doc["summary"]["overall"]["drafters"]
     assert overall["suffix"]["speedup"]["k=16"] > overall["suffix (no cache)"]["speedup"]["k=16"]
+
+
+def test_memory_stays_bounded_over_a_thousand_turn_replay(capsys):
+    """1,000 turns walked through the suffix drafter over one cache, as replay walks a trace (the recorded text as
+    the target's arg-max: no model runs); the process's RSS printed before and after."""
+    import random
+
+    import psutil
+
+    from playground.core.engine import FixedK
+    from playground.drafters.suffix import SuffixProposer
+    from playground.lab.replay_walk import replay_context, walk
+
+    rng, cache, rss = random.Random(0), SuffixCache(max_responses=64, max_tokens=8_000), psutil.Process().memory_info
+    words = [[rng.randrange(2, 3000) for _ in range(rng.randrange(3, 12))] for _ in range(400)]  # "phrases"
+
+    def text(n):
+        return [t for _ in range(n) for t in rng.choice(words)]
+
+    before, tokens = rss().rss, 0
+    for turn in range(1000):
+        prompt, completion = text(20), text(15)
+        w = walk(prompt, completion, completion, SuffixProposer(cache), FixedK(8), len(completion),
+                 replay_context(GREEDY, "cpu", ()))
+        tokens += sum(len(it.emitted) for it in w.records)
+        assert cache.responses <= 64 and cache.tokens <= 8_000
+        if turn == 199:
+            full = rss().rss  # the cache is full by now (64 responses of ~110 tokens > 8,000 tokens)
+    after = rss().rss
+    with capsys.disabled():
+        print(f"\n1,000 turns, {tokens:,} tokens: RSS {before / 2**20:.1f} MiB before, {full / 2**20:.1f} MiB at "
+              f"turn 200, {after / 2**20:.1f} MiB after; {cache.describe()}")
+    assert after - full < 8 * 2**20  # no growth past a full cache beyond allocator noise
