@@ -200,3 +200,38 @@ def test_calibration_times_the_tree_as_the_hybrids_free_source(pair64):
     c, search_s = timing.source_s["suffix"]
     assert c == 0.0 and 0.0 < search_s < timing.target_step_s  # microseconds beside a target pass
     assert cache.responses == 0  # the calibration's run produced nothing, so nothing is cached
+
+
+
+@pytest.fixture(scope="module")
+def ui_provider():
+    import torch
+
+    from playground.pairs.models import ModelPair
+    from playground.ui import serving
+    from tests.test_ui_handlers import WORDS
+    from tests.tiny import perturbed, tiny_model, word_tokenizer
+
+    target = tiny_model(vocab=64, seed=0, dtype=torch.float32)
+    pair = ModelPair(target=target, tokenizer=word_tokenizer(WORDS), draft=perturbed(target, noise=0.015),
+                     eos_ids=frozenset({63}), target_name="tiny-target", draft_name="tiny-draft")
+    return serving.PairProvider(pair=pair)
+
+
+@pytest.mark.parametrize("drafter", ["suffix", "suffix-hybrid"])
+def test_a_browser_tab_remembers_its_runs_for_the_suffix_drafters(ui_provider, drafter):
+    from playground.ui.session import Session
+    from tests.test_ui_handlers import run_to_end
+
+    assert drafter in ui_provider.drafter_names()  # the Run tab offers it
+    session, other = Session(), Session()
+    statuses, passes = [], []
+    for _ in range(2):
+        statuses.append(run_to_end(ui_provider, session, drafter=drafter, k=16, max_new=40)[-1].status)
+        passes.append(session.run.summary.target_passes)
+    assert "the suffix cache holds 1 response" in statuses[0]
+    assert "the suffix cache holds 2 responses" in statuses[1]
+    assert passes[1] < passes[0] / 2, passes  # the second run drew on the first
+    assert other.suffix is None and session.suffix.responses == 2  # each tab its own
+    run_to_end(ui_provider, session, drafter="draft", k=3, max_new=8)
+    assert session.suffix.responses == 2  # other drafters leave it alone

@@ -19,6 +19,7 @@ from ..core.proposal import EMPTY, LOOKUP_MAX, Proposal, Proposer, RunContext
 from .suffix_cache import NO_DRAFT, Draft, SuffixCache
 
 SOURCE = "suffix"
+SUFFIX_DRAFTERS = ("suffix", "suffix-hybrid")  # their names in the registry (drafters that take a SuffixCache)
 
 
 class SuffixProposer(Proposer):

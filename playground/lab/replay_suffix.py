@@ -18,10 +18,9 @@ prompt no longer quotes. It has its drafter's calibration.
 from __future__ import annotations
 
 from ..core.proposal import Proposer
-from ..drafters.suffix import SuffixHybridProposer, SuffixProposer
+from ..drafters.suffix import SUFFIX_DRAFTERS, SuffixHybridProposer, SuffixProposer
 from ..drafters.suffix_cache import SuffixCache
 
-SUFFIX_DRAFTERS = ("suffix", "suffix-hybrid")
 ALONE = " (no cache)"
 
 
