@@ -117,3 +117,36 @@ def test_memory_stays_bounded_over_a_thousand_turn_replay(capsys):
         print(f"\n1,000 turns, {tokens:,} tokens: RSS {before / 2**20:.1f} MiB before, {full / 2**20:.1f} MiB at "
               f"turn 200, {after / 2**20:.1f} MiB after; {cache.describe()}")
     assert after - full < 8 * 2**20  # no growth past a full cache beyond allocator noise
+
+
+def test_the_replay_tab_offers_and_runs_the_suffix_drafter(tmp_path):
+    """Through the Replay tab's handler, on a trace file: the suffix drafter and its cache-free row."""
+    import json
+
+    import torch
+
+    from playground.limits import Limits
+    from playground.pairs.models import ModelPair
+    from playground.ui import replay_panel, replay_request, serving
+    from tests.test_ui_handlers import WORDS
+    from tests.tiny import tiny_model, word_tokenizer
+
+    target = tiny_model(vocab=64, seed=0, dtype=torch.float32)
+    pair = ModelPair(target=target, tokenizer=word_tokenizer(WORDS), draft=target, eos_ids=frozenset({63}),
+                     target_name="tiny-target", draft_name="tiny-draft")
+    provider = serving.PairProvider(pair=pair)
+    provider.calibrations.put(make_proposer(pair, "suffix").describe(), fake_timing())
+    lines = []
+    for i, prompt in enumerate(["w1 w2 w3", "w9 w8", "w1 w2 w3"]):
+        turn = greedy_turn(pair, f"t{i}", pair.tokenizer(prompt)["input_ids"], 12, "text")
+        lines.append(json.dumps({"id": f"t{i}", "prompt": prompt,
+                                 "completion": " " + pair.tokenizer.decode(list(turn.completion_ids))}))
+    (tmp_path / "t.jsonl").write_text("\n".join(lines) + "\n")
+    names = [name for _, name in replay_panel.drafter_choices(provider)]
+    assert {"suffix", "suffix-hybrid"} <= set(names)
+    req = replay_request.parse_replay(
+        {"source": "file", "trace_file": str(tmp_path / "t.jsonl"), "presets": [], "drafter": "suffix", "ks": "16",
+         "controllers": [], "calibration": "once", "decoding": "greedy", "temperature": 1.0, "top_k": 0,
+         "top_p": 1.0, "seed": 0, "min_confidence": 0.0}, names, Limits())
+    doc = list(replay_panel.stream_replay(provider, None, None, req, Limits()))[-1].doc
+    assert doc["drafters"] == ["suffix", "suffix (no cache)"] and len(doc["turns"]) == 3

@@ -41,6 +41,7 @@ from ..drafters.adaptive import CostCurve, make_controller
 from ..drafters.llamacpp import llama_cpp_available
 from ..drafters.proposers import DraftModelProposer, HybridProposer
 from ..drafters.registry import default_drafter, make_proposer
+from ..drafters.suffix_cache import suffix_tree_available
 from ..envinfo import environment
 from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
@@ -79,11 +80,12 @@ SIMULATED_STOP = _COMPUTED + "their timings are 0; a model drafter drafted as a 
 
 def available_drafters(pair) -> list[str]:
     """The drafters this pair can replay: the draft model if it has one, llama.cpp for the embedded target when
-    installed, prompt lookup always, the hybrid when a model drafter exists."""
+    installed, prompt lookup always, the hybrids when a model drafter exists, suffix where its tree imports."""
     out = ["draft"] if pair.draft is not None else []
     if pair.target_name == EMBEDDED_NAME and llama_cpp_available()[0]:
         out.append("llama.cpp")
-    return out + ["lookup"] + (["hybrid"] if out else [])
+    suffix = ["suffix", *(["suffix-hybrid"] if out else [])] if suffix_tree_available()[0] else []
+    return out + ["lookup"] + (["hybrid"] if out else []) + suffix
 
 
 # --- turns whose completion is the target's own greedy output ---------------------------------------------------
@@ -260,8 +262,7 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
             if arm == "adaptive" and curve is None:
                 entry["walks"][label] = {"arm": label, "skipped": "adaptive k needs a calibration (timing_of)"}
                 continue
-            memory = memories.setdefault((turn.conversation, drafter, label), {})
-            controller = make_controller(arm, curve, memory=memory)
+            controller = make_controller(arm, curve, memory=memories.setdefault((turn.conversation, drafter, label), {}))
             ctx = replay_context(GREEDY, pair.device, pair.eos_ids, min_confidence)
             ctx.target_kv = prompt
             live = arm == "adaptive" and entry["exact"] and model in shared  # the module docstring
