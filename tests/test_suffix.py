@@ -235,3 +235,16 @@ def test_a_browser_tab_remembers_its_runs_for_the_suffix_drafters(ui_provider, d
     assert other.suffix is None and session.suffix.responses == 2  # each tab its own
     run_to_end(ui_provider, session, drafter="draft", k=3, max_new=8)
     assert session.suffix.responses == 2  # other drafters leave it alone
+
+
+def test_forget_empties_the_tabs_suffix_cache(ui_provider):
+    from playground.ui import handlers
+    from playground.ui.session import Session
+    from tests.test_ui_handlers import run_to_end
+
+    session = Session()
+    run_to_end(ui_provider, session, drafter="suffix", k=4, max_new=12)
+    status, same = handlers.forget_runs(session)
+    assert same is session and session.suffix.responses == 0
+    assert "the suffix cache holds 1 response" in status
+    assert "holds nothing" in handlers.forget_runs(None)[0]

@@ -368,3 +368,13 @@ def select_pair(provider: PairProvider, session: Session | None, value) -> PairV
     session.batch = session.batch_status = session.whatif_from = session.suffix = None  # token ids of another pair
     chosen = provider.for_session(session)
     return PairView(session, chosen.drafter_choices(), panels.pair_info(chosen))
+
+
+def forget_runs(session: Session | None) -> tuple[str, Session]:
+    """The Run tab's "Forget earlier runs": empty this tab's suffix cache, the suffix drafters' memory of its runs."""
+    session = session if session is not None else Session()
+    held = session.suffix.describe() if session.suffix is not None else "the suffix cache holds nothing"
+    if session.suffix is not None:
+        session.suffix.clear()
+    return (f"Forgot this tab's earlier runs: {held} before; the suffix drafters start from this run's own "
+            "text again."), session
