@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: setup app demo lint test test-fast
 setup: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt scripts/setup.sh scripts/install_llama_cpp.sh scripts/install_browser.sh scripts/setup_vllm.sh
+$(STAMP): requirements.txt requirements-dev.txt scripts/setup.sh scripts/install_llama_cpp.sh scripts/install_arctic_inference.sh scripts/install_browser.sh scripts/setup_vllm.sh
 	VENV=$(VENV) bash scripts/setup.sh
 	touch $@
 

@@ -9,6 +9,12 @@ own greedy output up to floating-point near-ties, which replay reports per posit
 run it before the benchmark, on a machine doing nothing else only if the time matters to you.
 
     .venv/bin/python scripts/make_trace.py --turns 100 --tokens 200 --out results/long_trace.jsonl
+
+--agent writes agent conversations instead (scripts/agent_tasks.py): an agent working through similar tasks one
+after another (weather look-ups, order support, SQL questions, a function edited twice), tool results quoted back,
+in --conversations conversations; the material the suffix drafter's memory of earlier turns is for.
+
+    .venv/bin/python scripts/make_trace.py --agent --turns 100 --conversations 30 --out results/agent_trace.jsonl
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ import json
 import sys
 import time
 
+import agent_tasks  # scripts/agent_tasks.py, beside this script (its folder is on sys.path when run)
 import torch
 
 from playground.core.engine import speculative_generate
 from playground.core.records import Iteration
 from playground.drafters.registry import make_proposer
+from playground.drafters.suffix_cache import SuffixCache
 from playground.inputs.presets import get_preset, preset_names
 from playground.inputs.traces import SAMPLE_TRACE, render_messages
 from playground.pairs.registry import load_named_pair
@@ -59,42 +67,94 @@ def _prompt_ids(tokenizer, messages) -> list[int]:
     return [int(t) for t in (ids[0] if ids and isinstance(ids[0], list) else ids)]
 
 
+def answer(pair, proposer, messages: list[dict], tokens: int) -> tuple[str, int, int]:
+    """The target's greedy answer to `messages` (text, prompt tokens, answer tokens)."""
+    ids = _prompt_ids(pair.tokenizer, messages)
+    records = speculative_generate(pair, ids, proposer=proposer, k=8, max_new_tokens=tokens, record_probs=False)
+    steps = [t for r in records if isinstance(r, Iteration) for t in r.emitted]
+    text = pair.tokenizer.decode([s for s in steps if s not in pair.eos_ids], skip_special_tokens=True)
+    return text, len(ids), len(steps)
+
+
+def follow_ups(pair, proposer, args, say) -> list[tuple[str, list[dict]]]:
+    """Conversations from the openings (bases), each going on with FOLLOW_UPS."""
+    openings, out, written = bases(), [], 0
+    per_conv = -(-args.turns // len(openings))  # ceil: every opening gets about as many turns
+    for cid, messages in openings:
+        n = min(per_conv, args.turns - written)
+        if n <= 0:
+            break
+        for t in range(n):
+            if t:
+                messages.append({"role": "user", "content": FOLLOW_UPS[(t - 1) % len(FOLLOW_UPS)]})
+            text, n_prompt, n_new = answer(pair, proposer(), messages, args.tokens)
+            if not text.strip():  # an empty answer is no turn to replay: end this conversation before it
+                if t:
+                    messages.pop()
+                break
+            messages.append({"role": "assistant", "content": text})
+            written += 1
+            say(written, cid, n_prompt, n_new)
+        out.append((cid, messages))
+    return out
+
+
+def agent_conversations(pair, proposer, args, say) -> list[tuple[str, list[dict]]]:
+    """Conversations of agent_tasks: similar tasks one after another, tool results quoted back, code edited twice."""
+    out, written = [], 0
+    for cid, system, steps in agent_tasks.tasks(max(args.conversations, 1)):
+        messages = [{"role": "system", "content": system}]
+        for role, text in steps:
+            if written >= args.turns:
+                break
+            if role != "assistant":
+                messages.append({"role": role, "content": text})
+                continue
+            text, n_prompt, n_new = answer(pair, proposer(), messages, args.tokens)
+            messages.append({"role": "assistant", "content": text or "(no answer)"})
+            written += 1
+            say(written, cid, n_prompt, n_new)
+        while messages and messages[-1]["role"] != "assistant":  # a trace's conversation ends on the agent's turn
+            messages.pop()
+        if messages:
+            out.append((cid, messages))
+        if written >= args.turns:
+            break
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, default=100, help="assistant turns to write (default 100)")
     ap.add_argument("--tokens", type=int, default=200, help="max new tokens per turn (default 200)")
+    ap.add_argument("--agent", action="store_true",
+                    help="agent tasks (scripts/agent_tasks.py) instead of the presets and sample openings")
+    ap.add_argument("--conversations", type=int, default=30,
+                    help="--agent: conversations, the task families taking turns (default 30; 4 or 3 turns each)")
+    ap.add_argument("--drafter", default="llama.cpp",
+                    help="the drafter that speeds the generation up (its output is the target's greedy output "
+                         "whichever; default llama.cpp; suffix-hybrid keeps one suffix cache for the whole file)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True, help="the JSONL file to write")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pair = load_named_pair("embedded", device="cpu", progress=None)
-    tok = pair.tokenizer
-    openings = bases()
-    per_conv = -(-args.turns // len(openings))  # ceil: every opening gets about as many turns
-    written, started = 0, time.perf_counter()
+    cache = SuffixCache()  # what the suffix drafters remember, across the whole file (as one agent's)
+
+    def proposer():
+        return make_proposer(pair, args.drafter, suffix_cache=cache)
+
+    started = time.perf_counter()
+
+    def say(written, cid, n_prompt, n_new):
+        print(f"{written}/{args.turns} {cid}: {n_prompt} prompt + {n_new} tokens "
+              f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+    conversations = (agent_conversations if args.agent else follow_ups)(pair, proposer, args, say)
     with open(args.out, "w") as f:
-        for cid, messages in openings:
-            n = min(per_conv, args.turns - written)
-            if n <= 0:
-                break
-            for t in range(n):
-                if t:
-                    messages.append({"role": "user", "content": FOLLOW_UPS[(t - 1) % len(FOLLOW_UPS)]})
-                ids = _prompt_ids(tok, messages)
-                records = speculative_generate(pair, ids, proposer=make_proposer(pair, "llama.cpp"), k=8,
-                                               max_new_tokens=args.tokens, record_probs=False)
-                steps = [t for r in records if isinstance(r, Iteration) for t in r.emitted]
-                text = tok.decode([s for s in steps if s not in pair.eos_ids], skip_special_tokens=True)
-                if not text.strip():  # an empty answer is no turn to replay: end this conversation before it
-                    if t:
-                        messages.pop()
-                    break
-                messages.append({"role": "assistant", "content": text})
-                written += 1
-                print(f"{written}/{args.turns} {cid}: {len(ids)} prompt + {len(steps)} tokens "
-                      f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
-            f.write(json.dumps({"id": cid, "messages": messages}, ensure_ascii=False) + "\n")
-    print(f"wrote {written} turns to {args.out}", file=sys.stderr)
+        f.writelines(json.dumps({"id": cid, "messages": m}, ensure_ascii=False) + "\n" for cid, m in conversations)
+    turns = sum(m["role"] == "assistant" for _, ms in conversations for m in ms)
+    print(f"wrote {turns} turns in {len(conversations)} conversations to {args.out}", file=sys.stderr)
     return 0
 
 

@@ -21,6 +21,9 @@ fi
 # The llama.cpp drafter: llama-cpp-python exists on PyPI only as source; this compiles it once (cmake,
 # gcc; ~5-10 min on 2 cores) with the flags documented in the script, and caches the wheel.
 bash scripts/install_llama_cpp.sh "$VENV"
+# The suffix drafter's suffix tree: arctic-inference, also source only on PyPI; its C++ suffix tree alone is
+# compiled (under a minute), without vLLM or CUDA, and the wheel cached (see the script).
+bash scripts/install_arctic_inference.sh "$VENV"
 # vLLM's own venv (.venv-vllm, ~3.4 GiB) for the vLLM backend and its tests; PLAYGROUND_SKIP_VLLM=1 skips it.
 bash scripts/setup_vllm.sh
 # The browser test drives Debian's chromium (root needed for apt-get; without root it is skipped).

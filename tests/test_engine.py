@@ -25,7 +25,7 @@ from playground.core.records import (
     summarize,
 )
 from playground.core.rules import (
-    Verdict,
+    Decision,
     _first_rejection,
     _proposal_probs,
     accept_keep_draft,
@@ -334,9 +334,9 @@ def resample_target_past_the_first_proposal(proposals, p, q, generator):
     k = len(proposals)
     n = _first_rejection(*_proposal_probs(proposals, p, q), generator)
     if n == k:
-        return Verdict(k, draw(p[k], generator))
+        return Decision(k, draw(p[k], generator))
     row = residual(p[0], None if q is None else q[0], proposals[0]) if n == 0 else p[n]
-    return Verdict(n, draw(row, generator))
+    return Decision(n, draw(row, generator))
 
 
 @pytest.fixture(scope="module")

@@ -201,6 +201,12 @@ class HybridProposer(Proposer):
     def next_source(self, tokens: Sequence[int]) -> str:
         return "lookup" if self._lookup(tokens) else "draft"
 
+    free_source = "lookup"  # the source that runs no model (calibration times it apart: `searcher`)
+
+    def searcher(self, prompt: Sequence[int], ctx: RunContext):
+        """A call that makes the free source's search after `prompt` once, as next_source does each iteration."""
+        return lambda: lookup(prompt, LOOKUP_MAX, self.max_ngram, self.min_ngram)
+
     def propose(self, tokens: Sequence[int], k: int) -> Proposal:
         found = self._lookup(tokens)[:k]
         if found:

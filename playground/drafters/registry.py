@@ -81,6 +81,9 @@ class DrafterSpec:
     """The sources its proposals are tagged with (Proposal.sources), for the token view and per-source costs."""
     auto: bool = False
     """"auto" may pick it (the first available, in registration order)."""
+    remembers: bool = False
+    """It learns from earlier runs: its callers keep one `playground.drafters.suffix_cache.SuffixCache` per
+    browser tab, lab arm or replayed arm and pass it as the `suffix_cache` build option."""
 
     def __post_init__(self):
         if self.replay not in REPLAY_WALKS:
@@ -150,6 +153,13 @@ def available_drafters(pair) -> list[str]:
     """The drafters this pair can run here (optional packages checked), in registration order."""
     facts = PairFacts.of(pair)
     return [s.name for s in drafters() if s.available(facts)[0]]
+
+
+def remembers(name: str) -> bool:
+    """The named drafter ("auto" or unknown: no) learns from earlier runs (DrafterSpec.remembers)."""
+    with _LOCK:
+        spec = _SPECS.get(name) if isinstance(name, str) else None
+    return spec is not None and spec.remembers
 
 
 def model_drafter(pair) -> str | None:
@@ -275,3 +285,39 @@ register(DrafterSpec(
 register(DrafterSpec(
     "hybrid", "hybrid", "prompt lookup where the last tokens occurred before, else the best model drafter",
     _build_hybrid, replay="hybrid", requires=_needs_model_drafter, sources=("lookup", "draft")))
+
+
+def _suffix_installed() -> tuple[bool, str]:
+    from .suffix_cache import suffix_tree_available  # imports the suffix tree's module lazily; kept with its kin
+
+    return suffix_tree_available()
+
+
+def _build_suffix(pair, suffix_cache=None, **_options) -> Proposer:
+    from .suffix import SuffixProposer  # imports torch: on use (the module docstring)
+
+    return SuffixProposer(suffix_cache)
+
+
+def _build_suffix_hybrid(pair, max_ngram: int = 3, model: Proposer | None = None, suffix_cache=None,
+                         **_options) -> Proposer:
+    """Around `model` (replay's walk of the model drafter), else around a new proposer of the pair's model drafter."""
+    from .suffix import SuffixHybridProposer, SuffixProposer  # imports torch: on use (the module docstring)
+
+    if model is None:
+        inner = model_drafter(pair)
+        if inner is None:
+            raise PlaygroundError(_NO_MODEL_DRAFTER.replace("hybrid", "suffix-hybrid"))
+        model = make_proposer(pair, inner, max_ngram=max_ngram)
+    return SuffixHybridProposer(model, SuffixProposer(suffix_cache))
+
+
+register(DrafterSpec(
+    "suffix", "suffix decoding",
+    "suffix decoding: the longest match in a suffix tree over this run and earlier ones (no model)",
+    _build_suffix, installed=_suffix_installed, sources=("suffix",), remembers=True))
+register(DrafterSpec(
+    "suffix-hybrid", "suffix hybrid",
+    "suffix decoding where its match is worth verifying, else the best model drafter",
+    _build_suffix_hybrid, replay="hybrid", requires=_needs_model_drafter, installed=_suffix_installed,
+    sources=("suffix", "draft"), remembers=True))

@@ -16,7 +16,6 @@ from ..core.engine import K_MAX
 from ..core.proposal import RunContext
 from ..core.sampling import GREEDY, SamplingConfig, choose, probabilities
 from ..drafters.adaptive import CostCurve
-from ..drafters.proposers import LOOKUP_MAX, HybridProposer, lookup
 from .common import Progress, spread, tick
 from .fit import VerifyFit, fit_verify
 from .trust import Verdict, check_calibration
@@ -186,7 +185,8 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     base = len(lm)
     filler = prompt[-n_max:] if len(prompt) >= n_max else (prompt * n_max)[:n_max]
     ctx = RunContext(sampling, sampling.generator(pair.device), frozenset())
-    hybrid = proposer if isinstance(proposer, HybridProposer) else None
+    # A hybrid (prompt lookup's or the suffix tree's) has a model drafter and a free source (`free_source`).
+    hybrid = proposer if getattr(proposer, "free_source", None) else None
     if hybrid is not None:
         proposer = hybrid.model
     proposer.begin(prompt, ctx)
@@ -245,14 +245,14 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     verify, per_token, per_call = _paired(pass_ratio_raw, draft_ratio_raw, step)
     source_s = {}
     if hybrid is not None:
-        # A lookup's cost is its search, whatever k: one number per call (in the run it is made once per
-        # iteration, for next_source, and reused by propose).
-        searches = []
+        # A lookup's (or the suffix tree's) cost is its search, whatever k: one number per call (in the run it
+        # is made once per iteration, for next_source, and reused by propose).
+        search, searches = hybrid.searcher(prompt, ctx), []
         for _ in range(warmup + repeats):
             t0 = clock.now()
-            lookup(prompt, LOOKUP_MAX, hybrid.max_ngram, hybrid.min_ngram)
+            search()
             searches.append(clock.now() - t0)
-        source_s["lookup"] = (0.0, statistics.median(searches[warmup:]))
+        source_s[hybrid.free_source] = (0.0, statistics.median(searches[warmup:]))
     return Timing(
         target_step_s=step,
         verify_s=verify,

@@ -50,6 +50,7 @@ from ..limits import Limits
 from . import replay_sampling, replay_summary
 from .calibration import CalibrationStore
 from .common import Progress, tick
+from .replay_suffix import alone, alone_entry, suffix_cache, with_alone
 from .replay_walk import (
     PassProposer,
     TargetPass,
@@ -143,27 +144,20 @@ class _Proposers:
             proposer = self._drafts[name] = _SharedPrefillDraft(proposer)
         return proposer
 
-    def get(self, drafter: str, live: bool = False):  # live: a model drafter fed live even where walks share a pass
-        spec = registry.get(drafter)
+    def get(self, drafter: str, live: bool = False, cache=None):  # live: a model drafter fed live where walks share
+        spec = registry.get(drafter)  # a pass; cache: a remembering drafter's (replay_suffix.suffix_cache)
         if spec.replay == "live":
-            return make_proposer(self.pair, drafter, max_ngram=self.max_ngram)
+            return make_proposer(self.pair, drafter, max_ngram=self.max_ngram, suffix_cache=cache)
         if spec.replay == "hybrid":
             inner = self.model_name(drafter)
             if inner is None:
-                raise PlaygroundError("the hybrid drafter needs a model drafter (llama.cpp or a draft model)")
-            return make_proposer(self.pair, drafter, max_ngram=self.max_ngram, model=self._model(inner, live))
+                raise PlaygroundError(f"the {drafter} drafter needs a model drafter (llama.cpp or a draft model)")
+            return make_proposer(self.pair, drafter, max_ngram=self.max_ngram, model=self._model(inner, live),
+                                 suffix_cache=cache)
         return self._model(drafter, live)
 
 
 # --- one turn ------------------------------------------------------------------------------------------------------
-
-
-def _arms(ks, controllers) -> list:
-    return [*ks, *controllers]
-
-
-def _label(arm) -> str:
-    return f"k={arm}" if isinstance(arm, int) else str(arm)
 
 
 def _target(pair, turn: Turn, chunk: int, prompt) -> TargetPass:
@@ -253,19 +247,23 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], co
             entry["estimate_reason"] = (f"{model}'s proposals from one shared pass fed one token at a time; a live "
                                         "run feeds it two at once after a fully accepted iteration, which can change "
                                         "its proposals")
-        for arm in _arms(ks, controllers):
-            label = _label(arm)
+        for arm in [*ks, *controllers]:
+            label = f"k={arm}" if isinstance(arm, int) else str(arm)
             if arm == "adaptive" and curve is None:
                 entry["walks"][label] = {"arm": label, "skipped": "adaptive k needs a calibration (timing_of)"}
                 continue
-            memory = memories.setdefault((turn.conversation, drafter, label), {})
-            controller = make_controller(arm, curve, memory=memory)
+            controller = make_controller(arm, curve, memory=memories.setdefault((turn.conversation, drafter, label), {}))
             ctx = replay_context(GREEDY, pair.device, pair.eos_ids, min_confidence)
             ctx.target_kv = prompt
             live = arm == "adaptive" and entry["exact"] and model in shared  # the module docstring
-            w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposers.get(drafter, live), controller,
-                     turn.max_new, ctx)
+            proposer = proposers.get(drafter, live, suffix_cache(memories, drafter, label))
+            w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposer, controller, turn.max_new, ctx)
             entry["walks"][label] = _walk_doc(w, curve, shapes, records, label)
+            for name, cache in alone(drafter):  # a suffix drafter again, with no cache (replay_suffix)
+                ctl = make_controller(arm, curve, memory=memories.setdefault((turn.conversation, name, label), {}))
+                w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposers.get(drafter, live, cache), ctl,
+                         turn.max_new, ctx)
+                alone_entry(doc, entry, name)["walks"][label] = _walk_doc(w, curve, shapes, records, label)
             if model in preds and model not in shared:
                 entry["chunking_differs"][label] = _chunking_differs(w, preds[model], turn.completion_ids)
             progress(f"{drafter} {label}")
@@ -366,6 +364,7 @@ def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, k
               "records_note": SIMULATED if min_confidence is None else SIMULATED_STOP, "turns": out_turns,
               "errors": out_errors,
               "timings": timing_docs, "trust": trust}
+    with_alone(result)  # a suffix drafter's walks with no cache, beside it (replay_suffix)
     result["summary"] = replay_summary.summarize_replay(result)
     return result
 

@@ -24,6 +24,7 @@ from ..drafters import registry
 from ..drafters.adaptive import CostCurve
 from ..drafters.proposers import lookup
 from ..drafters.registry import make_proposer
+from ..errors import PlaygroundError
 from ..inputs.traces import Turn
 from .replay_walk import (
     TargetPass,
@@ -86,6 +87,9 @@ def _needed(found: list[list[int]], completion: Sequence[int]) -> dict[int, list
 def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], sampling: SamplingConfig,
                 timing_of: Callable | None, max_ngram: int, chunk: int, timings: dict,
                 progress: Callable[[str], None]) -> dict:
+    remembering = [d for d in drafters if registry.remembers(d)]  # its proposals depend on the turns walked before
+    if remembering:
+        raise PlaygroundError(f"{', '.join(remembering)} replays for greedy decoding only")
     completion = [int(t) for t in turn.completion_ids]
     length = min(turn.max_new, len(completion))
     stops = frozenset(pair.eos_ids)

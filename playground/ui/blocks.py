@@ -111,6 +111,7 @@ def _run_tab(ui):
             ui.run_json = gr.JSON(label="records, summary, environment, config", elem_id="run-json")
         ui.download = gr.DownloadButton("Download run (JSON)", value=None, elem_id="download", size="md", scale=0,
                                         min_width=200)
+        ui.forget_btn = gr.Button("Forget earlier runs", elem_id="forget-btn", size="md", scale=0, min_width=180)
 
 
 def _sweep_tab(ui, limits: Limits):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ..core import engine
 from ..core.engine import K_MAX
 from ..core.records import Iteration, summarize
-from ..drafters.registry import make_proposer
+from ..drafters.registry import make_proposer, remembers
 from ..envinfo import describe_setup, environment
 from ..errors import PlaygroundError
 from ..inputs.presets import check_output, get_preset, load_presets
@@ -155,7 +155,7 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     limits = limits or Limits.from_env()
     pair = yield from mapped(load_with_progress(provider, started), lambda line: RunView(session, line))
     ids, preset_obj = encode_request(pair, request, request.max_new_tokens, limits)
-    proposer = make_proposer(pair, request.drafter)
+    proposer = make_proposer(pair, request.drafter, suffix_cache=session.suffix_cache(request.drafter))
     request = without_idle_stop(request, proposer)
     name, store = proposer.describe(), provider.calibrations
     setup = describe_setup(pair)
@@ -244,7 +244,8 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     done = (f"Done: {summary.new_tokens} new tokens in {summary.target_passes} target passes, finished by "
             f"{summary.finished} \u00b7 drafter {run.drafter}, k = {panels.k_text(request, summary)}, "
             f"{sampling.describe()} \u00b7 {setup} \u00b7 {clock_text(time.monotonic() - started)}"
-            + (verdicts.run_load_note(run) if run.streamed else ""))
+            + (verdicts.run_load_note(run) if run.streamed else "")
+            + (f" \u00b7 {session.suffix.describe()}" if remembers(request.drafter) else ""))
     yield RunView(session, done, tokens=renderer.html(),
                   counters=panels.counters_html(summary, request.max_new_tokens, False),
                   figures=panels.figures(run.records, summary), check=panels.check_html(preset_obj, run.check),
@@ -363,6 +364,16 @@ def select_pair(provider: PairProvider, session: Session | None, value) -> PairV
     session.pair = None if serving.same_pair(choice, provider.choice) else choice
     session.timings.clear()  # calibrations, runs and sweeps belong to the pair that made them
     session.run = session.sweep = session.calibration = session.sweep_status = None
-    session.batch = session.batch_status = session.whatif_from = None
+    session.batch = session.batch_status = session.whatif_from = session.suffix = None  # token ids of another pair
     chosen = provider.for_session(session)
     return PairView(session, chosen.drafter_choices(), panels.pair_info(chosen))
+
+
+def forget_runs(session: Session | None) -> tuple[str, Session]:
+    """The Run tab's "Forget earlier runs": empty this tab's suffix cache, the suffix drafters' memory of its runs."""
+    session = session if session is not None else Session()
+    held = session.suffix.describe() if session.suffix is not None else "the suffix cache holds nothing"
+    if session.suffix is not None:
+        session.suffix.clear()
+    return (f"Forgot this tab's earlier runs: {held} before; the suffix drafters start from this run's own "
+            "text again."), session

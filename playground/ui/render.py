@@ -27,7 +27,9 @@ ROLE_LABEL = {
     PLAIN: "plain step",
 }
 # Where a hybrid drafter's proposal came from (Iteration.sources); copied tokens get a dashed outline.
-SOURCE_LABEL = {"lookup": "copied by prompt lookup", "draft": "guessed by the draft model"}
+SOURCE_LABEL = {"lookup": "copied by prompt lookup", "draft": "guessed by the draft model",
+                "suffix": "copied from the suffix tree (this run or the tab's earlier runs)"}
+COPIED = frozenset({"lookup", "suffix"})  # sources that copy earlier text (no model ran)
 
 ROLE_HELP = {
     ACCEPTED: "a proposal the target kept",
@@ -178,7 +180,7 @@ class TokenRenderer:
         for j, (token, piece) in enumerate(zip(it.emitted, pieces)):
             tip = token_tip(it, j, self.greedy, rejected if it.roles[j] == CORRECTION else None, piece)
             cls = self._cls(it.roles[j], token)
-            if it.roles[j] == ACCEPTED and it.sources and it.sources[j] == "lookup":
+            if it.roles[j] == ACCEPTED and it.sources and it.sources[j] in COPIED:
                 cls += " lk"
             spans.append(_span(piece, cls, tip, token))
         parity = "odd" if self.n_iterations % 2 else "even"
@@ -218,7 +220,7 @@ def legend_html() -> str:
         for role in (ACCEPTED, CORRECTION, BONUS, PLAIN)
     )
     chips += (f'<span class="tok acc lk" title="{html.escape(SOURCE_LABEL["lookup"], quote=True)} '
-              '(hybrid drafter)">copied by lookup</span>')
+              '(hybrid drafter; the suffix drafters\' copies alike)">copied by lookup</span>')
     return (f'<div class="legend">{chips}<span class="legend-note"><span class="it even">iter</span>'
             f'<span class="it odd">ations</span> alternate underlines \u00b7 hover a token for p(x), q(x), '
             f"min(1, p/q)</span></div>")

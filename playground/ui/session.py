@@ -25,6 +25,8 @@ from ..core.records import Iteration
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
 from ..drafters.registry import names as drafter_names
+from ..drafters.registry import remembers
+from ..drafters.suffix_cache import SuffixCache
 from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
 from ..inputs.text import check_prompt_text, encode_prompt
@@ -273,6 +275,16 @@ class Session:
     batch_status: str | None = None  # ... and its outcome, for the status line above the tabs
     whatif_from: tuple | None = None  # (calibration, run) the What-if tab was last filled from (ui/whatif_view.py)
     whatif_refused: tuple | None = None  # (the library's message, the slider's bound) after an alpha out of range
+    suffix: SuffixCache | None = None  # the suffix drafters' memory of this tab's runs on its pair (made on first use)
+
+    def suffix_cache(self, drafter: str) -> SuffixCache | None:
+        """This tab's suffix cache for a suffix drafter, None for the others: the tab's earlier runs are what an
+        agent's earlier calls would be."""
+        if not remembers(drafter):
+            return None
+        if self.suffix is None:
+            self.suffix = SuffixCache()
+        return self.suffix
 
     def timing_for(self, drafter: str, ids_key: str, n_needed: int = 1, sampling: SamplingConfig = GREEDY):
         """This tab's calibration of this drafter and prompt, if it reaches passes of `n_needed` tokens and was

@@ -344,3 +344,5 @@ def _wire_controls(ui, limits) -> None:
         return gr.skip()
 
     ui.download.click(nothing_yet, [ui.session], [ui.status], **quiet)
+    # The suffix drafters' memory of this tab's runs: emptied on request (the Done line says what it holds).
+    ui.forget_btn.click(handlers.forget_runs, [ui.session], [ui.status, ui.session], **quiet)

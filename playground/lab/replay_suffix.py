@@ -1,0 +1,54 @@
+"""The suffix drafters in a replay: their memory of earlier turns.
+
+A live agent's suffix cache holds the responses it wrote before. A replay builds it the same way: one
+`SuffixCache` per suffix drafter and arm (k or controller) for the whole trace, grown by that arm's walks turn
+by turn in the file's order (each walk begins a run over the turn's prompt and appends the committed tokens, as
+a live run does), across conversations. So a walk is the live run that had the same history: replay equals a
+live run fed the same earlier turns, iteration by iteration (tests/test_suffix_replay.py). Arms never share a
+cache: each must see only the turns before its own.
+
+What the history was worth: every arm of a suffix drafter is walked a second time over an empty cache, as the
+drafter `NAME (no cache)` beside it in each turn and in the result's drafters, so the report pools it per
+output shape like any drafter: the two rows are the accepted tokens per target pass (and predicted speed-up)
+with and without the cache of earlier responses. A turn's prompt still holds its own conversation's earlier
+turns (the run's own tree sees them either way): the cache adds the other conversations' responses, and what a
+prompt no longer quotes. It has its drafter's calibration.
+"""
+
+from __future__ import annotations
+
+from ..drafters.registry import remembers
+from ..drafters.suffix_cache import SuffixCache
+
+ALONE = " (no cache)"
+
+
+def suffix_cache(memories: dict, drafter: str, label: str) -> SuffixCache | None:
+    """The cache of `drafter`'s `label` arm, kept in the replay's `memories` for the whole trace (keyed by the
+    class, which no conversation name can equal); None for the other drafters."""
+    if not remembers(drafter):
+        return None
+    return memories.setdefault((SuffixCache, drafter, label), SuffixCache())
+
+
+def alone(drafter: str) -> list[tuple[str, SuffixCache]]:
+    """For a suffix drafter, the walk to add with no cache of earlier responses: (its name, an empty cache); else none."""
+    return [(drafter + ALONE, SuffixCache())] if remembers(drafter) else []
+
+
+def alone_entry(doc: dict, entry: dict, name: str) -> dict:
+    """The turn's entry for the walks of `name` (with no cache), with its drafter's `entry`'s fields."""
+    return doc["drafters"].setdefault(name, {**entry, "walks": {}, "chunking_differs": {}})
+
+
+def with_alone(result: dict) -> None:
+    """Name the walks with no cache among the result's drafters, each after its drafter, with its
+    drafter's calibration verdict."""
+    names = []
+    for d in result["drafters"]:
+        names.append(d)
+        if remembers(d):
+            names.append(d + ALONE)
+            if d in result.get("trust", {}):
+                result["trust"][d + ALONE] = result["trust"][d]
+    result["drafters"] = names
