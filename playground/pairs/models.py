@@ -148,7 +148,8 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.flo
 def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None = None) -> torch.dtype:
     """auto: bf16 on a CUDA device that supports it, else fp16 there; fp32 on CPU.
 
-    On CPU, bf16 is no faster per step here and changes greedy output with batch shape (MEASURED.md).
+    On CPU, bf16 is no faster per step here and changes greedy output with batch shape (docs/measuring.md,
+    "Facts the code relies on").
     """
     if isinstance(dtype, torch.dtype):
         return dtype
