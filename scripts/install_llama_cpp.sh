@@ -8,7 +8,8 @@
 # the wheel is kept under ~/.cache/speculative-playground/wheels/, keyed by version, flags, machine
 # and Python, so another venv (or CI) on the same machine installs it in seconds.
 #
-# Flags, and why (measured on this 2-core AVX2 machine beside torch 2.13's CPU wheel; see issue 8's note):
+# Flags, and why (measured on a 2-core machine beside torch 2.13's CPU wheel; the measurements are in
+# docs/measuring.md, "Facts the code relies on"):
 #   GGML_OPENMP=ON     (llama.cpp's default) ggml runs its threads on OpenMP. torch's wheel bundles
 #                      its own libgomp under the same soname, libgomp.so.1, so the dynamic loader gives
 #                      torch and llama.cpp ONE runtime in either import order (the one loaded first;
@@ -17,14 +18,14 @@
 #                      its barriers (hundreds per token, never yielding) while torch's OpenMP workers are
 #                      still spinning after the target's pass: on 2 cores the draft step went from ~11 to
 #                      ~21-24 ms (median), back to ~11 only when torch's spinning was turned off
-#                      (GOMP_SPINCOUNT=0; MEASURED.md: a passive wait policy slows torch's own step
-#                      from 50 to 83 ms). LLAMA_CPP_OPENMP=OFF builds it off
+#                      (GOMP_SPINCOUNT=0; a passive wait policy, OMP_WAIT_POLICY=PASSIVE, slows torch's
+#                      own step from 50 to 83 ms). LLAMA_CPP_OPENMP=OFF builds it off
 #                      all the same, for a torch whose OpenMP runtime is not libgomp.so.1.
 #   GGML_NATIVE=OFF    (x86_64) the portable x86-64-v3 set ggml enables when not native: SSE4.2, AVX,
 #                      AVX2, FMA, F16C, BMI2; no AVX-512, no AMX. The same wheel runs on every x86_64
 #                      machine of this kind, whichever CPU it lands on (a -march=native build kept in a
 #                      reused venv or wheel cache dies of SIGILL on an older CPU), and ggml's AMX code,
-#                      which segfaulted on an AMX CPU (MEASURED.md), is not compiled in at all.
+#                      which segfaulted on an AMX CPU (docs/measuring.md), is not compiled in at all.
 #                      Other architectures keep GGML_NATIVE=ON and key the cache on the CPU model.
 #   LLAVA_BUILD=OFF    the multimodal library, which the playground does not use (less to compile).
 set -euo pipefail

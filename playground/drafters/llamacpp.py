@@ -2,13 +2,13 @@
 
 The target is the embedded GGUF dequantized to fp32 and run by torch; llama.cpp runs the same
 quantized weights several times faster per token on the CPU, so its guesses are nearly always the
-target's (acceptance 0.9-1.0 in MEASURED.md) at about a quarter of a target step. Run after the target's
+target's (acceptance 0.97-1.00 at 0.17-0.35 of a target step: docs/results.md). Run after the target's
 prefill, `begin` copies the prompt's KV from the target's cache rather than computing it (llamacpp_kv).
 
 It talks to llama.cpp through llama-cpp-python's low-level C API rather than its `Llama` class:
-the model has to be loaded with `use_extra_bufts = False` (MEASURED.md: ggml's AMX extra buffer type
-segfaulted on a CPU with AMX), which `Llama()` cannot set; and the hot path reads the last position's
-logits only, as a numpy view of llama.cpp's own buffer.
+the model has to be loaded with `use_extra_bufts = False` (ggml's AMX extra buffer type segfaulted on a
+CPU with AMX: docs/measuring.md, "Facts the code relies on"), which `Llama()` cannot set; and the hot
+path reads the last position's logits only, as a numpy view of llama.cpp's own buffer.
 
 Threads and OpenMP. llama-cpp-python is built with OpenMP (scripts/install_llama_cpp.sh says why).
 torch's wheel bundles its own libgomp under the same soname, libgomp.so.1, so the dynamic loader

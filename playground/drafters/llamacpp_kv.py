@@ -5,7 +5,7 @@ fp32 for the target. After the target's prefill its cache holds the keys and val
 position, which llama.cpp would compute again from the same weights, differing only by its quantized
 kernels' rounding. Copying them costs milliseconds where llama.cpp's own prefill of a 330-token prompt
 took about a second on 2 cores, which made a first call on a long prompt slower end to end than plain
-decoding (docs/results.md, "The drafter's prefill"). Only the prompt's KV is shared: from the first
+decoding (docs/results.md, "The drafter's prompt KV"). Only the prompt's KV is shared: from the first
 decoding position on the drafter computes its own. The KV changes what the drafter proposes, never the
 output (the target verifies every token).
 

@@ -158,9 +158,10 @@ _DTYPES = {
 def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None = None) -> torch.dtype:
     """auto: bf16 on a CUDA device that supports it, else fp16 there; fp32 on CPU.
 
-    On CPU, bf16 is no faster per step here and changes greedy output with batch shape. bf16 only where the GPU
-    runs it natively (compute capability 8.0 and up): torch's answer counts emulation by default, and an
-    emulated bf16 matrix product on an older card is slower than fp16.
+    On CPU, bf16 is no faster per step here and changes greedy output with batch shape (docs/measuring.md,
+    "Facts the code relies on"). bf16 only where the GPU runs it natively (compute capability 8.0 and up):
+    torch's answer counts emulation by default, and an emulated bf16 matrix product on an older card is slower
+    than fp16.
     """
     if isinstance(dtype, torch.dtype):
         return dtype

@@ -1,0 +1,92 @@
+"""Rebuild the generated tables of docs/results.md from the result JSONs committed under docs/results/.
+
+    python scripts/results_tables.py            # rewrite every generated table in docs/results.md
+    python scripts/results_tables.py --check    # exit 1, naming each table that differs from its JSON
+    python scripts/results_tables.py --print NAME   # one table's text, as it would be written
+
+A generated table sits between two marker comments in the Markdown:
+
+    <!-- table: NAME -->
+    ...the text printed for docs/results/NAME.json...
+    <!-- /table -->
+
+Everything between the markers is replaced; everything outside them (the machine, the date, the command, what
+the figures say) is prose and is left alone. The text is what `python -m playground report FILE` prints for that
+file (a replay result's tables, a vLLM sweep's, any lab result's), and for a `whatif` result the table `whatif`
+prints, so a figure in the docs is re-read from the file that measured it, never copied by hand.
+A result JSON is small: an experiment's `--out` file, or its summary (see docs/results/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from playground.backends.vllm_report import report_text
+from playground.lab.replay_report import replay_table
+from playground.lab.report import load_result, report
+from playground.lab.whatif import whatif_text
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "results.md"
+RESULTS = ROOT / "docs" / "results"
+BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.DOTALL)
+
+
+def render(path: Path) -> str:
+    """A result file as the Markdown its command prints: the same dispatch as `python -m playground report`."""
+    doc = load_result(path)
+    kind = doc.get("experiment")
+    if kind == "whatif":  # JSON turned the alpha x k map's integer keys into strings; whatif_text reads ints
+        grid = [{**g, "speedups": {int(k): x for k, x in g["speedups"].items()}} for g in doc["grid"]]
+        return whatif_text({**doc, "grid": grid})
+    if kind == "replay":
+        return replay_table(doc)
+    if kind == "vllm-sweep":
+        return report_text(doc)
+    return report(path)
+
+
+def rebuild(text: str, results: Path = RESULTS) -> tuple[str, list[str]]:
+    """`text` with every marked table redrawn from results/NAME.json, and the names of the tables that changed."""
+    changed: list[str] = []
+
+    def redraw(m: re.Match) -> str:
+        path = results / f"{m['name']}.json"
+        if not path.is_file():
+            raise SystemExit(f"results_tables: docs/results.md marks a table {m['name']!r}, but there is no {path}")
+        body = render(path).rstrip("\n") + "\n"
+        if body != m["body"]:
+            changed.append(m["name"])
+        return m.group(1) + body + m.group(4)
+
+    return BLOCK.sub(redraw, text), changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a table differs from its JSON")
+    ap.add_argument("--print", metavar="NAME", help="print the table drawn from docs/results/NAME.json")
+    ap.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
+    ap.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.print:
+        print(render(args.results / f"{args.print}.json"))
+        return 0
+    text = args.doc.read_text(encoding="utf-8")
+    new, changed = rebuild(text, args.results)
+    if args.check:
+        for name in changed:
+            print(f"{args.doc.name}: table {name!r} differs from {name}.json "
+                  "(run python scripts/results_tables.py)", file=sys.stderr)
+        return 1 if changed else 0
+    if new != text:
+        args.doc.write_text(new, encoding="utf-8")
+    print(f"{len(BLOCK.findall(text))} tables, {len(changed)} redrawn: {', '.join(changed) or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
