@@ -19,7 +19,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from playground.core import engine
+from playground.core import static
 from playground.core.cached import CachedLM
 from playground.core.engine import plain_generate, speculative_generate
 from playground.core.records import Iteration, Step
@@ -53,7 +53,8 @@ def run_checking_caches(pair, prompt, proposer, k, max_new, sampling, stop_ids):
     Recorder.made = []
     committed = list(prompt)
     records = []
-    with mock.patch.object(engine, "CachedLM", Recorder):
+    # core.static.target_lm builds the target's CachedLM on transformers' forward (a CPU's default)
+    with mock.patch.object(static, "CachedLM", Recorder):
         for rec in speculative_generate(pair, prompt, proposer=proposer, k=k, sampling=sampling,
                                         max_new_tokens=max_new, stop_ids=stop_ids):
             records.append(rec)

@@ -55,6 +55,8 @@ _FUSING = threading.Lock()  # tabs sharing a model fuse it once (a second fusion
 def supports(model: torch.nn.Module) -> str | None:
     """None when `LeanLM` can run `model`, else why not (a Llama or Qwen2 causal LM in eval mode, SiLU MLP, a rope
     whose tables do not depend on the length, every layer full attention)."""
+    if not isinstance(model, torch.nn.Module):  # a wrapper (a test's memoizing target) runs on its own forward
+        return "not a torch module"
     cfg = getattr(model, "config", None)
     inner = getattr(model, "model", None)
     if cfg is None or getattr(cfg, "model_type", None) not in MODEL_TYPES:

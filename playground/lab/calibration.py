@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..core import cost
-from ..core.cached import CachedLM
 from ..core.clock import Clock
 from ..core.engine import K_MAX
 from ..core.proposal import RunContext
 from ..core.sampling import GREEDY, SamplingConfig, choose, probabilities
+from ..core.static import target_lm
 from ..drafters.adaptive import CostCurve
 from .common import Progress, spread, tick
 from .fit import VerifyFit, fit_verify
@@ -142,7 +142,7 @@ def pass_lengths(n_max: int) -> list[int]:
     return sorted(set(range(1, min(n_max, 9) + 1)) | ({12} if n_max > 12 else set()) | {n_max})
 
 
-def _target_pass(lm: CachedLM, ids: Sequence[int], sampling: SamplingConfig) -> None:
+def _target_pass(lm, ids: Sequence[int], sampling: SamplingConfig) -> None:
     """A verifying pass as speculative_generate makes it: the target over the tokens, then, when sampling, the
     distributions over its rows (warpers and softmax; with top-p a sort over the vocabulary). The acceptance
     rule that follows in the loop (a few comparisons and at most one draw) is left out: it is small."""
@@ -151,7 +151,7 @@ def _target_pass(lm: CachedLM, ids: Sequence[int], sampling: SamplingConfig) -> 
         probabilities(logits, sampling)
 
 
-def _plain_step(lm: CachedLM, ids: Sequence[int], sampling: SamplingConfig, generator) -> None:
+def _plain_step(lm, ids: Sequence[int], sampling: SamplingConfig, generator) -> None:
     """A step as plain_generate makes it: the target over one token, then, when sampling, the draw (`choose`:
     the warped distribution and a multinomial). Greedy's arg-max is left out, as it always was: it is small."""
     logits = lm.feed(ids)
@@ -180,7 +180,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     """
     clock = Clock.for_pair(pair)
     prompt = [int(t) for t in prompt_ids]
-    lm = CachedLM(pair.target, pair.device, pair.vocab_size)
+    lm = target_lm(pair, len(prompt) + n_max)  # the forward the loop runs (static and graphed on CUDA)
     lm.feed(prompt[:-1], last_only=True)
     base = len(lm)
     filler = prompt[-n_max:] if len(prompt) >= n_max else (prompt * n_max)[:n_max]
