@@ -75,6 +75,8 @@ RUN python -c "from playground.pairs.loading import ensure_embedded_safetensors 
 
 VOLUME ["/data/hf"]
 EXPOSE 7860
+# Serving is healthy; the line it prints says whether a model is ready yet (GET /healthz, playground/ui/health.py).
+# PLAYGROUND_HEALTH_NEEDS_MODEL=1: unhealthy until a pair is loaded (for an orchestrator that routes by health).
 HEALTHCHECK --interval=30s --timeout=10s --start-period=120s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/gradio_api/info' % os.environ.get('GRADIO_SERVER_PORT', '7860'), timeout=8)"]
+    CMD ["python", "-c", "import json, os, sys, urllib.request; port = os.environ.get('GRADIO_SERVER_PORT', '7860'); h = json.load(urllib.request.urlopen('http://127.0.0.1:%s/healthz' % port, timeout=8)); print(h['status']); sys.exit(0 if h['ready'] or os.environ.get('PLAYGROUND_HEALTH_NEEDS_MODEL', '') != '1' else 1)"]
 CMD ["python", "app.py"]

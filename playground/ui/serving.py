@@ -22,6 +22,7 @@ import functools
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -100,6 +101,7 @@ class PairCache:
         self._lock = threading.Lock()
         self._pairs: dict[PairChoice, Any] = {}
         self._calibrations: dict[PairChoice, CalibrationStore] = {}
+        self._loading: dict[PairChoice, float] = {}  # what is loading now, since when (the health check reads it)
         self._load = load
         # At most this many pairs stay loaded (least recently used goes first): two hub pairs may not fit one
         # GPU together. PLAYGROUND_MAX_LOADED_PAIRS, default 1.
@@ -113,6 +115,13 @@ class PairCache:
     def loaded(self, choice: PairChoice) -> bool:
         return pair_key(choice) in self._pairs
 
+    def status(self) -> dict:
+        """What is loaded and what is loading (for how long): the health check's answer. Reads without the lock,
+        which a load holds for minutes: copies of two small dicts, so at worst a moment old."""
+        now = time.monotonic()
+        return {"loaded": [menu_value(c) for c in list(self._pairs)],
+                "loading": [{"pair": menu_value(c), "seconds": round(now - t)} for c, t in list(self._loading.items())]}
+
     def get(self, choice: PairChoice, progress: Callable[[str], None] | None = None):
         key = pair_key(choice)
         with self._lock:
@@ -124,7 +133,11 @@ class PairCache:
                         self._pairs.pop(dropped)
                         self._calibrations.pop(dropped, None)
                     release_memory()  # a run still holding the dropped pair keeps it until it ends
-                pair = self._load_pair(choice, progress)
+                self._loading[key] = time.monotonic()
+                try:
+                    pair = self._load_pair(choice, progress)
+                finally:
+                    self._loading.pop(key, None)
             self._pairs[key] = pair  # most recently used last
             return pair
 
