@@ -117,6 +117,30 @@ def _timing_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=float, default=0.8,
                    help="the acceptance rate the --batch predictions assume (default 0.8)")
     add_sampling_args(p)  # the calibration is timed under this decoding
+    g = p.add_argument_group("random weights (no download; cli/random_timing.py)")
+    g.add_argument("--random-weights", action="store_true",
+                   help="build the pair (--pair, or --target/--draft hub ids with shipped configs) with random "
+                        "weights, time the target's v(n) for n = 1..17 and the draft's c on each forward, beside the "
+                        "weight-streaming floor and the predicted speed-ups at assumed alphas; acceptance is not "
+                        "measured")
+    g.add_argument("--layers", type=int, default=None,
+                   help="cut the target to this many layers at most, the draft in proportion (a big pair's shapes "
+                        "on a small machine)")
+    # lab.forwards.ARMS, spelled out: the parser imports nothing that loads torch
+    g.add_argument("--arms", default=None,
+                   help="forwards to time, comma-separated from eager, static, graphed (default: eager and graphed "
+                        "on CUDA, eager and static on a CPU)")
+    g.add_argument("--context", type=int, default=256, help="context tokens before each pass (default 256)")
+    g.add_argument("--rounds", type=int, default=3, help="rounds, the arms alternating (default 3)")
+    g.add_argument("--repeats", type=int, default=3, help="timed repeats per round and arm (default 3)")
+
+
+def _timing_run(args: argparse.Namespace) -> int:
+    if args.random_weights:
+        from . import random_timing  # imports torch: on use, so that the parser and --help load nothing heavy
+
+        return random_timing.run(args)
+    return _on_lab(lambda lab: lab.timing_job, range(1, 9))(args)
 
 
 def _acceptance_args(p: argparse.ArgumentParser) -> None:
@@ -167,7 +191,7 @@ def _peers_args(p: argparse.ArgumentParser) -> None:
 
 EXPERIMENTS = (
     Experiment("timing", "target pass time over n = 1..n_max new tokens and the drafter's step: c and v(n)",
-               _timing_args, _on_lab(lambda lab: lab.timing_job, range(1, 9))),
+               _timing_args, _timing_run),
     Experiment("acceptance", "alpha, per-position acceptance and tokens per pass per preset kind and k",
                _acceptance_args, _on_lab(lambda lab: lab.acceptance_job, (1, 2, 4, 8))),
     Experiment("speed", "plain vs speculative at each k in alternating runs; measured beside predicted",

@@ -13,6 +13,7 @@ from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, median_shares, perce
 from ..errors import PlaygroundError
 from .batch import batch_table
 from .common import markdown_table, new_tokens
+from .forwards_report import forwards_text
 from .misses import (
     explained_markdown,
     fmt,
@@ -301,7 +302,7 @@ def peers_table(doc: dict, setup: str) -> str:
 # --- one entry for each experiment -----------------------------------------------------------------------
 
 
-TABLES = {"timing": timing_table, "acceptance": acceptance_table, "divergence": divergence_table,
+TABLES = {"forwards": forwards_text, "timing": timing_table, "acceptance": acceptance_table, "divergence": divergence_table,
           "distribution": distribution_table, "peers": peers_table}
 
 
