@@ -287,9 +287,9 @@ class _KVView:
 
 TARGET_FORWARDS = ("auto", "transformers", "static", "graphed")
 TARGET_FORWARD_ENV = "PLAYGROUND_TARGET_FORWARD"
-# The target's forward on a CPU under "auto": transformers' with a DynamicCache, until a side-by-side benchmark
-# shows the static one at least as fast there (scripts/bench_static.py).
-CPU_TARGET = "transformers"
+# The target's forward on a CPU under "auto": the static one, measured faster than transformers' DynamicCache
+# forward side by side (scripts/bench_static.py; docs/results.md, "The target's forward on a CPU").
+CPU_TARGET = "static"
 
 
 def resolve_forward(forward: str, model, device) -> str:
