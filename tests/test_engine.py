@@ -10,7 +10,6 @@ import torch
 from scipy.stats import chisquare
 
 from playground.core import engine, static
-from playground.core.cached import CachedLM
 from playground.core.engine import plain_generate, speculative_generate
 from playground.core.records import (
     ACCEPTED,
@@ -104,20 +103,23 @@ def test_useless_draft_is_rejected_and_still_exact(target64, drafts64):
     assert s.roles.get(CORRECTION, 0) > 0
 
 
-class Recorder(CachedLM):
-    """Every CachedLM the engine creates, so a test can look inside the target's cache."""
+class Recorder:
+    """Every target model-with-cache the engine creates (core.static.target_lm: the static forward on a CPU by
+    default), so a test can look inside the target's cache."""
 
     made: ClassVar[list] = []
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        Recorder.made.append(self)
+    @staticmethod
+    def target_lm(*a, **kw):
+        lm = static.target_lm(*a, **kw)
+        Recorder.made.append(lm)
+        return lm
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])
 @pytest.mark.parametrize("sample", [False, True])
 def test_both_caches_hold_exactly_the_committed_length_after_every_iteration(monkeypatch, pair64, k, sample):
-    monkeypatch.setattr(static, "CachedLM", Recorder)  # what core.static.target_lm builds on transformers' forward
+    monkeypatch.setattr(engine, "target_lm", Recorder.target_lm)
     Recorder.made = []
     sampling = SamplingConfig(do_sample=sample, temperature=1.3, seed=4)
     proposer = draft_proposer(pair64.draft)

@@ -19,8 +19,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from playground.core import static
-from playground.core.cached import CachedLM
+from playground.core import engine, static
 from playground.core.engine import plain_generate, speculative_generate
 from playground.core.records import Iteration, Step
 from playground.core.sampling import SamplingConfig
@@ -32,14 +31,17 @@ DRAFTERS = ["useful", "perfect", "useless", "lookup"]
 VOCAB = 64
 
 
-class Recorder(CachedLM):
-    """Every CachedLM the engine creates, so the test can look inside the target's cache."""
+class Recorder:
+    """Every target model-with-cache the engine creates (core.static.target_lm: the static forward on a CPU by
+    default), so the test can look inside the target's cache."""
 
     made: ClassVar[list] = []
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        Recorder.made.append(self)
+    @staticmethod
+    def target_lm(*a, **kw):
+        lm = static.target_lm(*a, **kw)
+        Recorder.made.append(lm)
+        return lm
 
 
 def make_proposer(drafts, drafter: str, max_ngram: int):
@@ -53,8 +55,7 @@ def run_checking_caches(pair, prompt, proposer, k, max_new, sampling, stop_ids):
     Recorder.made = []
     committed = list(prompt)
     records = []
-    # core.static.target_lm builds the target's CachedLM on transformers' forward (a CPU's default)
-    with mock.patch.object(static, "CachedLM", Recorder):
+    with mock.patch.object(engine, "target_lm", Recorder.target_lm):
         for rec in speculative_generate(pair, prompt, proposer=proposer, k=k, sampling=sampling,
                                         max_new_tokens=max_new, stop_ids=stop_ids):
             records.append(rec)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from playground.errors import PlaygroundError
-from playground.results import FORMAT, KINDS, Result, load_result, register
+from playground.results import FORMAT, KINDS, Result, load_result, result_kind
 
 
 @dataclass
@@ -18,7 +18,7 @@ class _Row:
     ratio: float | None = None
 
 
-@register
+@result_kind
 @dataclass
 class _Toy(Result):
     experiment = "toy-for-tests"
@@ -69,5 +69,5 @@ def test_an_experiment_is_declared_once():
         experiment = "toy-for-tests"
 
     with pytest.raises(TypeError, match="declared twice"):
-        register(Again)
+        result_kind(Again)
     assert KINDS["toy-for-tests"] is _Toy

@@ -12,7 +12,7 @@ import dataclasses
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -24,7 +24,7 @@ FORMAT = 2
 
 R = TypeVar("R", bound="Result")
 KINDS: dict[str, type[Result]] = {}
-"""experiment name -> its result type; filled by `@register` where each type is declared."""
+"""experiment name -> its result type; filled by `@result_kind` where each type is declared."""
 
 
 @cache
@@ -46,7 +46,7 @@ class Result:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
     @classmethod
-    def from_dict(cls: type[R], doc: dict[str, Any], source: str = "the result") -> R:
+    def from_dict(cls, doc: dict[str, Any], source: str = "the result") -> Self:
         """The dataclass from a saved document; a file that does not fit says which field and why."""
         body = {k: v for k, v in doc.items() if k not in ("experiment", "format")}
         try:
@@ -62,7 +62,7 @@ class Result:
                                   ) from None
 
 
-def register(cls: type[R]) -> type[R]:
+def result_kind(cls: type[R]) -> type[R]:
     """Class decorator: the result type is the one `load_result` builds for its experiment's files."""
     if not dataclasses.is_dataclass(cls) or not cls.experiment:
         raise TypeError(f"{cls.__name__}: a result is a dataclass with an `experiment` name")
