@@ -51,6 +51,26 @@ def summary(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
+EXPERIMENT = "static-forward"
+
+
+def markdown(doc: dict) -> str:
+    """The result as the table docs/results.md shows (scripts/results_tables.py draws it from the saved JSON)."""
+    head = (f"{doc['setup']}; drafter {doc['drafter']}, k = {doc['k']}, {doc['max_new_tokens']} new tokens, "
+            f"{doc['rounds']} rounds x {len(doc['presets'])} presets ({', '.join(doc['presets'])})")
+    rows = ["| target forward | plain tok/s [min-max] | speculative tok/s [min-max] |", "|---|---|---|"]
+    rate = doc["tokens_per_s"]
+    for arm in ARMS:
+        cells = [f"{rate[f'{arm} {m}']['median']:.1f} [{rate[f'{arm} {m}']['min']:.1f}-{rate[f'{arm} {m}']['max']:.1f}]"
+                 for m in ("plain", "speculative")]
+        rows.append(f"| {arm} | {cells[0]} | {cells[1]} |")
+    ratio = doc["static_over_transformers"]
+    rows.append("| static / transformers, adjacent pairs | " + " | ".join(
+        f"{ratio[m]['median']:.3f} [{ratio[m]['min']:.3f}-{ratio[m]['max']:.3f}] (n = {ratio[m]['n']})"
+        for m in ("plain", "speculative")) + " |")
+    return head + "\n\n" + "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=4)
@@ -83,7 +103,7 @@ def main() -> None:
                     print(f"round {r} {name:10} {mode:11} " + "  ".join(f"{a} {got[a]:6.1f} tok/s" for a in ARMS)
                           + f"  static/transformers {ratios[mode][-1]:.3f}", flush=True)
     result = {
-        "setup": describe_setup(base), "environment": environment(base), "drafter": args.drafter, "k": args.k,
+        "experiment": EXPERIMENT, "setup": describe_setup(base), "environment": environment(base), "drafter": args.drafter, "k": args.k,
         "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "presets": list(PRESETS),
         "tokens_per_s": {f"{arm} {mode}": summary(xs) for (arm, mode), xs in rates.items()},
         "static_over_transformers": {mode: summary(xs) for mode, xs in ratios.items()},
@@ -92,13 +112,7 @@ def main() -> None:
     }
     for message in result["machine_findings"]:
         print(f"machine: {message}")
-    print(f"\n{result['setup']}; drafter {args.drafter}, k = {args.k}, {args.max_new_tokens} new tokens, "
-          f"{args.rounds} rounds x {len(PRESETS)} presets")
-    for key, s in result["tokens_per_s"].items():
-        print(f"  {key:26} {s['median']:6.1f} tok/s (min {s['min']:.1f}, max {s['max']:.1f})")
-    for mode, s in result["static_over_transformers"].items():
-        print(f"  static / transformers, {mode:11}: {s['median']:.3f} (min {s['min']:.3f}, max {s['max']:.3f}, "
-              f"{s['n']} adjacent pairs)")
+    print("\n" + markdown(result))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

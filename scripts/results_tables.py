@@ -20,6 +20,7 @@ A result JSON is small: an experiment's `--out` file, or its summary (see docs/r
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from playground.backends.vllm_report import report_text
 from playground.lab.replay_report import replay_table
 from playground.lab.report import load_result, report
 from playground.lab.whatif import whatif_text
+from playground.results import read_document
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "results.md"
@@ -35,8 +37,23 @@ RESULTS = ROOT / "docs" / "results"
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.DOTALL)
 
 
+# Results written by a benchmark script rather than a playground command: experiment -> (script, its table function).
+SCRIPT_TABLES = {"static-forward": ("bench_static.py", "markdown")}
+
+
+def _script_table(kind: str):
+    script, function = SCRIPT_TABLES[kind]
+    spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / "scripts" / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, function)
+
+
 def render(path: Path) -> str:
     """A result file as the Markdown its command prints: the same dispatch as `python -m playground report`."""
+    kind = read_document(path).get("experiment")
+    if kind in SCRIPT_TABLES:
+        return _script_table(kind)(read_document(path))
     doc = load_result(path)
     kind = doc.get("experiment")
     if kind == "whatif":  # JSON turned the alpha x k map's integer keys into strings; whatif_text reads ints
