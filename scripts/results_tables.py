@@ -38,7 +38,8 @@ BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /ta
 
 
 # Results written by a benchmark script rather than a playground command: experiment -> (script, its table function).
-SCRIPT_TABLES = {"static-forward": ("bench_static.py", "markdown")}
+SCRIPT_TABLES = {"static-forward": ("bench_static.py", "markdown"),
+                 "adaptive-rules": ("tune_adaptive.py", "rules_markdown")}
 
 
 def _script_table(kind: str):

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import json
 import statistics
+import subprocess
 import sys
 import time
 from unittest import mock
@@ -85,6 +86,15 @@ def speedups(doc, drafter):
             for arm, w in t["drafters"][drafter]["walks"].items()}
 
 
+def _commit() -> str:
+    """The checkout's commit, so a saved table names the code that replayed it."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
@@ -120,6 +130,31 @@ def print_rule_effects(out: dict) -> None:
                          for drafter, d in out.items() for t in d["adaptive"][v])
         (low, lt, ld), (high, ht, hd) = changes[0], changes[-1]
         print(f"{v} against the defaults: largest loss {low:+.1%} ({lt}, {ld}), largest gain {high:+.1%} ({ht}, {hd})")
+
+
+EXPERIMENT = "adaptive-rules"
+KEEP = 0.01  # a rule earns its place when switching it off costs at least 1% on some turn
+
+
+def rules_markdown(doc: dict) -> str:
+    """What switching each rule off does to adaptive k's replayed speed-up against the defaults, per drafter: the
+    median change over the turns and the largest loss (its turn); and whether the rule earns its place (a loss of
+    at least KEEP somewhere). The table docs/results.md shows (scripts/results_tables.py draws it from the JSON)."""
+    drafters = doc["drafters"]
+    variants = [v for v in next(iter(drafters.values()))["adaptive"] if v != "defaults"]
+    head = ["rule switched off", *drafters, "largest loss, any drafter", "kept"]
+    rows = []
+    for v in variants:
+        cells, worst = [], (0.0, "", "")
+        for drafter, d in drafters.items():
+            base = d["adaptive"]["defaults"]
+            changes = sorted((d["adaptive"][v][t] / base[t] - 1.0, t) for t in base)
+            cells.append(f"{statistics.median(c for c, _ in changes):+.1%}, worst {changes[0][0]:+.1%} ({changes[0][1]})")
+            worst = min(worst, (changes[0][0], changes[0][1], drafter))
+        kept = "yes" if -worst[0] >= KEEP else "no"
+        rows.append([v, *cells, f"{worst[0]:+.1%} ({worst[2]}, {worst[1]})" if worst[1] else "none", kept])
+    setup = f"{doc['setup']}; commit {doc['commit']}; every preset, a first and a second call of each"
+    return setup + "\n\n" + markdown_table(head, rows)
 
 
 def main() -> int:
@@ -184,8 +219,10 @@ def main() -> int:
                   f"(min {min(vs_b):.3f})")
     print_rule_effects(out)
     if args.json:
+        doc = {"experiment": EXPERIMENT, "setup": describe_setup(pair), "commit": _commit(), "drafters": out}
         with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+            json.dump(doc, f, indent=1)
+        print(rules_markdown(doc))
     return 0
 
 

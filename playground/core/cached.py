@@ -39,10 +39,18 @@ class CachedLM:
             logits = logits[:, : self.vocab_size]
         return logits
 
-    def load(self, cache: DynamicCache, tokens: Sequence[int]) -> None:
-        """Hold a deep copy of `cache`, which holds `tokens` (another CachedLM's of the same layer shapes):
-        later feeds and crops leave the original as it was."""
-        self.cache, self.tokens = copy.deepcopy(cache), list(tokens)
+    @torch.inference_mode()
+    def load(self, cache, tokens: Sequence[int]) -> None:
+        """Hold a copy of `cache`, which holds `tokens`: another CachedLM's DynamicCache, or the layers' keys and
+        values of a static cache (`core.static.StaticLM.cache`, the CPU target's default), of the same layer
+        shapes. Later feeds and crops leave the original as it was."""
+        if isinstance(cache, DynamicCache):
+            self.cache = copy.deepcopy(cache)
+        else:
+            self.cache = DynamicCache(config=self.model.config)
+            for i, layer in enumerate(cache.layers):
+                self.cache.update(layer.keys.clone(), layer.values.clone(), i)
+        self.tokens = list(tokens)
 
     def crop(self, length: int) -> None:
         """Keep the first `length` cached tokens (DynamicCache.crop takes the number to drop, negated)."""
