@@ -84,13 +84,14 @@ def run(args: argparse.Namespace) -> int:
                 kernels[role] = choose_kernels(model, getattr(args, "kernels", None)).to_dict()
     result = time_forwards(pair, arms=arms, context=args.context, n_max=n_max, rounds=args.rounds,
                            repeats=args.repeats, progress=_progress_bar())
-    ratios = pair_ratios(target, draft) if draft else {}
+    ratios = pair_ratios(target, draft) if draft else None
     result.update({
         "pair": args.pair or target, "target": target, "draft": draft, "device": str(device),
         "dtype": str(dtype).replace("torch.", ""), "environment": environment(), "kernels": kernels,
         "shape": {"layers": args.layers, "target_layers": pair.target.config.num_hidden_layers,
                   "draft_layers": pair.draft.config.num_hidden_layers if pair.draft is not None else None,
-                  "layer_ratio": ratios.get("layer_ratio"), "byte_ratio": ratios.get("byte_ratio")},
+                  "layer_ratio": ratios.layer_ratio if ratios else None,
+                  "byte_ratio": ratios.byte_ratio if ratios else None},
         "command": "python -m playground " + shlex.join(getattr(args, "argv", []) or []),
     })
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else result["environment"].get("cpu")

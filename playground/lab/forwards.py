@@ -80,7 +80,7 @@ def streamed_bytes(model, context: int) -> int:
     cfg = model.config
     size = torch.empty((), dtype=model.dtype).element_size()
     embed = cfg.vocab_size * cfg.hidden_size
-    weights = param_count(cfg.to_dict()) - (0 if cfg.tie_word_embeddings else embed)
+    weights = param_count(cfg) - (0 if cfg.tie_word_embeddings else embed)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context
     return (weights + kv) * size
