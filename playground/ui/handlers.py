@@ -31,7 +31,7 @@ from ..lab.trust import MachineMonitor
 from ..limits import Limits
 from ..pairs.registry import PAIRS, ModelPolicy
 from . import panels, serving, verdicts
-from .downloads import run_document, save_document
+from .downloads import download_document, save_document
 from .measure import stream_calibrate, stream_sweep  # noqa: F401 - re-exported: the lab events' first home
 from .progress import Tracker, clock_text, eta_text, load_with_progress, loading_message, mapped, phase, ticker
 from .render import TokenRenderer
@@ -62,7 +62,7 @@ def document(provider: PairProvider, session: Session) -> dict:
     timing = run_timing(session, provider.calibrations)
     trust = None if run.plain is None else verdicts.compare_verdict(run, timing,
                                                                     verdicts.compared_prediction(run, timing))
-    return run_document(run, timing, trust)
+    return download_document(run, timing, trust)
 
 
 # --- views: one update of a panel each; None for a field means 'unchanged' ----------------------------------
