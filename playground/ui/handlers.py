@@ -26,7 +26,7 @@ from ..drafters.registry import make_proposer, remembers
 from ..envinfo import describe_setup, environment
 from ..errors import PlaygroundError
 from ..inputs.presets import check_output, get_preset, load_presets
-from ..lab.calibration import calibrated_timing
+from ..lab.calibration import SHORT_CALIBRATION, calibrated_timing
 from ..lab.trust import MachineMonitor
 from ..limits import Limits
 from ..pairs.registry import PAIRS, ModelPolicy
@@ -181,8 +181,8 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
             timing = find_timing(session, store, name, ids, K_MAX + 1, sampling)
             if timing is None:
                 phase(emit, "calibrating for adaptive k (once per pair, drafter, context length and decoding)")
-                timing, _ = calibrated_timing(pair, ids, proposer, store, K_MAX + 1, progress=ticker(emit, stopped),
-                                              sampling=sampling)
+                timing, _ = calibrated_timing(pair, ids, proposer, store, SHORT_CALIBRATION.under(sampling),
+                                              progress=ticker(emit, stopped))
             session.timings[(name, prompt_key(ids))] = timing
             phase(emit, "")
         controller = k_controller(request, session, name, timing)
