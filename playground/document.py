@@ -14,9 +14,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .core.records import Record, record_to_dict
+from .core.records import Record, RunSummary, record_to_dict
 from .core.sampling import SamplingConfig
 from .envinfo import redact
+from .inputs.presets import OutputCheck
+from .lab.calibration import Timing
 
 KIND = "speculative-playground run"
 
@@ -58,27 +60,43 @@ class RunConfig:
         }
 
 
-def run_document(config: RunConfig, records: Sequence[Record], environment: dict, text: str, *, summary=None,
-                 setup: str | None = None, check=None, plain_summary=None, plain_gap_s: float | None = None,
-                 calibration=None) -> dict:
-    """The run as a JSON-ready dict. `summary` is the RunSummary of `records` (None while nothing ran);
-    `check` a presets.OutputCheck; `plain_summary` the RunSummary of a plain run of the same prompt right
-    after, which gives the measured speed-up; `calibration` the lab.Timing behind the prediction."""
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """What a run gave and what explains it: every record the loop yielded, the environment it ran in and the text;
+    where they exist the summary of the records (None while nothing ran), the setup line, the output check of a
+    JSON preset, the summary of a plain run of the same prompt right after (which gives the measured speed-up) and
+    the seconds between the two, and the calibration behind the prediction."""
+
+    records: Sequence[Record]
+    environment: dict
+    text: str
+    summary: RunSummary | None = None
+    setup: str | None = None
+    check: OutputCheck | None = None
+    plain_summary: RunSummary | None = None
+    plain_gap_s: float | None = None
+    calibration: Timing | None = None
+
+
+def run_document(config: RunConfig, outcome: RunOutcome) -> dict:
+    """The run as a JSON-ready dict: what was asked for (`config`) and what it gave (`outcome`)."""
+    summary, plain = outcome.summary, outcome.plain_summary
     speedup = None
-    if summary is not None and plain_summary is not None and plain_summary.tokens_per_s:
-        speedup = summary.tokens_per_s / plain_summary.tokens_per_s
+    if summary is not None and plain is not None and plain.tokens_per_s:
+        speedup = summary.tokens_per_s / plain.tokens_per_s
+    check, calibration = outcome.check, outcome.calibration
     return redact(_jsonable({
         "kind": KIND,
         "config": config.to_dict(),
-        "environment": environment,
-        "setup": setup,
-        "records": [record_to_dict(r) for r in records],
+        "environment": outcome.environment,
+        "setup": outcome.setup,
+        "records": [record_to_dict(r) for r in outcome.records],
         "summary": summary.to_dict() if summary is not None else None,
-        "text": text,
+        "text": outcome.text,
         "output_check": None if check is None else {"is_json": check.is_json, "schema_valid": check.schema_valid,
                                                     "error": check.error},
-        "plain_summary": plain_summary.to_dict() if plain_summary is not None else None,
-        "plain_gap_s": plain_gap_s,
+        "plain_summary": plain.to_dict() if plain is not None else None,
+        "plain_gap_s": outcome.plain_gap_s,
         "measured_speedup": speedup,
         "calibration": calibration.to_dict() if calibration is not None else None,
     }))

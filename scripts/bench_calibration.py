@@ -18,7 +18,7 @@ from playground.core.engine import K_MAX
 from playground.drafters.registry import make_proposer
 from playground.envinfo import environment
 from playground.inputs.presets import get_preset
-from playground.lab.calibration import SHORT_CALIBRATION, calibrate, calibrated_timing
+from playground.lab.calibration import SHORT_CALIBRATION, CalibrationPlan, calibrate, calibrated_timing
 from playground.lab.common import rotated
 from playground.lab.trust import MachineMonitor, Verdict
 from playground.pairs.registry import load_named_pair
@@ -35,17 +35,17 @@ def main() -> int:
     pair = load_named_pair("embedded", device="cpu", progress=None)
     ids = get_preset(args.preset).prompt_ids(pair.tokenizer)
     drafters = args.drafters.split(",")
-    arms = [(d, kind) for d in drafters for kind in (f"short (adaptive, n<=17, {SHORT_CALIBRATION[0]} repeats)", "lab default (n<=9, 12)")]
+    arms = [(d, kind) for d in drafters for kind in (f"short (adaptive, n<=17, {SHORT_CALIBRATION.repeats} repeats)", "lab default (n<=9, 12)")]
     proposers = {d: make_proposer(pair, d) for d in drafters}
     for d in drafters:  # warm-up: one untimed short calibration per drafter
-        calibrated_timing(pair, ids, proposers[d], None, K_MAX + 1, repeats=1, warmup=1)
+        calibrated_timing(pair, ids, proposers[d], None, CalibrationPlan(n_max=K_MAX + 1, repeats=1, warmup=1))
     times: dict[tuple, list[float]] = {a: [] for a in arms}
     with MachineMonitor() as m:
         for r in range(args.rounds):
             for d, kind in rotated(arms, r):
                 t0 = time.perf_counter()
                 if kind.startswith("short"):  # the settings a run uses
-                    calibrated_timing(pair, ids, proposers[d], None, K_MAX + 1)
+                    calibrated_timing(pair, ids, proposers[d], None, SHORT_CALIBRATION)
                 else:
                     calibrate(pair, ids, proposers[d])
                 times[(d, kind)].append(time.perf_counter() - t0)

@@ -28,7 +28,7 @@ from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup
 from playground.inputs.traces import SAMPLE_TRACE, read_trace
 from playground.lab import calibrate, sweep
-from playground.lab.calibration import CalibrationStore
+from playground.lab.calibration import CalibrationPlan, CalibrationStore
 from playground.lab.replay import calibration_contexts, replay
 from playground.pairs.registry import choose_pair, load_choice
 
@@ -58,7 +58,7 @@ def main() -> int:
     print(f"# live sweep on {len(swept)} of them (every {step}th), {swept_tokens} completion tokens")
 
     t0 = time.perf_counter()
-    by_bucket = {b: calibrate(pair, ids, make_proposer(pair, args.drafter), n_max=17)
+    by_bucket = {b: calibrate(pair, ids, make_proposer(pair, args.drafter), CalibrationPlan(n_max=17))
                  for b, ids in calibration_contexts(turns, "bucket").items()}
     cal_s = time.perf_counter() - t0
 

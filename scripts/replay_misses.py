@@ -33,7 +33,7 @@ from scipy.stats import quantile_test
 from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup
 from playground.inputs.presets import get_preset, preset_names
-from playground.lab.calibration import calibrate, pooled
+from playground.lab.calibration import CalibrationPlan, calibrate, pooled
 from playground.lab.common import markdown_table
 from playground.lab.replay import preset_turns, replay
 from playground.lab.speed import speed
@@ -82,7 +82,7 @@ def main() -> int:
             preset = get_preset(name)
             turn = preset_turns(pair, [name])[0]
             proposer = make_proposer(pair, drafter)
-            first = calibrate(pair, turn.prompt_ids, proposer, n_max=17)
+            first = calibrate(pair, turn.prompt_ids, proposer, CalibrationPlan(n_max=17))
             timings = [first]
 
             def replayed(timing, turn=turn, drafter=drafter):
@@ -94,7 +94,7 @@ def main() -> int:
             live_timing = {name: first}
 
             def recalibrate(_round, turn=turn, proposer=proposer, live_timing=live_timing, timings=timings, name=name):
-                timings.append(calibrate(pair, turn.prompt_ids, proposer, n_max=17, repeats=args.repeats, warmup=1))
+                timings.append(calibrate(pair, turn.prompt_ids, proposer, CalibrationPlan(n_max=17, repeats=args.repeats, warmup=1)))
                 live_timing[name] = pooled(timings)
 
             live = speed(pair, {name: list(turn.prompt_ids)}, lambda d=drafter: make_proposer(pair, d),

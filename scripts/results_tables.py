@@ -29,7 +29,7 @@ from playground.backends.vllm_report import report_text
 from playground.lab.replay_report import replay_table
 from playground.lab.report import load_result, report
 from playground.lab.whatif import whatif_text
-from playground.results import read_document
+from playground.results import from_document, read_document
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "results.md"
@@ -57,9 +57,8 @@ def render(path: Path) -> str:
         return _script_table(kind)(read_document(path))
     doc = load_result(path)
     kind = doc.get("experiment")
-    if kind == "whatif":  # JSON turned the alpha x k map's integer keys into strings; whatif_text reads ints
-        grid = [{**g, "speedups": {int(k): x for k, x in g["speedups"].items()}} for g in doc["grid"]]
-        return whatif_text({**doc, "grid": grid})
+    if kind == "whatif":  # the typed result: the alpha x k map's keys are ints again
+        return whatif_text(from_document(doc, str(path)))
     if kind == "replay":
         return replay_table(doc)
     if kind == "vllm-sweep":

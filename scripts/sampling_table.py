@@ -27,7 +27,7 @@ from playground.core.sampling import GREEDY, SamplingConfig
 from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup
 from playground.inputs.presets import get_preset, preset_names
-from playground.lab.calibration import calibrate
+from playground.lab.calibration import CalibrationPlan, calibrate
 from playground.lab.common import markdown_table
 from playground.lab.speed import speed
 from playground.pairs.registry import load_named_pair
@@ -84,7 +84,7 @@ def main() -> int:
     started = time.perf_counter()
     for drafter in args.drafters.split(","):
         for decoding in decodings:
-            timings = {n: calibrate(pair, ids, make_proposer(pair, drafter), n_max=17, sampling=DECODINGS[decoding])
+            timings = {n: calibrate(pair, ids, make_proposer(pair, drafter), CalibrationPlan(n_max=17, sampling=DECODINGS[decoding]))
                        for n, ids in prompts.items()}
             doc = speed(pair, prompts, lambda d=drafter: make_proposer(pair, d), ks=(args.k, "adaptive"),
                         rounds=args.rounds, max_new_tokens=64, sampling=DECODINGS[decoding], timing=timings)

@@ -38,7 +38,7 @@ from playground.envinfo import describe_setup
 from playground.errors import PlaygroundError
 from playground.inputs.presets import preset_names
 from playground.lab import replay as replay_mod
-from playground.lab.calibration import calibrate
+from playground.lab.calibration import CalibrationPlan, calibrate
 from playground.lab.common import markdown_table
 from playground.pairs.registry import load_named_pair
 
@@ -178,7 +178,7 @@ def main() -> int:
     median = sorted(firsts, key=lambda t: len(t.prompt_ids))[len(firsts) // 2]
     out, rows = {}, []
     for drafter in args.drafters.split(","):
-        timing = calibrate(pair, median.prompt_ids, make_proposer(pair, drafter), n_max=17)
+        timing = calibrate(pair, median.prompt_ids, make_proposer(pair, drafter), CalibrationPlan(n_max=17))
         print(f"{drafter}: c = {timing.c:.3f}, v(2) = {timing.v[2]:.2f}, v(9) = {timing.v[9]:.2f}, "
               f"v(17) = {timing.v[17]:.2f} ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
         base = speedups(replay_controllers(pair, turns, drafter, timing, range(1, 17), ("heuristic",),

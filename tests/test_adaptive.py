@@ -194,7 +194,7 @@ def test_speed_and_sweep_run_adaptive_and_heuristic_arms(pair64):
     def factory():
         return DraftModelProposer(pair64.draft, pair64.device, pair64.vocab_size)
 
-    timing = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(), n_max=5, repeats=2, warmup=1)
+    timing = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(), lab.CalibrationPlan(n_max=5, repeats=2, warmup=1))
     res = lab.speed(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory, ks=(1, 2, "adaptive", "heuristic"), rounds=2,
                     max_new_tokens=10, timing={"a": timing, "b": timing})  # one calibration per prompt
     assert set(res["timing_by_prompt"]) == {"a", "b"}
@@ -371,7 +371,8 @@ def test_the_engine_tells_the_controller_what_is_left_and_where_the_next_proposa
 
 def test_calibrating_a_hybrid_times_its_sources_apart(pair64):
     hybrid = HybridProposer(DraftModelProposer(pair64.draft, "cpu", None))
-    timing = lab.calibrate(pair64, [1, 2, 3, 4, 1, 2, 3], hybrid, n_max=5, repeats=2, warmup=1)
+    timing = lab.calibrate(pair64, [1, 2, 3, 4, 1, 2, 3], hybrid,
+                           lab.CalibrationPlan(n_max=5, repeats=2, warmup=1))
     costs = timing.source_costs
     assert set(costs) == {"lookup", "draft"}
     assert costs["lookup"][0] == 0.0 and costs["lookup"][1] < costs["draft"][0] + costs["draft"][1]

@@ -7,13 +7,20 @@ from __future__ import annotations
 import pytest
 
 import playground.drafters.proposers as proposers_mod
-import playground.lab.calibration as calibration_mod
+import playground.lab.calibration_bench as calibration_mod
 from playground import lab
 from playground.cli.entry import build_parser
 from playground.cli.lab import _sampling
 from playground.core.sampling import GREEDY, SamplingConfig
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
-from playground.lab.calibration import CalibrationStore, Timing, calibrate, calibrated_timing, pass_lengths
+from playground.lab.calibration import (
+    CalibrationPlan,
+    CalibrationStore,
+    Timing,
+    calibrate,
+    calibrated_timing,
+    pass_lengths,
+)
 from playground.lab.trust import WARN, check_sampling
 
 SAMPLED = SamplingConfig(do_sample=True, temperature=0.7, top_p=0.9, seed=0)
@@ -65,7 +72,7 @@ def test_the_label_is_the_decoding_without_its_seed():
 
 def test_a_sampled_calibration_records_its_sampling_and_round_trips(pair64):
     proposer = DraftModelProposer(pair64.draft, pair64.device, pair64.vocab_size)
-    t = calibrate(pair64, PROMPT, proposer, n_max=3, repeats=2, warmup=1, sampling=SAMPLED)
+    t = calibrate(pair64, PROMPT, proposer, CalibrationPlan(n_max=3, repeats=2, warmup=1, sampling=SAMPLED))
     assert t.sampling == "sample T=0.7 top-p=0.9" and set(t.verify_s) == {1, 2, 3}
     d = t.to_dict()
     assert d["sampling"] == t.sampling
@@ -73,7 +80,7 @@ def test_a_sampled_calibration_records_its_sampling_and_round_trips(pair64):
     assert back is not None and back.sampling == t.sampling and back.verify_s == t.verify_s
     old = {k: v for k, v in d.items() if k != "sampling"}  # a result saved before calibrations were sampled
     assert Timing.from_dict(old).sampling == "greedy"
-    assert calibrate(pair64, PROMPT, proposer, n_max=2, repeats=1, warmup=0).sampling == "greedy"
+    assert calibrate(pair64, PROMPT, proposer, CalibrationPlan(n_max=2, repeats=1, warmup=0)).sampling == "greedy"
 
 
 def test_the_store_keeps_greedy_and_sampled_apart():
@@ -98,8 +105,9 @@ def test_calibrated_timing_reuses_only_a_calibration_of_the_same_decoding(pair64
     proposer = RecordingLookup()
     greedy = fake_timing(context_tokens=len(PROMPT))
     store.put(proposer.describe(), greedy)
-    assert calibrated_timing(pair64, PROMPT, proposer, store, n_needed=3) == (greedy, True)
-    t, reused = calibrated_timing(pair64, PROMPT, proposer, store, n_needed=3, repeats=1, warmup=0, sampling=SAMPLED)
+    assert calibrated_timing(pair64, PROMPT, proposer, store, CalibrationPlan(n_max=3)) == (greedy, True)
+    t, reused = calibrated_timing(pair64, PROMPT, proposer, store,
+                                  CalibrationPlan(n_max=3, repeats=1, warmup=0, sampling=SAMPLED))
     assert not reused and t.sampling == SAMPLED.timing_label() and proposer.begun == [SAMPLED]
     assert store.get(proposer.describe(), len(PROMPT), 3, SAMPLED) is t
     assert store.get(proposer.describe(), len(PROMPT), 3) is greedy
@@ -107,20 +115,21 @@ def test_calibrated_timing_reuses_only_a_calibration_of_the_same_decoding(pair64
 
 def test_a_sampled_calibration_begins_the_proposer_with_its_sampling(pair64):
     proposer = RecordingLookup()
-    calibrate(pair64, PROMPT, proposer, n_max=2, repeats=1, warmup=0, sampling=SAMPLED)
+    calibrate(pair64, PROMPT, proposer, CalibrationPlan(n_max=2, repeats=1, warmup=0, sampling=SAMPLED))
     assert proposer.begun == [SAMPLED]
-    calibrate(pair64, PROMPT, proposer, n_max=2, repeats=1, warmup=0)
+    calibrate(pair64, PROMPT, proposer, CalibrationPlan(n_max=2, repeats=1, warmup=0))
     assert proposer.begun == [SAMPLED, GREEDY]
 
 
 def test_greedy_calibration_never_samples_on_the_target_side(pair64, counted):
-    calibrate(pair64, PROMPT, RecordingLookup(), n_max=3, repeats=2, warmup=1)
+    calibrate(pair64, PROMPT, RecordingLookup(), CalibrationPlan(n_max=3, repeats=2, warmup=1))
     assert counted == {"probabilities": [], "choose": 0}
 
 
 def test_a_sampled_calibration_times_the_sampling_work_of_every_pass(pair64, counted):
     repeats, warmup, n_max = 2, 1, 5
-    calibrate(pair64, PROMPT, RecordingLookup(), n_max=n_max, repeats=repeats, warmup=warmup, sampling=SAMPLED)
+    calibrate(pair64, PROMPT, RecordingLookup(),
+              CalibrationPlan(n_max=n_max, repeats=repeats, warmup=warmup, sampling=SAMPLED))
     # every verifying pass computes the distributions over its n rows; every plain step draws one token (two
     # plain steps a repetition: the first, after the drafter, untimed)
     assert sorted(counted["probabilities"]) == sorted(pass_lengths(n_max) * (repeats + warmup))
@@ -137,7 +146,7 @@ def test_a_sampled_model_drafter_samples_in_its_proposals(pair64, monkeypatch):
 
     monkeypatch.setattr(proposers_mod, "probabilities", probabilities)
     proposer = DraftModelProposer(pair64.draft, pair64.device, pair64.vocab_size)
-    calibrate(pair64, PROMPT, proposer, n_max=2, repeats=1, warmup=0, sampling=SAMPLED)
+    calibrate(pair64, PROMPT, proposer, CalibrationPlan(n_max=2, repeats=1, warmup=0, sampling=SAMPLED))
     assert seen and all(s == SAMPLED for s in seen)
 
 

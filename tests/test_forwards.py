@@ -11,7 +11,9 @@ from playground.cli.entry import main
 from playground.core.cost import predicted_speedup
 from playground.lab import forwards
 from playground.lab.forwards import streamed_bytes, time_forwards
+from playground.lab.forwards_report import forwards_text
 from playground.lab.report import report
+from playground.results import load_result
 from tests.tiny import tiny_model, tiny_pair
 
 PASS_FIXED, PASS_PER_TOKEN, DRAFT_STEP = {"eager": 10.0, "static": 6.0}, 0.5, {"eager": 4.0, "static": 1.0}
@@ -66,18 +68,18 @@ def test_v_c_and_the_predictions_come_from_each_arms_own_timings(faked):
     pair = tiny_pair(tiny_model(), tiny_model(seed=1))
     result = time_forwards(pair, arms=("eager", "static"), context=16, n_max=9, rounds=2, repeats=2)
     for arm in ("eager", "static"):
-        a = result["arms"][arm]
+        a = result.arms[arm]
         step = PASS_FIXED[arm] + PASS_PER_TOKEN
-        assert a["target_step_s"] == pytest.approx(step)
+        assert a.target_step_s == pytest.approx(step)
         v = {n: (PASS_FIXED[arm] + PASS_PER_TOKEN * n) / step for n in range(1, 10)}
-        assert {int(n): x for n, x in a["v"].items()} == pytest.approx(v)
-        assert a["c"] == pytest.approx(DRAFT_STEP[arm] / step)  # a chain of DRAFT_CHAIN steps, per step
+        assert a.v == pytest.approx(v)
+        assert a.c == pytest.approx(DRAFT_STEP[arm] / step)  # a chain of DRAFT_CHAIN steps, per step
         for alpha in (0.6, 0.8, 0.9):
             for k in range(1, 9):
-                assert a["predicted"][str(alpha)][str(k)] == pytest.approx(predicted_speedup(alpha, k, a["c"], v))
-    assert len(result["arms"]["eager"]["raw"]) == 2  # the warm-up round is not among the timed ones
-    assert result["floor"]["step_s"] == pytest.approx(streamed_bytes(pair.target, 16) / 1e9)
-    assert "not measured" in result["acceptance"]
+                assert a.predicted[alpha][k] == pytest.approx(predicted_speedup(alpha, k, a.c, v))
+    assert len(result.arms["eager"].raw) == 2  # the warm-up round is not among the timed ones
+    assert result.floor.step_s == pytest.approx(streamed_bytes(pair.target, 16) / 1e9)
+    assert "not measured" in result.acceptance
 
 
 def test_a_step_streams_every_weight_but_an_untied_input_embedding_and_the_context_kv():
@@ -110,6 +112,9 @@ def test_the_command_times_a_layer_cut_of_a_shipped_pair_and_report_reprints_it(
     assert doc["shape"]["layer_ratio"] == pytest.approx(30 / 24)
     assert set(doc["arms"]) == {"eager", "static"} and sorted(doc["arms"]["eager"]["v"]) == ["1", "2", "3"]
     assert "ACCEPTANCE IS NOT MEASURED" in printed and "floor:" in printed and "alpha 0.9" in printed
+    back = load_result(out)  # the file reads back into the result it was saved from, and prints the same
+    assert back.arms["eager"].predicted[0.9][1] == doc["arms"]["eager"]["predicted"]["0.9"]["1"]
+    assert forwards_text(back) in printed
     assert report(out).splitlines()[1] == printed.splitlines()[1]
 
 

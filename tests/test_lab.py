@@ -21,10 +21,10 @@ def factory(pair):
 
 
 def test_calibrate_measures_every_pass_length(pair64):
-    t = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(pair64)(), n_max=5, repeats=3, warmup=1)
+    t = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(pair64)(), lab.CalibrationPlan(n_max=5, repeats=3, warmup=1))
     assert set(t.verify_s) == {1, 2, 3, 4, 5}
     # the unit is plain decoding's step, timed back to back; v(1) is a one-token pass right after a draft
-    assert t.target_step_s == sorted(t.raw["plain_step_s"])[1] > 0 and len(t.raw["plain_step_s"]) == 3
+    assert t.target_step_s == sorted(t.raw.plain_step_s)[1] > 0 and len(t.raw.plain_step_s) == 3
     assert t.v_measured[1] == t.verify_s[1] / t.target_step_s
     # the curve predictions use is monotone except where a drop is significant (lab.fit.fit_verify)
     fit = t.verify_fit
@@ -32,12 +32,12 @@ def test_calibrate_measures_every_pass_length(pair64):
     drops = {n for n, _ in fit.drops}
     assert all(t.v[n] <= t.v[n + 1] + 1e-12 for n in range(1, 5) if n not in drops)
     assert t.draft_step_s >= 0 and t.c == t.draft_step_s / t.target_step_s
-    assert all(len(xs) == 3 for xs in t.raw["target_pass_s"].values())
+    assert all(len(xs) == 3 for xs in t.raw.target_pass_s.values())
     # each pass is divided by the plain step of its own repetition; v(n) is the median of those ratios
-    plain = t.raw["plain_step_s"]
+    plain = t.raw.plain_step_s
     for n in range(1, 6):
-        ratios = t.raw["pass_ratio"][str(n)]
-        assert ratios == [x / p for x, p in zip(t.raw["target_pass_s"][str(n)], plain)]
+        ratios = t.raw.pass_ratio[n]
+        assert ratios == [x / p for x, p in zip(t.raw.target_pass_s[n], plain)]
         assert t.v_measured[n] == pytest.approx(statistics.median(ratios))
     assert 0.0 < t.predict(0.8, 3) and t.predict([0.9, 0.8, 0.7], 3) > 0
     assert set(t.to_dict()) >= {"c", "v", "target_step_s", "draft_step_s", "raw"}
@@ -50,7 +50,8 @@ def test_calibration_times_every_short_pass_and_a_few_long_ones():
 
 
 def test_calibrate_leaves_a_model_free_drafter_nearly_free(pair64):
-    t = lab.calibrate(pair64, [1, 2, 1, 2, 1, 2], PromptLookupProposer(), n_max=3, repeats=3, warmup=1)
+    t = lab.calibrate(pair64, [1, 2, 1, 2, 1, 2], PromptLookupProposer(),
+                      lab.CalibrationPlan(n_max=3, repeats=3, warmup=1))
     assert t.c < 0.5
 
 
@@ -118,25 +119,26 @@ def test_sweep_predicts_and_recommends(pair64):
 def test_acceptance_matches_the_formulas_for_a_perfect_draft(target64):
     pair = tiny_pair(target64, target64)
     res = lab.acceptance(pair, {"p": ("prose", [1, 2, 3], 25)}, factory(pair), ks=(2, 4))
-    for row in res["rows"]:
-        assert row["alpha"] == 1.0
-        assert row["tokens_per_pass"] == row["tokens_per_pass_iid"] == row["k"] + 1
-    assert {(r["kind"], r["k"]) for r in res["pooled"]} == {("prose", 2), ("prose", 4)}
+    for row in res.rows:
+        assert row.alpha == 1.0
+        assert row.tokens_per_pass == row.tokens_per_pass_iid == row.k + 1
+    assert {(r.kind, r.k) for r in res.pooled} == {("prose", 2), ("prose", 4)}
 
 
 def test_distribution_searches_for_a_context_where_p_and_q_differ_under_top_p():
     target = tiny_model(vocab=8, seed=10, layers=1, hidden=16, scale=0.6)
     pair = tiny_pair(target, tiny_model(vocab=8, seed=11, layers=1, hidden=16, scale=0.6))
     sampling = SamplingConfig(do_sample=True, temperature=1.3, top_p=0.9)
-    res = lab.distribution(pair, {"a": [1, 5, 2]}, factory(pair), sampling=sampling, draws=300, seeds=(0,), top=8)
-    ctx = res["contexts"]["a"]
-    assert ctx["tv_distance_p_q"] >= 0.3 and ctx["context_tokens"] == 3 + ctx["position"]
-    assert "top-p=0.9" in res["sampling"] and res["min_tv"] == 0.3
+    res = lab.distribution(pair, {"a": [1, 5, 2]}, factory(pair),
+                           lab.DistributionPlan(sampling=sampling, draws=300, seeds=(0,), top=8))
+    ctx = res.contexts["a"]
+    assert ctx.tv_distance_p_q >= 0.3 and ctx.context_tokens == 3 + ctx.position
+    assert "top-p=0.9" in res.sampling and res.min_tv == 0.3
 
 
 def test_divergence_finds_none_in_float64(pair64):
     res = lab.divergence(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 4), max_new_tokens=16)
-    assert res["runs"] == 2 and res["diverged"] == 0
+    assert res.runs == 2 and res.diverged == 0
 
 
 def test_divergence_verdicts_on_a_real_gap_and_a_tie(pair64):
@@ -156,39 +158,40 @@ def test_distribution_tells_the_rules_apart_where_p_and_q_differ():
     target = tiny_model(vocab=8, seed=10, layers=1, hidden=16, scale=0.6)
     draft = tiny_model(vocab=8, seed=11, layers=1, hidden=16, scale=0.6)
     pair = tiny_pair(target, draft)
-    res = lab.distribution(pair, {"a": [1, 5, 2], "b": [3, 3]}, factory(pair), draws=4000, seeds=(0,), top=8)
+    res = lab.distribution(pair, {"a": [1, 5, 2], "b": [3, 3]}, factory(pair),
+                           lab.DistributionPlan(draws=4000, seeds=(0,), top=8))
     # the contexts were picked where draft and target disagree, and the wrong rules fail there: the test has power
-    assert all(c["tv_distance_p_q"] >= 0.3 and c["power"] for c in res["contexts"].values())
-    assert res["summary"]["contexts_with_power"] == 2 and res["summary"]["without_power"] == []
-    for r in res["results"]:
-        assert r["tv_distance_p_q"] > 0.2
-        if r["rule"] == "exact":
-            assert r["p_value"] > 0.001
+    assert all(c.tv_distance_p_q >= 0.3 and c.power for c in res.contexts.values())
+    assert res.summary.contexts_with_power == 2 and res.summary.without_power == []
+    for r in res.results:
+        assert r.tv_distance_p_q > 0.2
+        if r.rule == "exact":
+            assert r.p_value > 0.001
         else:
-            assert r["p_value"] < 1e-4
+            assert r.p_value < 1e-4
 
 
 def test_pooled_calibrations_take_the_median_of_all_their_samples(pair64):
     from playground.lab.calibration import Timing, pooled
-    a = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(pair64)(), n_max=4, repeats=3, warmup=1)
-    b = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(pair64)(), n_max=4, repeats=4, warmup=1)
+    a = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(pair64)(), lab.CalibrationPlan(n_max=4, repeats=3, warmup=1))
+    b = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(pair64)(), lab.CalibrationPlan(n_max=4, repeats=4, warmup=1))
     both = pooled([a, b])
-    assert both.raw["pooled"] == 2 and len(both.raw["plain_step_s"]) == 7
-    assert both.target_step_s == sorted(a.raw["plain_step_s"] + b.raw["plain_step_s"])[3]
+    assert both.raw.pooled == 2 and len(both.raw.plain_step_s) == 7
+    assert both.target_step_s == sorted(a.raw.plain_step_s + b.raw.plain_step_s)[3]
     for n in (1, 2, 3, 4):
-        ratios = a.raw["pass_ratio"][str(n)] + b.raw["pass_ratio"][str(n)]
+        ratios = a.raw.pass_ratio[n] + b.raw.pass_ratio[n]
         assert both.v_measured[n] == pytest.approx(sorted(ratios)[3])
     assert both.verify_fit is not None  # the pooled samples still carry the monotone fit
     # calibrations saved before the paired ratios pool their seconds' medians, as they were predicted then
-    bare = [Timing.from_dict({**t.to_dict(), "raw": {k: v for k, v in t.raw.items() if "ratio" not in k}})
+    bare = [Timing.from_dict({**t.to_dict(), "raw": {k: v for k, v in t.to_dict()["raw"].items() if "ratio" not in k}})
             for t in (a, b)]
     old = pooled(bare)
-    assert "pass_ratio" not in old.raw
-    assert old.verify_s[2] == sorted(a.raw["target_pass_s"]["2"] + b.raw["target_pass_s"]["2"])[3]
+    assert not old.raw.pass_ratio
+    assert old.verify_s[2] == sorted(a.raw.target_pass_s[2] + b.raw.target_pass_s[2])[3]
     assert pooled([a]) is a
     again = Timing.from_dict(both.to_dict())
     assert again is not None and again.verify_s == both.verify_s and again.c == pytest.approx(both.c)
-    other = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), n_max=4, repeats=3, warmup=1)
+    other = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=4, repeats=3, warmup=1))
     with pytest.raises(ValueError, match="one context length"):
         pooled([a, other])
     with pytest.raises(ValueError, match="at least one"):
@@ -197,7 +200,7 @@ def test_pooled_calibrations_take_the_median_of_all_their_samples(pair64):
 
 def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pair64, target64):
     import dataclasses
-    timing = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), n_max=17, repeats=3, warmup=1)
+    timing = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=17, repeats=3, warmup=1))
     later = dataclasses.replace(timing, target_step_s=timing.target_step_s * 2)
     timings, seen = {"a": timing}, []
 
@@ -243,8 +246,8 @@ def test_paired_ratios_keep_a_pass_from_reading_cheaper_than_a_step():
     from playground.lab.calibration import _paired
     step = statistics.median(EDIT_PLAIN)
     apart = statistics.median(EDIT_PASS_1) / step  # medians over different moments of a drifting host
-    ratios = {"1": [x / p for x, p in zip(EDIT_PASS_1, EDIT_PLAIN)]}
-    verify, per_token, per_call = _paired(ratios, {"1": [0.6, 0.6], "4": [1.5, 1.5]}, step)
+    ratios = {1: [x / p for x, p in zip(EDIT_PASS_1, EDIT_PLAIN)]}
+    verify, per_token, per_call = _paired(ratios, {1: [0.6, 0.6], 4: [1.5, 1.5]}, step)
     assert apart < 0.9 and 0.95 < verify[1] / step < 1.0
     assert per_token / step == pytest.approx(0.3) and per_call / step == pytest.approx(0.3)
 

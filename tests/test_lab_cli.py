@@ -8,7 +8,10 @@ import pytest
 from playground import lab
 from playground.cli import main
 from playground.cli.lab import Job
-from playground.lab.report import divergence_table, experiment_text, speed_caption, speed_markdown
+from playground.lab.report import divergence_table, experiment_text, speed_caption, speed_markdown, timing_table
+from playground.results import load_result
+from playground.results.calibration import TimingResult
+from playground.results.quality import DivergenceCase, DivergenceResult
 from tests.test_models import save
 from tests.tiny import tiny_pair
 
@@ -30,7 +33,11 @@ def run(dirs, tmp_path, *argv):
 def test_timing_command(dirs, tmp_path, capsys):
     res = run(dirs, tmp_path, "timing", "--ks", "1,2")
     assert res["experiment"] == "timing" and set(res["v"]) == {"1", "2", "3"} and res["c"] >= 0
-    assert "memory" in res and "torch threads" in capsys.readouterr().out
+    live = capsys.readouterr().out
+    assert "memory" in res and "torch threads" in live
+    back = load_result(tmp_path / "result.json")  # the saved file is the typed result, and prints the same table
+    setup = live.split("timing (")[1].split("; context")[0]
+    assert isinstance(back, TimingResult) and back.drafter and timing_table(back, setup) in live
 
 
 @pytest.mark.parametrize("cmd", ["speed", "sweep"])
@@ -122,10 +129,10 @@ def test_acceptance_divergence_and_distribution_commands(dirs, tmp_path, capsys)
 
 
 def test_a_divergence_case_is_one_table_row_even_with_a_pipe_in_the_token():
-    doc = {"experiment": "divergence", "runs": 2, "diverged": 1, "cases": [
-        {"prompt": "p", "k": 3, "position": 5, "plain_text": "a|b", "spec_text": " c", "verdict": "near-tie",
-         "gaps": {"prefill+1": 1e-6, "full prefill": -2e-6}, "dtype_spacing": 1.9e-6}]}
-    text = divergence_table(doc, "cpu")
+    case = DivergenceCase(prompt="p", k=3, position=5, plain_token=7, spec_token=8, plain_text="a|b", spec_text=" c",
+                          verdict="near-tie", gaps={"prefill+1": 1e-6, "full prefill": -2e-6}, winners={},
+                          top_logit=3.0, dtype_spacing=1.9e-6, recompute_disagreement=0.0)
+    text = divergence_table(DivergenceResult(runs=2, diverged=1, cases=[case]), "cpu")
     assert text.startswith("divergence (cpu): 1 of 2 greedy runs differ from plain")
     head, _, row = table_lines(text)
     assert row == "| p | 3 | 5 | 'a\\|b' | ' c' | prefill+1 +1.00e-06, full prefill -2.00e-06 | 1.9e-06 | near-tie |"

@@ -27,6 +27,7 @@ from playground.core.timesplit import (
 from playground.drafters.registry import make_proposer
 from playground.lab.report import experiment_text, time_split_line
 from playground.pairs.models import ModelPair
+from playground.results.calibration import WhatifResult, WhatifRow
 from playground.ui import charts, chromium, handlers, panels, serving
 from playground.ui.session import parse_request
 from tests.tiny import perturbed, tiny_model, tiny_pair, word_tokenizer
@@ -122,8 +123,9 @@ SWEEP = {"table": [{"k": k, "median_ratio": r, "min_ratio": r - 0.1, "max_ratio"
                     "predicted_iid": r + 0.05, "predicted_empirical": None if k == 3 else r + 0.02}
                    for k, r in [(1, 1.2), (2, 1.4), (3, 1.3)]]
          + [{"k": "adaptive", "median_ratio": 1.35, "min_ratio": 1.3, "max_ratio": 1.4}], "best_k": 2}
-WHATIF = {"rows": [{"k": k, "speedup": 1 + 0.1 * k, "break_even_alpha": None if k == 4 else 0.3} for k in (1, 2, 3, 4)],
-          "alpha": 0.7, "best_k": 3, "best_speedup": 1.3}
+WHATIF = WhatifResult(c=0.3, overhead=0.0, alpha=0.7, positions=None, v=None, best_k=3, best_speedup=1.3, grid=[],
+                      ks=[1, 2, 3, 4], rows=[WhatifRow(k=k, speedup=1 + 0.1 * k, tokens_per_pass=1.0, iteration_cost=1.0,
+                                                       break_even_alpha=None if k == 4 else 0.3) for k in (1, 2, 3, 4)])
 
 
 def test_every_chart_reaches_the_browser_as_its_validated_copy_would():
@@ -133,7 +135,7 @@ def test_every_chart_reaches_the_browser_as_its_validated_copy_would():
                charts.alpha_figure(its), charts.empty_figure("x"), charts.time_split_figure([]),
                charts.sweep_figure(SWEEP, {4: {1: 1.1, 2: 1.2}}), charts.sweep_figure(None),
                charts.sweep_figure({**SWEEP, "table": SWEEP["table"][-1:]}),  # no fixed k: an axis range of None
-               charts.whatif_figure(WHATIF, {"k": 2, "alpha": 0.6, "predicted": 1.2, "measured": 1.1})]
+               charts.whatif_figure(WHATIF, charts.RunPoint(k=2, alpha=0.6, predicted=1.2, measured=1.1))]
     for fig in figures:
         assert json.loads(fig.to_json()) == as_validated(fig)
     assert figures[0].layout.barmode == "stack" and [t.name for t in figures[0].data] == ["draft", "verify",

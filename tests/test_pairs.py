@@ -369,13 +369,13 @@ def test_a_gpu_pair_without_cuda_is_refused_before_anything_loads(monkeypatch, c
 
 def test_the_pairs_ratios_come_from_the_shipped_configs(capsys):
     qwen = PAIRS["qwen2.5-7b"].ratios
-    assert (qwen["draft_layers"], qwen["target_layers"]) == (24, 28)
+    assert (qwen.draft_layers, qwen.target_layers) == (24, 28)
     # published sizes: Qwen2.5-7B 7.62B parameters, 0.5B 0.49B (their model cards)
-    assert abs(qwen["target_params"] / 1e9 - 7.62) < 0.02 and abs(qwen["draft_params"] / 1e9 - 0.49) < 0.01
+    assert abs(qwen.target_params / 1e9 - 7.62) < 0.02 and abs(qwen.draft_params / 1e9 - 0.49) < 0.01
     llama = PAIRS["llama-3.1-8b"].ratios
-    assert abs(llama["target_params"] / 1e9 - 8.03) < 0.02 and abs(llama["draft_params"] / 1e9 - 1.24) < 0.01
-    assert llama["layer_ratio"] == 0.5
-    assert PAIRS["smollm2-1.7b"].ratios["layer_ratio"] > 1  # the deep draft its note warns of
+    assert abs(llama.target_params / 1e9 - 8.03) < 0.02 and abs(llama.draft_params / 1e9 - 1.24) < 0.01
+    assert llama.layer_ratio == 0.5
+    assert PAIRS["smollm2-1.7b"].ratios.layer_ratio > 1  # the deep draft its note warns of
     assert PAIRS["embedded"].ratios is None  # the int8 copy has no config of its own
     assert main(["pairs"]) == 0
     out = capsys.readouterr().out

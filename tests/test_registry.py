@@ -86,7 +86,7 @@ def test_every_reader_offers_a_registered_drafter_and_forgets_it_when_withdrawn(
 def test_the_browser_shows_its_label_and_the_drafter_runs_in_the_lab_and_replay(toy, pair64):
     assert ("all zeros", TOY) in serving.PairProvider(pair=pair64).drafter_choices()
     res = acceptance(pair64, {"p": ("prose", [1, 2, 3, 4], 6)}, lambda: make_proposer(pair64, TOY), ks=(2,))
-    assert res["rows"][0]["k"] == 2
+    assert res.rows[0].k == 2
     turn = greedy_turn(pair64, "t", [1, 2, 3, 4, 1, 2], 8, "text")
     greedy = replay(pair64, [turn], drafters=[TOY], ks=[1, 2], controllers=())
     walks = greedy["turns"][0]["drafters"][TOY]["walks"]

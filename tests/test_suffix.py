@@ -196,7 +196,7 @@ def test_calibration_times_the_tree_as_the_hybrids_free_source(pair64):
 
     cache = SuffixCache()
     hybrid = SuffixHybridProposer(DraftModelProposer(pair64.draft, "cpu", None), SuffixProposer(cache))
-    timing = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], hybrid, n_max=3, repeats=2, warmup=1)
+    timing = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], hybrid, lab.CalibrationPlan(n_max=3, repeats=2, warmup=1))
     c, search_s = timing.source_s["suffix"]
     assert c == 0.0 and 0.0 < search_s < timing.target_step_s  # microseconds beside a target pass
     assert cache.responses == 0  # the calibration's run produced nothing, so nothing is cached

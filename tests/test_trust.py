@@ -27,6 +27,7 @@ from playground.lab.trust import (
     check_spread,
     recommend,
 )
+from playground.results.calibration import TimingSamples
 
 
 def factory(pair):
@@ -37,7 +38,7 @@ def timing(verify=None, c=0.3, samples=None) -> Timing:
     verify = verify or {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.2}
     unit = 0.01
     return Timing(target_step_s=unit, verify_s={n: v * unit for n, v in verify.items()}, draft_step_s=c * unit,
-                  context_tokens=10, raw={"target_pass_s": samples or {}})
+                  context_tokens=10, raw=TimingSamples(target_pass_s=samples or {}))
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ def test_a_prediction_that_missed_by_more_than_0_15_is_flagged_with_where_the_mi
 
 
 def test_every_cell_the_prediction_missed_by_more_than_0_15_says_so(pair64, quiet):
-    t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), n_max=4, repeats=4, warmup=1)
+    t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=4, repeats=4, warmup=1))
     res = lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
                     timing=dataclasses.replace(t, draft_step_s=t.draft_step_s * 3))  # a calibration far off the loop
     cells = [c for c in res["by_prompt"] if isinstance(c["k"], int) and c.get("miss_empirical") is not None]
@@ -147,8 +148,9 @@ def test_a_drifting_plain_run_makes_the_sweep_withhold_its_recommendation(pair64
 
     try:
         res = lab.sweep(pair64, [1, 2, 3], factory(pair64), ks=(1, 2), rounds=3, max_new_tokens=12,
-                        adaptive=False, timing=lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), n_max=3,
-                                                             repeats=3, warmup=1), progress=progress)
+                        adaptive=False, progress=progress,
+                        timing=lab.calibrate(pair64, [1, 2, 3], factory(pair64)(),
+                                             lab.CalibrationPlan(n_max=3, repeats=3, warmup=1)))
     finally:
         hook.remove()
     assert res["drift"]["prompt"]["flagged"]
@@ -168,7 +170,7 @@ def test_a_noisy_calibration_makes_the_speed_table_untrustworthy(pair64, quiet):
 
 
 def test_a_clean_run_recommends_and_explains_each_cell(pair64, quiet):
-    t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), n_max=4, repeats=4, warmup=1)
+    t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=4, repeats=4, warmup=1))
     res = lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10, timing=t)
     for row in res["table"]:
         assert "trust" in row and row["spread"] == pytest.approx(row["max_ratio"] - row["min_ratio"])

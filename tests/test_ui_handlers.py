@@ -832,12 +832,12 @@ def test_the_calibration_store_is_reused_by_every_tab_calibrate_run_and_sweep(wo
     provider = serving.PairProvider(pair=word_pair)  # a store of its own, empty
     calls = []
     real = lab_calibration.calibrate
-    counted = lambda *a, **k: calls.append(k) or real(*a, **k)
+    counted = lambda pair, ids, proposer, plan, *a, **k: calls.append(plan) or real(pair, ids, proposer, plan, *a, **k)
     monkeypatch.setattr(lab_calibration, "calibrate", counted)
     monkeypatch.setattr(measure, "calibrate", counted)
     req = request(provider, k=3, drafter="lookup")
     first = list(measure.stream_calibrate(provider, Session(), req))
-    assert len(calls) == 1 and (calls[0]["repeats"], calls[0]["warmup"]) == measure.SHORT  # the short settings
+    assert len(calls) == 1 and (calls[0].repeats, calls[0].warmup) == measure.SHORT  # the short settings
     assert any("timing the target's passes over 1-17 tokens" in v.status for v in first)
     other_tab = Session()
     again = list(measure.stream_calibrate(provider, other_tab, req))

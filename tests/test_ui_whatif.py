@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import astuple, replace
 from types import SimpleNamespace
 
 import gradio as gr
@@ -18,9 +19,10 @@ from playground.lab.batch import batch_predictions
 from playground.lab.calibration import Timing
 from playground.lab.whatif import ALPHAS, parse_v, whatif
 from playground.pairs.models import ModelPair
+from playground.results.calibration import BatchResult, BatchRow
 from playground.ui import batching, charts, measure, serving
 from playground.ui.session import RunResult, Session, parse_request
-from playground.ui.whatif_view import DEFAULTS, error_status, prefill, v_text, whatif_view
+from playground.ui.whatif_view import DEFAULTS, WhatifInputs, error_status, prefill, v_text, whatif_view
 from tests.test_ui_handlers import RECORDS, SWEEP_RESULT, WORDS, request, sweep_request, valid
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
@@ -36,8 +38,8 @@ def provider():
     return serving.PairProvider(pair=pair)
 
 
-def values(**changes) -> dict:
-    return {**DEFAULTS, **changes}
+def values(**changes) -> WhatifInputs:
+    return replace(DEFAULTS, **changes)
 
 
 def finished_run(k: int = 3, k_mode: str = "fixed", measured_plain_tps: float | None = None) -> RunResult:
@@ -58,38 +60,38 @@ def test_the_default_view_is_the_seeds_cheap_draft_figure_through_the_whatif_pat
     view = whatif_view(None, DEFAULTS)
     expected = whatif(0.38, alpha=0.85, v=None, overhead=0.0, alphas=ALPHAS)
     assert view.doc == expected  # the one call, nothing of our own
-    assert round(view.doc["rows"][3]["speedup"], 2) == 1.47  # k = 4: the seed's 1.47x at c = 0.38, alpha = 0.85
-    assert "1.47" in view.table and view.status.startswith(f"**Best k = {expected['best_k']}**")
+    assert round(view.doc.rows[3].speedup, 2) == 1.47  # k = 4: the seed's 1.47x at c = 0.38, alpha = 0.85
+    assert "1.47" in view.table and view.status.startswith(f"**Best k = {expected.best_k}**")
     fig = valid(view.figure)
-    assert list(fig.data[0].y) == [r["speedup"] for r in expected["rows"]] and list(fig.data[0].x) == list(range(1, 17))
-    assert any(f"best k = {expected['best_k']}" in a.text for a in fig.layout.annotations)
+    assert list(fig.data[0].y) == [r.speedup for r in expected.rows] and list(fig.data[0].x) == list(range(1, 17))
+    assert any(f"best k = {expected.best_k}" in a.text for a in fig.layout.annotations)
     assert any(s.y0 == 1.0 and s.y1 == 1.0 for s in fig.layout.shapes)  # break-even line
 
 
 def test_break_even_alpha_rises_with_k_at_the_seeds_cost_ratio_through_the_panel():
     view = whatif_view(None, values(c=0.56))
-    be = [r["break_even_alpha"] for r in view.doc["rows"][:6]]
+    be = [r.break_even_alpha for r in view.doc.rows[:6]]
     assert all(a < b for a, b in itertools.pairwise(be)) and all(0 < a < 1 for a in be)
-    for r in view.doc["rows"][:6]:
-        assert f'data-k="{r["k"]}">{r["break_even_alpha"]:.2f}</td>' in view.table
+    for r in view.doc.rows[:6]:
+        assert f'data-k="{r.k}">{r.break_even_alpha:.2f}</td>' in view.table
 
 
 def test_every_shown_number_equals_whatifs_for_per_position_acceptance_and_a_measured_v():
     raw = values(acceptance="positions", positions="0.95, 0.9 0.8,0.7", c="0.3", overhead=0.1,
                  v="1:1.0,2:1.05,4:1.6,8:1.9")
     view = whatif_view(None, raw)
-    expected = whatif(0.3, positions=[0.95, 0.9, 0.8, 0.7], v=parse_v(raw["v"]), overhead=0.1, alphas=ALPHAS)
+    expected = whatif(0.3, positions=[0.95, 0.9, 0.8, 0.7], v=parse_v(raw.v), overhead=0.1, alphas=ALPHAS)
     assert view.doc == expected
-    assert list(view.figure.data[0].y) == [r["speedup"] for r in expected["rows"]]
-    for g in expected["grid"]:  # the alpha x k map: every cell, as shown
-        row = view.grid.split(f'data-alpha="{g["alpha"]:.4f}"')[1].split("</tr>")[0]
-        assert [c.split(">")[1] for c in row.split("<td")[1:]] == [f"{g['speedups'][k]:.2f}</td" for k in range(1, 17)]
+    assert list(view.figure.data[0].y) == [r.speedup for r in expected.rows]
+    for g in expected.grid:  # the alpha x k map: every cell, as shown
+        row = view.grid.split(f'data-alpha="{g.alpha:.4f}"')[1].split("</tr>")[0]
+        assert [c.split(">")[1] for c in row.split("<td")[1:]] == [f"{g.speedups[k]:.2f}</td" for k in range(1, 17)]
     assert "per-position acceptance 0.95, 0.90, 0.80, 0.70" in view.status
 
 
 def test_no_k_pays_for_a_drafter_slower_than_the_target():
     view = whatif_view(None, values(c=1.2, alpha=0.95))
-    assert view.doc["best_k"] == 0 and view.status.startswith("**No k pays**")
+    assert view.doc.best_k == 0 and view.status.startswith("**No k pays**")
     assert "never" in view.table and "no k pays" in view.figure.layout.title.text
 
 
@@ -163,13 +165,13 @@ def test_the_last_run_is_marked_where_it_sits_and_fills_alpha():
     changes, line = prefill(session, None)
     assert changes == {"alpha": 0.75, "positions": "1.000, 0.500"} and "from the last run (draft, k = 3)" in line
     view = whatif_view(session, values(alpha=0.62))
-    alphas = [g["alpha"] for g in view.doc["grid"]]
+    alphas = [g.alpha for g in view.doc.grid]
     assert 0.62 in alphas and len(alphas) == len(ALPHAS) + 1  # the run's 0.75 is a seed row already
     assert '0.620 <span class="tag">what-if</span>' in view.grid and '0.75 <span class="tag">your run</span>' in view.grid
     assert 'class="run"' in view.grid and "your run" in view.grid and "what-if" in view.grid
     cell = view.grid.split('data-alpha="0.7500"')[1].split("</tr>")[0].split("<td")[3]  # k = 3
     assert "you" in cell and "where your last run sits" in cell
-    predicted = whatif(0.38, alpha=0.75, ks=[3])["rows"][0]["speedup"]
+    predicted = whatif(0.38, alpha=0.75, ks=[3]).rows[0].speedup
     star = next(t for t in view.figure.data if t.name.startswith("your last run (\u03b1 = 0.75, k = 3)"))
     assert list(star.x) == [3] and list(star.y) == [predicted]
     measured = next(t for t in view.figure.data if t.name == "your last run, measured (Compare)")
@@ -203,9 +205,9 @@ def test_the_tab_events_and_the_whatif_api(provider):
     by_name = {fn.api_name: fn for fn in _fns(demo)}
     assert by_name["time_batches"].concurrency_id == "device:cpu" and by_name["time_batches"].concurrency_limit == 1
     out = by_name["whatif"].fn(0.38, 0.85)
-    assert round(out["rows"][3]["speedup"], 2) == 1.47 and out == json.loads(json.dumps(whatif(0.38, alpha=0.85)))
+    assert round(out["rows"][3]["speedup"], 2) == 1.47 and out == whatif(0.38, alpha=0.85).to_dict()
     positions = by_name["whatif"].fn(0.3, None, "0.9, 0.8", "1:1.0,4:1.5", 0.1)
-    assert positions == json.loads(json.dumps(whatif(0.3, positions=[0.9, 0.8], v={1: 1.0, 4: 1.5}, overhead=0.1)))
+    assert positions == whatif(0.3, positions=[0.9, 0.8], v={1: 1.0, 4: 1.5}, overhead=0.1).to_dict()
     with pytest.raises(gr.Error, match="probability"):
         by_name["whatif"].fn(0.38, 1.5)
     with pytest.raises(gr.Error, match="not both"):
@@ -215,23 +217,22 @@ def test_the_tab_events_and_the_whatif_api(provider):
     # the tab's own listener (private, no queue): raw values in, the view out; a bad value -> the line only
     recompute = next(fn for fn in _fns(demo) if fn.name == "recompute")
     assert recompute.api_visibility == "private" and not recompute.queue and not recompute.preprocess
-    status, fig, table, _ = recompute.fn(None, *DEFAULTS.values())
-    assert status.startswith("**Best k") and "1.47" in table and fig.data[0].y[3] == whatif(0.38, alpha=0.85)["rows"][3]["speedup"]
-    status, *rest = recompute.fn(None, *values(v="1-1.0").values())
+    status, fig, table, _ = recompute.fn(None, *astuple(DEFAULTS))
+    assert status.startswith("**Best k") and "1.47" in table and fig.data[0].y[3] == whatif(0.38, alpha=0.85).rows[3].speedup
+    status, *rest = recompute.fn(None, *astuple(values(v="1-1.0")))
     assert status.startswith("\u26a0 v(n) is a list like") and all(isinstance(x, type(gr.skip())) for x in rest)
     fill = next(fn for fn in _fns(demo) if fn.name == "fill" and fn.targets and fn.targets[0][1] == "select")
-    out = fill.fn(Session(calibration=("draft", TIMING)), *DEFAULTS.values())
+    out = fill.fn(Session(calibration=("draft", TIMING)), *astuple(DEFAULTS))
     assert out[3] == round(TIMING.c, 4) and out[6].startswith("Filled in") and out[7].startswith("**Best k")
 
 
 # --- batch > 1 ----------------------------------------------------------------------------------------------
 
 
-def fake_batch(n_max: int = 5) -> dict:
-    return {"experiment": "batch", "n_max": n_max, "batches": [1, 4, 8], "threshold": 1.25, "repeats": 4,
-            "context_tokens": 9, "setup": "cpu", "rows": [
-                {"batch": b, "step_s": 0.02 * b ** 0.5, "step_per_sequence_s": 0.02 / b ** 0.5, "free_up_to_k": 4 // b,
-                 "v": {n: 1.0 + (n - 1) * 0.02 * b for n in range(1, n_max + 1)}} for b in (1, 4, 8)]}
+def fake_batch(n_max: int = 5) -> BatchResult:
+    return BatchResult(n_max=n_max, batches=[1, 4, 8], threshold=1.25, repeats=4, context_tokens=9, setup="cpu", rows=[
+        BatchRow(batch=b, step_s=0.02 * b ** 0.5, step_per_sequence_s=0.02 / b ** 0.5, free_up_to_k=4 // b,
+                 v={n: 1.0 + (n - 1) * 0.02 * b for n in range(1, n_max + 1)}) for b in (1, 4, 8)])
 
 
 def test_batch_lines_come_from_batch_predictions_at_the_sweeps_alpha_and_cost():
@@ -258,7 +259,7 @@ def test_time_batches_on_a_tiny_pair_keeps_the_result_and_the_sweep_draws_it(pro
     views = list(batching.stream_batch(provider, session, request(provider), repeats=1, warmup=0))
     final = views[-1]
     assert final.status.startswith("Timed batches 1, 4, 8 on") and "nearly free" in final.status
-    assert [r["batch"] for r in session.batch["rows"]] == [1, 4, 8] and session.batch["n_max"] == batching.N_MAX
+    assert [r.batch for r in session.batch.rows] == [1, 4, 8] and session.batch.n_max == batching.N_MAX
     assert final.figure is None and "Sweep k to see" in final.note and "The loop itself runs batch 1" in final.note
     assert "vLLM" in final.note and "| B | step, ms |" in final.note
     assert session.batch_status.startswith("Timed batches")

@@ -11,7 +11,7 @@ import sys
 from ..core.engine import check_request, plain_generate, speculative_generate
 from ..core.records import Iteration, RunSummary, describe_choices, prefill_note, summarize
 from ..core.sampling import SamplingConfig
-from ..document import RunConfig, run_document
+from ..document import RunConfig, RunOutcome, run_document
 from ..drafters.adaptive import make_controller, parse_k
 from ..drafters.registry import make_proposer
 from ..envinfo import describe_setup, environment, redact
@@ -82,8 +82,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                            max_new_tokens=max_new, prompt=args.prompt, preset=args.preset,
                            chat_template=None if preset is not None else not args.raw,
                            min_confidence=args.min_confidence, cost_curve=curve)
-        json.dump(run_document(config, records, environment(pair), text, summary=summary, setup=describe_setup(pair),
-                               check=check, plain_summary=plain_summary), out, indent=1)
+        outcome = RunOutcome(records, environment(pair), text, summary=summary, setup=describe_setup(pair),
+                             check=check, plain_summary=plain_summary)
+        json.dump(run_document(config, outcome), out, indent=1)
         out.write("\n")
         return 0
 

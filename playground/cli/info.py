@@ -29,15 +29,16 @@ def cmd_pairs() -> int:
 
     default = os.environ.get(PAIR_ENV, "").strip() or DEFAULT_PAIR
     for row in pairs_table():
-        mark = "*" if row["name"] == default else " "
-        state = "cached" if row["cached"] else "downloads on first use"
-        where = "GPU only" if row["needs_cuda"] else row["device"]
-        r = row["ratios"]
-        shape = (f"\n      draft/target: {r['draft_layers']}/{r['target_layers']} layers ({r['layer_ratio']:.2f}), "
-                 f"{r['draft_params'] / 1e9:.2f}B/{r['target_params'] / 1e9:.2f}B parameters ({r['byte_ratio']:.2f})"
+        p = row.pair
+        mark = "*" if p.name == default else " "
+        state = "cached" if row.cached else "downloads on first use"
+        where = "GPU only" if p.needs_cuda else p.device
+        r = p.ratios
+        shape = (f"\n      draft/target: {r.draft_layers}/{r.target_layers} layers ({r.layer_ratio:.2f}), "
+                 f"{r.draft_params / 1e9:.2f}B/{r.target_params / 1e9:.2f}B parameters ({r.byte_ratio:.2f})"
                  if r else "")
-        print(f"{mark} {row['name']:14} {row['target']} + {row['draft'] or 'no draft model'} "
-              f"[{row['dtype']}, {where}; {state}]{shape}\n      {row['note']}")
+        print(f"{mark} {p.name:14} {p.target} + {p.draft or 'no draft model'} "
+              f"[{p.dtype}, {where}; {state}]{shape}\n      {p.note}")
     policy = ModelPolicy.from_env()
     roots = os.pathsep.join(map(str, policy.roots)) or ("any folder" if policy.allow_any else "none")
     print(f"* the default pair (${PAIR_ENV}). Other hub ids: {'allowed' if policy.allow_any else 'refused'} "

@@ -23,9 +23,13 @@ from ..inputs.presets import get_preset, load_presets
 from ..inputs.text import encode_prompt
 from ..lab import acceptance, calibrate, distribution, divergence, peers, speed, sweep
 from ..lab.batch import batch_predictions, batch_timing
-from ..lab.calibration import pooled
+from ..lab.calibration import CalibrationPlan, pooled
+from ..lab.quality import DistributionPlan
 from ..lab.report import experiment_text
 from ..pairs.models import ModelPair
+from ..results import Result
+from ..results.calibration import BatchPredictions, TimingResult
+from ..results.quality import AcceptanceResult, DistributionResult, DivergenceResult
 from .load import pair_from_args
 
 
@@ -62,20 +66,20 @@ class Job:
         return [k for k in self.ks if isinstance(k, int)]
 
 
-def timing_job(job: Job) -> dict:
+def timing_job(job: Job) -> TimingResult:
     ids = next(iter(job.ids.values()))
     n_max = max(job.fixed_ks) + 1
     batches = _parse_batches(job.args.batch)
     share = 1.0 if not batches else 0.4
-    t = calibrate(job.pair, ids, job.proposer(), n_max=n_max, progress=lambda f, m: job.progress(share * f, m),
-                  sampling=_sampling(job.args))
-    result = {"experiment": "timing", "environment": environment(job.pair), "memory": job.memory, **t.to_dict()}
+    t = calibrate(job.pair, ids, job.proposer(), CalibrationPlan(n_max=n_max, sampling=_sampling(job.args)),
+                  progress=lambda f, m: job.progress(share * f, m))
+    batch = None
     if batches:
-        b = batch_timing(job.pair, ids, batches, n_max=n_max, progress=lambda f, m: job.progress(0.4 + 0.6 * f, m))
-        b["predictions"] = {"alpha": job.args.alpha, "c": t.c, "by_batch": batch_predictions(
-            b, t.c, job.args.alpha, t.overhead, ks=range(1, n_max))}
-        result["batch"] = b
-    return result
+        batch = batch_timing(job.pair, ids, batches, n_max=n_max,
+                             progress=lambda f, m: job.progress(0.4 + 0.6 * f, m))
+        batch.predictions = BatchPredictions(alpha=job.args.alpha, c=t.c, by_batch=batch_predictions(
+            batch, t.c, job.args.alpha, t.overhead, ks=range(1, n_max)))
+    return t.record(TimingResult, environment=environment(job.pair), memory=job.memory, batch=batch)
 
 
 def _parse_batches(text: str | None) -> list[int]:
@@ -97,8 +101,8 @@ def _calibrations(job: Job, names: list[str]) -> dict:
     warpers, softmax and draws in every pass)."""
     n_max = (K_MAX if job.args.command == "sweep" or "adaptive" in job.ks else max(job.fixed_ks)) + 1
     share = 0.3 / len(names)
-    timings = {name: calibrate(job.pair, job.ids[name], job.proposer(), n_max=n_max, repeats=8,
-                               sampling=_sampling(job.args),
+    plan = CalibrationPlan(n_max=n_max, repeats=8, sampling=_sampling(job.args))
+    timings = {name: calibrate(job.pair, job.ids[name], job.proposer(), plan,
                                progress=lambda f, m, i=i, name=name: job.progress(share * (i + f), f"{name}: {m}"))
                for i, name in enumerate(names)}
     if any(t.c > 1 for t in timings.values()):
@@ -130,8 +134,8 @@ def _spread(job: Job, timings: dict) -> Callable[[int], None] | None:
 
     def recalibrate(_round: int) -> None:
         for name, ids in job.ids.items():
-            made[name].append(calibrate(job.pair, ids, job.proposer(), n_max=n_max, repeats=4, warmup=1,
-                                        sampling=_sampling(job.args)))
+            made[name].append(calibrate(job.pair, ids, job.proposer(),
+                                        CalibrationPlan(n_max=n_max, repeats=4, warmup=1, sampling=_sampling(job.args))))
             timings[name] = pooled(made[name])
     return recalibrate
 
@@ -152,18 +156,18 @@ def sweep_job(job: Job) -> dict:
                  progress=_rest_of_bar(job), plain_every=job.args.plain_every)
 
 
-def acceptance_job(job: Job) -> dict:
+def acceptance_job(job: Job) -> AcceptanceResult:
     return acceptance(job.pair, job.prompts, job.proposer, ks=job.ks, sampling=_sampling(job.args),
                       progress=job.progress)
 
 
-def divergence_job(job: Job) -> dict:
+def divergence_job(job: Job) -> DivergenceResult:
     return divergence(job.pair, job.ids, job.proposer, ks=job.ks, max_new_tokens=job.max_new, progress=job.progress)
 
 
-def distribution_job(job: Job) -> dict:
-    return distribution(job.pair, job.ids, job.proposer, sampling=_sampling(job.args), draws=job.args.draws,
-                        progress=job.progress)
+def distribution_job(job: Job) -> DistributionResult:
+    return distribution(job.pair, job.ids, job.proposer, DistributionPlan(sampling=_sampling(job.args),
+                                                                          draws=job.args.draws), job.progress)
 
 
 def peers_job(job: Job) -> dict:
@@ -196,10 +200,11 @@ def cmd_lab(args: argparse.Namespace, run: Callable[[Job], dict], default_ks: Se
     result = run(job)
     print(experiment_text(result, setup, kinds={name: kind for name, (kind, _, _) in prompts.items() if kind != name}))
     if args.out:
-        result.setdefault("drafter", drafter)
-        result.setdefault("command", "python -m playground " + shlex.join(args.argv))
+        doc = result.to_dict() if isinstance(result, Result) else result  # speed and sweep are not typed yet
+        doc["drafter"] = doc.get("drafter") or drafter
+        doc["command"] = doc.get("command") or "python -m playground " + shlex.join(args.argv)
         with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+            json.dump(doc, f, indent=1)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

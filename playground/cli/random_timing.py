@@ -7,9 +7,9 @@ assumed alphas. On a GPU host this answers "would this pair pay here?" in a minu
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
+from dataclasses import replace
 
 import torch
 
@@ -21,6 +21,7 @@ from ..pairs.kernels import choose_kernels
 from ..pairs.models import resolve_device, resolve_dtype
 from ..pairs.registry import EMBEDDED_HUB, get_pair_spec
 from ..pairs.synthetic import pair_ratios, random_pair
+from ..results.calibration import PairShape
 from .lab import _progress_bar
 
 EMBEDDED_WORDS = ("embedded", "int8")
@@ -81,25 +82,26 @@ def run(args: argparse.Namespace) -> int:
     if device.type == "cpu":  # the linear layers' kernels, chosen as a loaded pair's are (pairs/kernels.py)
         for role, model in (("target", pair.target), ("draft", pair.draft)):
             if model is not None:
-                kernels[role] = choose_kernels(model, getattr(args, "kernels", None)).to_dict()
+                kernels[role] = choose_kernels(model, getattr(args, "kernels", None))
     result = time_forwards(pair, arms=arms, context=args.context, n_max=n_max, rounds=args.rounds,
                            repeats=args.repeats, progress=_progress_bar())
-    ratios = pair_ratios(target, draft) if draft else {}
-    result.update({
-        "pair": args.pair or target, "target": target, "draft": draft, "device": str(device),
-        "dtype": str(dtype).replace("torch.", ""), "environment": environment(), "kernels": kernels,
-        "shape": {"layers": args.layers, "target_layers": pair.target.config.num_hidden_layers,
-                  "draft_layers": pair.draft.config.num_hidden_layers if pair.draft is not None else None,
-                  "layer_ratio": ratios.get("layer_ratio"), "byte_ratio": ratios.get("byte_ratio")},
-        "command": "python -m playground " + shlex.join(getattr(args, "argv", []) or []),
-    })
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else result["environment"].get("cpu")
-    chosen = {k.get("kernels") for k in kernels.values()}
+    ratios = pair_ratios(target, draft) if draft else None
+    env = environment()
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else env.get("cpu")
+    chosen = {k.kernels for k in kernels.values()}
     named = f", {'/'.join(sorted(chosen))} kernels" if chosen else ""
-    result["setup"] = f"{device} ({where}), {result['dtype']}, {torch.get_num_threads()} torch threads{named}"
+    dtype_name = str(dtype).replace("torch.", "")
+    result = replace(
+        result, pair=args.pair or target, target=target, draft=draft, device=str(device), dtype=dtype_name,
+        environment=env, kernels={role: k.to_dict() for role, k in kernels.items()},
+        shape=PairShape(layers=args.layers, target_layers=pair.target.config.num_hidden_layers,
+                        draft_layers=pair.draft.config.num_hidden_layers if pair.draft is not None else None,
+                        layer_ratio=ratios.layer_ratio if ratios else None,
+                        byte_ratio=ratios.byte_ratio if ratios else None),
+        command="python -m playground " + shlex.join(getattr(args, "argv", []) or []),
+        setup=f"{device} ({where}), {dtype_name}, {torch.get_num_threads()} torch threads{named}")
     print(forwards_text(result))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        result.save(args.out)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0

@@ -14,7 +14,7 @@ from ..drafters.registry import available_drafters, make_proposer
 from ..envinfo import describe_setup, redact
 from ..errors import PlaygroundError
 from ..inputs.traces import read_trace
-from ..lab.calibration import CalibrationStore, calibrated_timing
+from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, calibrated_timing
 from ..lab.replay import calibration_contexts, check_confidence, preset_turns, replay, text_turn
 from ..lab.replay_report import replay_table
 from ..lab.report import load_result, report
@@ -98,7 +98,7 @@ def calibrate_all(pair, turns, drafters, max_ngram: int, how: str, progress, sam
     timings = {}
     for i, (d, b, ids) in enumerate(jobs):
         timings[(d, b)] = calibrated_timing(
-            pair, ids, make_proposer(pair, d, max_ngram=max_ngram), None, n_needed=K_MAX + 1, sampling=sampling,
+            pair, ids, make_proposer(pair, d, max_ngram=max_ngram), None, SHORT_CALIBRATION.under(sampling),
             progress=lambda f, m, i=i, d=d: progress((i + f) / len(jobs), f"calibrating {d}: {m}"))[0]
     if how == "once":
         return lambda drafter, ids: timings[(drafter, next(iter(firsts)))]

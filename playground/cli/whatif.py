@@ -8,14 +8,15 @@ import json
 
 from ..errors import PlaygroundError
 from ..lab.calibration import Timing
-from ..lab.report import load_result
 from ..lab.whatif import parse_v, whatif, whatif_text
+from ..results import read_document
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     c, overhead, v = args.c, args.overhead, parse_v(args.v)
     if args.calibration:
-        doc = load_result(args.calibration)
+        # a timing result is a calibration; a speed or sweep result holds the one it predicted from
+        doc = read_document(args.calibration)
         timing = Timing.from_dict(doc.get("timing") or doc)
         if timing is None:
             raise PlaygroundError(f"{args.calibration} holds no calibration (a timing, speed or sweep result)")
@@ -32,5 +33,5 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if any(not 1 <= k <= 16 for k in ks):
         raise PlaygroundError(f"k must be from 1 to 16, got {ks}")
     result = whatif(c, alpha=args.alpha, positions=positions, v=v, overhead=overhead or 0.0, ks=ks)
-    print(json.dumps(result, indent=1) if args.json else whatif_text(result))
+    print(json.dumps(result.to_dict(), indent=1) if args.json else whatif_text(result))
     return 0

@@ -1,4 +1,4 @@
-"""The lab: experiments built on the one loop, each returning a JSON-ready dict that records the environment
+"""The lab: experiments built on the one loop, each returning a result (playground.results) that records the environment
 and the raw measurements, so a result can be re-read and re-plotted without re-running.
 
   calibration  step costs the cost model needs (c, v(n)), timed the way the loop runs them; a store that
@@ -12,11 +12,12 @@ Speed is only ever compared in adjacent runs: plain and speculative runs alterna
 from round to round, ratios are taken within a round, and medians over rounds are quoted with their spread.
 """
 
-from .calibration import CalibrationStore, Timing, calibrate, calibrated_curve, calibrated_timing
+from .calibration import CalibrationPlan, CalibrationStore, Timing, calibrate, calibrated_curve, calibrated_timing
 from .common import now_stamp, set_threads
 from .peers import peers
-from .quality import acceptance, distribution, divergence
+from .quality import DistributionPlan, acceptance, distribution, divergence
 from .speed import speed, sweep
 
-__all__ = ["CalibrationStore", "Timing", "acceptance", "calibrate", "calibrated_curve", "calibrated_timing", "distribution",
-           "divergence", "now_stamp", "peers", "set_threads", "speed", "sweep"]
+__all__ = ["CalibrationPlan", "CalibrationStore", "DistributionPlan", "Timing", "acceptance", "calibrate",
+           "calibrated_curve", "calibrated_timing", "distribution", "divergence", "now_stamp", "peers", "set_threads",
+           "speed", "sweep"]

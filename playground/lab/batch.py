@@ -23,7 +23,8 @@ from transformers import DynamicCache
 
 from ..core.clock import Clock
 from ..envinfo import environment
-from .common import Progress, spread, tick
+from ..results.calibration import BatchResult, BatchRow, Spread
+from .common import Progress, tick
 from .whatif import whatif
 
 NEARLY_FREE = 1.25
@@ -31,7 +32,8 @@ NEARLY_FREE = 1.25
 
 @torch.inference_mode()
 def batch_timing(pair, prompt_ids: Sequence[int], batches: Sequence[int] = (1, 2, 4, 8), n_max: int = 9,
-                 repeats: int = 8, warmup: int = 2, threshold: float = NEARLY_FREE, progress: Progress = None) -> dict:
+                 repeats: int = 8, warmup: int = 2, threshold: float = NEARLY_FREE, progress: Progress = None
+                 ) -> BatchResult:
     """v_B(n) for every B in `batches` and n = 1..n_max, medians of `repeats` timed passes (after `warmup`)."""
     clock = Clock.for_pair(pair)
     prompt = [int(t) for t in prompt_ids]
@@ -60,43 +62,39 @@ def batch_timing(pair, prompt_ids: Sequence[int], batches: Sequence[int] = (1, 2
             if v[n] > threshold:
                 break
             free_until = n - 1
-        rows.append({"batch": b, "step_s": step, "step_per_sequence_s": step / b, "v": v,
-                     "free_up_to_k": free_until,
-                     "spread": {n: spread(xs) for n, xs in samples.items()}})
-    return {"experiment": "batch", "environment": environment(pair), "context_tokens": len(prompt),
-            "batches": list(batches), "n_max": n_max, "repeats": repeats, "threshold": threshold, "rows": rows}
+        rows.append(BatchRow(batch=b, step_s=step, step_per_sequence_s=step / b, v=v, free_up_to_k=free_until,
+                             spread={n: Spread.of(xs) for n, xs in samples.items()}))
+    return BatchResult(environment=environment(pair), context_tokens=len(prompt), batches=list(batches), n_max=n_max,
+                       repeats=repeats, threshold=threshold, rows=rows)
 
 
-def batch_predictions(result: dict, c: float, alpha: float, overhead: float = 0.0,
-                      ks: Sequence[int] = tuple(range(1, 9))) -> dict[int, dict]:
+def batch_predictions(result: BatchResult, c: float, alpha: float, overhead: float = 0.0,
+                      ks: Sequence[int] = tuple(range(1, 9))) -> dict[int, dict[int, float]]:
     """Predicted speed-up per k at each batch, through the what-if path (the cost model), with v_B(n)."""
     out = {}
-    for row in result["rows"]:
-        v = {int(n): x for n, x in row["v"].items()}
-        doc = whatif(c, alpha=alpha, v=v, overhead=overhead, ks=ks)
-        out[row["batch"]] = {r["k"]: r["speedup"] for r in doc["rows"]}
+    for row in result.rows:
+        predicted = whatif(c, alpha=alpha, v=row.v, overhead=overhead, ks=ks)
+        out[row.batch] = {r.k: r.speedup for r in predicted.rows}
     return out
 
 
-def batch_table(doc: dict, setup: str) -> str:
+def batch_table(result: BatchResult, setup: str) -> str:
     """v_B(n) per batch, the step per sequence, and the k up to which verification stays nearly free."""
-    ns = sorted({int(n) for row in doc["rows"] for n in row["v"]})
-    lines = [(f"batch ({setup}; context {doc['context_tokens']} tokens; medians of {doc['repeats']}; v_B(n) is a "
+    ns = sorted({n for row in result.rows for n in row.v})
+    lines = [(f"batch ({setup}; context {result.context_tokens} tokens; medians of {result.repeats}; v_B(n) is a "
              f"pass over n tokens per sequence / that batch's one-token step)"), ""]
     lines.append("| B | step, ms | per sequence, ms | " + " | ".join(f"v({n})" for n in ns)
-                 + f" | nearly free (v <= {doc['threshold']}) up to k |")
+                 + f" | nearly free (v <= {result.threshold}) up to k |")
     lines.append("|---|---|---|" + "---|" * len(ns) + "---|")
-    for row in doc["rows"]:
-        v = {int(n): x for n, x in row["v"].items()}
-        lines.append(f"| {row['batch']} | {1000 * row['step_s']:.1f} | {1000 * row['step_per_sequence_s']:.1f} | "
-                     + " | ".join(f"{v[n]:.2f}" for n in ns) + f" | {row['free_up_to_k']} |")
-    if doc.get("predictions"):
-        p = doc["predictions"]
-        ks = sorted({int(k) for by_k in p["by_batch"].values() for k in by_k})
-        lines += ["", f"predicted speed-up at alpha = {p['alpha']}, c = {p['c']:.2f} (the drafter timed at batch 1)",
+    for row in result.rows:
+        lines.append(f"| {row.batch} | {1000 * row.step_s:.1f} | {1000 * row.step_per_sequence_s:.1f} | "
+                     + " | ".join(f"{row.v[n]:.2f}" for n in ns) + f" | {row.free_up_to_k} |")
+    p = result.predictions
+    if p is not None:
+        ks = sorted({k for by_k in p.by_batch.values() for k in by_k})
+        lines += ["", f"predicted speed-up at alpha = {p.alpha}, c = {p.c:.2f} (the drafter timed at batch 1)",
                   "", "| B | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
-        for b, by_k in p["by_batch"].items():
-            by_k = {int(k): x for k, x in by_k.items()}
+        for b, by_k in p.by_batch.items():
             lines.append(f"| {b} | " + " | ".join(f"{by_k[k]:.2f}" if k in by_k else "-" for k in ks) + " |")
     lines += ["", "The loop runs batch 1; batched serving with speculation is measured on vLLM."]
     return "\n".join(lines)

@@ -6,19 +6,24 @@ from __future__ import annotations
 import statistics
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TypeVar
+
+from pydantic import TypeAdapter, ValidationError
 
 from ..core import cost
-from ..core.clock import Clock
 from ..core.engine import K_MAX
-from ..core.proposal import RunContext
-from ..core.sampling import GREEDY, SamplingConfig, choose, probabilities
-from ..core.static import target_lm
+from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve
-from .common import Progress, spread, tick
-from .fit import VerifyFit, fit_verify
-from .trust import Verdict, check_calibration
+from ..results.calibration import Spread, TimingRecord, TimingSamples, VerifyFit
+from ..results.trust import Verdict
+from .calibration_bench import CalibrationBench, search_seconds, time_cycles
+from .common import Progress
+from .fit import fit_verify
+from .trust import check_calibration
+
+R = TypeVar("R", bound=TimingRecord)
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,7 @@ class Timing:
     verify_s: dict[int, float]  # target pass over n new tokens right after a draft, n = 1..n_max (see _paired)
     draft_step_s: float  # per-token cost of the drafter (slope of propose(k) time in k; see _paired)
     context_tokens: int
-    raw: dict = field(default_factory=dict)
+    raw: TimingSamples = field(default_factory=TimingSamples)
     draft_call_s: float = 0.0  # what a propose() costs beyond k per-token steps (catching up, set-up)
     # A drafter with several proposal sources (the hybrid): the seconds per token and per call of each
     # source other than the model drafter timed above, e.g. {"lookup": (0.0, 0.0002)}.
@@ -56,8 +61,8 @@ class Timing:
 
     @cached_property  # an isotonic fit and its tests: once per calibration, not at every read of v
     def verify_fit(self) -> VerifyFit | None:
-        ratios = self.raw.get("pass_ratio")  # paired with their repetition's plain step (see _paired)
-        samples = {int(n): xs for n, xs in (ratios or self.raw.get("target_pass_s") or {}).items() if xs}
+        ratios = self.raw.pass_ratio  # paired with their repetition's plain step (see _paired)
+        samples = {n: xs for n, xs in (ratios or self.raw.target_pass_s).items() if xs}
         if not samples or set(samples) != set(self.verify_s):
             return None
         return fit_verify(samples, 1.0 if ratios else self.target_step_s)
@@ -103,37 +108,38 @@ class Timing:
             return cost.predicted_speedup(alpha_or_positions, k, c, self.v, overhead)
         return cost.predicted_speedup_empirical(alpha_or_positions, k, c, self.v, overhead)
 
+    def record(self, kind: type[R] = TimingRecord, **extra) -> R:
+        """The calibration as results hold it, with what follows from it (c, v, the fit, the verdict): a
+        TimingRecord, or `kind` (a TimingResult) with its `extra` fields."""
+        return kind(target_step_s=self.target_step_s, verify_s=dict(self.verify_s), draft_step_s=self.draft_step_s,
+                    draft_call_s=self.draft_call_s, c=self.c, overhead=self.overhead, v=self.v,
+                    v_measured=self.v_measured, verify_fit=self.verify_fit, trust=self.trust,
+                    context_tokens=self.context_tokens, sampling=self.sampling, source_s=dict(self.source_s),
+                    source_costs=self.source_costs, raw=self.raw, **extra)
+
     def to_dict(self) -> dict:
-        return {
-            "target_step_s": self.target_step_s,
-            "verify_s": {str(n): s for n, s in self.verify_s.items()},
-            "draft_step_s": self.draft_step_s,
-            "draft_call_s": self.draft_call_s,
-            "c": self.c,
-            "overhead": self.overhead,
-            "v": {str(n): x for n, x in self.v.items()},
-            "v_measured": {str(n): x for n, x in self.v_measured.items()},
-            "verify_fit": fit.to_dict() if (fit := self.verify_fit) is not None else None,
-            "trust": self.trust.to_dict(),
-            "context_tokens": self.context_tokens,
-            "sampling": self.sampling,
-            "source_s": {name: list(x) for name, x in self.source_s.items()},
-            "source_costs": {name: list(x) for name, x in self.source_costs.items()},
-            "raw": self.raw,
-        }
+        """`record()` as JSON (what results embed where a calibration is saved)."""
+        return _RECORD.dump_python(self.record(), mode="json")
+
+    @classmethod
+    def of(cls, record: TimingRecord) -> Timing:
+        """The calibration a saved record measured (what follows from it is computed again, from its samples)."""
+        return cls(target_step_s=record.target_step_s, verify_s=record.verify_s, draft_step_s=record.draft_step_s,
+                   context_tokens=record.context_tokens, raw=record.raw, draft_call_s=record.draft_call_s,
+                   source_s=record.source_s, sampling=record.sampling)
 
     @classmethod
     def from_dict(cls, d: dict) -> Timing | None:
-        """A Timing back from its `to_dict()` form (a saved result, the sweep's JSON); None if it does not fit."""
+        """A Timing from a saved calibration's JSON (its `to_dict()`, or any with the measured fields); None if it
+        does not fit."""
         try:
-            return cls(target_step_s=float(d["target_step_s"]),
-                       verify_s={int(n): float(s) for n, s in d["verify_s"].items()},
-                       draft_step_s=float(d["draft_step_s"]), context_tokens=int(d["context_tokens"]),
-                       raw=dict(d.get("raw") or {}), draft_call_s=float(d.get("draft_call_s", 0.0)),
-                       source_s={k: (float(a), float(b)) for k, (a, b) in (d.get("source_s") or {}).items()},
-                       sampling=str(d.get("sampling") or "greedy"))  # saved before calibrations were sampled
-        except (KeyError, TypeError, ValueError, AttributeError):
+            return _TIMING.validate_python(d)
+        except ValidationError:
             return None
+
+
+_RECORD = TypeAdapter(TimingRecord)
+_TIMING = TypeAdapter(Timing)
 
 
 def pass_lengths(n_max: int) -> list[int]:
@@ -142,27 +148,25 @@ def pass_lengths(n_max: int) -> list[int]:
     return sorted(set(range(1, min(n_max, 9) + 1)) | ({12} if n_max > 12 else set()) | {n_max})
 
 
-def _target_pass(lm, ids: Sequence[int], sampling: SamplingConfig) -> None:
-    """A verifying pass as speculative_generate makes it: the target over the tokens, then, when sampling, the
-    distributions over its rows (warpers and softmax; with top-p a sort over the vocabulary). The acceptance
-    rule that follows in the loop (a few comparisons and at most one draw) is left out: it is small."""
-    logits = lm.feed(ids)
-    if not sampling.greedy:
-        probabilities(logits, sampling)
+@dataclass(frozen=True)
+class CalibrationPlan:
+    """How a calibration is timed: the target's passes over up to `n_max` new tokens (at `pass_lengths(n_max)`),
+    `repeats` timed cycles after `warmup` untimed ones, under `sampling` (the decoding of the run to be predicted)."""
+
+    n_max: int = 9
+    repeats: int = 12
+    warmup: int = 3
+    sampling: SamplingConfig = GREEDY
+
+    def under(self, sampling: SamplingConfig) -> CalibrationPlan:
+        """The same plan, timed under `sampling`."""
+        return replace(self, sampling=sampling)
 
 
-def _plain_step(lm, ids: Sequence[int], sampling: SamplingConfig, generator) -> None:
-    """A step as plain_generate makes it: the target over one token, then, when sampling, the draw (`choose`:
-    the warped distribution and a multinomial). Greedy's arg-max is left out, as it always was: it is small."""
-    logits = lm.feed(ids)
-    if not sampling.greedy:
-        choose(logits[-1], sampling, generator)
-
-
-def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats: int = 12, warmup: int = 3,
-              progress: Progress = None, sampling: SamplingConfig = GREEDY) -> Timing:
-    """Time the target over n = 1..n_max new tokens after a real prompt, and the drafter per call and token,
-    under `sampling` (the decoding of the run to be predicted).
+def calibrate(pair, prompt_ids: Sequence[int], proposer, plan: CalibrationPlan = CalibrationPlan(),
+              progress: Progress = None) -> Timing:
+    """Time the target over n = 1..plan.n_max new tokens after a real prompt, and the drafter per call and token,
+    under `plan.sampling` (the decoding of the run to be predicted).
 
     The two are timed in the alternation the loop has (draft, then a target pass, then both roll
     back), because on a CPU that shares its cores between two runtimes (torch's and llama.cpp's
@@ -173,110 +177,33 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, n_max: int = 9, repeats
     prompt lookup apart (a search of the context, no model), so that each source has its own cost.
     Passes are timed at the lengths of `pass_lengths(n_max)`; the cost model interpolates between them.
 
-    What is timed is what a run under `sampling` does: the drafter begins with a RunContext of that sampling
-    (its proposals include its own warpers, softmax and draws); each target pass over n tokens includes the
-    distributions over its n rows, and the plain step its draw, when sampling (`_target_pass`, `_plain_step`).
+    What is timed is what a run under the plan's sampling does: the drafter begins with a RunContext of that
+    sampling (its proposals include its own warpers, softmax and draws); each target pass over n tokens includes
+    the distributions over its n rows, and the plain step its draw, when sampling (lab.calibration_bench).
     Greedy times the bare passes. The result is labelled with `sampling.timing_label()`.
     """
-    clock = Clock.for_pair(pair)
-    prompt = [int(t) for t in prompt_ids]
-    lm = target_lm(pair, len(prompt) + n_max)  # the forward the loop runs (static and graphed on CUDA)
-    lm.feed(prompt[:-1], last_only=True)
-    base = len(lm)
-    filler = prompt[-n_max:] if len(prompt) >= n_max else (prompt * n_max)[:n_max]
-    ctx = RunContext(sampling, sampling.generator(pair.device), frozenset())
     # A hybrid (prompt lookup's or the suffix tree's) has a model drafter and a free source (`free_source`).
     hybrid = proposer if getattr(proposer, "free_source", None) else None
-    if hybrid is not None:
-        proposer = hybrid.model
-    proposer.begin(prompt, ctx)
-    lengths = pass_lengths(n_max)
-    samples: dict[int, list[float]] = {n: [] for n in lengths}
-    drafts: dict[int, list[float]] = {1: [], 4: []}
-    plain: list[float] = []
-    # The same, each divided by the plain step of its own repetition (a second or two later): see _paired.
-    pass_ratio: dict[int, list[float]] = {n: [] for n in lengths}
-    draft_ratio: dict[int, list[float]] = {1: [], 4: []}
-    total = (warmup + repeats) * len(lengths)
-    done = 0
-    for rep in range(warmup + repeats):
-        passes, proposals = {}, []
-        for n in lengths:
-            kd = 1 if (n + rep) % 2 else 4
-            # Two unseen tokens, as after an iteration whose proposals were all accepted (the drafter
-            # never ran its own last proposal, and the bonus token is new): what a call costs at high alpha.
-            proposer.rollback(prompt[:-1])
-            t0 = clock.now()
-            proposer.propose(prompt, kd)
-            t1 = clock.now()
-            proposer.rollback(prompt)
-            t2 = clock.now()
-            _target_pass(lm, filler[:n], sampling)
-            t3 = clock.now()
-            lm.crop(base)
-            passes[n] = t3 - t2
-            proposals.append((kd, t1 - t0))
-            done += 1
-            tick(progress, done / total, f"timing the target over {n} tokens and the drafter")
-        # Plain decoding's step, timed as plain decoding runs: target passes back to back, nothing in between
-        # (the first of two follows the drafter and is not timed). It is the unit of the cost model (what a
-        # token costs without speculation), and it is cheaper than a pass right after the drafter ran (here
-        # by 5-8%), which the v(n) above include. Timed once in every repetition, beside the passes, so that
-        # the unit sees the machine the passes saw: timed in one burst after them, on a shared host (an AMD
-        # EPYC VM), it came out at 41.6 ms where the passes ran one-token steps at 33 ms, so v(1), a ratio to it,
-        # read 0.79 (a pass is never cheaper than a step) and predictions missed by up to 0.85.
-        _plain_step(lm, filler[:1], sampling, ctx.generator)
-        lm.crop(base)
-        t0 = clock.now()
-        _plain_step(lm, filler[:1], sampling, ctx.generator)
-        unit = clock.now() - t0
-        lm.crop(base)
-        if rep >= warmup:
-            plain.append(unit)
-            for n, x in passes.items():
-                samples[n].append(x)
-                pass_ratio[n].append(x / unit)
-            for kd, x in proposals:
-                drafts[kd].append(x)
-                draft_ratio[kd].append(x / unit)
-    step = statistics.median(plain)
-    pass_ratio_raw = {str(n): xs for n, xs in pass_ratio.items()}
-    draft_ratio_raw = {str(k): xs for k, xs in draft_ratio.items()}
-    verify, per_token, per_call = _paired(pass_ratio_raw, draft_ratio_raw, step)
-    source_s = {}
-    if hybrid is not None:
-        # A lookup's (or the suffix tree's) cost is its search, whatever k: one number per call (in the run it
-        # is made once per iteration, for next_source, and reused by propose).
-        search, searches = hybrid.searcher(prompt, ctx), []
-        for _ in range(warmup + repeats):
-            t0 = clock.now()
-            search()
-            searches.append(clock.now() - t0)
-        source_s[hybrid.free_source] = (0.0, statistics.median(searches[warmup:]))
-    return Timing(
-        target_step_s=step,
-        verify_s=verify,
-        draft_step_s=per_token,
-        draft_call_s=per_call,
-        source_s=source_s,
-        context_tokens=len(prompt),
-        sampling=sampling.timing_label(),
-        raw={"target_pass_s": {str(n): xs for n, xs in samples.items()}, "plain_step_s": plain,
-             "draft_propose_s": {str(k): xs for k, xs in drafts.items()},
-             "pass_ratio": pass_ratio_raw, "draft_ratio": draft_ratio_raw,
-             "target_spread": {str(n): spread(xs) for n, xs in samples.items()}},
-    )
+    bench = CalibrationBench(pair, prompt_ids, hybrid.model if hybrid is not None else proposer, plan.n_max,
+                             plan.sampling)
+    raw = time_cycles(bench, pass_lengths(plan.n_max), plan.warmup, plan.repeats, progress)
+    step = statistics.median(raw.plain_step_s)
+    verify, per_token, per_call = _paired(raw.pass_ratio, raw.draft_ratio, step)
+    source_s = ({hybrid.free_source: (0.0, search_seconds(bench, hybrid, plan.warmup, plan.repeats))}
+                if hybrid is not None else {})
+    return Timing(target_step_s=step, verify_s=verify, draft_step_s=per_token, draft_call_s=per_call,
+                  source_s=source_s, context_tokens=len(bench.prompt), sampling=plan.sampling.timing_label(), raw=raw)
 
 
-def _paired(pass_ratio: Mapping[str, list], draft_ratio: Mapping[str, list], unit_s: float) -> tuple[dict[int, float], float, float]:
+def _paired(pass_ratio: Mapping[int, list], draft_ratio: Mapping[int, list], unit_s: float) -> tuple[dict[int, float], float, float]:
     """(verify_s, draft per token, draft per call) in seconds at the plain step `unit_s`, from timings each over the
     plain step of its own repetition: v(n) the median of those ratios, c the slope from propose(1) to propose(4).
     A host whose speed moves from second to second moves a pass and the step beside it together; medians taken
     apart mix its moments. On the AMD EPYC VM the code-edit preset's step samples ran 46-57 ms, and 71-77 ms in
     4 of 16 repetitions, so its median rose to 54 ms, v(1) read 0.89, and every k was predicted 0.11-0.18 too
     high; paired, v(1) is 0.97 and those misses 0.06-0.09 smaller (the int8 grid of 2026-12-04, recomputed)."""
-    verify = {int(n): statistics.median(xs) * unit_s for n, xs in pass_ratio.items()}
-    per_token, per_call = _draft_costs(draft_ratio["1"], draft_ratio["4"])
+    verify = {n: statistics.median(xs) * unit_s for n, xs in pass_ratio.items()}
+    per_token, per_call = _draft_costs(draft_ratio[1], draft_ratio[4])
     return verify, per_token * unit_s, per_call * unit_s
 
 
@@ -298,28 +225,27 @@ def pooled(timings: Sequence[Timing]) -> Timing:
     if len({(t.context_tokens, t.sampling) for t in timings}) > 1:
         raise ValueError("pooled() takes calibrations of one context length and decoding")
     raws = [t.raw for t in timings]
-    if len(timings) == 1 or not all(r.get("target_pass_s") and r.get("plain_step_s") and r.get("draft_propose_s")
-                                    for r in raws):
+    if len(timings) == 1 or not all(r.target_pass_s and r.plain_step_s and r.draft_propose_s for r in raws):
         return timings[0]
-    lengths = sorted(set.intersection(*(set(r["target_pass_s"]) for r in raws)), key=int)
-    samples = {n: [x for r in raws for x in r["target_pass_s"][n]] for n in lengths}
-    drafts = {k: [x for r in raws for x in r["draft_propose_s"].get(k, [])] for k in ("1", "4")}
-    plain = [x for r in raws for x in r["plain_step_s"]]
+    lengths = sorted(set.intersection(*(set(r.target_pass_s) for r in raws)))
+    samples = {n: [x for r in raws for x in r.target_pass_s[n]] for n in lengths}
+    drafts = {k: [x for r in raws for x in r.draft_propose_s.get(k, [])] for k in (1, 4)}
+    plain = [x for r in raws for x in r.plain_step_s]
     step = statistics.median(plain)
-    paired = all(r.get("pass_ratio") and r.get("draft_ratio") for r in raws)
-    if paired:
-        ratios = {n: [x for r in raws for x in r["pass_ratio"][n]] for n in lengths}
-        draft_ratios = {k: [x for r in raws for x in r["draft_ratio"].get(k, [])] for k in ("1", "4")}
+    ratios: dict[int, list[float]] = {}
+    draft_ratios: dict[int, list[float]] = {}
+    if all(r.pass_ratio and r.draft_ratio for r in raws):
+        ratios = {n: [x for r in raws for x in r.pass_ratio[n]] for n in lengths}
+        draft_ratios = {k: [x for r in raws for x in r.draft_ratio.get(k, [])] for k in (1, 4)}
         verify, per_token, per_call = _paired(ratios, draft_ratios, step)
     else:  # calibrations saved before the paired ratios: medians of the seconds, as they were predicted then
-        verify = {int(n): statistics.median(xs) for n, xs in samples.items()}
-        per_token, per_call = _draft_costs(drafts["1"], drafts["4"])
+        verify = {n: statistics.median(xs) for n, xs in samples.items()}
+        per_token, per_call = _draft_costs(drafts[1], drafts[4])
     sources = {name: tuple(statistics.median(t.source_s[name][i] for t in timings) for i in (0, 1))
                for name in set.intersection(*(set(t.source_s) for t in timings))}
-    raw = {"target_pass_s": samples, "plain_step_s": plain, "draft_propose_s": drafts, "pooled": len(timings),
-           "target_spread": {n: spread(xs) for n, xs in samples.items()}}
-    if paired:
-        raw.update(pass_ratio=ratios, draft_ratio=draft_ratios)
+    raw = TimingSamples(target_pass_s=samples, plain_step_s=plain, draft_propose_s=drafts, pass_ratio=ratios,
+                        draft_ratio=draft_ratios, target_spread={n: Spread.of(xs) for n, xs in samples.items()},
+                        pooled=len(timings))
     return Timing(target_step_s=step, verify_s=verify, draft_step_s=per_token, draft_call_s=per_call,
                   source_s=sources, context_tokens=timings[0].context_tokens, sampling=timings[0].sampling, raw=raw)
 
@@ -366,35 +292,34 @@ class CalibrationStore:
             return len(self._timings)
 
 
-# (repeats, warm-up cycles) of the short calibration a run makes before its first prediction. Two warm-up
-# cycles: with one, v(1) came out higher in four of four alternated pairs of calibrations here (by 2-39%) and c
-# in three of four (the first passes after the prefills run slow). Four repeats, the median of which is the mean of the middle two, keep
-# it under 10 s for the embedded pair on a quiet 2-core machine (scripts/bench_calibration.py prints it).
-SHORT_CALIBRATION = (4, 2)
+# The short calibration a run makes before its first prediction: passes up to K_MAX + 1 tokens (any fixed k,
+# adaptive k, a sweep). Two warm-up cycles: with one, v(1) came out higher in four of four alternated pairs of
+# calibrations here (by 2-39%) and c in three of four (the first passes after the prefills run slow). Four repeats,
+# the median of which is the mean of the middle two, keep it under 10 s for the embedded pair on a quiet 2-core
+# machine (scripts/bench_calibration.py prints it).
+SHORT_CALIBRATION = CalibrationPlan(n_max=K_MAX + 1, repeats=4, warmup=2)
 
 
-def calibrated_timing(pair, prompt_ids, proposer, store: CalibrationStore | None = None, n_needed: int = K_MAX + 1,
-                      repeats: int = SHORT_CALIBRATION[0], warmup: int = SHORT_CALIBRATION[1],
-                      progress: Progress = None, sampling: SamplingConfig = GREEDY) -> tuple[Timing, bool]:
-    """A calibration of this pair and drafter at this context length, under `sampling`, reaching passes of
-    `n_needed` tokens: the stored one when `store` holds it, else a short one (kept in `store`). Returns
+def calibrated_timing(pair, prompt_ids, proposer, store: CalibrationStore | None = None,
+                      plan: CalibrationPlan = SHORT_CALIBRATION, progress: Progress = None) -> tuple[Timing, bool]:
+    """A calibration of this pair and drafter at this context length, under `plan.sampling`, reaching passes of
+    `plan.n_max` tokens: the stored one when `store` holds it, else one by `plan` (kept in `store`). Returns
     (timing, reused)."""
     drafter = proposer.describe()
-    found = store.get(drafter, len(prompt_ids), n_needed, sampling) if store is not None else None
+    found = store.get(drafter, len(prompt_ids), plan.n_max, plan.sampling) if store is not None else None
     if found is not None:
         return found, True
-    timing = calibrate(pair, prompt_ids, proposer, n_max=n_needed, repeats=repeats, warmup=warmup, progress=progress,
-                       sampling=sampling)
+    timing = calibrate(pair, prompt_ids, proposer, plan, progress)
     if store is not None:
         store.put(drafter, timing)
     return timing, False
 
 
 def calibrated_curve(pair, prompt_ids, proposer, store: CalibrationStore | None = None,
-                     repeats: int = SHORT_CALIBRATION[0],
+                     repeats: int = SHORT_CALIBRATION.repeats,
                      progress: Progress = None, sampling: SamplingConfig = GREEDY) -> CostCurve:
     """The cost curve adaptive k needs (passes up to K_MAX + 1 tokens) under `sampling`, through
     `calibrated_timing`."""
-    timing, _ = calibrated_timing(pair, prompt_ids, proposer, store, K_MAX + 1, repeats=repeats, progress=progress,
-                                  sampling=sampling)
+    plan = replace(SHORT_CALIBRATION, repeats=repeats, sampling=sampling)
+    timing, _ = calibrated_timing(pair, prompt_ids, proposer, store, plan, progress)
     return CostCurve.from_timing(timing)

@@ -29,21 +29,10 @@ from scipy.stats import linregress, mannwhitneyu
 
 from ..core import cost
 from ..drafters.adaptive import CostCurve
+from ..results.calibration import VerifyFit
 from .trust import TrustLimits
 
 SIGNIFICANT_P = 0.01
-
-
-@dataclass(frozen=True)
-class VerifyFit:
-    v: dict[int, float]  # the curve to predict with: monotone unless a drop is significant
-    measured: dict[int, float]  # medians as measured
-    drops: tuple[tuple[int, float], ...] = ()  # (n, p) where v(n + 1) < v(n) beyond noise: real hardware
-    flattened: tuple[int, ...] = ()  # n whose measured median the fit raised or lowered (noise)
-
-    def to_dict(self) -> dict:
-        return {"v": {str(n): x for n, x in self.v.items()}, "measured": {str(n): x for n, x in self.measured.items()},
-                "drops": [list(d) for d in self.drops], "flattened": list(self.flattened)}
 
 
 def fit_verify(samples: Mapping[int, Sequence[float]], unit_s: float) -> VerifyFit:

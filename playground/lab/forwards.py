@@ -35,6 +35,7 @@ from ..core.lean import draft_lm
 from ..core.static import StaticLM, release
 from ..errors import PlaygroundError
 from ..pairs.synthetic import param_count
+from ..results.calibration import ForwardsArm, ForwardsResult, ForwardsRound, StreamingFloor
 from .common import Progress, tick
 
 ALPHAS = (0.6, 0.8, 0.9)
@@ -80,7 +81,7 @@ def streamed_bytes(model, context: int) -> int:
     cfg = model.config
     size = torch.empty((), dtype=model.dtype).element_size()
     embed = cfg.vocab_size * cfg.hidden_size
-    weights = param_count(cfg.to_dict()) - (0 if cfg.tie_word_embeddings else embed)
+    weights = param_count(cfg) - (0 if cfg.tie_word_embeddings else embed)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context
     return (weights + kv) * size
@@ -133,9 +134,9 @@ def _draft_chain(lm, first: int, on_device: bool) -> None:
             token = int(token)
 
 
-def _round(pair, arm: str, context: Sequence[int], ns: Sequence[int], repeats: int, time_it) -> dict:
+def _round(pair, arm: str, context: Sequence[int], ns: Sequence[int], repeats: int, time_it) -> ForwardsRound:
     """One arm's timings over one round: per n the target passes, the draft chains (per step)."""
-    out: dict = {"target": {n: [] for n in ns}, "target_gpu": {n: [] for n in ns}, "draft": [], "draft_gpu": []}
+    out = ForwardsRound(target={n: [] for n in ns}, target_gpu={n: [] for n in ns})
     lm = _target_lm(pair, arm, len(context) + max(ns) + 1)
     lm.feed(list(context), last_only=True)
     base, filler = len(lm), list(context[-max(ns):])
@@ -143,8 +144,8 @@ def _round(pair, arm: str, context: Sequence[int], ns: Sequence[int], repeats: i
         for n in ns:
             wall, gpu = time_it(lambda n=n: lm.feed(filler[:n]))
             lm.crop(base)
-            out["target"][n].append(wall)
-            out["target_gpu"][n].append(gpu)
+            out.target[n].append(wall)
+            out.target_gpu[n].append(gpu)
     if pair.draft is not None:
         dlm = _draft_lm(pair, arm)
         if isinstance(dlm, StaticLM):
@@ -154,8 +155,8 @@ def _round(pair, arm: str, context: Sequence[int], ns: Sequence[int], repeats: i
         for _ in range(repeats):
             wall, gpu = time_it(lambda: _draft_chain(dlm, context[-1], on_device=arm != "eager"))
             dlm.crop(dbase)
-            out["draft"].append(wall / DRAFT_CHAIN)
-            out["draft_gpu"].append(gpu / DRAFT_CHAIN if gpu is not None else None)
+            out.draft.append(wall / DRAFT_CHAIN)
+            out.draft_gpu.append(gpu / DRAFT_CHAIN if gpu is not None else None)
     return out
 
 
@@ -164,30 +165,26 @@ def _median(xs: Sequence[float | None]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _summary(rounds: list[dict], ns: Sequence[int], gpu: bool) -> dict:
+def _summary(rounds: list[ForwardsRound], ns: Sequence[int], gpu: bool) -> ForwardsArm:
     """One arm's medians over all its timings, the spread of its per-round medians, v(n), c and the predictions."""
-    pooled = {n: [x for r in rounds for x in r["target"][n]] for n in ns}
+    pooled = {n: [x for r in rounds for x in r.target[n]] for n in ns}
     step = statistics.median(pooled[1])
-    per_round = [statistics.median(r["target"][1]) for r in rounds]
-    out = {
-        "target_step_s": step,
-        "target_pass_s": {str(n): statistics.median(xs) for n, xs in pooled.items()},
-        "v": {str(n): statistics.median(xs) / step for n, xs in pooled.items()},
-        "target_step_round_medians_s": per_round,
-        "raw": rounds,
-    }
-    if gpu:
-        out["target_step_gpu_s"] = _median([x for r in rounds for x in r["target_gpu"][1]])
-    drafts = [x for r in rounds for x in r["draft"]]
+    out = ForwardsArm(
+        target_step_s=step,
+        target_pass_s={n: statistics.median(xs) for n, xs in pooled.items()},
+        v={n: statistics.median(xs) / step for n, xs in pooled.items()},
+        target_step_round_medians_s=[statistics.median(r.target[1]) for r in rounds],
+        raw=rounds,
+        target_step_gpu_s=_median([x for r in rounds for x in r.target_gpu[1]]) if gpu else None,
+    )
+    drafts = [x for r in rounds for x in r.draft]
     if drafts:
-        out["draft_step_s"] = statistics.median(drafts)
-        out["draft_step_round_medians_s"] = [statistics.median(r["draft"]) for r in rounds]
-        out["c"] = out["draft_step_s"] / step
+        out.draft_step_s = statistics.median(drafts)
+        out.draft_step_round_medians_s = [statistics.median(r.draft) for r in rounds]
+        out.c = out.draft_step_s / step
         if gpu:
-            out["draft_step_gpu_s"] = _median([x for r in rounds for x in r["draft_gpu"]])
-        v = {n: float(x) for n, x in zip(ns, (out["v"][str(n)] for n in ns))}
-        out["predicted"] = {str(a): {str(k): predicted_speedup(a, k, out["c"], v) for k in range(1, max(ns))}
-                            for a in ALPHAS}
+            out.draft_step_gpu_s = _median([x for r in rounds for x in r.draft_gpu])
+        out.predicted = {a: {k: predicted_speedup(a, k, out.c, out.v) for k in range(1, max(ns))} for a in ALPHAS}
     return out
 
 
@@ -204,7 +201,7 @@ def gpu_driver() -> str | None:
 
 
 def time_forwards(pair, arms: Sequence[str] | None = None, context: int = 256, n_max: int = 17, rounds: int = 3,
-                  repeats: int = 3, seed: int = 0, progress: Progress = None) -> dict:
+                  repeats: int = 3, seed: int = 0, progress: Progress = None) -> ForwardsResult:
     """Time `pair` (random weights or not) on each of `arms`, alternating them round by round (a first round per
     arm, untimed, warms up and captures the graphs). The result holds each arm's summary (`_summary`), the
     floor and the bandwidth behind it."""
@@ -218,7 +215,7 @@ def time_forwards(pair, arms: Sequence[str] | None = None, context: int = 256, n
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, pair.vocab_size, (context + n_max,), generator=gen).tolist()
     ns, time_it = list(range(1, n_max + 1)), _timer(device)
-    timed: dict[str, list[dict]] = {a: [] for a in arms}
+    timed: dict[str, list[ForwardsRound]] = {a: [] for a in arms}
     started, total = time.perf_counter(), (rounds + 1) * len(arms)
     with torch.inference_mode():
         for r in range(rounds + 1):
@@ -236,13 +233,12 @@ def time_forwards(pair, arms: Sequence[str] | None = None, context: int = 256, n
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     floor_bytes = streamed_bytes(pair.target, context)
     sheet = datasheet_bandwidth(name)
-    return {
-        "experiment": "forwards",
-        "context_tokens": context, "n_max": n_max, "rounds": rounds, "repeats": repeats, "alphas": list(ALPHAS),
-        "arms": {a: _summary(timed[a], ns, device.type == "cuda") for a in arms},
-        "floor": {"bytes": floor_bytes, "copy_bandwidth_Bps": bandwidth, "step_s": floor_bytes / bandwidth,
-                  "datasheet_bandwidth_Bps": sheet, "datasheet_step_s": floor_bytes / sheet if sheet else None},
-        "gpu_driver": gpu_driver() if device.type == "cuda" else None,
-        "seconds": time.perf_counter() - started,
-        "acceptance": "not measured: random weights propose and accept nothing meaningful; the alphas are assumed",
-    }
+    return ForwardsResult(
+        context_tokens=context, n_max=n_max, rounds=rounds, repeats=repeats, alphas=list(ALPHAS),
+        arms={a: _summary(timed[a], ns, device.type == "cuda") for a in arms},
+        floor=StreamingFloor(bytes=floor_bytes, copy_bandwidth_Bps=bandwidth, step_s=floor_bytes / bandwidth,
+                             datasheet_bandwidth_Bps=sheet, datasheet_step_s=floor_bytes / sheet if sheet else None),
+        gpu_driver=gpu_driver() if device.type == "cuda" else None,
+        seconds=time.perf_counter() - started,
+        acceptance="not measured: random weights propose and accept nothing meaningful; the alphas are assumed",
+    )

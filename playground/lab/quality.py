@@ -3,7 +3,9 @@ the target's distribution on real models."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from scipy.stats import chisquare
@@ -13,16 +15,29 @@ from ..core.cached import CachedLM
 from ..core.engine import plain_generate, speculative_generate
 from ..core.proposal import RunContext
 from ..core.records import Iteration, Step, summarize
-from ..core.rules import SAMPLING_RULES
+from ..core.rules import SAMPLING_RULES, SampleRule
 from ..core.sampling import GREEDY, SamplingConfig, probabilities
 from ..envinfo import environment
+from ..results.quality import (
+    AcceptanceResult,
+    AcceptanceRow,
+    DistributionContext,
+    DistributionResult,
+    DistributionSummary,
+    DivergenceCase,
+    DivergenceResult,
+    PooledAcceptance,
+    RuleSummary,
+    RuleTest,
+)
 from .common import Progress, tick
 
 # --- acceptance: alpha per output shape and k --------------------------------------------------------
 
 
 def acceptance(pair, prompts: dict[str, tuple[str, Sequence[int], int]], proposer_factory,
-               ks: Sequence[int] = (1, 2, 4, 8), sampling: SamplingConfig = GREEDY, progress: Progress = None) -> dict:
+               ks: Sequence[int] = (1, 2, 4, 8), sampling: SamplingConfig = GREEDY,
+               progress: Progress = None) -> AcceptanceResult:
     """For each prompt (name -> (kind, ids, max_new_tokens)) and k: alpha, per-position acceptance, the
     accepted-length histogram and tokens per target pass, measured and from the iid and empirical models.
     Rows pooled by kind come from the pooled iteration records, not from averaging ratios."""
@@ -33,16 +48,17 @@ def acceptance(pair, prompts: dict[str, tuple[str, Sequence[int], int]], propose
             recs = list(speculative_generate(pair, ids, proposer=proposer_factory(), k=k, sampling=sampling,
                                              max_new_tokens=max_new, record_probs=False))
             its = [r for r in recs if isinstance(r, Iteration)]
-            rows.append({"prompt": name, "kind": kind, "k": k, **_acceptance_stats(its, k)})
+            rows.append(AcceptanceRow(prompt=name, kind=kind, k=k, **_acceptance_stats(its, k)))
             by_kind.setdefault((kind, k), []).extend(its)
             done += 1
             tick(progress, done / total, f"{name}: k={k}")
-    pooled = [{"kind": kind, "k": k, **_acceptance_stats(its, k)} for (kind, k), its in sorted(by_kind.items())]
-    return {"experiment": "acceptance", "environment": environment(pair), "ks": list(ks),
-            "sampling": sampling.describe(), "rows": rows, "pooled": pooled}
+    pooled = [PooledAcceptance(kind=kind, k=k, **_acceptance_stats(its, k)) for (kind, k), its in sorted(by_kind.items())]
+    return AcceptanceResult(environment=environment(pair), ks=list(ks), sampling=sampling.describe(), rows=rows,
+                            pooled=pooled)
 
 
-def _acceptance_stats(iterations, k: int) -> dict:
+def _acceptance_stats(iterations, k: int) -> dict[str, Any]:
+    """PooledAcceptance's measured fields, by name."""
     # Iterations whose k was cut short by the length limit would bias the per-k statistics: keep full-k ones.
     full = [it for it in iterations if it.k == k and it.proposed]
     s = summarize(full) if full else None
@@ -53,7 +69,7 @@ def _acceptance_stats(iterations, k: int) -> dict:
         "iterations": len(full),
         "alpha": s.alpha,
         "per_position": list(s.per_position_acceptance),
-        "histogram": {str(n): c for n, c in s.accepted_length_histogram.items()},
+        "histogram": dict(s.accepted_length_histogram),
         "tokens_per_pass": sum(it.n_accepted + 1 for it in full) / len(full),
         "tokens_per_pass_iid": cost.expected_tokens(s.alpha, k),
         "tokens_per_pass_empirical": cost.expected_tokens_empirical(positions, k) if positions else None,
@@ -70,7 +86,7 @@ def _spacing(value: float, dtype: torch.dtype) -> float:
 
 
 def divergence(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int] = (1, 2, 3, 4, 6),
-               max_new_tokens: int = 64, multi: int = 5, progress: Progress = None) -> dict:
+               max_new_tokens: int = 64, multi: int = 5, progress: Progress = None) -> DivergenceResult:
     """Greedy speculative against plain greedy. At each first difference, recompute the two competing
     tokens' logits three ways over plain decoding's context: prefill + one-token step, prefill + a
     `multi`-token pass (what verification does), and one full prefill; compare their gap with the
@@ -89,18 +105,16 @@ def divergence(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Se
             pos = next((i for i, (a, b) in enumerate(zip(plain, spec)) if a != b), None)
             if pos is None:
                 continue
-            cases.append({"prompt": name, "k": k, "position": pos, "plain_token": plain[pos],
-                          "spec_token": spec[pos], **_recompute(pair, list(ids) + plain[:pos], plain[pos], spec[pos],
-                                                                multi)})
-    for case in cases:
-        if pair.tokenizer is not None:
-            case["plain_text"] = pair.tokenizer.decode([case["plain_token"]])
-            case["spec_text"] = pair.tokenizer.decode([case["spec_token"]])
-    return {"experiment": "divergence", "environment": environment(pair), "runs": checked,
-            "diverged": len(cases), "cases": cases}
+            text = (None, None) if pair.tokenizer is None else (pair.tokenizer.decode([plain[pos]]),
+                                                                 pair.tokenizer.decode([spec[pos]]))
+            cases.append(DivergenceCase(prompt=name, k=k, position=pos, plain_token=plain[pos], spec_token=spec[pos],
+                                        plain_text=text[0], spec_text=text[1],
+                                        **_recompute(pair, list(ids) + plain[:pos], plain[pos], spec[pos], multi)))
+    return DivergenceResult(environment=environment(pair), runs=checked, diverged=len(cases), cases=cases)
 
 
-def _recompute(pair, context: list[int], a: int, b: int, multi: int) -> dict:
+def _recompute(pair, context: list[int], a: int, b: int, multi: int) -> dict[str, Any]:
+    """DivergenceCase's recomputed fields, by name."""
     ways = {}
     lm = CachedLM(pair.target, pair.device, pair.vocab_size)
     lm.feed(context[:-1], last_only=True)
@@ -124,61 +138,90 @@ def _recompute(pair, context: list[int], a: int, b: int, multi: int) -> dict:
 # --- distribution: does each rule keep the target's first-token distribution on real models? -----------
 
 
-def distribution(pair, prompts: dict[str, Sequence[int]], proposer_factory, sampling: SamplingConfig | None = None,
-                 draws: int = 20_000, seeds: Sequence[int] = (0, 1), top: int = 60, min_tv: float = 0.3,
-                 search: int = 16, progress: Progress = None) -> dict:
+@dataclass(frozen=True)
+class DistributionPlan:
+    """How `distribution` tests the rules: under `sampling` (None: sampling at temperature 1), `draws` first tokens
+    per context, seed and rule, compared over the `top` most likely tokens plus one pooled cell, at the first of
+    the prompt and its next `search` greedy tokens where TV(p, q) >= `min_tv`."""
+
+    sampling: SamplingConfig | None = None
+    draws: int = 20_000
+    seeds: Sequence[int] = (0, 1)
+    top: int = 60
+    min_tv: float = 0.3
+    search: int = 16
+
+
+def distribution(pair, prompts: dict[str, Sequence[int]], proposer_factory, plan: DistributionPlan = DistributionPlan(),
+                 progress: Progress = None) -> DistributionResult:
     """For each prompt, a context where draft and target disagree: the first of the prompt and its next
-    `search` greedy tokens where the total-variation distance between p and q (both as sampled: temperature,
-    top-k and top-p applied to each) is at least `min_tv`, else the one where it is largest (reported). There,
-    `draws` first tokens through each rule (exact and the two wrong ones) are compared with p by chi-square
-    over the `top` most likely tokens plus one pooled cell. The power check: a context has power when both
+    `plan.search` greedy tokens where the total-variation distance between p and q (both as sampled: temperature,
+    top-k and top-p applied to each) is at least `plan.min_tv`, else the one where it is largest (reported). There,
+    `plan.draws` first tokens through each rule (exact and the two wrong ones) are compared with p by chi-square
+    over the `plan.top` most likely tokens plus one pooled cell. The power check: a context has power when both
     wrong rules are rejected (p < 0.01) at every seed; a context where they are not is reported as one
     without power, so that a passing exact rule there proves nothing."""
-    sampling = sampling or SamplingConfig(do_sample=True)
-    results = []
-    total, done = len(prompts) * len(seeds) * len(SAMPLING_RULES), 0
-    contexts = {}
+    sampling = plan.sampling or SamplingConfig(do_sample=True)
+    results, contexts = [], {}
+    total, done = len(prompts) * len(plan.seeds) * len(SAMPLING_RULES), 0
     for name, ids in prompts.items():
         ids, p, q, tv, position = _disagreeing_context(pair, [int(t) for t in ids], proposer_factory, sampling,
-                                                       min_tv, search)
-        contexts[name] = {"position": position, "tv_distance_p_q": tv, "context_tokens": len(ids)}
-        cells = torch.argsort(p, descending=True)[:top]
-        expected = torch.cat([p[cells], (1 - p[cells].sum()).clamp(min=0).unsqueeze(0)]).double().cpu().numpy()
-        rows = torch.stack([p, p])
-        for seed in seeds:
+                                                       plan.min_tv, plan.search)
+        contexts[name] = DistributionContext(position=position, tv_distance_p_q=tv, context_tokens=len(ids))
+        p_value = _rule_tester(pair, p, q, plan)
+        for seed in plan.seeds:
             for rule_name, rule in SAMPLING_RULES.items():
-                gen = torch.Generator(device=pair.device).manual_seed(seed)
-                if q is not None:
-                    xs = torch.multinomial(q, draws, replacement=True, generator=gen).tolist()
-                else:
-                    xs = [int(torch.argmax(p))] * draws  # a deterministic proposer proposes one token
-                counts = torch.zeros(p.shape[0], dtype=torch.long)
-                qs = q.unsqueeze(0) if q is not None else None
-                for x in xs:
-                    v = rule([x], rows, qs, gen)
-                    counts[x if v.n_accepted == 1 else v.token] += 1
-                observed = torch.cat([counts[cells.cpu()], (draws - counts[cells.cpu()].sum()).unsqueeze(0)]).numpy()
-                exp = expected * draws
-                keep = exp > 0
-                pvalue = float(chisquare(observed[keep], exp[keep] * observed[keep].sum() / exp[keep].sum()).pvalue)
-                results.append({"prompt": name, "seed": seed, "rule": rule_name, "p_value": pvalue,
-                                "tv_distance_p_q": tv, "draws": draws})
+                results.append(RuleTest(prompt=name, seed=seed, rule=rule_name, p_value=p_value(rule, seed),
+                                        tv_distance_p_q=tv, draws=plan.draws))
                 done += 1
                 tick(progress, done / total, f"{name}: seed {seed}, {rule_name}")
     for name, ctx in contexts.items():
-        wrong = [r for r in results if r["prompt"] == name and r["rule"] != "exact"]
-        ctx["power"] = bool(wrong) and all(r["p_value"] < 0.01 for r in wrong)
-    summary = {"contexts_with_power": sum(c["power"] for c in contexts.values()), "contexts": len(contexts),
-               "without_power": [n for n, c in contexts.items() if not c["power"]]}
+        wrong = [r for r in results if r.prompt == name and r.rule != "exact"]
+        ctx.power = bool(wrong) and all(r.p_value < 0.01 for r in wrong)
+    return DistributionResult(environment=environment(pair), sampling=sampling.describe(), draws=plan.draws,
+                              seeds=list(plan.seeds), min_tv=plan.min_tv, contexts=contexts, results=results,
+                              summary=_summary(contexts, results),
+                              note="p-values of the exact rule should look uniform; the wrong rules' should be tiny "
+                                   "wherever tv_distance_p_q is not small.")
+
+
+def _rule_tester(pair, p: torch.Tensor, q: torch.Tensor | None, plan: DistributionPlan
+                 ) -> Callable[[SampleRule, int], float]:
+    """p_value(rule, seed): the chi-square p-value of `plan.draws` first tokens through `rule` (x ~ q proposed, the
+    rule decides) against p, over p's `plan.top` most likely tokens plus one pooled cell."""
+    draws = plan.draws
+    cells = torch.argsort(p, descending=True)[:plan.top]
+    expected = torch.cat([p[cells], (1 - p[cells].sum()).clamp(min=0).unsqueeze(0)]).double().cpu().numpy()
+    rows = torch.stack([p, p])
+    qs = q.unsqueeze(0) if q is not None else None
+
+    def p_value(rule: SampleRule, seed: int) -> float:
+        gen = torch.Generator(device=pair.device).manual_seed(seed)
+        if q is not None:
+            xs = torch.multinomial(q, draws, replacement=True, generator=gen).tolist()
+        else:
+            xs = [int(torch.argmax(p))] * draws  # a deterministic proposer proposes one token
+        counts = torch.zeros(p.shape[0], dtype=torch.long)
+        for x in xs:
+            v = rule([x], rows, qs, gen)
+            counts[x if v.n_accepted == 1 else v.token] += 1
+        observed = torch.cat([counts[cells.cpu()], (draws - counts[cells.cpu()].sum()).unsqueeze(0)]).numpy()
+        exp = expected * draws
+        keep = exp > 0
+        return float(chisquare(observed[keep], exp[keep] * observed[keep].sum() / exp[keep].sum()).pvalue)
+
+    return p_value
+
+
+def _summary(contexts: dict[str, DistributionContext], results: list[RuleTest]) -> DistributionSummary:
+    by_rule = {}
     for rule_name in SAMPLING_RULES:
-        ps = [r["p_value"] for r in results if r["rule"] == rule_name]
-        summary[rule_name] = {"tests": len(ps), "below_0.01": sum(x < 0.01 for x in ps),
-                              "below_0.05": sum(x < 0.05 for x in ps), "min_p": min(ps)}
-    return {"experiment": "distribution", "environment": environment(pair), "sampling": sampling.describe(),
-            "draws": draws, "seeds": list(seeds), "min_tv": min_tv, "contexts": contexts, "results": results,
-            "summary": summary,
-            "note": "p-values of the exact rule should look uniform; the wrong rules' should be tiny wherever "
-                    "tv_distance_p_q is not small."}
+        ps = [r.p_value for r in results if r.rule == rule_name]
+        by_rule[rule_name] = RuleSummary(tests=len(ps), below_001=sum(x < 0.01 for x in ps),
+                                         below_005=sum(x < 0.05 for x in ps), min_p=min(ps))
+    return DistributionSummary.of(contexts_with_power=sum(c.power for c in contexts.values()),
+                                  contexts=len(contexts),
+                                  without_power=[n for n, c in contexts.items() if not c.power], by_rule=by_rule)
 
 
 def _disagreeing_context(pair, prompt: list[int], proposer_factory, sampling: SamplingConfig, min_tv: float,

@@ -8,9 +8,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pydantic import TypeAdapter
+
 from ..core.records import describe_choices
 from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, median_shares, percent, run_split, within_limits
 from ..errors import PlaygroundError
+from ..results import KINDS, Result, from_document
+from ..results.calibration import TimingRecord, TimingResult
+from ..results.quality import AcceptanceResult, DistributionResult, DivergenceResult
 from .batch import batch_table
 from .common import markdown_table, new_tokens
 from .forwards_report import forwards_text
@@ -188,92 +193,89 @@ def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> s
 # --- timing ----------------------------------------------------------------------------------------------
 
 
-def timing_line(doc: dict) -> str:
-    t = doc.get("timing") or doc
-    v = t.get("v", {})
-    return (f"target step {1000 * t['target_step_s']:.1f} ms; drafter {1000 * t['draft_step_s']:.1f} ms per token "
-            f"(c = {t['c']:.3f}) + {1000 * t.get('draft_call_s', 0.0):.1f} ms per call; v(n) for n = 1..{len(v)}: "
-            + ", ".join(f"{x:.2f}" for _, x in sorted(v.items(), key=lambda kv: int(kv[0]))))
+def timing_line(t: TimingRecord) -> str:
+    """A calibration's step costs in one line (a timing result, or the calibration a speed or sweep predicted from)."""
+    return (f"target step {1000 * t.target_step_s:.1f} ms; drafter {1000 * t.draft_step_s:.1f} ms per token "
+            f"(c = {t.c:.3f}) + {1000 * t.draft_call_s:.1f} ms per call; v(n) for n = 1..{len(t.v)}: "
+            + ", ".join(f"{x:.2f}" for _, x in sorted(t.v.items())))
 
 
-def timing_table(doc: dict, setup: str) -> str:
+def timing_table(result: TimingResult, setup: str) -> str:
     """What `timing` prints: the step costs, then v(n) and the pass time over n tokens (median, min-max)."""
-    raw = doc.get("raw", {})
-    repeats = len(raw.get("target_pass_s", {}).get("1", []))
-    spreads = raw.get("target_spread", {})
-    lines = [f"timing ({setup}; context {doc['context_tokens']} tokens; medians of {repeats})",
-             (f"target step {1000 * doc['target_step_s']:.1f} ms, drafter per token "
-              f"{1000 * doc['draft_step_s']:.1f} ms (c = {doc['c']:.3f}) + {1000 * doc.get('draft_call_s', 0.0):.1f} ms "
+    raw = result.raw
+    repeats = len(raw.target_pass_s.get(1, []))
+    lines = [f"timing ({setup}; context {result.context_tokens} tokens; medians of {repeats})",
+             (f"target step {1000 * result.target_step_s:.1f} ms, drafter per token "
+              f"{1000 * result.draft_step_s:.1f} ms (c = {result.c:.3f}) + {1000 * result.draft_call_s:.1f} ms "
               "per call"), ""]
     rows = []
-    for n, v in sorted(doc["v"].items(), key=lambda kv: int(kv[0])):
-        sp = spreads.get(str(n))
+    for n, v in sorted(result.v.items()):
+        sp = raw.target_spread.get(n)
         rows.append([str(n), f"{v:.2f}"] + (["-", "-"] if sp is None else [
-            f"{1000 * sp['median']:.1f}", f"{1000 * sp['min']:.1f}-{1000 * sp['max']:.1f}"]))
+            f"{1000 * sp.median:.1f}", f"{1000 * sp.min:.1f}-{1000 * sp.max:.1f}"]))
     lines.append(markdown_table(["n", "v(n)", "pass over n, ms", "min-max, ms"], rows))
-    if doc["c"] > 1:
+    if result.c > 1:
         lines.append("\nWARNING: the drafter's step is slower than the target's: speculation cannot pay "
                      "(is something paged out or sharing the cores?)")
-    fit = doc.get("verify_fit") or {}
-    if fit.get("drops"):
+    fit = result.verify_fit
+    if fit is not None and fit.drops:
         lines.append("\nv(n) drops where the samples say it is real (the hardware, not noise): "
-                     + ", ".join(f"v({n + 1}) < v({n}) (p = {p:.1g})" for n, p in fit["drops"]))
-    if doc.get("trust"):
-        lines.append(f"\ntrust: {doc['trust']['headline']}")
-    if doc.get("batch"):
-        lines += ["", batch_table(doc["batch"], setup)]
+                     + ", ".join(f"v({n + 1}) < v({n}) (p = {p:.1g})" for n, p in fit.drops))
+    if result.trust is not None:
+        lines.append(f"\ntrust: {result.trust.headline()}")
+    if result.batch is not None:
+        lines += ["", batch_table(result.batch, setup)]
     return "\n".join(lines)
 
 
 # --- acceptance, divergence, distribution ----------------------------------------------------------------
 
 
-def acceptance_table(doc: dict, setup: str) -> str:
+def acceptance_table(result: AcceptanceResult, setup: str) -> str:
     """Per kind and k, pooled over its prompts: alpha, tokens per pass measured and from the iid and
     empirical models, and acceptance by draft position."""
     rows = []
-    for row in doc["pooled"]:
-        if row["alpha"] is None:
+    for row in result.pooled:
+        if row.alpha is None:
             continue
-        pos = " ".join("-" if a is None else f"{a:.2f}" for a in row["per_position"])
-        rows.append([_text(row["kind"]), str(row["k"]), f"{row['alpha']:.3f}", f"{row['tokens_per_pass']:.2f}",
-                     f"{row['tokens_per_pass_iid']:.2f}", fmt(row["tokens_per_pass_empirical"]), pos])
+        pos = " ".join("-" if a is None else f"{a:.2f}" for a in row.per_position)
+        rows.append([_text(row.kind), str(row.k), f"{row.alpha:.3f}", f"{row.tokens_per_pass:.2f}",
+                     f"{row.tokens_per_pass_iid:.2f}", fmt(row.tokens_per_pass_empirical), pos])
     head = ["kind", "k", "alpha", "tok/pass", "iid", "empir.", "per position"]
-    return f"acceptance ({setup}; {doc.get('sampling') or 'greedy'})\n\n" + markdown_table(head, rows)
+    return f"acceptance ({setup}; {result.sampling or 'greedy'})\n\n" + markdown_table(head, rows)
 
 
-def divergence_table(doc: dict, setup: str) -> str:
+def divergence_table(result: DivergenceResult, setup: str) -> str:
     """How many greedy runs differ from plain greedy and, per difference, the competing tokens' logit gaps
     (plain's token minus speculative's) recomputed three ways, beside the dtype's spacing: near-tie or bug."""
-    lines = [f"divergence ({setup}): {doc['diverged']} of {doc['runs']} greedy runs differ from plain"]
+    lines = [f"divergence ({setup}): {result.diverged} of {result.runs} greedy runs differ from plain"]
     rows = []
-    for c in doc["cases"]:
-        gaps = ", ".join(f"{w} {g:+.2e}" for w, g in c["gaps"].items())
-        rows.append([_text(c["prompt"]), str(c["k"]), str(c["position"]), _text(repr(c.get("plain_text"))),
-                     _text(repr(c.get("spec_text"))), gaps, f"{c['dtype_spacing']:.1e}", c["verdict"]])
+    for c in result.cases:
+        gaps = ", ".join(f"{w} {g:+.2e}" for w, g in c.gaps.items())
+        rows.append([_text(c.prompt), str(c.k), str(c.position), _text(repr(c.plain_text)),
+                     _text(repr(c.spec_text)), gaps, f"{c.dtype_spacing:.1e}", c.verdict])
     if rows:
         head = ["prompt", "k", "at token", "plain", "speculative", "logit gaps", "dtype spacing", "verdict"]
         lines += ["", markdown_table(head, rows)]
     return "\n".join(lines)
 
 
-def distribution_table(doc: dict, setup: str) -> str:
+def distribution_table(result: DistributionResult, setup: str) -> str:
     """Per context, seed and rule: the chi-square p-value of the first tokens against the target's
     distribution, and TV(p, q) (where it is small no rule can be told apart)."""
-    rows = [[_text(r["prompt"]), str(r["seed"]), r["rule"], f"{r['p_value']:.3g}", fmt(r["tv_distance_p_q"])]
-            for r in doc["results"]]
-    text = (f"distribution ({setup}; {doc.get('sampling', 'sample')}; {doc['draws']} draws per context, seed and "
+    rows = [[_text(r.prompt), str(r.seed), r.rule, f"{r.p_value:.3g}", fmt(r.tv_distance_p_q)]
+            for r in result.results]
+    text = (f"distribution ({setup}; {result.sampling}; {result.draws} draws per context, seed and "
             f"rule)\n\n" + markdown_table(["prompt", "seed", "rule", "p", "TV(p, q)"], rows))
-    contexts = doc.get("contexts") or {}
-    if contexts:
-        crow = [[_text(n), str(c["position"]), fmt(c["tv_distance_p_q"]), "yes" if c.get("power") else "NO"]
-                for n, c in contexts.items()]
-        text += (f"\n\ncontexts (the first of the prompt and its greedy continuation with TV >= {doc['min_tv']}; "
+    if result.contexts:
+        crow = [[_text(n), str(c.position), fmt(c.tv_distance_p_q), "yes" if c.power else "NO"]
+                for n, c in result.contexts.items()]
+        text += (f"\n\ncontexts (the first of the prompt and its greedy continuation with TV >= {result.min_tv}; "
                  "power: both wrong rules rejected at every seed)\n\n"
                  + markdown_table(["prompt", "tokens in", "TV(p, q)", "power"], crow))
-        if doc["summary"].get("without_power"):
+        if result.summary.without_power:
             text += ("\n\nwithout power (a passing exact rule proves nothing there): "
-                     + ", ".join(doc["summary"]["without_power"]))
+                     + ", ".join(result.summary.without_power))
     return text
 
 
@@ -309,8 +311,10 @@ TABLES = {"forwards": forwards_text, "timing": timing_table, "acceptance": accep
 def experiment_text(doc: dict, setup: str | None = None, kinds: dict[str, str] | None = None) -> str:
     """The text a lab command prints for its result. `setup`: the line that goes with every figure
     (default: the one the result's environment records); `kinds`: prompt name -> preset kind (speed)."""
-    experiment = doc.get("experiment")
-    setup = setup or _setup_line(doc)
+    if isinstance(doc, dict) and doc.get("experiment") in KINDS:  # the kinds typed so far
+        doc = from_document(doc)
+    experiment = doc.experiment if isinstance(doc, Result) else doc.get("experiment")
+    setup = setup or _setup_line(doc if isinstance(doc, dict) else doc.to_dict())
     if experiment in ("speed", "sweep"):
         return speed_table(doc, setup, kinds)
     if experiment not in TABLES:
@@ -327,7 +331,7 @@ def report(path: str | Path) -> str:
     lines = [f"{doc['experiment']} — {_setup_line(doc)}"]
     if doc["experiment"] in ("speed", "sweep"):
         if doc.get("timing"):
-            lines.append(timing_line(doc))
+            lines.append(timing_line(TypeAdapter(TimingRecord).validate_python(doc["timing"])))
         split = time_split_line(doc)
         lines += ["", speed_markdown(doc), *(["", split] if split else []), "",
                   ("measured - prediction: the calibration's / from the other arms' costs in each round "
@@ -343,5 +347,5 @@ def report(path: str | Path) -> str:
         if flagged:
             lines.append(f"\nplain speed drifted between rounds beyond the limit on: {', '.join(flagged)}")
     else:
-        lines.append(timing_line(doc))
+        lines.append(timing_line(from_document(doc, str(path))))
     return "\n".join(lines)

@@ -15,7 +15,7 @@ from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
 from ..envinfo import environment
 from ..errors import PlaygroundError
-from .calibration import Timing, calibrate, pass_lengths
+from .calibration import CalibrationPlan, Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
 from .fit import explain_cell, predict_from_neighbours, reached, stop_limit
 from .schedules import compare, costed_ratio, iteration_rows
@@ -343,7 +343,7 @@ def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] =
     cal_passes = 0 if timing is not None else 2 * (3 + 12) * len(pass_lengths(n_max))
     share = cal_passes / (cal_passes + rounds * len(bracketed(arms, plain_every)) * max_new_tokens)
     if timing is None:
-        timing = calibrate(pair, prompt_ids, proposer_factory(), n_max=n_max, sampling=sampling,
+        timing = calibrate(pair, prompt_ids, proposer_factory(), CalibrationPlan(n_max=n_max, sampling=sampling),
                            progress=(lambda f, m: tick(progress, share * f, m)) if progress else None)
     result = speed(pair, {name: prompt_ids}, proposer_factory, ks=arms, rounds=rounds,
                    max_new_tokens=max_new_tokens, sampling=sampling, timing=timing, min_confidence=min_confidence,

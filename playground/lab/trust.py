@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import psutil
 
-FAIL = "fail"
-WARN = "warn"
+from ..results.trust import FAIL, WARN, Finding, Verdict
 
 
 @dataclass(frozen=True)
@@ -34,65 +33,6 @@ class TrustLimits:
     other_cores: float = 0.25  # cores other processes kept busy on average while measuring (fail; half of it warns)
     steal: float = 0.05  # share of CPU time the hypervisor took (fail)
     prediction_miss: float = 0.15  # a cell's prediction against its measured median, absolute (warn)
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str  # drift, spread, rounds, calibration-noise, non-physical, slow-drafter, calibration-sampling,
-    # machine-load, steal
-    severity: str  # FAIL or WARN
-    message: str  # what was seen, with the numbers
-    fix: str  # what to do about it
-
-    def to_dict(self) -> dict:
-        return {"check": self.check, "severity": self.severity, "message": self.message, "fix": self.fix}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    findings: tuple[Finding, ...] = ()
-
-    @property
-    def trusted(self) -> bool:
-        return not any(f.severity == FAIL for f in self.findings)
-
-    @property
-    def failures(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.severity == FAIL)
-
-    @property
-    def warnings(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.severity == WARN)
-
-    def headline(self) -> str:
-        """One line: 'trusted', 'trusted, with warnings: ...' or 'UNTRUSTWORTHY: reason (fix: ...)'."""
-        if self.failures:
-            f = self.failures[0]
-            more = f" (+{len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
-            return f"UNTRUSTWORTHY: {f.message}{more} \u2014 fix: {f.fix}"
-        if self.warnings:
-            return "trusted, with warnings: " + "; ".join(f.message for f in self.warnings)
-        return "trusted"
-
-    def to_dict(self) -> dict:
-        return {"trusted": self.trusted, "headline": self.headline(),
-                "findings": [f.to_dict() for f in self.findings]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping | None) -> Verdict:
-        if not d:
-            return cls()
-        return cls(tuple(Finding(f["check"], f["severity"], f["message"], f["fix"]) for f in d.get("findings", ())))
-
-    @classmethod
-    def of(cls, *parts: Verdict | Iterable[Finding] | None) -> Verdict:
-        """All findings of the parts, each once, failures first."""
-        seen: dict[tuple, Finding] = {}
-        for part in parts:
-            items = part.findings if isinstance(part, Verdict) else (part or ())
-            for f in items:
-                seen.setdefault((f.check, f.message), f)
-        return cls(tuple(sorted(seen.values(), key=lambda f: f.severity != FAIL)))
 
 
 def relative_spread(xs: Sequence[float]) -> float:
@@ -191,7 +131,7 @@ def check_calibration(timing, limits: TrustLimits = TrustLimits()) -> list[Findi
             break
     noisy = []
     # The passes as predictions use them: each over its repetition's plain step where the calibration kept that.
-    for n, xs in (timing.raw.get("pass_ratio") or timing.raw.get("target_pass_s") or {}).items():
+    for n, xs in (timing.raw.pass_ratio or timing.raw.target_pass_s).items():
         if len(xs) >= 4:
             q = statistics.quantiles(xs, n=4)
             med = statistics.median(xs)

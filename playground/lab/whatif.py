@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from ..core import cost
 from ..errors import PlaygroundError
+from ..results.calibration import WhatifGridRow, WhatifResult, WhatifRow
 
 ALPHAS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 
@@ -47,7 +48,7 @@ def _check(alpha, positions, c, overhead) -> None:
 
 def whatif(c: float, alpha: float | None = None, positions: Sequence[float] | None = None,
            v: Mapping[int, float] | None = None, overhead: float = 0.0, ks: Sequence[int] = tuple(range(1, 17)),
-           alphas: Sequence[float] = ALPHAS) -> dict:
+           alphas: Sequence[float] = ALPHAS) -> WhatifResult:
     """Predicted speed-up per k (and over alpha x k) for a drafter costing c per token plus `overhead` per call,
     verification v(n) (None: flat) and an acceptance: iid `alpha`, or measured per-position `positions`."""
     _check(alpha, positions, c, overhead)
@@ -58,36 +59,35 @@ def whatif(c: float, alpha: float | None = None, positions: Sequence[float] | No
         else:
             speedup = cost.predicted_speedup_empirical(positions, k, c, v, overhead)
             tokens = cost.expected_tokens_empirical(positions, k)
-        rows.append({"k": k, "speedup": speedup, "tokens_per_pass": tokens,
-                     "break_even_alpha": cost.break_even_alpha(k, c, v, overhead),
-                     "iteration_cost": cost.iteration_cost(k, c, v, overhead)})
-    best = max(rows, key=lambda r: r["speedup"])
-    grid = [{"alpha": a, "speedups": {k: cost.predicted_speedup(a, k, c, v, overhead) for k in ks}} for a in alphas]
-    return {"experiment": "whatif", "c": c, "overhead": overhead, "alpha": alpha,
-            "positions": list(positions) if positions is not None else None,
-            "v": None if v is None else {str(n): x for n, x in v.items()},
-            "rows": rows, "best_k": best["k"] if best["speedup"] > 1.0 else 0, "best_speedup": best["speedup"],
-            "grid": grid, "ks": list(ks)}
+        rows.append(WhatifRow(k=k, speedup=speedup, tokens_per_pass=tokens,
+                              break_even_alpha=cost.break_even_alpha(k, c, v, overhead),
+                              iteration_cost=cost.iteration_cost(k, c, v, overhead)))
+    best = max(rows, key=lambda r: r.speedup)
+    grid = [WhatifGridRow(alpha=a, speedups={k: cost.predicted_speedup(a, k, c, v, overhead) for k in ks})
+            for a in alphas]
+    return WhatifResult(c=c, overhead=overhead, alpha=alpha, positions=list(positions) if positions is not None else None,
+                        v=None if v is None else dict(v), rows=rows, best_k=best.k if best.speedup > 1.0 else 0,
+                        best_speedup=best.speedup, grid=grid, ks=list(ks))
 
 
-def whatif_text(doc: dict) -> str:
+def whatif_text(result: WhatifResult) -> str:
     """The what-if result as Markdown: per k, then the alpha x k map (the seed chapter's table)."""
-    what = (f"alpha = {doc['alpha']}" if doc["alpha"] is not None
-            else "per-position acceptance " + ", ".join(f"{a:.2f}" for a in doc["positions"]))
-    v = "flat (every pass costs one plain step)" if doc["v"] is None else ", ".join(
-        f"v({n}) = {x:.2f}" for n, x in doc["v"].items())
-    lines = [(f"what if: {what}; drafter c = {doc['c']:.3f} per token + {doc['overhead']:.3f} per call; "
+    what = (f"alpha = {result.alpha}" if result.alpha is not None
+            else "per-position acceptance " + ", ".join(f"{a:.2f}" for a in result.positions))
+    v = "flat (every pass costs one plain step)" if result.v is None else ", ".join(
+        f"v({n}) = {x:.2f}" for n, x in result.v.items())
+    lines = [(f"what if: {what}; drafter c = {result.c:.3f} per token + {result.overhead:.3f} per call; "
              f"verification {v} (predictions from the cost model, not measurements)"), ""]
     lines.append("| k | predicted speed-up | tokens per pass | break-even alpha |\n|---|---|---|---|")
-    for r in doc["rows"]:
-        be = "never" if r["break_even_alpha"] is None else f"{r['break_even_alpha']:.2f}"
-        lines.append(f"| {r['k']} | {r['speedup']:.2f} | {r['tokens_per_pass']:.2f} | {be} |")
+    for r in result.rows:
+        be = "never" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}"
+        lines.append(f"| {r.k} | {r.speedup:.2f} | {r.tokens_per_pass:.2f} | {be} |")
     lines.append("")
-    lines.append(f"best k: {doc['best_k']} ({doc['best_speedup']:.2f}x)" if doc["best_k"]
-                 else f"no k pays: the best is {doc['best_speedup']:.2f}x, below plain decoding")
-    ks = doc["ks"]
+    lines.append(f"best k: {result.best_k} ({result.best_speedup:.2f}x)" if result.best_k
+                 else f"no k pays: the best is {result.best_speedup:.2f}x, below plain decoding")
+    ks = result.ks
     lines += ["", "predicted speed-up over alpha x k", "",
               "| alpha | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
-    for g in doc["grid"]:
-        lines.append(f"| {g['alpha']:.2f} | " + " | ".join(f"{g['speedups'][k]:.2f}" for k in ks) + " |")
+    for g in result.grid:
+        lines.append(f"| {g.alpha:.2f} | " + " | ".join(f"{g.speedups[k]:.2f}" for k in ks) + " |")
     return "\n".join(lines)

@@ -143,10 +143,10 @@ def fits_one_gpu(source, dtype: torch.dtype, dev: torch.device) -> bool:
         cfg = (
             shipped_config(str(source))
             if config_path(str(source)).is_file()
-            else AutoConfig.from_pretrained(str(source), local_files_only=True).to_dict()
+            else AutoConfig.from_pretrained(str(source), local_files_only=True)
         )
         size = param_count(cfg) * dtype.itemsize
-    except (OSError, ValueError, KeyError, PlaygroundError):  # no config here, or not the Llama layout
+    except (OSError, ValueError, AttributeError, PlaygroundError):  # no config here, or not the Llama layout
         return True
     free, _ = torch.cuda.mem_get_info(dev)
     return size < 0.9 * free

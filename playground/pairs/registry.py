@@ -32,7 +32,7 @@ from ..errors import PlaygroundError
 from .hub import gated_message, hub_cache_dir, hub_token, is_cached, offline
 from .loading import load_pair
 from .models import EMBEDDED, INT8
-from .synthetic import config_path, pair_ratios
+from .synthetic import PairRatios, config_path, pair_ratios
 
 EMBEDDED_HUB = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded GGUF's model, whose config ships in configs/
 
@@ -56,7 +56,7 @@ class NamedPair:
     needs_cuda: bool = False  # refused on a machine without CUDA, before any download
 
     @property
-    def ratios(self) -> dict | None:
+    def ratios(self) -> PairRatios | None:
         """The draft's layer and byte ratios to the target, from the shipped configs (None without both)."""
         ids = [EMBEDDED_HUB if s == EMBEDDED else s for s in (self.target, self.draft)]
         if None in ids or not all(config_path(i).is_file() for i in ids):
@@ -328,20 +328,14 @@ def load_checked(target, draft, device="auto", dtype="auto", progress=print, dev
     return load_choice(choice, progress)
 
 
-def pairs_table() -> list[dict]:
+@dataclass(frozen=True)
+class PairRow:
+    """A named pair as `pairs` lists it: the pair, and whether its models are in the local cache."""
+
+    pair: NamedPair
+    cached: bool
+
+
+def pairs_table() -> list[PairRow]:
     """The registry as rows (the CLI's `pairs` command and the README's table)."""
-    return [
-        {
-            "name": p.name,
-            "target": p.target,
-            "draft": p.draft,
-            "dtype": p.dtype,
-            "device": p.device,
-            "gated": p.gated,
-            "needs_cuda": p.needs_cuda,
-            "cached": all(is_cached(i) for i in p.hub_ids),
-            "ratios": p.ratios,
-            "note": p.note,
-        }
-        for p in PAIRS.values()
-    ]
+    return [PairRow(p, all(is_cached(i) for i in p.hub_ids)) for p in PAIRS.values()]

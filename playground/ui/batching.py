@@ -22,6 +22,7 @@ from ..envinfo import describe_setup
 from ..lab.batch import NEARLY_FREE, batch_predictions, batch_table, batch_timing
 from ..lab.calibration import Timing
 from ..limits import Limits
+from ..results.calibration import BatchResult
 from . import charts, serving
 from .progress import Tracker, clock_text, load_with_progress, mapped, progress_lines, ticker
 from .serving import Background, PairProvider, stoppable
@@ -47,20 +48,24 @@ class BatchView:
     note: str | None = None
 
 
-def batch_curves(sweep: dict | None, batch: dict | None) -> dict[int, dict[int, float]] | None:
+def sweep_timing(sweep: dict | None) -> Timing | None:
+    """The calibration a sweep (the tab's last, lab.speed.sweep's result) predicted from, if it kept one."""
+    saved = sweep.get("timing") if sweep else None
+    return Timing.from_dict(saved) if isinstance(saved, dict) else None
+
+
+def batch_curves(sweep: dict | None, batch: BatchResult | None) -> dict[int, dict[int, float]] | None:
     """{B: {k: predicted speed-up}} for the sweep's fixed ks within the batch timing's pass lengths, or None.
 
     Each k takes the sweep's median alpha at that k and the drafter's cost from the sweep's calibration (a
     hybrid's, mixed over the sources its runs at that k proposed from), which was timed at batch 1."""
-    if not sweep or not batch or not isinstance(sweep.get("timing"), dict):
-        return None
-    timing = Timing.from_dict(sweep["timing"])
-    if timing is None:
+    timing = sweep_timing(sweep)
+    if timing is None or batch is None:
         return None
     curves: dict[int, dict[int, float]] = {}
     for row in sweep.get("table") or []:
         k, alpha = row["k"], row.get("alpha")
-        if not isinstance(k, int) or alpha is None or k > batch["n_max"] - 1:
+        if not isinstance(k, int) or alpha is None or k > batch.n_max - 1:
             continue
         sources: Counter = Counter()
         for x in sweep.get("runs") or []:
@@ -68,7 +73,7 @@ def batch_curves(sweep: dict | None, batch: dict | None) -> dict[int, dict[int, 
                 sources.update(x.get("source_iterations") or {})
         c, overhead = timing.mixed(dict(sources))
         for b, by_k in batch_predictions(batch, c, alpha, overhead, ks=[k]).items():
-            curves.setdefault(int(b), {})[k] = by_k[k]
+            curves.setdefault(b, {})[k] = by_k[k]
     return curves or None
 
 
@@ -81,13 +86,13 @@ def batch_note(session: Session | None) -> str:
     where = ("The chart above draws the predicted speed-up at each batch size (dotted, labelled on the right) at the "
              "sweep's \u03b1 per k." if drawn else "Sweep k to see the predicted speed-up at each batch size on "
              "the chart.")
-    table = batch_table(doc, doc.get("setup", "this machine")).replace("\nThe loop runs batch 1; batched serving "
+    table = batch_table(doc, doc.setup or "this machine").replace("\nThe loop runs batch 1; batched serving "
                                                                         "with speculation is measured on vLLM.", "")
     return f"{where} {LOOP_NOTE}\n\n{table}"
 
 
-def free_text(doc: dict) -> str:
-    return ", ".join(f"k \u2264 {r['free_up_to_k']} at batch {r['batch']}" for r in doc["rows"])
+def free_text(result: BatchResult) -> str:
+    return ", ".join(f"k \u2264 {r.free_up_to_k} at batch {r.batch}" for r in result.rows)
 
 
 @stoppable("batch")
@@ -114,7 +119,7 @@ def stream_batch(provider: PairProvider, session: Session | None, request: RunRe
             yield BatchView(session, line)
         bg.raise_error()
     doc = bg.result
-    doc["setup"] = describe_setup(pair)
+    doc.setup = describe_setup(pair)
     session.batch = doc
     status = (f"Timed batches {', '.join(map(str, BATCHES))} on {len(ids)} tokens of context "
               f"({clock_text(time.monotonic() - started)}): verification stays nearly free (v \u2264 {NEARLY_FREE}) "

@@ -17,11 +17,13 @@ the "none" template resolved), so what reaches the browser is the JSON a validat
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
 from ..core.records import Iteration, RunSummary
+from ..results.calibration import WhatifResult
 from .sweep_words import recommendation
 
 COLOURS = {
@@ -266,43 +268,54 @@ def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None 
                            "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)"})
 
 
-def whatif_figure(doc: dict, mark: dict | None = None) -> go.Figure:
+@dataclass(frozen=True)
+class RunPoint:
+    """Where the tab's last run sits on the what-if chart: its k, its alpha, the speed-up predicted there with the
+    chart's costs, and its Compare's measured one (None without a Compare)."""
+
+    k: int
+    alpha: float
+    predicted: float
+    measured: float | None = None
+
+
+def whatif_figure(result: WhatifResult, mark: RunPoint | None = None) -> go.Figure:
     """The what-if's predicted speed-up against k (lab.whatif's rows), the break-even line, the best k, and
-    where the tab's last run sits (`mark`: {"k", "alpha", "predicted", "measured"}, at the run's own alpha)."""
-    rows = doc["rows"]
-    ks, ys = [r["k"] for r in rows], [r["speedup"] for r in rows]
-    iid = doc["alpha"] is not None
-    name = f"predicted, iid \u03b1 = {doc['alpha']:.2f}" if iid else "predicted, per-position acceptance"
-    never = ["never pays" if r["break_even_alpha"] is None else f"{r['break_even_alpha']:.2f}" for r in rows]
+    where the tab's last run sits (`mark`, at the run's own alpha)."""
+    rows = result.rows
+    ks, ys = [r.k for r in rows], [r.speedup for r in rows]
+    iid = result.alpha is not None
+    name = f"predicted, iid \u03b1 = {result.alpha:.2f}" if iid else "predicted, per-position acceptance"
+    never = ["never pays" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}" for r in rows]
     colour = COLOURS["iid"] if iid else COLOURS["empirical"]
     data = [{"type": "scatter", "x": ks, "y": ys, "mode": "lines+markers", "name": name, "customdata": never,
              "line": {"color": colour, "width": 2.2}, "marker": {"size": 6, "color": colour},
              "hovertemplate": "k=%{x}<br>predicted %{y:.2f}\u00d7<br>break-even \u03b1 %{customdata}<extra></extra>"}]
     values = [1.0, *ys]
     if mark is not None:
-        data.append({"type": "scatter", "x": [mark["k"]], "y": [mark["predicted"]], "mode": "markers",
-                     "name": f"your last run (\u03b1 = {mark['alpha']:.2f}, k = {mark['k']}), predicted",
+        data.append({"type": "scatter", "x": [mark.k], "y": [mark.predicted], "mode": "markers",
+                     "name": f"your last run (\u03b1 = {mark.alpha:.2f}, k = {mark.k}), predicted",
                      "marker": {"size": 13, "symbol": "star", "color": "#f59e0b", "line": {"color": "#78350f",
                                                                                            "width": 1}},
                      "hovertemplate": "your last run, k=%{x}<br>predicted %{y:.2f}\u00d7 with these costs"
                                       "<extra></extra>"})
-        values.append(mark["predicted"])
-        if mark.get("measured"):
-            data.append({"type": "scatter", "x": [mark["k"]], "y": [mark["measured"]], "mode": "markers",
+        values.append(mark.predicted)
+        if mark.measured:
+            data.append({"type": "scatter", "x": [mark.k], "y": [mark.measured], "mode": "markers",
                          "name": "your last run, measured (Compare)",
                          "marker": {"size": 10, "symbol": "diamond", "color": COLOURS["measured"]},
                          "hovertemplate": "your last run, k=%{x}<br>measured %{y:.2f}\u00d7<extra></extra>"})
-            values.append(mark["measured"])
+            values.append(mark.measured)
     lo, hi = min(0.0, min(values)), max(values) * 1.15
     height = 330
     shapes = [_hline(1.0, "#6b7280", width=1.2)]
     notes = _spread_labels([(1.0, "break-even", "#4b5563")], lo, hi, height - 140)
     title = "What if: predicted speed-up against k"
-    if doc["best_k"]:
-        best = doc["best_k"]
+    if result.best_k:
+        best = result.best_k
         shapes.append({"type": "line", "xref": "x", "x0": best, "x1": best, "yref": "paper", "y0": 0, "y1": 1,
                        "line": {"color": colour, "width": 1.3, "dash": "dash"}, "opacity": 0.6})
-        notes.append(_note(f"best k = {best} ({doc['best_speedup']:.2f}\u00d7)", best, 1.0, xref="x", yref="paper",
+        notes.append(_note(f"best k = {best} ({result.best_speedup:.2f}\u00d7)", best, 1.0, xref="x", yref="paper",
                            xanchor="center", yanchor="bottom", yshift=2, font={"size": 10.5, "color": colour}))
     else:
         title += " \u2014 no k pays"

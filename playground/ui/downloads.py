@@ -1,4 +1,4 @@
-"""The files the app hands out: the run's JSON document (`run_document`, built by playground.document as
+"""The files the app hands out: the run's JSON document (`download_document`, built by playground.document as
 every export is) and `save_document`, which writes a document where Gradio serves downloads from.
 
 Every document goes through `playground.envinfo.redact` (in playground.document): no secret (HF_TOKEN,
@@ -13,8 +13,7 @@ import tempfile
 import time
 import uuid
 
-from ..document import RunConfig
-from ..document import run_document as build
+from ..document import RunConfig, RunOutcome, run_document
 from .session import RunResult
 
 DOWNLOADS_KEPT_S = 24 * 3600  # run files older than this are removed when a new one is written
@@ -25,7 +24,7 @@ def jsonable(x):
     return json.loads(json.dumps(x, default=lambda o: o.to_dict() if hasattr(o, "to_dict") else str(o)))
 
 
-def run_document(run: RunResult, timing=None, trust=None) -> dict:
+def download_document(run: RunResult, timing=None, trust=None) -> dict:
     """The run as JSON (what the Download button saves): playground.document's builder, the one `generate
     --json` uses, fed from the tab's run; with a Compare, its trust verdict (a lab.trust.Verdict) and what the
     machine's other processes used during both runs."""
@@ -34,8 +33,9 @@ def run_document(run: RunResult, timing=None, trust=None) -> dict:
                        k=req.k if req.k_mode == "fixed" else req.k_mode, sampling=run.sampling,
                        max_new_tokens=req.max_new_tokens, prompt=req.prompt, preset=req.preset, chat_template=req.chat,
                        min_confidence=req.min_confidence)
-    doc = build(config, run.records, run.environment, run.text, summary=run.summary, setup=run.setup,
-                check=run.check, plain_summary=run.plain, plain_gap_s=run.plain_gap_s, calibration=timing)
+    doc = run_document(config, RunOutcome(run.records, run.environment, run.text, summary=run.summary,
+                                          setup=run.setup, check=run.check, plain_summary=run.plain,
+                                          plain_gap_s=run.plain_gap_s, calibration=timing))
     if trust is not None:
         doc["trust"] = jsonable(trust.to_dict())
     doc["machine"] = {name: load.to_dict() for name, load in (("speculative", run.machine),

@@ -26,12 +26,12 @@ from ..drafters.registry import make_proposer, remembers
 from ..envinfo import describe_setup, environment
 from ..errors import PlaygroundError
 from ..inputs.presets import check_output, get_preset, load_presets
-from ..lab.calibration import calibrated_timing
+from ..lab.calibration import SHORT_CALIBRATION, calibrated_timing
 from ..lab.trust import MachineMonitor
 from ..limits import Limits
 from ..pairs.registry import PAIRS, ModelPolicy
 from . import panels, serving, verdicts
-from .downloads import run_document, save_document
+from .downloads import download_document, save_document
 from .measure import stream_calibrate, stream_sweep  # noqa: F401 - re-exported: the lab events' first home
 from .progress import Tracker, clock_text, eta_text, load_with_progress, loading_message, mapped, phase, ticker
 from .render import TokenRenderer
@@ -62,7 +62,7 @@ def document(provider: PairProvider, session: Session) -> dict:
     timing = run_timing(session, provider.calibrations)
     trust = None if run.plain is None else verdicts.compare_verdict(run, timing,
                                                                     verdicts.compared_prediction(run, timing))
-    return run_document(run, timing, trust)
+    return download_document(run, timing, trust)
 
 
 # --- views: one update of a panel each; None for a field means 'unchanged' ----------------------------------
@@ -181,8 +181,8 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
             timing = find_timing(session, store, name, ids, K_MAX + 1, sampling)
             if timing is None:
                 phase(emit, "calibrating for adaptive k (once per pair, drafter, context length and decoding)")
-                timing, _ = calibrated_timing(pair, ids, proposer, store, K_MAX + 1, progress=ticker(emit, stopped),
-                                              sampling=sampling)
+                timing, _ = calibrated_timing(pair, ids, proposer, store, SHORT_CALIBRATION.under(sampling),
+                                              progress=ticker(emit, stopped))
             session.timings[(name, prompt_key(ids))] = timing
             phase(emit, "")
         controller = k_controller(request, session, name, timing)

@@ -18,7 +18,15 @@ from typing import Any
 from ..core.engine import K_MAX
 from ..drafters.registry import make_proposer
 from ..envinfo import describe_setup
-from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, Timing, calibrate, calibrated_timing, pass_lengths
+from ..lab.calibration import (
+    SHORT_CALIBRATION,
+    CalibrationPlan,
+    CalibrationStore,
+    Timing,
+    calibrate,
+    calibrated_timing,
+    pass_lengths,
+)
 from ..lab.speed import PLAIN_EVERY, bracketed, sweep
 from ..limits import Limits
 from . import charts, serving, sweep_words, verdicts
@@ -40,7 +48,7 @@ from .session import (
     without_idle_stop,
 )
 
-SHORT = SHORT_CALIBRATION  # (repeats, warm-up cycles) of the Calibrate button
+SHORT = (SHORT_CALIBRATION.repeats, SHORT_CALIBRATION.warmup)  # (repeats, warm-up cycles) of the Calibrate button
 CAREFUL = (12, 3)  # ... of a careful calibration
 N_NEEDED = K_MAX + 1  # passes timed up to this many tokens: one calibration serves any fixed k, adaptive k, a sweep
 
@@ -116,13 +124,12 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
 
     def work(emit, stopped):
         tick = ticker(emit, stopped)
+        plan = CalibrationPlan(n_max=N_NEEDED, repeats=reps, warmup=warm, sampling=request.sampling)
         if careful:
-            timing = calibrate(pair, ids, proposer, n_max=N_NEEDED, repeats=reps, warmup=warm, progress=tick,
-                               sampling=request.sampling)
+            timing = calibrate(pair, ids, proposer, plan, progress=tick)
             store.put(name, timing)
             return timing, False
-        return calibrated_timing(pair, ids, proposer, store, N_NEEDED, repeats=reps, warmup=warm, progress=tick,
-                                 sampling=request.sampling)
+        return calibrated_timing(pair, ids, proposer, store, plan, progress=tick)
 
     with Background(work, "playground-calibrate", serving.device_lock(pair.device)) as bg:
         for line in progress_lines(bg, tracker):
@@ -162,8 +169,8 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
         t, reused = timing, True
         if t is None:
             phase(emit, "step 1 of 2, calibrating")
-            t, reused = calibrated_timing(pair, ids, factory(), store, N_NEEDED, progress=ticker(emit, stopped),
-                                          sampling=req.sampling)
+            t, reused = calibrated_timing(pair, ids, factory(), store, SHORT_CALIBRATION.under(req.sampling),
+                                          progress=ticker(emit, stopped))
         phase(emit, "step 2 of 2, measuring" if timing is None else "measuring")
         result = sweep_fn(pair, ids, factory, ks=ks, rounds=rounds, max_new_tokens=req.max_new_tokens,
                           sampling=req.sampling, timing=t, min_confidence=req.min_confidence,

@@ -31,12 +31,11 @@ from ..drafters.registry import available_drafters, make_proposer
 from ..errors import PlaygroundError
 from ..inputs.presets import load_presets
 from ..inputs.traces import SAMPLE_TRACE, read_trace
-from ..lab.calibration import CalibrationStore, calibrated_timing
+from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, calibrated_timing
 from ..lab.replay import calibration_contexts, preset_turns, replay
 from ..limits import Limits
 from . import scripts, serving
 from .downloads import jsonable
-from .measure import N_NEEDED
 from .panels import fold
 from .progress import Tracker, clock_text, load_with_progress, mapped, phase, progress_lines, ticker
 from .ranges import refuse_moved
@@ -122,8 +121,8 @@ def calibrations(pair, turns, drafter: str, store: CalibrationStore, how: str, p
     for i, (b, ids) in enumerate(firsts.items()):
         n = len(ids)
         tick = (lambda f, m, i=i, n=n: progress((i + f) / len(firsts), f"on {n} tokens of context: {m}"))
-        found[b], was = calibrated_timing(pair, ids, make_proposer(pair, drafter), store, N_NEEDED, progress=tick,
-                                          sampling=sampling)
+        found[b], was = calibrated_timing(pair, ids, make_proposer(pair, drafter), store,
+                                          SHORT_CALIBRATION.under(sampling), progress=tick)
         reused += was
     if how == "once":
         only = found[next(iter(found))]

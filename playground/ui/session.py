@@ -33,6 +33,7 @@ from ..inputs.text import check_prompt_text, encode_prompt
 from ..lab.calibration import CalibrationStore, Timing
 from ..limits import Limits
 from ..pairs.registry import PairChoice
+from ..results.calibration import BatchResult
 
 DECODINGS = ("greedy", "sample")
 K_MODES = {"fixed": "the k above, every iteration", "adaptive": "chosen per iteration by the cost model",
@@ -271,7 +272,7 @@ class Session:
     k_memory: dict = field(default_factory=dict)  # drafter -> adaptive / heuristic state carried between runs
     calibration: tuple | None = None  # (drafter, lab.Timing) of this tab's last Calibrate, for the prediction panel
     sweep_status: str | None = None  # the last sweep's outcome, for the status line above the tabs
-    batch: dict | None = None  # lab.batch.batch_timing's result of this tab's "Time batches" (+ "setup"), for the sweep
+    batch: BatchResult | None = None  # lab.batch.batch_timing's result of this tab's "Time batches" (+ "setup"), for the sweep
     batch_status: str | None = None  # ... and its outcome, for the status line above the tabs
     whatif_from: tuple | None = None  # (calibration, run) the What-if tab was last filled from (ui/whatif_view.py)
     whatif_refused: tuple | None = None  # (the library's message, the slider's bound) after an alpha out of range

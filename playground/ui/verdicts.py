@@ -134,7 +134,7 @@ def cost_inputs(timing, k: int) -> str:
     v = timing.v
     be = break_even_alpha(k, timing.c, v, timing.overhead)
     pays = "never (no \u03b1 is high enough)" if be is None else f"{be:.2f}"
-    reps = len(timing.raw.get("target_pass_s", {}).get("1", []))
+    reps = len(timing.raw.target_pass_s.get(1, []))
     return (f"Cost model inputs: the drafter costs **{timing.c:.2f}** target steps per proposed token (c); checking "
             f"k = {k} proposals is one pass over {k + 1} tokens, which costs **{verify_cost(v, k + 1):.2f}** target "
             f"steps (v({k + 1})); so drafting at k = {k} pays from \u03b1 = "

@@ -16,6 +16,7 @@ says how it ended.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import gradio as gr
 
@@ -23,11 +24,20 @@ from ..errors import PlaygroundError
 from ..lab.whatif import whatif
 from . import handlers, scripts
 from .batching import INTRO, batch_note, stream_batch
-from .downloads import jsonable
 from .panels import fold
 from .session import Session, _number, parse_request
 from .verdicts import glossary_html
-from .whatif_view import DEFAULTS, FIELDS, START_NOTE, error_status, parse_positions, parse_verify, prefill, whatif_view
+from .whatif_view import (
+    DEFAULTS,
+    FIELDS,
+    START_NOTE,
+    WhatifInputs,
+    error_status,
+    parse_positions,
+    parse_verify,
+    prefill,
+    whatif_view,
+)
 from .wiring import _error, _event, _guarded, _skip, on_failure
 
 log = logging.getLogger(__name__)
@@ -54,18 +64,18 @@ def whatif_tab(ui) -> None:
         ui.wi_acceptance = gr.Radio([("iid \u03b1", "iid"), ("per position", "positions")], value="iid",
                                     label="Acceptance", elem_id="whatif-mode", min_width=170,
                                     info="one rate for every proposal, or measured per draft position")
-        ui.wi_alpha = gr.Slider(0, 1, value=DEFAULTS["alpha"], step=0.01, label="\u03b1 (acceptance rate)",
+        ui.wi_alpha = gr.Slider(0, 1, value=DEFAULTS.alpha, step=0.01, label="\u03b1 (acceptance rate)",
                                 elem_id="whatif-alpha", min_width=220,
                                 info="the chance a proposal is kept, given the ones before were")
-        ui.wi_positions = gr.Textbox(DEFAULTS["positions"], label="Per-position acceptance", interactive=False,
+        ui.wi_positions = gr.Textbox(DEFAULTS.positions, label="Per-position acceptance", interactive=False,
                                      elem_id="whatif-positions", min_width=220,
                                      info="P(accept) at draft positions 1, 2, 3, \u2026 (the last one repeats)")
     with gr.Row(elem_id="whatif-costs"):
-        ui.wi_c = gr.Number(DEFAULTS["c"], step=0.01, label="c (drafter cost per token)", elem_id="whatif-c",
+        ui.wi_c = gr.Number(DEFAULTS.c, step=0.01, label="c (drafter cost per token)", elem_id="whatif-c",
                             min_width=160, info="in target steps: a target step is what plain decoding pays a token")
-        ui.wi_overhead = gr.Number(DEFAULTS["overhead"], step=0.01, label="Cost per call", elem_id="whatif-overhead",
+        ui.wi_overhead = gr.Number(DEFAULTS.overhead, step=0.01, label="Cost per call", elem_id="whatif-overhead",
                                    min_width=160, info="the drafter's fixed cost per iteration, in target steps")
-        ui.wi_v = gr.Textbox(DEFAULTS["v"], label="v(n) (a target pass over n tokens)", elem_id="whatif-v",
+        ui.wi_v = gr.Textbox(DEFAULTS.v, label="v(n) (a target pass over n tokens)", elem_id="whatif-v",
                              min_width=260, max_lines=3,
                              info="'flat' (every pass costs one step) or n:cost pairs, e.g. 1:1.0,2:1.05,4:1.6")
     ui.whatif_status = gr.Markdown(first.status, elem_id="whatif-status")
@@ -107,13 +117,13 @@ def wire_whatif(ui, provider) -> None:
         return v.status, v.figure, v.table, v.grid
 
     def recompute(session, *values):
-        return view_of(session, dict(zip(FIELDS, values, strict=True)))
+        return view_of(session, WhatifInputs(*values))
 
     def filler(force):
         def fill(session, *values):
             session = session if session is not None else Session()
             changes, line = prefill(session, provider.for_session(session).calibrations, force)
-            values = {**dict(zip(FIELDS, values, strict=True)), **changes}
+            values = replace(WhatifInputs(*values), **changes)
             filled = [changes[name] if name in changes else gr.skip() for name in FIELDS]
             return (*filled, _skip(line), *view_of(session, values), session)
 
@@ -142,9 +152,9 @@ def wire_whatif(ui, provider) -> None:
         or per-position acceptance `positions` ('0.95, 0.9, 0.8'). No model runs."""
         try:
             per_position = parse_positions(positions) if positions and positions.strip() else None
-            return jsonable(whatif(_number(c, "the draft cost ratio c"), positions=per_position, v=parse_verify(v),
-                                   alpha=None if alpha is None else _number(alpha, "\u03b1"),
-                                   overhead=_number(overhead, "the drafter's cost per call")))
+            return whatif(_number(c, "the draft cost ratio c"), positions=per_position, v=parse_verify(v),
+                          alpha=None if alpha is None else _number(alpha, "\u03b1"),
+                          overhead=_number(overhead, "the drafter's cost per call")).to_dict()
         except (PlaygroundError, ValueError) as e:
             raise _error(PlaygroundError(str(e))) from None
 

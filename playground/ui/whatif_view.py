@@ -17,22 +17,50 @@ import html
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import PlaygroundError
 from ..lab.calibration import Timing
 from ..lab.whatif import ALPHAS, parse_v, whatif
+from ..results.calibration import WhatifResult
 from . import charts
+from .batching import sweep_timing
+from .charts import RunPoint
 from .panels import fold
 from .session import Session, _number, run_timing
 from .verdicts import GLOSSARY
 
 MODES = {"iid": "iid \u03b1", "positions": "per position"}
+
+
+@dataclass(frozen=True)
+class WhatifInputs:
+    """The panel's inputs as typed (any of them may be what the user typed: text, None, out of range), in the
+    order the events take them."""
+
+    acceptance: Any = "iid"  # "iid" or "positions"
+    alpha: Any = 0.85
+    positions: Any = "0.95, 0.9, 0.85, 0.8"
+    c: Any = 0.38
+    overhead: Any = 0.0
+    v: Any = "flat"
+
+
+@dataclass(frozen=True)
+class WhatifQuestion:
+    """The inputs parsed: lab.whatif.whatif's arguments (either `alpha` or `positions`)."""
+
+    c: float
+    overhead: float
+    v: dict[int, float] | None
+    alpha: float | None = None
+    positions: list[float] | None = None
+
+
 # A cheap draft (c = 0.38, every pass one target step): 1.47x at alpha = 0.85, k = 4.
-DEFAULTS = {"acceptance": "iid", "alpha": 0.85, "positions": "0.95, 0.9, 0.85, 0.8", "c": 0.38, "overhead": 0.0,
-            "v": "flat"}
-FIELDS = tuple(DEFAULTS)  # the panel's inputs, in the order the events take them
+DEFAULTS = WhatifInputs()
+FIELDS = tuple(f.name for f in fields(WhatifInputs))
 START_NOTE = ("Starts from an example cheap draft (c = 0.38, flat v(n), \u03b1 = 0.85): after a "
               "**Calibrate** or a **Run** this tab fills in its own numbers when you open it.")
 SEP = " \u00b7 "
@@ -56,7 +84,7 @@ class WhatifView:
     figure: Any
     table: str  # HTML: per k
     grid: str  # HTML: alpha x k
-    doc: dict  # lab.whatif.whatif's result
+    doc: WhatifResult  # lab.whatif.whatif's result
 
 
 def run_mark(session: Session | None) -> RunMark | None:
@@ -106,19 +134,17 @@ def parse_verify(text) -> dict[int, float] | None:
     return v
 
 
-def parse_inputs(values: Mapping[str, Any]) -> dict:
-    """The panel's values by name (FIELDS) -> keyword arguments of lab.whatif.whatif."""
-    mode = values.get("acceptance") or "iid"
+def parse_inputs(values: WhatifInputs) -> WhatifQuestion:
+    """The panel's values -> the arguments of lab.whatif.whatif."""
+    mode = values.acceptance or "iid"
     if mode not in MODES:
         raise PlaygroundError(f"acceptance must be one of {', '.join(MODES)}, got {mode!r}")
-    args = {"c": _number(values.get("c"), "the draft cost ratio c"),
-            "overhead": _number(values.get("overhead"), "the drafter's cost per call"),
-            "v": parse_verify(values.get("v"))}
+    c = _number(values.c, "the draft cost ratio c")
+    overhead = _number(values.overhead, "the drafter's cost per call")
+    v = parse_verify(values.v)
     if mode == "iid":
-        args["alpha"] = _number(values.get("alpha"), "\u03b1")
-    else:
-        args["positions"] = parse_positions(values.get("positions"))
-    return args
+        return WhatifQuestion(c, overhead, v, alpha=_number(values.alpha, "\u03b1"))
+    return WhatifQuestion(c, overhead, v, positions=parse_positions(values.positions))
 
 
 # --- the view -----------------------------------------------------------------------------------------------
@@ -142,16 +168,17 @@ def _grid_alphas(alpha: float | None, mark: RunMark | None) -> list[float]:
     return sorted(out)
 
 
-def whatif_view(session: Session | None, values: Mapping[str, Any]) -> WhatifView:
+def whatif_view(session: Session | None, values: WhatifInputs) -> WhatifView:
     """Everything the tab shows for these inputs (raises PlaygroundError with what to fix).
 
     An alpha typed outside [0, 1] gets the library's message; the slider then moves to its bound (Gradio clamps
     it) and the next view, at that bound, keeps the message and says where the slider went."""
-    args = parse_inputs(values)
+    q = parse_inputs(values)
     mark = run_mark(session)
-    alpha = args.get("alpha")
+    alpha = q.alpha
     try:
-        doc = whatif(**args, alphas=_grid_alphas(alpha, mark))
+        result = whatif(q.c, alpha=q.alpha, positions=q.positions, v=q.v, overhead=q.overhead,
+                        alphas=_grid_alphas(alpha, mark))
     except PlaygroundError as e:
         if session is not None and alpha is not None and not 0.0 <= alpha <= 1.0:
             session.whatif_refused = (str(e), min(max(alpha, 0.0), 1.0))
@@ -162,33 +189,34 @@ def whatif_view(session: Session | None, values: Mapping[str, Any]) -> WhatifVie
     if session is not None:
         session.whatif_refused = None
     point = None
-    if mark is not None and mark.k is not None and mark.k in doc["ks"]:
-        at = _row_of([g["alpha"] for g in doc["grid"]], mark.alpha)
-        row = next(g for g in doc["grid"] if g["alpha"] == at)
-        point = {"k": mark.k, "alpha": mark.alpha, "predicted": row["speedups"][mark.k], "measured": mark.measured}
-    status = _status(doc, mark, point)
+    if mark is not None and mark.k is not None and mark.k in result.ks:
+        at = _row_of([g.alpha for g in result.grid], mark.alpha)
+        row = next(g for g in result.grid if g.alpha == at)
+        point = RunPoint(k=mark.k, alpha=mark.alpha, predicted=row.speedups[mark.k], measured=mark.measured)
+    status = _status(result, mark, point)
     if refused is not None and alpha == refused[1]:
         status = f"\u26a0 {html.escape(refused[0])}: the slider moved to {alpha:g}, and these numbers are for it. {status}"
-    return WhatifView(fold(status), charts.whatif_figure(doc, point), per_k_html(doc, mark), grid_html(doc, mark), doc)
+    return WhatifView(fold(status), charts.whatif_figure(result, point), per_k_html(result, mark),
+                      grid_html(result, mark), result)
 
 
-def describe_inputs(doc: dict) -> str:
-    what = (f"iid \u03b1 = {doc['alpha']:.2f}" if doc["alpha"] is not None
-            else "per-position acceptance " + ", ".join(f"{a:.2f}" for a in doc["positions"]))
-    v = "flat" if doc["v"] is None else f"from {len(doc['v'])} pass lengths"
-    return f"{what}; c = {doc['c']:.3f}, cost per call {doc['overhead']:.3f}, v(n) {v}"
+def describe_inputs(result: WhatifResult) -> str:
+    what = (f"iid \u03b1 = {result.alpha:.2f}" if result.alpha is not None
+            else "per-position acceptance " + ", ".join(f"{a:.2f}" for a in result.positions))
+    v = "flat" if result.v is None else f"from {len(result.v)} pass lengths"
+    return f"{what}; c = {result.c:.3f}, cost per call {result.overhead:.3f}, v(n) {v}"
 
 
-def _status(doc: dict, mark: RunMark | None, point: dict | None) -> str:
-    if doc["best_k"]:
-        head = f"**Best k = {doc['best_k']}**: predicted {doc['best_speedup']:.2f}\u00d7"
+def _status(result: WhatifResult, mark: RunMark | None, point: RunPoint | None) -> str:
+    if result.best_k:
+        head = f"**Best k = {result.best_k}**: predicted {result.best_speedup:.2f}\u00d7"
     else:
-        best = max(doc["rows"], key=lambda r: r["speedup"])
-        head = (f"**No k pays**: the best is {best['speedup']:.2f}\u00d7 at k = {best['k']}, below plain decoding; "
+        best = max(result.rows, key=lambda r: r.speedup)
+        head = (f"**No k pays**: the best is {best.speedup:.2f}\u00d7 at k = {best.k}, below plain decoding; "
                 f"a cheaper drafter (smaller c) or a higher \u03b1 would change that")
-    line = f"{head} ({describe_inputs(doc)}). Predictions of the cost model, not measurements."
+    line = f"{head} ({describe_inputs(result)}). Predictions of the cost model, not measurements."
     if point is not None:
-        line += (f" Your last run (\u03b1 = {mark.alpha:.2f}, k = {mark.k}): {point['predicted']:.2f}\u00d7 predicted "
+        line += (f" Your last run (\u03b1 = {mark.alpha:.2f}, k = {mark.k}): {point.predicted:.2f}\u00d7 predicted "
                  f"with these costs" + (f", {mark.measured:.2f}\u00d7 measured by Compare." if mark.measured else "."))
     elif mark is not None:
         line += f" Your last run (\u03b1 = {mark.alpha:.2f}) chose k per iteration: its row is marked in the map."
@@ -210,25 +238,25 @@ def _shade(x: float) -> str:
     return "g1" if x < 1.25 else "g2" if x < 1.5 else "g3" if x < 2.0 else "g4"
 
 
-def per_k_html(doc: dict, mark: RunMark | None) -> str:
+def per_k_html(result: WhatifResult, mark: RunMark | None) -> str:
     """Per k: predicted speed-up, tokens per target pass, break-even alpha and the iteration's cost."""
-    rows, best = doc["rows"], doc["best_k"]
+    rows, best = result.rows, result.best_k
     run_k = mark.k if mark is not None else None
 
     def head(r):
-        cls = " ".join(c for c, on in (("best", r["k"] == best), ("you", r["k"] == run_k)) if on)
-        tip = "best k" if r["k"] == best else ("your last run's k" if r["k"] == run_k else "")
-        return f'<th class="{cls}" title="{tip}">{r["k"]}</th>' if cls else f'<th>{r["k"]}</th>'
+        cls = " ".join(c for c, on in (("best", r.k == best), ("you", r.k == run_k)) if on)
+        tip = "best k" if r.k == best else ("your last run's k" if r.k == run_k else "")
+        return f'<th class="{cls}" title="{tip}">{r.k}</th>' if cls else f'<th>{r.k}</th>'
 
     lines = [
         ("speed-up (\u00d7)", _tip("speed-up", " (predicted by the cost model)"),
-         lambda r: (f"{r['speedup']:.2f}", _shade(r["speedup"]))),
-        ("tokens / pass", _tip("tokens per pass"), lambda r: (f"{r['tokens_per_pass']:.2f}", "")),
+         lambda r: (f"{r.speedup:.2f}", _shade(r.speedup))),
+        ("tokens / pass", _tip("tokens per pass"), lambda r: (f"{r.tokens_per_pass:.2f}", "")),
         ("break-even \u03b1", _tip("break-even \u03b1"),
-         lambda r: ("never" if r["break_even_alpha"] is None else f"{r['break_even_alpha']:.2f}",
-                    "never" if r["break_even_alpha"] is None else "")),
+         lambda r: ("never" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}",
+                    "never" if r.break_even_alpha is None else "")),
         ("cost / iteration", html.escape("k \u00b7 c + v(k + 1) + cost per call, in target steps", quote=True),
-         lambda r: (f"{r['iteration_cost']:.2f}", "")),
+         lambda r: (f"{r.iteration_cost:.2f}", "")),
     ]
     out = ['<div class="whatif-scroll"><table class="whatif-table" data-table="per-k">',
            '<thead><tr><th class="name" title="' + _tip("k") + '">k</th>' + "".join(head(r) for r in rows)
@@ -237,26 +265,26 @@ def per_k_html(doc: dict, mark: RunMark | None) -> str:
         cells = []
         for r in rows:
             text, cls = cell(r)
-            cls = " ".join(c for c in (cls, "best" if r["k"] == best else "", "you" if r["k"] == run_k else "") if c)
+            cls = " ".join(c for c in (cls, "best" if r.k == best else "", "you" if r.k == run_k else "") if c)
             attr = f' class="{cls}"' if cls else ""
-            cells.append(f'<td{attr} data-k="{r["k"]}">{text}</td>')
+            cells.append(f'<td{attr} data-k="{r.k}">{text}</td>')
         out.append(f'<tr><th class="name" title="{tip}">{name}</th>{"".join(cells)}</tr>')
     out.append("</tbody></table></div>")
     return "".join(out)
 
 
-def grid_html(doc: dict, mark: RunMark | None) -> str:
+def grid_html(result: WhatifResult, mark: RunMark | None) -> str:
     """The table of predicted speed-up over alpha x k, the best k of each alpha in bold, the
     what-if alpha's row and the last run's row labelled, and the run's own cell outlined."""
-    ks = doc["ks"]
+    ks = result.ks
     corner = _tip("\u03b1 (acceptance rate)", "; k: " + GLOSSARY["k"])
     out = ['<div class="whatif-scroll"><table class="whatif-table whatif-grid" data-table="grid">',
            f'<thead><tr><th class="name" title="{corner}">\u03b1 \u2572 k</th>'
            + "".join(f"<th>{k}</th>" for k in ks) + "</tr></thead><tbody>"]
-    alphas = [g["alpha"] for g in doc["grid"]]
-    run_row, my_row = _row_of(alphas, mark.alpha if mark is not None else None), _row_of(alphas, doc["alpha"])
-    for g in doc["grid"]:
-        a, speedups = g["alpha"], g["speedups"]
+    alphas = [g.alpha for g in result.grid]
+    run_row, my_row = _row_of(alphas, mark.alpha if mark is not None else None), _row_of(alphas, result.alpha)
+    for g in result.grid:
+        a, speedups = g.alpha, g.speedups
         top = max(ks, key=lambda k: speedups[k])
         is_run, is_mine = a == run_row, a == my_row
         tags = [t for t, on in (("what-if", is_mine), ("your run", is_run)) if on]
@@ -301,7 +329,7 @@ def last_calibration(session: Session | None, store) -> Found | None:
         return Found(t, f"the calibration behind the last run ({session.run.drafter}, {t.context_tokens} tokens of "
                         f"context)", t)
     sweep = session.sweep
-    t = Timing.from_dict(sweep["timing"]) if sweep and isinstance(sweep.get("timing"), dict) else None
+    t = sweep_timing(sweep)
     if t is not None:
         return Found(t, f"the last sweep's calibration ({t.context_tokens} tokens of context)", sweep)
     return None
@@ -331,7 +359,7 @@ def prefill(session: Session, store, force: str | None = None) -> tuple[dict, st
     if mark is not None and (force == "run" or (force is None and session.run is not seen_run)):
         values.update(alpha=round(mark.alpha, 3))
         if mark.positions:
-            values["positions"] = ", ".join(f"{a:.3f}" for a in mark.positions)
+            values.update(positions=", ".join(f"{a:.3f}" for a in mark.positions))
         k = f"k = {mark.k}" if mark.k is not None else "k chosen per iteration"
         filled.append(f"\u03b1 = {mark.alpha:.3f} and the per-position acceptance from the last run "
                       f"({html.escape(mark.drafter, quote=False)}, {k})")
