@@ -17,6 +17,7 @@ the "none" template resolved), so what reaches the browser is the JSON a validat
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -61,8 +62,18 @@ def _as_validated(x):
     return x
 
 
-def _figure(data: list, title: str, x: str, y: str, height: int = HEIGHT, xaxis=None, yaxis=None,
-            shapes=(), annotations=(), **layout) -> go.Figure:
+@dataclass(frozen=True)
+class Axes:
+    """A chart's axis titles, and what each axis sets beyond the house style (`_axis`)."""
+
+    x: str
+    y: str
+    xaxis: dict | None = None
+    yaxis: dict | None = None
+
+
+def _figure(data: list, title: str, axes: Axes, height: int = HEIGHT, shapes=(), annotations=(),
+            **layout) -> go.Figure:
     spec_layout = {
         "template": _NO_TEMPLATE,
         "title": {"text": title, "x": 0.0, "xanchor": "left", "y": 0.97, "yanchor": "top",
@@ -75,8 +86,8 @@ def _figure(data: list, title: str, x: str, y: str, height: int = HEIGHT, xaxis=
         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1.0,
                    "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)"},
         "hoverlabel": {"font": {"size": 11}},
-        "xaxis": _axis(x, **(xaxis or {})),
-        "yaxis": _axis(y, **(yaxis or {})),
+        "xaxis": _axis(axes.x, **(axes.xaxis or {})),
+        "yaxis": _axis(axes.y, **(axes.yaxis or {})),
     }
     if shapes:
         spec_layout["shapes"] = list(shapes)
@@ -107,7 +118,7 @@ def _integer_ticks(x: Sequence[int]) -> dict:
 
 
 def empty_figure(title: str, message: str = "no data yet", height: int = EMPTY_HEIGHT) -> go.Figure:
-    return _figure([], title, "", "", height=height, xaxis={"visible": False}, yaxis={"visible": False},
+    return _figure([], title, Axes("", "", {"visible": False}, {"visible": False}), height=height,
                    margin={"l": 10, "r": 10, "t": 30, "b": 10},
                    annotations=[_note(message, 0.5, 0.4, yref="paper", font={"size": 11.5, "color": "#9ca3af"})])
 
@@ -127,7 +138,7 @@ def time_split_figure(iterations: Sequence[Iteration]) -> go.Figure:
     ]
     if len(shown) < len(iterations):
         title += f" \u2014 last {len(shown)} of {len(iterations)}"
-    return _figure(data, title, "iteration", "ms", height=230, xaxis=_integer_ticks(x), barmode="stack",
+    return _figure(data, title, Axes("iteration", "ms", _integer_ticks(x)), height=230, barmode="stack",
                    bargap=0.15)
 
 
@@ -149,7 +160,7 @@ def acceptance_by_position_figure(summary: RunSummary | None) -> go.Figure:
     if summary.alpha is not None:
         shapes.append(_hline(summary.alpha, "#374151"))
         notes.append(_note(f"\u03b1 = {summary.alpha:.2f}", 1.0, summary.alpha, xanchor="right", yanchor="top"))
-    return _figure(data, title, "draft position", "acceptance", xaxis={"dtick": 1}, yaxis={"range": [0, 1.18]},
+    return _figure(data, title, Axes("draft position", "acceptance", {"dtick": 1}, {"range": [0, 1.18]}),
                    shapes=shapes, annotations=notes, showlegend=False)
 
 
@@ -175,7 +186,7 @@ def alpha_figure(iterations: Sequence[Iteration]) -> go.Figure:
          "line": {"color": COLOURS["accepted"], "width": 2.5},
          "hovertemplate": "iteration %{x}<br>running \u03b1 %{y:.3f}<extra></extra>"},
     ]
-    return _figure(data, title, "iteration", "\u03b1", xaxis=_integer_ticks(x), yaxis={"range": [-0.05, 1.05]})
+    return _figure(data, title, Axes("iteration", "\u03b1", _integer_ticks(x), {"range": [-0.05, 1.05]}))
 
 
 def _spread_labels(labels: list[tuple[float, str, str]], lo: float, hi: float, plot_px: float) -> list[dict]:
@@ -258,9 +269,9 @@ def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None 
                            yanchor="bottom", yshift=2, font={"size": 10.5, "color": COLOURS["measured"]}))
     else:
         title += " \u2014 no recommended k (see the verdict)"
-    return _figure(data, title, "k (proposals per iteration)", "speed-up (\u00d7)", height=height,
-                   xaxis={"dtick": 1, "range": [min(ks) - 0.5, max(ks) + 0.5] if ks else None},
-                   yaxis={"range": [lo, hi]}, shapes=shapes, annotations=notes,
+    axes = Axes("k (proposals per iteration)", "speed-up (\u00d7)",
+                {"dtick": 1, "range": [min(ks) - 0.5, max(ks) + 0.5] if ks else None}, {"range": [lo, hi]})
+    return _figure(data, title, axes, height=height, shapes=shapes, annotations=notes,
                    margin={"l": 48, "r": 104, "t": 58, "b": 40},
                    legend={"orientation": "h", "yanchor": "top", "y": -0.22, "xanchor": "left", "x": 0.0,
                            "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)"})
@@ -306,8 +317,8 @@ def whatif_figure(doc: dict, mark: dict | None = None) -> go.Figure:
                            xanchor="center", yanchor="bottom", yshift=2, font={"size": 10.5, "color": colour}))
     else:
         title += " \u2014 no k pays"
-    return _figure(data, title, "k (proposals per iteration)", "predicted speed-up (\u00d7)", height=height,
-                   xaxis={"dtick": 1, "range": [min(ks) - 0.6, max(ks) + 0.6]}, yaxis={"range": [lo, hi]},
-                   shapes=shapes, annotations=notes, margin={"l": 48, "r": 92, "t": 58, "b": 40},
+    axes = Axes("k (proposals per iteration)", "predicted speed-up (\u00d7)",
+                {"dtick": 1, "range": [min(ks) - 0.6, max(ks) + 0.6]}, {"range": [lo, hi]})
+    return _figure(data, title, axes, height=height, shapes=shapes, annotations=notes, margin={"l": 48, "r": 92, "t": 58, "b": 40},
                    legend={"orientation": "h", "yanchor": "top", "y": -0.24, "xanchor": "left", "x": 0.0,
                            "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)"})
