@@ -14,85 +14,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import psutil
 
-FAIL = "fail"
-WARN = "warn"
-
-
-@dataclass(frozen=True)
-class TrustLimits:
-    """Where a figure stops being trusted. Ratios are relative: (max - min) / median of the samples."""
-
-    drift: float = 0.15  # the plain run's speed between rounds of one prompt
-    cell_spread: float = 0.30  # one cell's measured ratio over its rounds (warn), twice that (fail)
-    calibration_noise: float = 0.25  # interquartile range / median of one calibration's timed passes (warn; 2x fails)
-    min_rounds: int = 3  # fewer rounds warn; one round fails (no spread can be seen)
-    other_cores: float = 0.25  # cores other processes kept busy on average while measuring (fail; half of it warns)
-    steal: float = 0.05  # share of CPU time the hypervisor took (fail)
-    prediction_miss: float = 0.15  # a cell's prediction against its measured median, absolute (warn)
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str  # drift, spread, rounds, calibration-noise, non-physical, slow-drafter, calibration-sampling,
-    # machine-load, steal
-    severity: str  # FAIL or WARN
-    message: str  # what was seen, with the numbers
-    fix: str  # what to do about it
-
-    def to_dict(self) -> dict:
-        return {"check": self.check, "severity": self.severity, "message": self.message, "fix": self.fix}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    findings: tuple[Finding, ...] = ()
-
-    @property
-    def trusted(self) -> bool:
-        return not any(f.severity == FAIL for f in self.findings)
-
-    @property
-    def failures(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.severity == FAIL)
-
-    @property
-    def warnings(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.severity == WARN)
-
-    def headline(self) -> str:
-        """One line: 'trusted', 'trusted, with warnings: ...' or 'UNTRUSTWORTHY: reason (fix: ...)'."""
-        if self.failures:
-            f = self.failures[0]
-            more = f" (+{len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
-            return f"UNTRUSTWORTHY: {f.message}{more} \u2014 fix: {f.fix}"
-        if self.warnings:
-            return "trusted, with warnings: " + "; ".join(f.message for f in self.warnings)
-        return "trusted"
-
-    def to_dict(self) -> dict:
-        return {"trusted": self.trusted, "headline": self.headline(),
-                "findings": [f.to_dict() for f in self.findings]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping | None) -> Verdict:
-        if not d:
-            return cls()
-        return cls(tuple(Finding(f["check"], f["severity"], f["message"], f["fix"]) for f in d.get("findings", ())))
-
-    @classmethod
-    def of(cls, *parts: Verdict | Iterable[Finding] | None) -> Verdict:
-        """All findings of the parts, each once, failures first."""
-        seen: dict[tuple, Finding] = {}
-        for part in parts:
-            items = part.findings if isinstance(part, Verdict) else (part or ())
-            for f in items:
-                seen.setdefault((f.check, f.message), f)
-        return cls(tuple(sorted(seen.values(), key=lambda f: f.severity != FAIL)))
+from ..results.trust import FAIL, LIMITS, WARN, Finding, MachineLoad, TrustLimits, Verdict
 
 
 def relative_spread(xs: Sequence[float]) -> float:
@@ -104,7 +31,7 @@ def relative_spread(xs: Sequence[float]) -> float:
     return (max(xs) - min(xs)) / med if med else 0.0
 
 
-def check_rounds(rounds: int, limits: TrustLimits = TrustLimits()) -> list[Finding]:
+def check_rounds(rounds: int, limits: TrustLimits = LIMITS) -> list[Finding]:
     if rounds < 2:
         return [Finding("rounds", FAIL, f"{rounds} round: a single run has no spread, so noise cannot be told "
                         "from an effect", f"run at least {limits.min_rounds} rounds")]
@@ -113,7 +40,7 @@ def check_rounds(rounds: int, limits: TrustLimits = TrustLimits()) -> list[Findi
     return []
 
 
-def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustLimits = TrustLimits(),
+def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustLimits = LIMITS,
                 load: MachineLoad | None = None) -> list[Finding]:
     """A plain run that moved between rounds. With the `load` it was measured under: when nothing else on the
     machine was busy and the hypervisor took nothing, the fix says so, since "a quiet machine" is then no advice
@@ -130,7 +57,7 @@ def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustL
                     f"{limits.drift:.0%}", fix)]
 
 
-def check_spread(label: str, ratios: Sequence[float], limits: TrustLimits = TrustLimits()) -> list[Finding]:
+def check_spread(label: str, ratios: Sequence[float], limits: TrustLimits = LIMITS) -> list[Finding]:
     s = relative_spread(ratios)
     if s > 2 * limits.cell_spread:
         sev = FAIL
@@ -150,7 +77,7 @@ PARTS = {"step_costs": ("step costs", ("the loop paid other step costs than the 
 
 
 def check_prediction(label: str, miss: float | None, explained: dict | None = None,
-                     limits: TrustLimits = TrustLimits()) -> list[Finding]:
+                     limits: TrustLimits = LIMITS) -> list[Finding]:
     """A cell whose prediction missed its measured median by more than `limits.prediction_miss`, with the part of the
     miss that lab.fit's decomposition puts most of it in (`explained`: explain_cell's means) and that part's fix."""
     if miss is None or abs(miss) <= limits.prediction_miss:
@@ -164,7 +91,7 @@ def check_prediction(label: str, miss: float | None, explained: dict | None = No
     return [Finding("prediction-miss", WARN, message, fix)]
 
 
-def check_local_prediction(label: str, miss: float | None, limits: TrustLimits = TrustLimits()) -> list[Finding]:
+def check_local_prediction(label: str, miss: float | None, limits: TrustLimits = LIMITS) -> list[Finding]:
     """A cell whose prediction from the other arms' costs in each round (lab.fit.predict_from_neighbours) missed
     by more than `limits.prediction_miss`. That prediction walks each run with its own acceptance, and with the
     run's own costs the walk lands within a hundredth of what it measured (2026-12-04, AMD EPYC), so what is left
@@ -176,7 +103,7 @@ def check_local_prediction(label: str, miss: float | None, limits: TrustLimits =
                     "run more rounds on a quiet machine; the host moved within a round")]
 
 
-def check_calibration(timing, limits: TrustLimits = TrustLimits()) -> list[Finding]:
+def check_calibration(timing, limits: TrustLimits = LIMITS) -> list[Finding]:
     """A calibration (lab.calibration.Timing) whose costs are non-physical, noisy, or a drafter that cannot pay."""
     out = []
     c, v = timing.c, getattr(timing, "v_measured", timing.v)
@@ -224,36 +151,6 @@ def check_sampling(timing, run_sampling: str) -> list[Finding]:
 
 
 # --- the machine: other processes and the hypervisor ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MachineLoad:
-    """What happened on the machine while something was measured."""
-
-    wall_s: float
-    other_cores: float  # cores kept busy by other processes, on average (system busy time minus ours)
-    steal: float  # share of CPU time taken by the hypervisor
-    cores: int
-    loadavg: float | None = None
-
-    def findings(self, limits: TrustLimits = TrustLimits()) -> list[Finding]:
-        out = []
-        if self.other_cores > limits.other_cores:
-            out.append(Finding("machine-load", FAIL, f"other processes kept {self.other_cores:.2f} of the "
-                               f"{self.cores} cores busy while this was measured", "stop the other work, or "
-                               "measure on a quiet machine (two thread pools on a few cores slow each other "
-                               "several-fold)"))
-        elif self.other_cores > limits.other_cores / 2:
-            out.append(Finding("machine-load", WARN, f"other processes used {self.other_cores:.2f} cores",
-                               "measure on a quiet machine"))
-        if self.steal > limits.steal:
-            out.append(Finding("steal", FAIL, f"the hypervisor took {self.steal:.0%} of CPU time (steal)",
-                               "measure on a machine that is not oversubscribed"))
-        return out
-
-    def to_dict(self) -> dict:
-        return {"wall_s": self.wall_s, "other_cores": self.other_cores, "steal": self.steal, "cores": self.cores,
-                "loadavg": self.loadavg}
 
 
 @dataclass
