@@ -26,8 +26,9 @@ from pathlib import Path
 
 from playground.backends.vllm_report import report_text
 from playground.lab.replay_report import replay_table
-from playground.lab.report import load_result, report
+from playground.lab.report import report
 from playground.lab.whatif import whatif_text
+from playground.results import read_document
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "results.md"
@@ -37,7 +38,7 @@ BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /ta
 
 def render(path: Path) -> str:
     """A result file as the Markdown its command prints: the same dispatch as `python -m playground report`."""
-    doc = load_result(path)
+    doc = read_document(path)
     kind = doc.get("experiment")
     if kind == "whatif":  # JSON turned the alpha x k map's integer keys into strings; whatif_text reads ints
         grid = [{**g, "speedups": {int(k): x for k, x in g["speedups"].items()}} for g in doc["grid"]]

@@ -8,14 +8,14 @@ import json
 
 from ..errors import PlaygroundError
 from ..lab.calibration import Timing
-from ..lab.report import load_result
 from ..lab.whatif import parse_v, whatif, whatif_text
+from ..results import read_document
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     c, overhead, v = args.c, args.overhead, parse_v(args.v)
     if args.calibration:
-        doc = load_result(args.calibration)
+        doc = read_document(args.calibration)
         timing = Timing.from_dict(doc.get("timing") or doc)
         if timing is None:
             raise PlaygroundError(f"{args.calibration} holds no calibration (a timing, speed or sweep result)")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from ..results.speed import MissSplit
 from ..results.trust import FAIL, LIMITS, WARN, Finding, MachineLoad, TrustLimits, Verdict
 
 
@@ -69,14 +70,16 @@ def check_spread(label: str, ratios: Sequence[float], limits: TrustLimits = LIMI
                     "run more rounds on a quiet machine")]
 
 
-PARTS = {"step_costs": ("step costs", ("the loop paid other step costs than the calibration measured: calibrate "
-                                     "again on a quiet machine, right before the rounds")),
-         "acceptance": ("acceptance model", ("the acceptance differed from round to round or from what the model "
-                                           "assumes: run more rounds, or longer runs")),
-         "overhead": ("overhead", "time outside the draft, verify and rollback buckets: see the time split")}
+def _parts(explained: MissSplit) -> list[tuple[float | None, str, str]]:
+    """The three parts of a miss (lab.fit.explain_cell) with their names and fixes."""
+    return [(explained.step_costs, "step costs", ("the loop paid other step costs than the calibration measured: "
+                                                  "calibrate again on a quiet machine, right before the rounds")),
+            (explained.acceptance, "acceptance model", ("the acceptance differed from round to round or from what "
+                                                        "the model assumes: run more rounds, or longer runs")),
+            (explained.overhead, "overhead", "time outside the draft, verify and rollback buckets: see the time split")]
 
 
-def check_prediction(label: str, miss: float | None, explained: dict | None = None,
+def check_prediction(label: str, miss: float | None, explained: MissSplit | None = None,
                      limits: TrustLimits = LIMITS) -> list[Finding]:
     """A cell whose prediction missed its measured median by more than `limits.prediction_miss`, with the part of the
     miss that lab.fit's decomposition puts most of it in (`explained`: explain_cell's means) and that part's fix."""
@@ -85,9 +88,8 @@ def check_prediction(label: str, miss: float | None, explained: dict | None = No
     message = f"{label}: the prediction missed the measured median by {miss:+.2f}"
     fix = "read 'why each prediction missed'; calibrate again on a quiet machine and run more rounds"
     if explained:
-        key = max(PARTS, key=lambda p: abs(explained.get(p) or 0.0))
-        name, fix = PARTS[key]
-        message += f", most of it in the {name} ({explained[key]:+.2f})"
+        part, name, fix = max(_parts(explained), key=lambda p: abs(p[0] or 0.0))
+        message += f", most of it in the {name} ({part:+.2f})"
     return [Finding("prediction-miss", WARN, message, fix)]
 
 
@@ -203,9 +205,15 @@ def machine_now(seconds: float = 0.5) -> MachineLoad:
     return m.load
 
 
-def recommend(k, verdict: Verdict) -> dict:
+@dataclass(frozen=True)
+class Recommendation:
+    recommended_k: int | str | None  # None: withheld
+    withheld: str | None  # why, with the fix
+
+
+def recommend(k: int | str | None, verdict: Verdict) -> Recommendation:
     """A recommended k only from a trusted figure; otherwise none, with the reason and the fix."""
     if verdict.trusted:
-        return {"recommended_k": k, "withheld": None}
+        return Recommendation(k, None)
     f = verdict.failures[0]
-    return {"recommended_k": None, "withheld": f"{f.message} \u2014 fix: {f.fix}"}
+    return Recommendation(None, f"{f.message} \u2014 fix: {f.fix}")

@@ -7,7 +7,7 @@ of the file needs no playground to see the verdict); loading reads the findings 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pydantic import ConfigDict, computed_field
@@ -81,12 +81,6 @@ class Verdict:
     def to_dict(self) -> dict:
         return {"trusted": self.trusted, "headline": self.headline(),
                 "findings": [f.to_dict() for f in self.findings]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping | None) -> Verdict:
-        if not d:
-            return cls()
-        return cls(tuple(Finding(f["check"], f["severity"], f["message"], f["fix"]) for f in d.get("findings", ())))
 
     @classmethod
     def of(cls, *parts: Verdict | Iterable[Finding] | None) -> Verdict:

@@ -22,6 +22,7 @@ from ..envinfo import describe_setup
 from ..lab.batch import NEARLY_FREE, batch_predictions, batch_table, batch_timing
 from ..lab.calibration import Timing
 from ..limits import Limits
+from ..results.speed import SweepResult
 from . import charts, serving
 from .progress import Tracker, clock_text, load_with_progress, mapped, progress_lines, ticker
 from .serving import Background, PairProvider, stoppable
@@ -47,25 +48,25 @@ class BatchView:
     note: str | None = None
 
 
-def batch_curves(sweep: dict | None, batch: dict | None) -> dict[int, dict[int, float]] | None:
+def batch_curves(sweep: SweepResult | None, batch: dict | None) -> dict[int, dict[int, float]] | None:
     """{B: {k: predicted speed-up}} for the sweep's fixed ks within the batch timing's pass lengths, or None.
 
     Each k takes the sweep's median alpha at that k and the drafter's cost from the sweep's calibration (a
     hybrid's, mixed over the sources its runs at that k proposed from), which was timed at batch 1."""
-    if not sweep or not batch or not isinstance(sweep.get("timing"), dict):
+    if not sweep or not batch or sweep.timing is None:
         return None
-    timing = Timing.from_dict(sweep["timing"])
+    timing = Timing.from_dict(sweep.timing)
     if timing is None:
         return None
     curves: dict[int, dict[int, float]] = {}
-    for row in sweep.get("table") or []:
-        k, alpha = row["k"], row.get("alpha")
+    for row in sweep.table:
+        k, alpha = row.k, row.alpha
         if not isinstance(k, int) or alpha is None or k > batch["n_max"] - 1:
             continue
         sources: Counter = Counter()
-        for x in sweep.get("runs") or []:
-            if x.get("k") == k:
-                sources.update(x.get("source_iterations") or {})
+        for x in sweep.runs:
+            if x.k == k:
+                sources.update(x.source_iterations or {})
         c, overhead = timing.mixed(dict(sources))
         for b, by_k in batch_predictions(batch, c, alpha, overhead, ks=[k]).items():
             curves.setdefault(int(b), {})[k] = by_k[k]

@@ -23,7 +23,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ..core.records import Iteration, RunSummary
-from .sweep_words import recommendation
+from ..results.speed import SweepResult
+from .sweep_words import PREDICTIONS, recommendation
 
 COLOURS = {
     "draft": "#6366f1",  # indigo
@@ -204,31 +205,31 @@ def _spread_labels(labels: list[tuple[float, str, str]], lo: float, hi: float, p
     return notes
 
 
-def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None = None) -> go.Figure:
+def sweep_figure(result: SweepResult | None, batch: dict[int, dict[int, float]] | None = None) -> go.Figure:
     """Measured (median, min-max bars) and predicted speed-up against k, the break-even line, adaptive k's
     measured speed-up, and the recommended k (none when the trust verdict failed, or no k beat plain).
     `batch`: {B: {k: predicted speed-up}} (ui/batching.py), drawn as one labelled line per batch size."""
     title = "Speed-up over plain decoding against k"
-    if not result or not result.get("table"):
+    if not result or not result.table:
         return empty_figure(title, "run a sweep to fill this chart", height=150)
-    rows = [r for r in result["table"] if isinstance(r["k"], int)]  # fixed k; a schedule is a line across
-    schedules = [r for r in result["table"] if not isinstance(r["k"], int)]
-    ks = [r["k"] for r in rows]
+    rows = [r for r in result.table if isinstance(r.k, int)]  # fixed k; a schedule is a line across
+    schedules = [r for r in result.table if not isinstance(r.k, int)]
+    ks = [r.k for r in rows]
     data = [{
-        "type": "scatter", "x": ks, "y": [r["median_ratio"] for r in rows], "mode": "lines+markers",
+        "type": "scatter", "x": ks, "y": [r.median_ratio for r in rows], "mode": "lines+markers",
         "name": "measured (median)", "line": {"color": COLOURS["measured"], "width": 2.5}, "marker": {"size": 8},
-        "error_y": {"type": "data", "symmetric": False, "array": [r["max_ratio"] - r["median_ratio"] for r in rows],
-                    "arrayminus": [r["median_ratio"] - r["min_ratio"] for r in rows], "thickness": 1.2, "width": 4,
+        "error_y": {"type": "data", "symmetric": False, "array": [r.max_ratio - r.median_ratio for r in rows],
+                    "arrayminus": [r.median_ratio - r.min_ratio for r in rows], "thickness": 1.2, "width": 4,
                     "color": COLOURS["measured"]},
         "hovertemplate": "k=%{x}<br>measured %{y:.2f}\u00d7<extra></extra>",
     }]
     # The predictions are often within a few percent of each other: drawn a little apart, in different
     # dashes and markers, so each stays visible (the hover text gives the k each point belongs to).
-    for key, name, colour, dash, symbol, dx in (
-            ("predicted_iid", "predicted (iid \u03b1)", COLOURS["iid"], "dot", "circle-open", -0.12),
-            ("predicted_empirical", "predicted (per position)", COLOURS["empirical"], "dash", "diamond", 0.12),
-            ("predicted_local", "predicted (loop costs)", COLOURS["local"], "longdash", "square-open", 0.24)):
-        pts = [(r["k"], r.get(key)) for r in rows if r.get(key) is not None]
+    for curve, colour, dash, symbol, dx in (("iid \u03b1", COLOURS["iid"], "dot", "circle-open", -0.12),
+                                             ("per position", COLOURS["empirical"], "dash", "diamond", 0.12),
+                                             ("loop costs", COLOURS["local"], "longdash", "square-open", 0.24)):
+        name, predicted = f"predicted ({curve})", PREDICTIONS[curve]
+        pts = [(r.k, predicted(r)) for r in rows if predicted(r) is not None]
         if pts:
             data.append({"type": "scatter", "x": [p[0] + dx for p in pts], "y": [p[1] for p in pts],
                          "customdata": [p[0] for p in pts], "mode": "lines+markers", "name": name,
@@ -238,12 +239,12 @@ def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None 
     labels = [(1.0, "break-even", "#4b5563")]
     shapes = [_hline(1.0, "#6b7280", width=1.2)]
     for r in schedules:  # adaptive k: one measured figure, whatever k it chose per iteration
-        y = r["median_ratio"]
+        y = r.median_ratio
         data.append({"type": "scatter", "x": [min(ks) - 0.35, max(ks) + 0.35] if ks else [0, 1], "y": [y, y],
-                     "mode": "lines", "name": f"{r['k']} k, measured ({y:.2f}\u00d7)",
+                     "mode": "lines", "name": f"{r.k} k, measured ({y:.2f}\u00d7)",
                      "line": {"color": "#9333ea", "width": 1.5, "dash": "dashdot"},
-                     "hovertemplate": f"{r['k']} k: measured %{{y:.2f}}\u00d7<extra></extra>"})
-        labels.append((y, f"{r['k']} {y:.2f}\u00d7", "#9333ea"))
+                     "hovertemplate": f"{r.k} k: measured %{{y:.2f}}\u00d7<extra></extra>"})
+        labels.append((y, f"{r.k} {y:.2f}\u00d7", "#9333ea"))
     for b, by_k in sorted((batch or {}).items()):
         pts = sorted((k, y) for k, y in by_k.items() if k in ks)
         if not pts:
@@ -254,8 +255,8 @@ def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None 
                      "line": {"color": colour, "dash": "dot", "width": 1.4},
                      "hovertemplate": f"k=%{{x}}<br>predicted at batch {b}: %{{y:.2f}}\u00d7<extra></extra>"})
         labels.append((pts[-1][1], f"batch {b}", colour))
-    values = [1.0] + [r["median_ratio"] for r in schedules] + [r["max_ratio"] for r in rows] + \
-        [r["min_ratio"] for r in rows] + [r.get(k) for r in rows for k in ("predicted_iid", "predicted_empirical", "predicted_local")] + \
+    values = [1.0] + [r.median_ratio for r in schedules] + [r.max_ratio for r in rows] + \
+        [r.min_ratio for r in rows] + [predicted(r) for r in rows for predicted in PREDICTIONS.values()] + \
         [y for by_k in (batch or {}).values() for y in by_k.values()]
     values = [v for v in values if v is not None]
     lo, hi = min(0.0, min(values)), max(values) * 1.12

@@ -33,6 +33,7 @@ from ..inputs.text import check_prompt_text, encode_prompt
 from ..lab.calibration import CalibrationStore, Timing
 from ..limits import Limits
 from ..pairs.registry import PairChoice
+from ..results.speed import SweepResult
 
 DECODINGS = ("greedy", "sample")
 K_MODES = {"fixed": "the k above, every iteration", "adaptive": "chosen per iteration by the cost model",
@@ -265,7 +266,7 @@ class Session:
 
     run: RunResult | None = None
     timings: dict = field(default_factory=dict)  # (drafter, prompt_key) -> lab.Timing this tab calibrated or reused
-    sweep: dict | None = None
+    sweep: SweepResult | None = None
     stopped: str | None = None  # which event the user stopped ("run", "compare", ...), until reported
     pair: PairChoice | None = None  # the pair this tab chose in the pair menu (None: the app's default pair)
     k_memory: dict = field(default_factory=dict)  # drafter -> adaptive / heuristic state carried between runs

@@ -301,7 +301,7 @@ def last_calibration(session: Session | None, store) -> Found | None:
         return Found(t, f"the calibration behind the last run ({session.run.drafter}, {t.context_tokens} tokens of "
                         f"context)", t)
     sweep = session.sweep
-    t = Timing.from_dict(sweep["timing"]) if sweep and isinstance(sweep.get("timing"), dict) else None
+    t = Timing.from_dict(sweep.timing) if sweep and sweep.timing is not None else None
     if t is not None:
         return Found(t, f"the last sweep's calibration ({t.context_tokens} tokens of context)", sweep)
     return None
