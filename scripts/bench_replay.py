@@ -27,7 +27,7 @@ import torch
 from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup
 from playground.inputs.traces import SAMPLE_TRACE, read_trace
-from playground.lab import calibrate, sweep
+from playground.lab import SpeedRequest, calibrate, sweep
 from playground.lab.calibration import CalibrationPlan, CalibrationStore
 from playground.lab.replay import calibration_contexts, replay
 from playground.pairs.registry import choose_pair, load_choice
@@ -76,8 +76,9 @@ def main() -> int:
         walls[f"replay ({feeding} feeding), swept turns"] = replay_wall(swept, feeding)
     t0 = time.perf_counter()
     for t in swept:
-        sweep(pair, list(t.prompt_ids), lambda: make_proposer(pair, args.drafter), ks=tuple(range(1, 9)),
-              rounds=args.rounds, max_new_tokens=len(t.completion_ids), timing=timing_of(None, t.prompt_ids))
+        sweep(SpeedRequest(pair, {"prompt": list(t.prompt_ids)}, lambda: make_proposer(pair, args.drafter),
+                           ks=tuple(range(1, 9)), rounds=args.rounds, max_new_tokens=len(t.completion_ids),
+                           timing=timing_of(None, t.prompt_ids)))
     live = f"live sweep, k = 1..8 + adaptive, {args.rounds} rounds with plain, swept turns"
     walls[live] = time.perf_counter() - t0
     if len(swept) < len(turns):

@@ -36,7 +36,7 @@ from playground.inputs.presets import get_preset, preset_names
 from playground.lab.calibration import CalibrationPlan, calibrate, pooled
 from playground.lab.common import markdown_table
 from playground.lab.replay import preset_turns, replay
-from playground.lab.speed import speed
+from playground.lab.speed import SpeedRequest, speed
 from playground.pairs.registry import load_named_pair
 
 TOLERANCE = 0.05
@@ -97,10 +97,10 @@ def main() -> int:
                 timings.append(calibrate(pair, turn.prompt_ids, proposer, CalibrationPlan(n_max=17, repeats=args.repeats, warmup=1)))
                 live_timing[name] = pooled(timings)
 
-            live = speed(pair, {name: list(turn.prompt_ids)}, lambda d=drafter: make_proposer(pair, d),
-                         ks=(k, *CONTROLLERS), rounds=args.rounds, max_new_tokens=preset.max_new_tokens,
-                         timing=live_timing, memory="none",
-                         between_rounds=recalibrate if args.spread_calibration else None)
+            live = speed(SpeedRequest(pair, {name: list(turn.prompt_ids)}, lambda d=drafter: make_proposer(pair, d),
+                                      ks=(k, *CONTROLLERS), rounds=args.rounds, max_new_tokens=preset.max_new_tokens,
+                                      timing=live_timing, memory="none"),
+                         between_rounds=recalibrate if args.spread_calibration else None).to_dict()
             timing = live_timing[name]
             tdoc = replayed(timing) if timing is not first else first_doc
             predicted = tdoc["drafters"][drafter]["walks"][f"k={k}"]["predicted_speedup"]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from playground.backends.vllm_report import report_text
 from playground.lab.replay_report import replay_table
-from playground.lab.report import load_result, report
+from playground.lab.report import report
 from playground.lab.whatif import whatif_text
 from playground.results import from_document, read_document
 
@@ -52,11 +52,10 @@ def _script_table(kind: str):
 
 def render(path: Path) -> str:
     """A result file as the Markdown its command prints: the same dispatch as `python -m playground report`."""
-    kind = read_document(path).get("experiment")
-    if kind in SCRIPT_TABLES:
-        return _script_table(kind)(read_document(path))
-    doc = load_result(path)
+    doc = read_document(path)
     kind = doc.get("experiment")
+    if kind in SCRIPT_TABLES:
+        return _script_table(kind)(doc)
     if kind == "whatif":  # the typed result: the alpha x k map's keys are ints again
         return whatif_text(from_document(doc, str(path)))
     if kind == "replay":

@@ -29,7 +29,7 @@ from playground.envinfo import describe_setup
 from playground.inputs.presets import get_preset, preset_names
 from playground.lab.calibration import CalibrationPlan, calibrate
 from playground.lab.common import markdown_table
-from playground.lab.speed import speed
+from playground.lab.speed import SpeedRequest, speed
 from playground.pairs.registry import load_named_pair
 
 DECODINGS = {
@@ -86,8 +86,9 @@ def main() -> int:
         for decoding in decodings:
             timings = {n: calibrate(pair, ids, make_proposer(pair, drafter), CalibrationPlan(n_max=17, sampling=DECODINGS[decoding]))
                        for n, ids in prompts.items()}
-            doc = speed(pair, prompts, lambda d=drafter: make_proposer(pair, d), ks=(args.k, "adaptive"),
-                        rounds=args.rounds, max_new_tokens=64, sampling=DECODINGS[decoding], timing=timings)
+            doc = speed(SpeedRequest(pair, prompts, lambda d=drafter: make_proposer(pair, d), ks=(args.k, "adaptive"),
+                                     rounds=args.rounds, max_new_tokens=64, sampling=DECODINGS[decoding],
+                                     timing=timings)).to_dict()
             results[(drafter, decoding)] = doc
             slug = f"{drafter}_{decoding}".replace("=", "").replace(", ", "_").replace(" ", "").replace(".", "")
             (out / f"{slug}.json").write_text(json.dumps(doc, indent=1, default=str))

@@ -195,20 +195,22 @@ def test_speed_and_sweep_run_adaptive_and_heuristic_arms(pair64):
         return DraftModelProposer(pair64.draft, pair64.device, pair64.vocab_size)
 
     timing = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(), lab.CalibrationPlan(n_max=5, repeats=2, warmup=1))
-    res = lab.speed(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory, ks=(1, 2, "adaptive", "heuristic"), rounds=2,
-                    max_new_tokens=10, timing={"a": timing, "b": timing})  # one calibration per prompt
-    assert set(res["timing_by_prompt"]) == {"a", "b"}
-    rows = {r["k"]: r for r in res["table"]}
+    res = lab.speed(lab.SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory,
+                                     ks=(1, 2, "adaptive", "heuristic"), rounds=2, max_new_tokens=10,
+                                     timing={"a": timing, "b": timing}))  # one calibration per prompt
+    assert set(res.timing_by_prompt) == {"a", "b"}
+    rows = {r.k: r for r in res.table}
     assert set(rows) == {1, 2, "adaptive", "heuristic"}
-    assert res["best_k"] in (1, 2)  # a fixed k, never the name of a schedule
-    assert sum(rows["adaptive"]["k_values"].values()) > 0
-    assert "predicted_empirical" in rows[2] and "miss_empirical" in rows[2]
-    assert {(r["prompt"], r["k"]) for r in res["by_prompt"]} == {(p, k) for p in "ab" for k in rows}
-    assert set(res["best_k_by_prompt"]) == {"a", "b"}
-    sw = lab.sweep(pair64, [1, 2, 3], factory, ks=(1, 2, 3), rounds=1, max_new_tokens=8, timing=timing)
-    assert [r["k"] for r in sw["table"]] == [1, 2, 3, "adaptive"]
-    assert all("break_even_alpha" in r for r in sw["table"] if isinstance(r["k"], int))
-    assert sw["predicted_best_k"] in range(4)
+    assert res.best_k in (1, 2)  # a fixed k, never the name of a schedule
+    assert sum(rows["adaptive"].k_values.values()) > 0
+    assert rows[2].predicted_empirical is not None and rows[2].miss_empirical is not None
+    assert {(r.prompt, r.k) for r in res.by_prompt} == {(p, k) for p in "ab" for k in rows}
+    assert set(res.best_k_by_prompt) == {"a", "b"}
+    sw = lab.sweep(lab.SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory, ks=(1, 2, 3), rounds=1, max_new_tokens=8,
+                                    timing=timing))
+    assert [r.k for r in sw.table] == [1, 2, 3, "adaptive"]
+    assert all(r.break_even_alpha is None or 0 < r.break_even_alpha <= 1 for r in sw.table if isinstance(r.k, int))
+    assert sw.predicted_best_k in range(4)
 
 
 def test_the_token_view_marks_what_prompt_lookup_copied():

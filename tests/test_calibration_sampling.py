@@ -160,8 +160,8 @@ def test_check_sampling_flags_a_calibration_of_another_decoding():
     assert "does not do" in check_sampling(fake_timing("sample T=0.7"), "greedy")[0].message
 
 
-def _findings(doc: dict) -> list[str]:
-    return [f["check"] for f in doc["trust"]["findings"]]
+def _findings(doc) -> list[str]:
+    return [f.check for f in doc.trust.findings]
 
 
 @pytest.mark.parametrize(("timed", "run", "flagged"), [
@@ -171,10 +171,10 @@ def _findings(doc: dict) -> list[str]:
     (SAMPLED.timing_label(), GREEDY, True),
 ])
 def test_speed_flags_a_prediction_from_another_decodings_calibration(pair64, timed, run, flagged):
-    doc = lab.speed(pair64, {"a": PROMPT}, RecordingLookup, ks=(2,), rounds=2, max_new_tokens=4, sampling=run,
-                    timing=fake_timing(timed, context_tokens=len(PROMPT)))
+    doc = lab.speed(lab.SpeedRequest(pair64, {"a": PROMPT}, RecordingLookup, ks=(2,), rounds=2, max_new_tokens=4,
+                                     sampling=run, timing=fake_timing(timed, context_tokens=len(PROMPT))))
     assert ("calibration-sampling" in _findings(doc)) is flagged
-    assert doc["timing"]["sampling"] == timed
+    assert doc.timing["sampling"] == timed
 
 
 def test_the_tab_finds_only_a_calibration_of_the_runs_decoding():

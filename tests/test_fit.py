@@ -3,6 +3,7 @@ whose answer is known."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -10,8 +11,10 @@ import statistics
 import numpy as np
 import pytest
 
-from playground.lab.fit import explain_run, fit_loop, fit_verify
+from playground.lab.fit import ScoredCell, explain_run, fit_loop, fit_verify
 from playground.lab.misses import noise_bound, noise_line, prediction_lines
+from playground.results.speed import SpeedResult, SpeedRow, SpeedRun
+from playground.results.trust import Finding, Verdict
 
 
 def jittered(x, rng, n=12, rel=0.03):
@@ -59,43 +62,46 @@ def test_plain_steps_do_not_count_as_drafting():
 def test_the_three_parts_of_a_miss_add_up():
     unit = 0.04
     its = [[4, 3, 4, 0.05, 0.06, 0.001]] * 10
-    run = {"iterations": its, "plain_new_tokens": 40, "plain_decode_s": 40 * unit, "new_tokens": 40,
-           "decode_s": sum(r[3] + r[4] + r[5] for r in its) * 1.03, "per_position": [0.9, 0.8, 0.8, 0.5],
-           "ratio": 1.3}
+    run = SpeedRun(round=0, prompt="p", k=4, iterations=its, plain_new_tokens=40, plain_decode_s=40 * unit,
+                   new_tokens=40, decode_s=sum(r[3] + r[4] + r[5] for r in its) * 1.03,
+                   per_position=[0.9, 0.8, 0.8, 0.5], ratio=1.3)
     ex = explain_run(run, 4, predicted=1.5)
-    assert ex["step_costs"] + ex["acceptance"] + ex["overhead"] == pytest.approx(1.3 - 1.5)
-    assert ex["outside_buckets_share"] == pytest.approx(1 - 1 / 1.03)
-    assert ex["overhead"] < 0  # time outside the buckets can only cost
+    assert ex.step_costs + ex.acceptance + ex.overhead == pytest.approx(1.3 - 1.5)
+    assert ex.outside_buckets_share == pytest.approx(1 - 1 / 1.03)
+    assert ex.overhead < 0  # time outside the buckets can only cost
 
 
 def test_prediction_score_counts_close_cells_overall_and_among_the_sharp_ones():
     from playground.lab.fit import prediction_score
 
-    flagged = {"trusted": False}
+    flagged = Verdict((Finding("drift", "fail", "moved", "fix"),))
+
+    def cell(prompt, k, known=None, trust=None, **misses):
+        return ScoredCell(SpeedRow(prompt=prompt, k=k, median_ratio=2.0, min_ratio=2.0, max_ratio=2.0, trust=trust,
+                                   **misses), known)
+
+    def naming(check):  # a trusted verdict that names a miss
+        return Verdict((Finding(check, "warn", "missed", "fix"),))
+
     cells = [
-        {"prompt": "a", "k": 1, "miss_empirical": 0.03, "known": 0.03},  # close, sharp
-        {"prompt": "a", "k": 2, "miss_empirical": -0.08, "known": 0.05},  # sharp, not close
-        {"prompt": "b", "k": 1, "miss_empirical": 0.04, "known": 0.20, "spread": 0.01},  # close, median too uncertain
-        {"prompt": "b", "k": 2, "miss_empirical": -0.20, "known": None, "trust": flagged},  # past 0.15, flagged
-        {"prompt": "c", "k": 4, "miss_empirical": 0.16, "spread": 0.01, "trust": {"trusted": True}},  # no "known"
-        {"prompt": "c", "k": 5, "miss_empirical": None, "known": 0.01},  # no prediction: not a cell
-        {"prompt": "d", "k": 3, "miss_empirical": 0.40, "known": 0.3,  # past, trusted, its miss named: flagged
-         "trust": {"trusted": True, "findings": [{"check": "prediction-miss", "severity": "warn"}]}},
+        cell("a", 1, 0.03, miss_empirical=0.03),  # close, sharp
+        cell("a", 2, 0.05, miss_empirical=-0.08),  # sharp, not close
+        cell("b", 1, 0.20, miss_empirical=0.04, spread=0.01),  # close, median too uncertain
+        cell("b", 2, None, flagged, miss_empirical=-0.20),  # past 0.15, flagged
+        cell("c", 4, None, Verdict(), miss_empirical=0.16, spread=0.01),  # no "known"
+        cell("c", 5, 0.01, miss_empirical=None),  # no prediction: not a cell
+        cell("d", 3, 0.3, naming("prediction-miss"), miss_empirical=0.40),  # past, trusted, its miss named: flagged
     ]
     score = prediction_score(cells)
-    assert (score["cells"], score["close"], score["sharp"], score["sharp_close"], score["far"], score["loose"]) == \
-        (6, 2, 2, 1, 3, 1)
-    assert (score["worst_prompt"], score["worst_k"], score["worst_miss"]) == ("d", 3, 0.40)
-    assert prediction_score([{"miss_empirical": None}]) is None
+    assert (score.cells, score.close, score.sharp, score.sharp_close, score.far, score.loose) == (6, 2, 2, 1, 3, 1)
+    assert (score.worst_prompt, score.worst_k, score.worst_miss) == ("d", 3, 0.40)
+    assert prediction_score([cell("a", 1, miss_empirical=None)]) is None
     # the neighbours' prediction is scored on its own miss and its own finding
-    local = [{"prompt": "a", "k": 1, "miss_local": 0.2, "known": 0.03, "trust": {"trusted": True, "findings": [
-                 {"check": "prediction-miss", "severity": "warn"}]}},  # names the calibration's miss only
-             {"prompt": "a", "k": 2, "miss_local": -0.3, "known": 0.04, "trust": {"trusted": True, "findings": [
-                 {"check": "prediction-miss-local", "severity": "warn"}]}},
-             {"prompt": "b", "k": 1, "miss_local": 0.01, "known": 0.02, "miss_empirical": 0.5}]
-    score = prediction_score(local, key="miss_local")
-    assert (score["cells"], score["close"], score["sharp"], score["sharp_close"], score["far"], score["loose"]) == \
-        (3, 1, 3, 1, 2, 1)
+    local = [cell("a", 1, 0.03, naming("prediction-miss"), miss_local=0.2),  # names the calibration's miss only
+             cell("a", 2, 0.04, naming("prediction-miss-local"), miss_local=-0.3),
+             cell("b", 1, 0.02, miss_local=0.01, miss_empirical=0.5)]
+    score = prediction_score(local, local=True)
+    assert (score.cells, score.close, score.sharp, score.sharp_close, score.far, score.loose) == (3, 1, 3, 1, 2, 1)
 
 
 def _timing(c=0.2, call=0.05, step=0.04, sources=None):
@@ -117,8 +123,8 @@ def _neighbour(timing, rng, k, draft_scale, verify_scale, outside, unit=0.05, so
                      0.0, d, source])
     rows.append([0, 0, 1, 0.0, unit, 0.0, 0, None])  # a plain step (one token left): not drafting
     buckets = sum(r[3] + r[4] + r[5] for r in rows)
-    return {"k": k, "iterations": rows, "plain_new_tokens": 40, "plain_decode_s": 40 * unit,
-            "decode_s": buckets / (1 - outside)}
+    return SpeedRun(round=0, prompt="p", k=k, iterations=rows, plain_new_tokens=40, plain_decode_s=40 * unit,
+                    decode_s=buckets / (1 - outside))
 
 
 def test_loop_scales_read_what_the_neighbours_paid_against_the_calibration():
@@ -130,8 +136,8 @@ def test_loop_scales_read_what_the_neighbours_paid_against_the_calibration():
     assert s.draft == pytest.approx(1.3, rel=0.01) and s.verify == pytest.approx(1.1, rel=1e-9)
     assert s.outside == pytest.approx(0.03 + 0.002 * 5) and s.iterations == 7 * 12  # the median run's share
     assert loop_scales([], t) is None
-    assert loop_scales([{"k": 1, "iterations": [[0, 0, 1, 0.0, 0.05, 0.0, 0, None]], "plain_new_tokens": 1,
-                         "plain_decode_s": 0.05}], t) is None  # plain steps only: nothing drafted to read
+    assert loop_scales([SpeedRun(round=0, prompt="p", k=1, iterations=[[0, 0, 1, 0.0, 0.05, 0.0, 0, None]],
+                                 plain_new_tokens=1, plain_decode_s=0.05)], t) is None  # plain steps only: none drafted
 
 
 def test_a_hybrids_lookup_iterations_are_charged_at_their_own_cost():
@@ -150,9 +156,10 @@ def test_the_prediction_from_neighbours_uses_their_costs_and_never_the_runs_own_
     rng, t = random.Random(5), _timing()
     neighbours = [_neighbour(t, rng, k, 1.4, 1.2, 0.04) for k in (1, 2, 3, 5, 6, 7, 8)]
     positions = [0.9, 0.8, 0.7, 0.6]
-    run = {"k": 4, "per_position": [*positions, None], "new_tokens": 40, "max_new_tokens": 64, "finished": "eos",
-           # its own timing is nonsense: the prediction must not read it
-           "iterations": [[4, 4, 5, 9.0, 9.0, 9.0, 4, None]], "plain_new_tokens": 40, "plain_decode_s": 1e-6}
+    run = SpeedRun(round=0, prompt="p", k=4, per_position=[*positions, None], new_tokens=40, max_new_tokens=64,
+                   finished="eos",
+                   # its own timing is nonsense: the prediction must not read it
+                   iterations=[[4, 4, 5, 9.0, 9.0, 9.0, 4, None]], plain_new_tokens=40, plain_decode_s=1e-6)
     got = predict_from_neighbours(run, neighbours, t)
     s = loop_scales(neighbours, t)
     by_hand = cost.predicted_speedup_finite(positions, 4, t.c * s.draft, {n: x * s.verify for n, x in t.v.items()},
@@ -164,47 +171,53 @@ def test_the_prediction_from_neighbours_uses_their_costs_and_never_the_runs_own_
     same = [_neighbour(t, random.Random(6), k, 1.0, 1.0, 0.0) for k in (1, 2, 3)]
     assert predict_from_neighbours(run, same, t) == pytest.approx(t.predict(positions, 4, new_tokens=40, limit=64),
                                                                   rel=0.01)
-    assert predict_from_neighbours({**run, "per_position": [None]}, neighbours, t) is None
-    assert predict_from_neighbours({**run, "k": "adaptive"}, neighbours, t) is None
+    assert predict_from_neighbours(dataclasses.replace(run, per_position=[None]), neighbours, t) is None
+    assert predict_from_neighbours(dataclasses.replace(run, k="adaptive"), neighbours, t) is None
 
 
-def scattered_runs(scatter: dict[str, float], ks=range(1, 9), rounds: int = 3, ratio: float = 2.5, seed: int = 1):
+def scattered_runs(scatter: dict[str, float], ks=range(1, 9), rounds: int = 3, ratio: float = 2.5,
+                   seed: int = 1) -> list[SpeedRun]:
     """A speed result's fixed-k runs: per prompt, `rounds` runs a cell around `ratio` with that relative scatter."""
     rng = np.random.default_rng(seed)
-    return {"runs": [{"prompt": p, "k": k, "round": r, "ratio": float(ratio * (1 + sd * rng.standard_normal()))}
-                     for p, sd in scatter.items() for k in ks for r in range(rounds)]}
+    return [SpeedRun(prompt=p, k=k, round=r, ratio=float(ratio * (1 + sd * rng.standard_normal())))
+            for p, sd in scatter.items() for k in ks for r in range(rounds)]
+
+
+def runs_of(cells) -> list[SpeedRun]:
+    """Runs from (prompt, k, ratio)."""
+    return [SpeedRun(prompt=p, k=k, round=0, ratio=ratio) for p, k, ratio in cells]
 
 
 def test_the_noise_bound_is_what_a_perfect_prediction_scores_on_the_results_own_scatter():
     """Without scatter every cell is within 0.05 and sharp; at the AMD EPYC's 8% a median of three at 2.5x is known
     to about 0.25, so a perfect prediction gets few cells, none sharp, and the line says the score is the host's,
     with the rounds a 90% test would need; the figure is seeded (the file's, whoever reads it)."""
-    quiet = noise_bound({"runs": [{"prompt": "p", "k": k, "ratio": 2.0 + k / 10} for k in (1, 2) for _ in range(3)]})
-    assert quiet["close"] == quiet["sharp"] == quiet["sharp_close"] == quiet["cells"] == 2 and quiet["sd"] == {"p": 0}
+    quiet = noise_bound(runs_of(("p", k, 2.0 + k / 10) for k in (1, 2) for _ in range(3)))
+    assert quiet.close == quiet.sharp == quiet.sharp_close == quiet.cells == 2 and quiet.sd == {"p": 0}
     assert noise_line(quiet).endswith("this scatter lets a score show a miss of that size")
     noisy = scattered_runs({"a": 0.08, "b": 0.08})
     bound = noise_bound(noisy)
     assert bound == noise_bound(noisy)  # seeded
-    assert bound["cells"] == 16 and all(0.04 < sd < 0.12 for sd in bound["sd"].values())
+    assert bound.cells == 16 and all(0.04 < sd < 0.12 for sd in bound.sd.values())
     # the median of 3 normal runs has the CDF 3u^2 - 2u^3 at u = Phi(x / sd): the draws agree with it to 0.3 cells
     phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))
     g = lambda u: 3 * u * u - 2 * u ** 3
     exact = sum(g(phi(0.05 / (sd * m))) - g(phi(-0.05 / (sd * m)))
-                for prompt, sd in bound["sd"].items()
-                for m in (statistics.median(r["ratio"] for r in noisy["runs"] if (r["prompt"], r["k"]) == (prompt, k))
+                for prompt, sd in bound.sd.items()
+                for m in (statistics.median(r.ratio for r in noisy if (r.prompt, r.k) == (prompt, k))
                           for k in range(1, 9)))
-    assert bound["close"] == pytest.approx(exact, abs=0.3) and bound["close"] < 0.5 * 16
-    expected_rounds = (1.645 * math.sqrt(math.pi / 2) * statistics.median(bound["sd"].values()) * bound["ratio"] / 0.05) ** 2
-    assert bound["rounds"] == math.ceil(expected_rounds) > 3
+    assert bound.close == pytest.approx(exact, abs=0.3) and bound.close < 0.5 * 16
+    expected_rounds = (1.645 * math.sqrt(math.pi / 2) * statistics.median(bound.sd.values()) * bound.ratio / 0.05) ** 2
+    assert bound.rounds == math.ceil(expected_rounds) > 3
     line = noise_line(bound)
-    assert f"about {bound['rounds']} rounds" in line and "as close as this scatter allows" in line
-    assert bound["sharp"] == 0 and "sharp ones" not in line  # no cell's median known to 0.05: no share to give
+    assert f"about {bound.rounds} rounds" in line and "as close as this scatter allows" in line
+    assert bound.sharp == 0 and "sharp ones" not in line  # no cell's median known to 0.05: no share to give
     # a prompt whose runs scatter 0.4% has its cells' medians known to about 0.01: sharp, and within 0.05 whole
     mixed = noise_bound(scattered_runs({"a": 0.08, "b": 0.004}))
-    assert mixed["sharp"] == 8 and mixed["sharp_close"] == pytest.approx(8) and isinstance(mixed["close"], float)
+    assert mixed.sharp == 8 and mixed.sharp_close == pytest.approx(8) and isinstance(mixed.close, float)
     assert "and 100% of the sharp ones" in noise_line(mixed)
-    assert noise_bound({"runs": [{"prompt": "p", "k": 1, "ratio": 2.0}]}) is None  # one run: no scatter to read
-    assert noise_bound({"runs": [{"prompt": "p", "k": "adaptive", "ratio": 2.0}] * 3}) is None  # fixed k only
+    assert noise_bound(runs_of([("p", 1, 2.0)])) is None  # one run: no scatter to read
+    assert noise_bound(runs_of([("p", "adaptive", 2.0)] * 3)) is None  # fixed k only
 
 
 def test_a_cells_median_is_known_closer_as_runs_are_added_where_its_range_widens():
@@ -217,14 +230,14 @@ def test_a_cells_median_is_known_closer_as_runs_are_added_where_its_range_widens
 
     spans = {}
     for rounds in (3, 20):
-        doc = scattered_runs({"a": 0.03}, rounds=rounds, seed=2)
+        runs = scattered_runs({"a": 0.03}, rounds=rounds, seed=2)
         cells = {}
-        for r in doc["runs"]:
-            cells.setdefault(r["k"], []).append(r["ratio"])
+        for r in runs:
+            cells.setdefault(r.k, []).append(r.ratio)
         ss = sum((x / statistics.fmean(xs) - 1) ** 2 for xs in cells.values() for x in xs)
         dof = 8 * (rounds - 1)
         sd = math.sqrt(ss / dof)
-        known = known_to(doc)
+        known = known_to(runs)
         assert set(known) == {("a", k) for k in range(1, 9)}
         for k, xs in cells.items():
             want = student_t.ppf(0.95, dof) * math.sqrt(math.pi / 2) * sd * statistics.median(xs) / math.sqrt(rounds)
@@ -233,13 +246,15 @@ def test_a_cells_median_is_known_closer_as_runs_are_added_where_its_range_widens
                          statistics.median((max(xs) - min(xs)) / 2 for xs in cells.values()))
     assert spans[3][0] > 0.05 > spans[20][1]  # every median known to 0.05 with twenty runs, none with three
     assert spans[20][2] > max(0.05, spans[3][2])  # while the median half-range grows past 0.05
-    assert known_to({"runs": [{"prompt": "p", "k": 1, "ratio": 2.0}, {"prompt": "p", "k": 2, "ratio": 2.1}]}) == {}
+    assert known_to(runs_of([("p", 1, 2.0), ("p", 2, 2.1)])) == {}
 
 
 def test_the_prediction_lines_end_with_the_noise_bound():
-    doc = scattered_runs({"a": 0.06})
-    doc.update(ks=list(range(1, 9)), prompts=["a"], by_prompt=[
-        {"prompt": "a", "k": k, "median_ratio": 2.5, "miss_empirical": 0.01 * k, "spread": 0.2} for k in range(1, 9)])
+    runs = scattered_runs({"a": 0.06})
+    rows = [SpeedRow(prompt="a", k=k, median_ratio=2.5, min_ratio=2.5, max_ratio=2.5, miss_empirical=0.01 * k,
+                     spread=0.2) for k in range(1, 9)]
+    doc = SpeedResult(ks=list(range(1, 9)), rounds=3, max_new_tokens=64, prompts=["a"], table=[], best_k=1,
+                      by_prompt=rows, runs=runs)
     lines = prediction_lines(doc)
     assert lines[1].startswith("prediction: within 0.05 of the measured median in 5 of 8 cells")
-    assert lines[-1] == noise_line(noise_bound(doc))
+    assert lines[-1] == noise_line(noise_bound(runs))

@@ -1,5 +1,6 @@
 """The experiments on tiny models: structure, bookkeeping and verdicts (no timing assertions)."""
 
+import dataclasses
 import itertools
 import statistics
 
@@ -7,9 +8,11 @@ import pytest
 import torch
 
 from playground import lab
+from playground.core import cost
 from playground.core.sampling import SamplingConfig
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
 from playground.errors import PlaygroundError
+from playground.lab import SpeedRequest
 from playground.lab.calibration import pass_lengths
 from playground.lab.common import new_tokens
 from playground.lab.fit import predict_from_neighbours
@@ -56,63 +59,65 @@ def test_calibrate_leaves_a_model_free_drafter_nearly_free(pair64):
 
 
 def test_speed_alternates_and_pairs_runs_within_a_round(pair64):
-    res = lab.speed(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(1, 3), rounds=3,
-                    max_new_tokens=8)
-    assert len(res["runs"]) == 3 * 2 * 2
-    orders = {tuple(r["order"]) for r in res["runs"]}
+    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(1, 3), rounds=3,
+                                 max_new_tokens=8))
+    assert len(res.runs) == 3 * 2 * 2
+    orders = {tuple(r.order) for r in res.runs}
     assert len(orders) > 1  # the order rotates
     # plain decoding before the speculative runs and after the last (before every 3 by default), and each run is
     # divided by plain speed interpolated between the plain runs of its prompt and round
-    assert all(o[0] == o[-1] == "plain" and o.count("plain") == 2 for o in orders) and res["plain_every"] == 3
-    assert len(res["plain_runs"]) == 3 * 2 * 2
+    assert all(o[0] == o[-1] == "plain" and o.count("plain") == 2 for o in orders) and res.plain_every == 3
+    assert len(res.plain_runs) == 3 * 2 * 2
     # how each run ended, which its prediction needs (lab.fit.stop_limit)
-    assert all(r["finished"] in ("eos", "length") and r["max_new_tokens"] == 8 for r in res["runs"])
-    for r in res["runs"]:
-        around = [x["tokens_per_s"] for x in res["plain_runs"] if (x["round"], x["prompt"]) == (r["round"], r["prompt"])]
-        assert min(around) - 1e-9 <= r["plain_tokens_per_s"] <= max(around) + 1e-9
-    assert res["drift"]["a"]["plain_tokens_per_s"] == [
-        statistics.median(x["tokens_per_s"] for x in res["plain_runs"] if (x["round"], x["prompt"]) == (i, "a"))
+    assert all(r.finished in ("eos", "length") and r.max_new_tokens == 8 for r in res.runs)
+    for r in res.runs:
+        around = [x.tokens_per_s for x in res.plain_runs if (x.round, x.prompt) == (r.round, r.prompt)]
+        assert min(around) - 1e-9 <= r.plain_tokens_per_s <= max(around) + 1e-9
+    assert res.drift["a"].plain_tokens_per_s == [
+        statistics.median(x.tokens_per_s for x in res.plain_runs if (x.round, x.prompt) == (i, "a"))
         for i in range(3)]
-    for row in res["table"]:
-        assert row["n"] == 6 and row["min_ratio"] <= row["median_ratio"] <= row["max_ratio"]
-    assert res["best_k"] in (1, 3)
-    assert set(res["drift"]) == {"a", "b"}
-    assert res["environment"]["torch_threads"] >= 1
+    for row in res.table:
+        assert row.n == 6 and row.min_ratio <= row.median_ratio <= row.max_ratio
+    assert res.best_k in (1, 3)
+    assert set(res.drift) == {"a", "b"}
+    assert res.environment["torch_threads"] >= 1
 
 
 def test_speed_runs_each_prompt_to_its_own_length(pair64):
-    res = lab.speed(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1,
-                    max_new_tokens={"a": 3, "b": 7})
-    longest = {name: max(max(r["new_tokens"], r["plain_new_tokens"]) for r in res["runs"] if r["prompt"] == name)
+    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1,
+                                 max_new_tokens={"a": 3, "b": 7}))
+    longest = {name: max(max(r.new_tokens, r.plain_new_tokens) for r in res.runs if r.prompt == name)
                for name in ("a", "b")}
     assert longest["a"] <= 3 < longest["b"] <= 7
-    assert res["max_new_tokens"] == {"a": 3, "b": 7}
-    assert new_tokens(res["max_new_tokens"]) == "at most each prompt's own 3-7 new tokens"
+    assert res.max_new_tokens == {"a": 3, "b": 7}
+    assert new_tokens(res.max_new_tokens) == "at most each prompt's own 3-7 new tokens"
     assert new_tokens(8) == "at most 8 new tokens" == new_tokens({"a": 8, "b": 8})
     with pytest.raises(PlaygroundError, match="no max_new_tokens for the prompt 'b'"):
-        lab.speed(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1, max_new_tokens={"a": 3})
+        lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1,
+                               max_new_tokens={"a": 3}))
     with pytest.raises(PlaygroundError, match="whole number >= 1, got 0 for 'a'"):
-        lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=1, max_new_tokens={"a": 0})
+        lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=1, max_new_tokens={"a": 0}))
 
 
 def test_sweep_predicts_and_recommends(pair64):
     calls = []
-    res = lab.sweep(pair64, [1, 2, 3], factory(pair64), ks=(1, 2), rounds=1, max_new_tokens=6,
-                    progress=lambda f, m: calls.append(f))
-    assert res["experiment"] == "sweep" and res["timing"]["c"] >= 0
-    fixed = [row for row in res["table"] if isinstance(row["k"], int)]
-    assert [row["k"] for row in fixed] == [1, 2] and res["table"][-1]["k"] == "adaptive"
-    for row in fixed:
-        assert row["predicted_iid"] > 0 and row["predicted_empirical"] > 0 and "break_even_alpha" in row
-        assert row["miss_empirical"] == pytest.approx(row["median_ratio"] - row["predicted_empirical"])
+    res = lab.sweep(SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=1,
+                                 max_new_tokens=6), progress=lambda f, m: calls.append(f))
+    calibration = lab.Timing.from_dict(res.timing)
+    assert res.experiment == "sweep" and calibration.c >= 0
+    fixed = [row for row in res.table if isinstance(row.k, int)]
+    assert [row.k for row in fixed] == [1, 2] and res.table[-1].k == "adaptive"
+    for row in fixed:  # a break-even alpha is computed for each (None: no alpha pays)
+        even = cost.break_even_alpha(row.k, calibration.c, calibration.v, calibration.overhead)
+        assert row.predicted_iid > 0 and row.predicted_empirical > 0
+        assert row.break_even_alpha == (None if even is None else pytest.approx(even))
+        assert row.miss_empirical == pytest.approx(row.median_ratio - row.predicted_empirical)
         # each run predicted again from the other arms' costs in its round (lab.fit.predict_from_neighbours)
-        assert row["predicted_local"] > 0 and row["miss_local"] == pytest.approx(
-            row["median_ratio"] - row["predicted_local"])
-    k1 = next(x for x in res["runs"] if x["k"] == 1)
-    others = [x for x in res["runs"] if x is not k1]
-    assert k1["predicted_local"] == pytest.approx(
-        predict_from_neighbours(k1, others, lab.Timing.from_dict(res["timing"])))
-    assert all(x["predicted_local"] is None for x in res["runs"] if x["k"] == "adaptive")
+        assert row.predicted_local > 0 and row.miss_local == pytest.approx(row.median_ratio - row.predicted_local)
+    k1 = next(x for x in res.runs if x.k == 1)
+    others = [x for x in res.runs if x is not k1]
+    assert k1.predicted_local == pytest.approx(predict_from_neighbours(k1, others, calibration))
+    assert all(x.predicted_local is None for x in res.runs if x.k == "adaptive")
     assert calls and calls[-1] == 1.0 and all(0 <= f <= 1 for f in calls)
 
 
@@ -199,7 +204,6 @@ def test_pooled_calibrations_take_the_median_of_all_their_samples(pair64):
 
 
 def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pair64, target64):
-    import dataclasses
     timing = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=17, repeats=3, warmup=1))
     later = dataclasses.replace(timing, target_step_s=timing.target_step_s * 2)
     timings, seen = {"a": timing}, []
@@ -208,12 +212,12 @@ def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pa
         seen.append(r)
         timings["a"] = later  # a dict of timings is read again for the predictions made at the end
 
-    res = lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=3, max_new_tokens=8,
-                    timing=timings, between_rounds=between)
+    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=3, max_new_tokens=8,
+                                 timing=timings), between_rounds=between)
     assert seen == [0, 1]
-    for x in (x for x in res["runs"] if x["k"] == 2):
-        positions = list(itertools.takewhile(lambda a: a is not None, x["per_position"]))
-        assert x["predicted_empirical"] == pytest.approx(later.predict(positions, 2, new_tokens=x["new_tokens"]))
+    for x in (x for x in res.runs if x.k == 2):
+        positions = list(itertools.takewhile(lambda a: a is not None, x.per_position))
+        assert x.predicted_empirical == pytest.approx(later.predict(positions, 2, new_tokens=x.new_tokens))
     # A perfect draft where drafting pays: a controller that carries its state drafts deeper in the second round
     # (it remembers a rate near 1); one that starts afresh makes the same first choice every round.
     from playground.lab.calibration import Timing
@@ -222,10 +226,10 @@ def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pa
                    context_tokens=3)
     firsts = {}
     for memory in ("conversation", "none", "prompt"):
-        r = lab.speed(perfect, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(perfect), ks=("adaptive",), rounds=3,
-                      max_new_tokens=24, timing=cheap, memory=memory)
-        assert r["memory"] == memory
-        firsts[memory] = {(x["round"], x["prompt"]): x["iterations"][0][0] for x in r["runs"]}
+        r = lab.speed(SpeedRequest(perfect, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(perfect), ks=("adaptive",),
+                                   rounds=3, max_new_tokens=24, timing=cheap, memory=memory))
+        assert r.memory == memory
+        firsts[memory] = {(x.round, x.prompt): x.iterations[0][0] for x in r.runs}
     fresh = firsts["none"][(0, "a")]
     assert set(firsts["none"].values()) == {fresh}  # every run a first call
     # one conversation: prompt b's first run already remembers a's rate, and drafts deeper
@@ -233,7 +237,8 @@ def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pa
     # per prompt: each prompt's first round is a first call, its later rounds remember its own runs
     assert firsts["prompt"][(0, "a")] == firsts["prompt"][(0, "b")] == fresh < firsts["prompt"][(1, "b")]
     with pytest.raises(PlaygroundError, match="memory must be one of"):
-        lab.speed(perfect, {"a": [1, 2, 3]}, factory(perfect), ks=(2,), rounds=1, max_new_tokens=4, memory="tab")
+        lab.speed(SpeedRequest(perfect, {"a": [1, 2, 3]}, factory(perfect), ks=(2,), rounds=1, max_new_tokens=4,
+                               memory="tab"))
 
 
 # The code-edit preset's calibration in the int8 grid of 2026-12-04 (AMD EPYC VM; 3 calibrations pooled, 16
@@ -284,13 +289,14 @@ def test_plain_speed_is_interpolated_to_each_speculative_run():
 def test_a_run_that_ended_on_an_eos_is_predicted_with_its_last_iteration_as_run():
     from playground.core import cost
     from playground.lab.calibration import Timing
-    from playground.lab.speed import _run_prediction
+    from playground.lab.speed_cells import run_prediction
+    from playground.results.speed import SpeedRun
     t = Timing(target_step_s=0.05, verify_s={n: 0.05 * (1 + 0.1 * (n - 1)) for n in range(1, 6)},
                draft_step_s=0.025, context_tokens=10)
-    run = {"k": 4, "per_position": [1.0, 1.0, 1.0, 1.0], "new_tokens": 26, "max_new_tokens": 64}
-    by_length = _run_prediction({**run, "finished": "length"}, t)
-    by_eos = _run_prediction({**run, "finished": "eos"}, t)
+    run = SpeedRun(round=0, prompt="p", k=4, per_position=[1.0, 1.0, 1.0, 1.0], new_tokens=26, max_new_tokens=64)
+    by_length = run_prediction(dataclasses.replace(run, finished="length"), t)
+    by_eos = run_prediction(dataclasses.replace(run, finished="eos"), t)
     assert by_length == pytest.approx(cost.predicted_speedup_finite([1.0] * 4, 4, t.c, t.v, 26))
     assert by_eos == pytest.approx(cost.predicted_speedup_finite([1.0] * 4, 4, t.c, t.v, 26, limit=64))
     assert by_eos < by_length
-    assert _run_prediction(run, t) == by_length  # saved before runs kept how they ended
+    assert run_prediction(run, t) == by_length  # saved before runs kept how they ended

@@ -9,9 +9,10 @@ from playground import lab
 from playground.cli import main
 from playground.cli.lab import Job
 from playground.lab.report import divergence_table, experiment_text, speed_caption, speed_markdown, timing_table
-from playground.results import load_result
+from playground.results import from_document, load_result
 from playground.results.calibration import TimingResult
 from playground.results.quality import DivergenceCase, DivergenceResult
+from playground.results.trust import Finding
 from tests.test_models import save
 from tests.tiny import tiny_pair
 
@@ -67,7 +68,7 @@ def test_speed_pools_a_calibration_made_between_rounds_unless_told_not_to(dirs, 
 def test_speed_takes_the_scope_of_the_schedules_memory(dirs, tmp_path):
     res = run(dirs, tmp_path, "speed", "--ks", "1,adaptive", "--rounds", "2", "--max-new-tokens", "4", "--memory", "none")
     assert res["memory"] == "none"
-    assert "schedules' memory: none" in experiment_text(res, "cpu")
+    assert "schedules' memory: none" in experiment_text(from_document(res), "cpu")
     with pytest.raises(SystemExit) as refused:  # argparse names the choices
         main(["speed", "--target", dirs[0], "--draft", "none", "--drafter", "lookup", "--prompt", "w1", "--memory", "tab"])
     assert refused.value.code == 2
@@ -89,7 +90,7 @@ def test_report_rereads_a_saved_result_as_markdown(dirs, tmp_path, capsys):
     assert "| preset | k=1 | k=3 | best fixed k | adaptive |" in out and "within 0.05" in out
     # a result saved before the loop-cost prediction existed keeps the calibration's alone, and says so
     drop = lambda rows: [{key: v for key, v in r.items() if key != "predicted_local"} for r in rows]
-    older = {**res, "by_prompt": drop(res["by_prompt"]), "table": drop(res["table"])}
+    older = from_document({**res, "by_prompt": drop(res["by_prompt"]), "table": drop(res["table"])})
     assert speed_caption(older) == "per prompt: measured (empirical prediction)"
     assert f"{row['median_ratio']:.2f} ({row['predicted_empirical']:.2f}) |" in speed_markdown(older)
     # the prediction's score over the fixed-k cells, counted from the file's own misses, live and re-read alike
@@ -142,24 +143,22 @@ def test_a_divergence_case_is_one_table_row_even_with_a_pipe_in_the_token():
 def test_bench_peers_runs_transformers_and_ours_side_by_side(target64, drafts64):
     pair = tiny_pair(target64, drafts64["useful"])
     res = lab.peers(pair, {"a": [1, 2, 3]}, k=3, rounds=2, max_new_tokens=10)
-    arms = {row["arm"] for row in res["table"]}
+    arms = {row.arm for row in res.table}
     assert {"hf plain", "hf assisted k=3", "hf assisted k=3 conf 0.4", "hf assisted heuristic", "ours plain",
             "ours draft k=3", "ours draft k=3 conf 0.4"} <= arms
     # greedy everywhere: every arm reproduces transformers' own plain greedy output (float64 tiny models)
-    assert all(row["outputs_equal"] == row["n"] for row in res["table"])
-    for key in ("ours_vs_hf_assisted", "ours_vs_hf_assisted_conf"):
-        h2h = res[key]
-        assert h2h["n"] == 2 and h2h["min"] <= h2h["median"] <= h2h["max"]
+    assert all(row.outputs_equal == row.n for row in res.table)
+    for h2h in (res.ours_vs_hf_assisted, res.ours_vs_hf_assisted_conf):
+        assert h2h.n == 2 and h2h.min <= h2h.median <= h2h.max
     # what `bench-peers` prints: one row per arm, then ours against transformers' assisted generation
     text = experiment_text(res, "cpu")
     assert text.startswith("bench-peers (cpu; greedy; end to end incl. prefill")
-    assert len(table_lines(text)) == 2 + len(res["table"]) and "| hf plain | 1.00x | 1.00-1.00 |" in text
+    assert len(table_lines(text)) == 2 + len(res.table) and "| hf plain | 1.00x | 1.00-1.00 |" in text
     assert "same draft, k = 3, drafting all k, per round and prompt: median" in text
     # with a trust verdict, as speed's figures have: two rounds warn (timings of tiny models may add more), and
     # the machine's load is named
-    assert {"check": "rounds", "severity": "warn", "message": "only 2 rounds",
-            "fix": "run 3 or more rounds"} in res["trust"]["findings"]
-    assert f"\ntrust: {res['trust']['headline']}" in text and "\nmachine: other processes kept" in text
+    assert Finding("rounds", "warn", "only 2 rounds", "run 3 or more rounds") in res.trust.findings
+    assert f"\ntrust: {res.trust.headline()}" in text and "\nmachine: other processes kept" in text
 
 
 def test_bench_peers_shows_what_copying_the_targets_kv_is_worth(target64):
@@ -167,13 +166,13 @@ def test_bench_peers_shows_what_copying_the_targets_kv_is_worth(target64):
     prefills it as transformers' assistant does; both reproduce plain greedy."""
     pair = dataclasses.replace(tiny_pair(target64, target64), draft_copies_target=True)
     res = lab.peers(pair, {"a": [1, 2, 3]}, k=3, rounds=1, max_new_tokens=8)
-    assert "ours draft k=3 own prefill" in {row["arm"] for row in res["table"]}
-    assert all(row["outputs_equal"] == row["n"] for row in res["table"])
-    assert res["ours_vs_hf_assisted_own_prefill"]["n"] == 1
-    assert not res["trust"]["trusted"] and "1 round: a single run has no spread" in res["trust"]["headline"]
+    assert "ours draft k=3 own prefill" in {row.arm for row in res.table}
+    assert all(row.outputs_equal == row.n for row in res.table)
+    assert res.ours_vs_hf_assisted_own_prefill.n == 1
+    assert not res.trust.trusted and "1 round: a single run has no spread" in res.trust.headline()
     assert "our draft prefilling the prompt itself" in experiment_text(res, "cpu")
     # the tiny Llama draft runs on the lean forward; an arm on transformers' own forward shows what that is worth
-    assert res["ours_vs_hf_assisted_conf_transformers_forward"]["n"] == 1
+    assert res.ours_vs_hf_assisted_conf_transformers_forward.n == 1
     assert "our draft on transformers' forward" in experiment_text(res, "cpu")
 
 

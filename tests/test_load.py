@@ -45,7 +45,9 @@ MEMORY_TOLERANCE = 64 * 2**20
 def slow_pair():
     target = tiny_model(vocab=64, seed=0, dtype=torch.float32)
     draft = perturbed(target, noise=0.015)
-    hooks = [m.register_forward_pre_hook(lambda *_: time.sleep(PASS_S["sleep"])) for m in (target, draft)]
+    # on the embedding, which every forward runs (transformers', the static and the lean one)
+    hooks = [m.model.embed_tokens.register_forward_pre_hook(lambda *_: time.sleep(PASS_S["sleep"]))
+             for m in (target, draft)]
     yield ModelPair(target=target, tokenizer=word_tokenizer(WORDS), draft=draft, eos_ids=frozenset({63}),
                     target_name="tiny-target", draft_name="tiny-draft")
     for h in hooks:

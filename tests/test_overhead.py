@@ -21,13 +21,14 @@ from playground.core.timesplit import (
     iteration_splits,
     median_shares,
     percent,
-    run_split,
     within_limits,
 )
 from playground.drafters.registry import make_proposer
 from playground.lab.report import experiment_text, time_split_line
 from playground.pairs.models import ModelPair
+from playground.results import from_document
 from playground.results.calibration import WhatifResult, WhatifRow
+from playground.results.speed import SpeedRun
 from playground.ui import charts, chromium, handlers, panels, serving
 from playground.ui.session import parse_request
 from tests.tiny import perturbed, tiny_model, tiny_pair, word_tokenizer
@@ -79,23 +80,26 @@ def test_each_iteration_is_split_against_its_own_wall_time():
 
 
 def test_the_speed_result_line_gives_medians_the_worst_run_and_the_limits():
-    runs = [{"draft_s": 0.3, "verify_s": 0.66, "rollback_s": 0.004, "decode_s": 1.0},  # outside 3.6%
-            {"draft_s": 0.3, "verify_s": 0.60, "rollback_s": 0.005, "decode_s": 1.0},  # outside 9.5%
-            {"draft_s": 0.3, "verify_s": 0.68, "rollback_s": 0.003, "decode_s": 1.0},  # outside 1.7%
-            {"decode_s": 1.0}]  # an old result's row without the buckets: left out
-    line = time_split_line({"runs": runs})
+    def run(**seconds):
+        return SpeedRun(round=0, prompt="p", k=2, **seconds)
+
+    runs = [run(draft_s=0.3, verify_s=0.66, rollback_s=0.004, decode_s=1.0),  # outside 3.6%
+            run(draft_s=0.3, verify_s=0.60, rollback_s=0.005, decode_s=1.0),  # outside 9.5%
+            run(draft_s=0.3, verify_s=0.68, rollback_s=0.003, decode_s=1.0),  # outside 1.7%
+            run(decode_s=1.0)]  # an old result's row without the buckets: left out
+    line = time_split_line(runs)
     assert line.startswith("time split of the 3 speculative runs")
     assert "rollback 0.4% (max 0.5%)" in line and "outside the buckets 3.6% (max 9.5%)" in line
     assert "outside < 5% held, rollback < 1% held" in line
-    runs[0]["rollback_s"] = runs[1]["rollback_s"] = 0.02
-    assert "rollback < 1% NOT held" in time_split_line({"runs": runs})
-    assert time_split_line({"runs": []}) is None and run_split({"decode_s": 1.0}) is None
+    runs[0].rollback_s = runs[1].rollback_s = 0.02
+    assert "rollback < 1% NOT held" in time_split_line(runs)
+    assert time_split_line([]) is None and time_split_line([run(decode_s=1.0)]) is None
 
 
 def test_the_speed_command_prints_the_time_split(target64, drafts64):
     pair = tiny_pair(target64, drafts64["useful"])
-    res = lab.speed(pair, {"a": [1, 2, 3, 4, 1, 2]}, lambda: make_proposer(pair, "draft"), ks=(2,), rounds=1,
-                    max_new_tokens=6)
+    res = lab.speed(lab.SpeedRequest(pair, {"a": [1, 2, 3, 4, 1, 2]}, lambda: make_proposer(pair, "draft"), ks=(2,),
+                                     rounds=1, max_new_tokens=6))
     text = experiment_text(res, "cpu")
     line = next(x for x in text.splitlines() if x.startswith("time split of the 1 speculative runs"))
     assert "draft " in line and "outside the buckets " in line
@@ -119,7 +123,7 @@ def as_validated(fig: go.Figure) -> dict:
     return json.loads(go.Figure(fig.to_dict()).to_json())
 
 
-SWEEP = {"table": [{"k": k, "median_ratio": r, "min_ratio": r - 0.1, "max_ratio": r + 0.1, "alpha": 0.8,
+SWEEP = {"experiment": "sweep", "ks": [1, 2, 3, "adaptive"], "rounds": 3, "max_new_tokens": 16, "table": [{"k": k, "median_ratio": r, "min_ratio": r - 0.1, "max_ratio": r + 0.1, "alpha": 0.8,
                     "predicted_iid": r + 0.05, "predicted_empirical": None if k == 3 else r + 0.02}
                    for k, r in [(1, 1.2), (2, 1.4), (3, 1.3)]]
          + [{"k": "adaptive", "median_ratio": 1.35, "min_ratio": 1.3, "max_ratio": 1.4}], "best_k": 2}
@@ -133,8 +137,8 @@ def test_every_chart_reaches_the_browser_as_its_validated_copy_would():
     its = [r for r in RECORDS if isinstance(r, Iteration)]
     figures = [charts.time_split_figure(its), charts.acceptance_by_position_figure(summarize(RECORDS)),
                charts.alpha_figure(its), charts.empty_figure("x"), charts.time_split_figure([]),
-               charts.sweep_figure(SWEEP, {4: {1: 1.1, 2: 1.2}}), charts.sweep_figure(None),
-               charts.sweep_figure({**SWEEP, "table": SWEEP["table"][-1:]}),  # no fixed k: an axis range of None
+               charts.sweep_figure(from_document(SWEEP), {4: {1: 1.1, 2: 1.2}}), charts.sweep_figure(None),
+               charts.sweep_figure(from_document({**SWEEP, "table": SWEEP["table"][-1:]})),  # no fixed k: no x range
                charts.whatif_figure(WHATIF, charts.RunPoint(k=2, alpha=0.6, predicted=1.2, measured=1.1))]
     for fig in figures:
         assert json.loads(fig.to_json()) == as_validated(fig)

@@ -13,6 +13,8 @@ from playground.lab.fit import fit_loop
 from playground.lab.misses import known_to
 from playground.lab.report import experiment_text, report
 from playground.lab.schedules import compare, costed_ratio, decisions, schedules_rows, summary_line
+from playground.lab.speed import SpeedRequest
+from playground.results.speed import SpeedRun
 from tests.tiny import tiny_model, tiny_pair
 
 CURVE = CostCurve(c=0.5, v={1: 1.0, 2: 1.2, 3: 1.3, 4: 1.4, 5: 1.5}, overhead=0.1, sources={"lookup": (0.0, 0.02)})
@@ -37,7 +39,7 @@ def test_costed_ratio_is_the_runs_tokens_over_the_steps_its_iterations_cost():
 
 
 def run(prompt, k, r, ratio, rows, curve=CURVE):
-    return {"prompt": prompt, "k": k, "round": r, "ratio": ratio, "iterations": rows, "costed": costed_ratio(rows, curve)}
+    return SpeedRun(prompt=prompt, k=k, round=r, ratio=ratio, iterations=rows, costed=costed_ratio(rows, curve))
 
 
 def test_schedules_with_the_same_decisions_cost_the_same_and_the_measured_gap_is_called_noise():
@@ -48,11 +50,11 @@ def test_schedules_with_the_same_decisions_cost_the_same_and_the_measured_gap_is
         runs += [run("p", 2, r, 1.5, shallow), run("p", 4, r, 1.9, deep),
                  run("p", "adaptive", r, 1.8 + 0.01 * r, deep), run("p", "heuristic", r, 2.0, deep)]
     (entry,) = compare(runs, ["p"], [2, 4, "adaptive", "heuristic"])
-    vs = entry["adaptive_vs_heuristic"]
-    assert vs["same_decisions"] and vs["costed"] == 1.0
-    assert vs["measured"] == pytest.approx(1.81 / 2.0)  # the host's noise, which the costed figure does not carry
-    assert entry["best_fixed"]["k"] == 4 and entry["adaptive_of_best"] == pytest.approx(1.0)
-    line = summary_line({"schedules": [entry]})
+    vs = entry.adaptive_vs_heuristic
+    assert vs.same_decisions and vs.costed == 1.0
+    assert vs.measured == pytest.approx(1.81 / 2.0)  # the host's noise, which the costed figure does not carry
+    assert entry.best_fixed.k == 4 and entry.adaptive_of_best == pytest.approx(1.0)
+    line = summary_line([entry])
     assert "same k in every iteration on 1 of 1 prompts" in line and "lowest 1.000 (p)" in line
 
 
@@ -60,9 +62,9 @@ def test_schedules_with_different_decisions_are_told_apart_by_their_costs():
     deep, shallow = [row(4, 4, 5), row(4, 4, 5)], [row(1, 1, 2)] * 5
     runs = [run("p", 4, 0, 1.9, deep), run("p", "adaptive", 0, 1.2, shallow), run("p", "heuristic", 0, 1.9, deep)]
     (entry,) = compare(runs, ["p"], [4, "adaptive", "heuristic"])
-    vs = entry["adaptive_vs_heuristic"]
-    assert not vs["same_decisions"]
-    assert vs["costed"] == pytest.approx(costed_ratio(shallow, CURVE) / costed_ratio(deep, CURVE)) and vs["costed"] < 1
+    vs = entry.adaptive_vs_heuristic
+    assert not vs.same_decisions
+    assert vs.costed == pytest.approx(costed_ratio(shallow, CURVE) / costed_ratio(deep, CURVE)) and vs.costed < 1
     assert decisions(shallow) == ((1, 1),) * 5
 
 
@@ -71,11 +73,11 @@ def test_adaptive_against_the_heuristic_is_given_round_by_round_where_their_walk
     runs = [run("p", 4, 0, 1.9, deep), run("p", "heuristic", 0, 1.9, deep), run("p", "adaptive", 0, 1.2, shallow),
             run("p", 4, 1, 1.9, deep), run("p", "heuristic", 1, 1.9, shallow), run("p", "adaptive", 1, 1.9, deep)]
     (entry,) = compare(runs, ["p"], [4, "adaptive", "heuristic"])
-    vs = entry["adaptive_vs_heuristic"]
+    vs = entry.adaptive_vs_heuristic
     behind = costed_ratio(shallow, CURVE) / costed_ratio(deep, CURVE)
-    assert vs["costed_by_round"] == pytest.approx([behind, 1 / behind]) and vs["rounds_level_or_ahead"] == 1
-    assert not vs["same_decisions"]
-    _, rows = schedules_rows({"schedules": [entry]})
+    assert vs.costed_by_round == pytest.approx([behind, 1 / behind]) and vs.rounds_level_or_ahead == 1
+    assert not vs.same_decisions
+    _, rows = schedules_rows([entry])
     assert f"(costed {behind:.2f}-{1 / behind:.2f} by round; level or ahead in 1 of 2)" in rows[0][-1]
 
 
@@ -91,29 +93,32 @@ def test_speed_costs_every_runs_decisions_and_the_report_prints_the_schedules(tm
     perfect = tiny_pair(target, target)  # every proposal accepted: the iterations follow from k and the length alone
     cheap = Timing(target_step_s=1.0, verify_s={n: 1.0 + 0.05 * n for n in range(1, 18)}, draft_step_s=0.1,
                    context_tokens=3)
-    res = lab.speed(perfect, {"a": [1, 2, 3]}, lambda: DraftModelProposer(perfect.draft, perfect.device, perfect.vocab_size),
-                    ks=(4, "adaptive", "heuristic"), rounds=2, max_new_tokens=24, timing=cheap, memory="none")
+    res = lab.speed(SpeedRequest(perfect, {"a": [1, 2, 3]},
+                                 lambda: DraftModelProposer(perfect.draft, perfect.device, perfect.vocab_size),
+                                 ks=(4, "adaptive", "heuristic"), rounds=2, max_new_tokens=24, timing=cheap,
+                                 memory="none"))
     curve = CostCurve.from_timing(cheap)
-    for x in res["runs"]:
-        assert x["costed"] == pytest.approx(costed_ratio(x["iterations"], curve))
-        if x["k"] == 4 and x["new_tokens"] == 24:  # 4 iterations of 5 tokens, then k = 3 for the last 4
-            assert x["costed"] == pytest.approx(24 / (4 * (0.4 + 1.25) + (0.3 + 1.2)))
-    (entry,) = res["schedules"]
+    for x in res.runs:
+        assert x.costed == pytest.approx(costed_ratio(x.iterations, curve))
+        if x.k == 4 and x.new_tokens == 24:  # 4 iterations of 5 tokens, then k = 3 for the last 4
+            assert x.costed == pytest.approx(24 / (4 * (0.4 + 1.25) + (0.3 + 1.2)))
+    (entry,) = res.schedules
     # by hand: the heuristic drafts 16 (transformers' 20, capped) and every proposal is accepted, so it stays at 16;
     # the 7 tokens left take k = 6. Adaptive made the same decisions when its (k, drafted) rows are these too.
-    assert all(decisions(x["iterations"]) == ((16, 16), (6, 6)) for x in res["runs"] if x["k"] == "heuristic")
-    same = all([(int(r[0]), int(r[6])) for r in x["iterations"]] == [(16, 16), (6, 6)]
-               for x in res["runs"] if x["k"] == "adaptive")
-    assert entry["adaptive_vs_heuristic"]["same_decisions"] is same
-    assert {r["k"]: r["median_costed"] is not None for r in res["table"]} == {4: True, "adaptive": True, "heuristic": True}
+    assert all(decisions(x.iterations) == ((16, 16), (6, 6)) for x in res.runs if x.k == "heuristic")
+    same = all([(int(r[0]), int(r[6])) for r in x.iterations] == [(16, 16), (6, 6)]
+               for x in res.runs if x.k == "adaptive")
+    assert entry.adaptive_vs_heuristic.same_decisions is same
+    assert {r.k: r.median_costed is not None for r in res.table} == {4: True, "adaptive": True, "heuristic": True}
     text = experiment_text(res, "tiny")
     assert "schedules: costed" in text and "adaptive / heuristic, costed" in text and "| costed |" in text
     saved = tmp_path / "speed.json"
-    saved.write_text(json.dumps(res))
+    res.save(saved)
+    assert json.loads(saved.read_text())["schedules"][0]["adaptive_vs_heuristic"]["same_decisions"] is same
     reread = report(saved)
     assert "adaptive / heuristic, costed" in reread  # a saved result re-read prints them too
     # both predictions' misses per cell, with how closely its median is known, and a score line for each
-    row = next(r for r in res["by_prompt"] if r["k"] == 4)
-    known = known_to(res)[(row["prompt"], 4)]
-    assert f"{row['miss_empirical']:+.2f} / {row['miss_local']:+.2f} (\u00b1{known:.2f})" in reread
+    row = next(r for r in res.by_prompt if r.k == 4)
+    known = known_to(res.runs)[(row.prompt, 4)]
+    assert f"{row.miss_empirical:+.2f} / {row.miss_local:+.2f} (\u00b1{known:.2f})" in reread
     assert "\nprediction: within 0.05" in reread and "\nprediction from the other arms' costs" in reread

@@ -9,9 +9,11 @@ import sys
 import time
 
 import pytest
+from pydantic import TypeAdapter
 
 from playground import lab
 from playground.drafters.proposers import DraftModelProposer
+from playground.lab import SpeedRequest
 from playground.lab.calibration import Timing
 from playground.lab.trust import (
     FAIL,
@@ -28,6 +30,7 @@ from playground.lab.trust import (
     recommend,
 )
 from playground.results.calibration import TimingSamples
+from playground.results.speed import MissSplit
 
 
 def factory(pair):
@@ -69,36 +72,43 @@ def test_each_fault_is_flagged_with_its_reason_and_fix():
         assert not v.trusted, check
         assert v.failures[0].check == check and v.failures[0].fix
         assert v.headline().startswith("UNTRUSTWORTHY: ") and "fix:" in v.headline()
-        assert recommend(4, v)["recommended_k"] is None and recommend(4, v)["withheld"]
+        assert recommend(4, v).recommended_k is None and recommend(4, v).withheld
     assert Verdict.of(check_rounds(2)).warnings[0].severity == WARN and Verdict.of(check_rounds(2)).trusted
-    assert recommend(4, Verdict.of(check_rounds(3)))["recommended_k"] == 4
+    assert recommend(4, Verdict.of(check_rounds(3))).recommended_k == 4
+
+
+def split(step_costs: float, acceptance: float, overhead: float) -> MissSplit:
+    """A cell's miss in its three parts (lab.fit.explain_cell), the rest of the record filled in."""
+    miss = step_costs + acceptance + overhead
+    return MissSplit(measured=1.0 + miss, predicted=1.0, step_costs=step_costs, acceptance=acceptance,
+                     overhead=overhead, miss=miss, runs=3, loop_c=0.3)
 
 
 def test_a_prediction_that_missed_by_more_than_0_15_is_flagged_with_where_the_miss_lies():
     assert check_prediction("k=4 on prose", 0.15) == [] and check_prediction("k=4", None) == []
-    (f,) = check_prediction("k=12 on prose", 0.46, {"step_costs": 0.39, "acceptance": 0.07, "overhead": -0.0})
+    (f,) = check_prediction("k=12 on prose", 0.46, split(0.39, 0.07, -0.0))
     assert (f.check, f.severity) == ("prediction-miss", WARN)
     assert "+0.46" in f.message and "step costs (+0.39)" in f.message and "calibrate again" in f.fix
-    (g,) = check_prediction("k=8 on react", -0.2, {"step_costs": -0.05, "acceptance": -0.15, "overhead": 0.0})
+    (g,) = check_prediction("k=8 on react", -0.2, split(-0.05, -0.15, 0.0))
     assert "acceptance model (-0.15)" in g.message and "more rounds" in g.fix
     assert Verdict.of([f]).trusted  # the measurement stands; what it says of the prediction is a warning
 
 
 def test_every_cell_the_prediction_missed_by_more_than_0_15_says_so(pair64, quiet):
     t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=4, repeats=4, warmup=1))
-    res = lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
-                    timing=dataclasses.replace(t, draft_step_s=t.draft_step_s * 3))  # a calibration far off the loop
-    cells = [c for c in res["by_prompt"] if isinstance(c["k"], int) and c.get("miss_empirical") is not None]
-    far = [c for c in cells if abs(c["miss_empirical"]) > 0.15]
+    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
+                                 timing=dataclasses.replace(t, draft_step_s=t.draft_step_s * 3)))  # far off the loop
+    cells = [c for c in res.by_prompt if isinstance(c.k, int) and c.miss_empirical is not None]
+    far = [c for c in cells if abs(c.miss_empirical) > 0.15]
     assert far  # the tripled drafter cost makes the prediction miss
     for c in cells:
-        named = [f for f in c["trust"]["findings"] if f["check"] == "prediction-miss"]
+        named = [f for f in c.trust.findings if f.check == "prediction-miss"]
         assert bool(named) == (c in far)
-        local = [f for f in c["trust"]["findings"] if f["check"] == "prediction-miss-local"]
-        assert bool(local) == (abs(c["miss_local"]) > 0.15)
+        local = [f for f in c.trust.findings if f.check == "prediction-miss-local"]
+        assert bool(local) == (abs(c.miss_local) > 0.15)
     # the prediction from the other arms' costs sets the calibration's level to what the loop paid, so the
     # tripled drafter cost does not carry into it
-    assert all(abs(c["miss_local"]) < abs(c["miss_empirical"]) for c in far)
+    assert all(abs(c.miss_local) < abs(c.miss_empirical) for c in far)
 
 
 def test_a_local_prediction_that_missed_by_more_than_0_15_is_flagged_as_the_host_moving():
@@ -111,7 +121,8 @@ def test_a_local_prediction_that_missed_by_more_than_0_15_is_flagged_as_the_host
 def test_a_verdict_round_trips_and_merges_failures_first():
     v = Verdict.of(check_rounds(2), check_drift("p", [10.0, 20.0]))
     assert [f.severity for f in v.findings] == [FAIL, WARN]
-    assert Verdict.from_dict(v.to_dict()) == v
+    assert TypeAdapter(Verdict).validate_python(v.to_dict()) == v  # as a saved result reads it back
+    assert TypeAdapter(Verdict).dump_python(v, mode="json") == v.to_dict()  # saved with its trusted and headline
 
 
 def test_a_busy_process_on_the_cores_is_seen():
@@ -141,45 +152,46 @@ def test_drift_on_a_quiet_machine_says_the_host_moved_instead_of_asking_for_a_qu
 
 def test_a_drifting_plain_run_makes_the_sweep_withhold_its_recommendation(pair64, quiet):
     state = {"slow": False}
-    hook = pair64.target.register_forward_pre_hook(lambda *_: time.sleep(0.01) if state["slow"] else None)
+    hook = pair64.target.model.embed_tokens.register_forward_pre_hook(lambda *_: time.sleep(0.01) if state["slow"] else None)
 
     def progress(fraction, message):  # the second round (and later) runs on a slowed target
         state["slow"] = not message.startswith("round 1/")
 
     try:
-        res = lab.sweep(pair64, [1, 2, 3], factory(pair64), ks=(1, 2), rounds=3, max_new_tokens=12,
-                        adaptive=False, progress=progress,
-                        timing=lab.calibrate(pair64, [1, 2, 3], factory(pair64)(),
-                                             lab.CalibrationPlan(n_max=3, repeats=3, warmup=1)))
+        calibration = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=3, repeats=3, warmup=1))
+        res = lab.sweep(SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=3,
+                                     max_new_tokens=12, timing=calibration), adaptive=False, progress=progress)
     finally:
         hook.remove()
-    assert res["drift"]["prompt"]["flagged"]
-    assert not res["trust"]["trusted"] and res["trust"]["findings"][0]["check"] == "drift"
+    assert res.drift["prompt"].flagged
+    assert not res.trust.trusted and res.trust.findings[0].check == "drift"
     # the drift the table notes is the verdict's own figure, so a report never quotes two numbers for one drift
-    assert f"moved {res['drift']['prompt']['spread']:.0%}" in res["trust"]["findings"][0]["message"]
-    assert res["recommended_k"] is None and "moved" in res["withheld"]
-    assert res["best_k"] in (1, 2)  # the measured best is still reported, as a measurement, not advice
+    assert f"moved {res.drift['prompt'].spread:.0%}" in res.trust.findings[0].message
+    assert res.recommended_k is None and "moved" in res.withheld
+    assert res.best_k in (1, 2)  # the measured best is still reported, as a measurement, not advice
 
 
 def test_a_noisy_calibration_makes_the_speed_table_untrustworthy(pair64, quiet):
     noisy = timing(samples={2: [0.01, 0.05, 0.011, 0.06, 0.012, 0.04]})
-    res = lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=3, max_new_tokens=8, timing=noisy)
-    assert not res["trust"]["trusted"] and res["recommended_k"] is None
-    assert all(not row["trust"]["trusted"] for row in res["table"])
-    assert any(f["check"] == "calibration-noise" for f in res["trust"]["findings"])
+    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=3, max_new_tokens=8,
+                                 timing=noisy))
+    assert not res.trust.trusted and res.recommended_k is None
+    assert all(not row.trust.trusted for row in res.table)
+    assert any(f.check == "calibration-noise" for f in res.trust.findings)
 
 
 def test_a_clean_run_recommends_and_explains_each_cell(pair64, quiet):
     t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=4, repeats=4, warmup=1))
-    res = lab.speed(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10, timing=t)
-    for row in res["table"]:
-        assert "trust" in row and row["spread"] == pytest.approx(row["max_ratio"] - row["min_ratio"])
-        ex = row["explained"]
-        assert ex["runs"] == 3
+    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
+                                 timing=t))
+    for row in res.table:
+        assert row.trust is not None and row.spread == pytest.approx(row.max_ratio - row.min_ratio)
+        ex = row.explained
+        assert ex.runs == 3
         # the three parts of the miss add up to it exactly (means over the cell's runs)
-        assert ex["step_costs"] + ex["acceptance"] + ex["overhead"] == pytest.approx(ex["miss"])
-        assert 0 <= ex["outside_buckets_share"] < 1 and 0 <= ex["rollback_share"] < 1
-    if res["trust"]["trusted"]:  # the tiny models' own timings may be noisy: then nothing is recommended
-        assert res["recommended_k"] == res["best_k"]
+        assert ex.step_costs + ex.acceptance + ex.overhead == pytest.approx(ex.miss)
+        assert 0 <= ex.outside_buckets_share < 1 and 0 <= ex.rollback_share < 1
+    if res.trust.trusted:  # the tiny models' own timings may be noisy: then nothing is recommended
+        assert res.recommended_k == res.best_k
     else:
-        assert res["recommended_k"] is None
+        assert res.recommended_k is None

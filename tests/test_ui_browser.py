@@ -309,6 +309,7 @@ def tiny_app_url(launch_app):
     import torch
 
     from playground.pairs.models import ModelPair
+    from playground.results.speed import SpeedRow
     from playground.ui import build_ui
     from playground.ui.serving import PairProvider
     from tests.test_ui_handlers import untrusted_sweep_result
@@ -317,18 +318,18 @@ def tiny_app_url(launch_app):
     target = tiny_model(vocab=64, seed=0, dtype=torch.float32)
     draft = perturbed(target, noise=0.015)
     for m in (target, draft):
-        m.register_forward_pre_hook(lambda *_: time.sleep(PASS_S["sleep"]))
+        # on the embedding, which every forward runs (transformers', the static and the lean one)
+        m.model.embed_tokens.register_forward_pre_hook(lambda *_: time.sleep(PASS_S["sleep"]))
     pair = ModelPair(target=target, tokenizer=word_tokenizer([f"w{i}" for i in range(63)]), draft=draft,
                      eos_ids=frozenset({63}), target_name="tiny-target", draft_name="tiny-draft")
 
-    def untrusted_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
-                        sampling=None, min_confidence=None):
+    def untrusted_sweep(request, progress=None):
         for i in range(3):
             progress((i + 1) / 3, f"round 1/1: arm {i}")
             time.sleep(0.3)
         result = untrusted_sweep_result()
-        result["table"].append({"k": "adaptive", "median_ratio": 1.02, "min_ratio": 0.9, "max_ratio": 1.1,
-                                "alpha": 0.8, "k_values": {"2": 3, "5": 4}})
+        result.table.append(SpeedRow(k="adaptive", median_ratio=1.02, min_ratio=0.9, max_ratio=1.1, alpha=0.8,
+                                     k_values={"2": 3, "5": 4}))
         return result
 
     return launch_app(build_ui(PairProvider(pair=pair), sweep_fn=untrusted_sweep))

@@ -4,8 +4,6 @@ the calibration's step costs, for every kind of run."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -15,13 +13,13 @@ from playground.core.records import Iteration, Step
 from playground.drafters.registry import make_proposer, names
 from playground.errors import PlaygroundError
 from playground.lab.misses import prediction_lines
-from playground.lab.speed import speed
+from playground.lab.speed import SpeedRequest, speed
 from playground.limits import Limits
 from playground.pairs.models import ModelPair
 from playground.ui import handlers, measure, panels, replay_request, serving
 from playground.ui.session import Session, parse_request, parse_sweep
 from tests.test_replay import fake_timing
-from tests.test_ui_handlers import SWEEP_RESULT
+from tests.test_ui_handlers import sweep_result
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
 WORDS = [f"w{i}" for i in range(63)]  # + "<eos>" = 64 tokens
@@ -138,10 +136,9 @@ def sweep_with_stop(provider, drafter: str) -> tuple[float | None, list[str]]:
     """A sweep asked with the stop, its lab part faked: the stop the lab was given, and the status lines."""
     seen = {}
 
-    def fake_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
-                   sampling=None, min_confidence=None):
-        seen["min_confidence"] = min_confidence
-        return json.loads(json.dumps(SWEEP_RESULT))
+    def fake_sweep(request, progress=None):
+        seen["min_confidence"] = request.min_confidence
+        return sweep_result()
 
     controls = {n: CONTROLS[n] for n in ("prompt", "preset", "chat", "decoding", "temperature", "top_k", "top_p",
                                          "seed")}
@@ -164,14 +161,14 @@ def test_the_lab_predicts_no_fixed_k_under_a_stop_and_costs_what_was_drafted(wor
         return make_proposer(word_pair, "draft")
 
     kw = dict(ks=[3], rounds=1, max_new_tokens=12, timing=fake_timing())
-    stopped = speed(word_pair, {"p": ids}, factory, min_confidence=STOP, **kw)
-    row = stopped["table"][0]
-    assert row.get("predicted_iid") is None and row.get("predicted_empirical") is None
-    assert all(x["predicted_empirical"] is None for x in stopped["runs"])
-    drafted = [r[6] for r in stopped["runs"][0]["iterations"]]
-    assert any(d < 3 for d in drafted[:-1]) and row["median_costed"] is not None
-    full = speed(word_pair, {"p": ids}, factory, **kw)
-    assert full["table"][0]["predicted_iid"] is not None and full["table"][0]["predicted_empirical"] is not None
+    stopped = speed(SpeedRequest(word_pair, {"p": ids}, factory, min_confidence=STOP, **kw))
+    row = stopped.table[0]
+    assert row.predicted_iid is None and row.predicted_empirical is None
+    assert all(x.predicted_empirical is None for x in stopped.runs)
+    drafted = [r[6] for r in stopped.runs[0].iterations]
+    assert any(d < 3 for d in drafted[:-1]) and row.median_costed is not None
+    full = speed(SpeedRequest(word_pair, {"p": ids}, factory, **kw))
+    assert full.table[0].predicted_iid is not None and full.table[0].predicted_empirical is not None
     assert "none at a fixed k under a confidence stop" in prediction_lines(stopped)[1]  # what the CLI prints
     assert prediction_lines(full)[1].startswith("prediction: within 0.05")
 

@@ -3,6 +3,8 @@ event handlers on tiny random models (a word-level tokenizer stands in for a rea
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import html
 import json
 import threading
@@ -20,6 +22,8 @@ from playground.inputs.text import token_pieces
 from playground.lab.calibration import pass_lengths
 from playground.pairs.models import ModelPair
 from playground.pairs.registry import PairChoice
+from playground.results import from_document
+from playground.results.speed import SpeedRun, SweepResult
 from playground.ui import charts, handlers, measure, panels, render, serving, sweep_words, verdicts
 from playground.ui.session import Session, parse_request, parse_sweep
 from tests.tiny import perturbed, tiny_model, word_tokenizer
@@ -184,7 +188,8 @@ def test_empty_figures_exist_for_every_chart():
         assert fig.layout.annotations  # the "no data yet" note
 
 
-SWEEP_RESULT = {
+SWEEP_RESULT = {  # a sweep result as saved (a trimmed one: no runs, no verdict)
+    "experiment": "sweep", "ks": [1, 2, 3, 4], "rounds": 2, "max_new_tokens": 24,
     "table": [{"k": k, "median_ratio": r, "min_ratio": r - 0.1, "max_ratio": r + 0.1, "alpha": 0.8,
                "predicted_iid": r + 0.05, "predicted_empirical": r + 0.02, "break_even_alpha": 0.3 + 0.05 * k}
               for k, r in [(1, 1.2), (2, 1.4), (3, 1.3), (4, 0.9)]],
@@ -195,8 +200,13 @@ SWEEP_RESULT = {
 }
 
 
+def sweep_result(**changes) -> SweepResult:
+    """SWEEP_RESULT as lab.speed.sweep returns it, with `changes` to its saved fields."""
+    return from_document(json.loads(json.dumps({**SWEEP_RESULT, **changes})))
+
+
 def test_sweep_chart_shows_measured_predicted_break_even_and_recommended_k():
-    fig = valid(charts.sweep_figure(SWEEP_RESULT))
+    fig = valid(charts.sweep_figure(sweep_result()))
     names = [t.name for t in fig.data]
     assert names == ["measured (median)", "predicted (iid \u03b1)", "predicted (per position)"]
     assert list(fig.data[0].error_y.array) == pytest.approx([0.1] * 4)
@@ -475,14 +485,14 @@ def test_calibrate_is_cached_per_session_and_feeds_the_prediction(provider):
 def test_sweep_calls_lab_sweep_with_the_settings_and_reports_progress(provider):
     seen = {}
 
-    def fake_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
-                   sampling=None, min_confidence=None):
-        seen.update(ks=list(ks), rounds=rounds, max_new=max_new_tokens, timing=timing, n_prompt=len(prompt_ids),
-                    proposer=proposer_factory().describe())
+    def fake_sweep(request, progress=None):
+        (prompt_ids,) = request.prompts.values()
+        seen.update(ks=list(request.ks), rounds=request.rounds, max_new=request.max_new_tokens, timing=request.timing,
+                    n_prompt=len(prompt_ids), proposer=request.proposer_factory().describe())
         for i in range(4):
             progress((i + 1) / 4, f"step {i}")
             time.sleep(0.35)
-        return json.loads(json.dumps(SWEEP_RESULT))
+        return sweep_result()
 
     session = Session()
     views = list(measure.stream_sweep(provider, session, sweep_request(provider, 4, 2, 24, drafter="lookup"),
@@ -499,7 +509,7 @@ def test_sweep_calls_lab_sweep_with_the_settings_and_reports_progress(provider):
     assert final.table[1][:2] == [2, 1.4] and len(final.table) == 4 and final.table[1][-1] == 0.4
     assert "**Recommended k = 2**" in final.summary and "predictions peak at k = 2, as measured" in final.summary
     assert "Slower than plain decoding" in final.summary and "k = 4" in final.summary
-    assert session.sweep["best_k"] == 2 and len(session.timings) == 1  # the sweep's calibration is kept
+    assert session.sweep.best_k == 2 and len(session.timings) == 1  # the sweep's calibration is kept
 
 
 def test_sweep_runs_the_lab_sweep_by_default(provider, monkeypatch):
@@ -507,8 +517,8 @@ def test_sweep_runs_the_lab_sweep_by_default(provider, monkeypatch):
 
     assert measure.sweep is lab_sweep
     called = []
-    result = json.loads(json.dumps(SWEEP_RESULT))
-    monkeypatch.setattr(measure, "sweep", lambda *a, **k: called.append(k["ks"]) or result)
+    result = sweep_result()
+    monkeypatch.setattr(measure, "sweep", lambda request, **k: called.append(request.ks) or result)
     final = list(measure.stream_sweep(provider, Session(), sweep_request(provider, 2, 1, 8)))[-1]
     assert called == [[1, 2]] and "recommended k = 2" in final.status
 
@@ -516,8 +526,7 @@ def test_sweep_runs_the_lab_sweep_by_default(provider, monkeypatch):
 def test_stopping_a_sweep_stops_the_worker(provider):
     stopped = threading.Event()
 
-    def endless_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
-                      sampling=None, min_confidence=None):
+    def endless_sweep(request, progress=None):
         try:
             while True:
                 progress(0.5, "working")
@@ -602,10 +611,10 @@ def test_build_ui_loads_no_model_and_names_every_event(word_pair):
 
 
 def test_sweep_rows_say_when_a_k_never_pays():
-    result = {"table": [{"k": 1, "median_ratio": 0.81234, "min_ratio": 0.8, "max_ratio": 0.9, "alpha": None,
-                         "break_even_alpha": None},
-                        {"k": 2, "median_ratio": 1.2, "min_ratio": 1.1, "max_ratio": 1.3, "alpha": 0.9,
-                         "predicted_iid": 1.25, "predicted_local": 1.1789, "break_even_alpha": 0.41234}]}
+    result = sweep_result(table=[{"k": 1, "median_ratio": 0.81234, "min_ratio": 0.8, "max_ratio": 0.9, "alpha": None,
+                                  "break_even_alpha": None},
+                                 {"k": 2, "median_ratio": 1.2, "min_ratio": 1.1, "max_ratio": 1.3, "alpha": 0.9,
+                                  "predicted_iid": 1.25, "predicted_local": 1.1789, "break_even_alpha": 0.41234}])
     rows = sweep_words.sweep_rows(result)
     assert rows[0] == [1, 0.812, 0.8, 0.9, "\u2013", "\u2013", "\u2013", "\u2013", "never pays"]
     assert rows[1] == [2, 1.2, 1.1, 1.3, 0.9, 1.25, "\u2013", 1.179, 0.412]
@@ -679,24 +688,25 @@ LOAD_FAIL = ("machine-load", "fail", "other processes kept 1.60 of the 2 cores b
              "stop the other work, or measure on a quiet machine")
 
 
-def untrusted_sweep_result():
+def untrusted_sweep_result() -> SweepResult:
     """What lab.speed.sweep returns when its verdict failed: no recommended k, the reason and the fix instead."""
     from playground.lab.trust import Finding, Verdict, recommend
 
     verdict = Verdict((Finding(*LOAD_FAIL), Finding("rounds", "fail", "1 round: a single run has no spread, so noise "
                                                     "cannot be told from an effect", "run at least 3 rounds")))
-    result = json.loads(json.dumps(SWEEP_RESULT))
-    result.update(trust=verdict.to_dict(), **recommend(result["best_k"], verdict))
-    for row in result["table"]:
-        row["trust"] = verdict.to_dict()
+    result = sweep_result()
+    advice = recommend(result.best_k, verdict)
+    result.trust, result.recommended_k, result.withheld = verdict, advice.recommended_k, advice.withheld
+    for row in result.table:
+        row.trust = verdict
     return result
 
 
 def test_a_failed_verdict_shows_its_reason_and_fix_and_never_a_recommended_k(provider):
     result = untrusted_sweep_result()
-    assert result["recommended_k"] is None and result["withheld"]
+    assert result.recommended_k is None and result.withheld
     final = list(measure.stream_sweep(provider, Session(), sweep_request(provider, 4, 1, 8),
-                                      sweep_fn=lambda *a, **k: json.loads(json.dumps(result))))[-1]
+                                      sweep_fn=lambda *a, **k: copy.deepcopy(result)))[-1]
     assert "no recommended k" in final.status and "recommended k = " not in final.status
     assert "other processes kept 1.60 of the 2 cores" in final.status
     assert 'class="trust fail"' in final.summary and "fix: stop the other work" in final.summary
@@ -710,10 +720,9 @@ def test_a_failed_verdict_shows_its_reason_and_fix_and_never_a_recommended_k(pro
 
 
 def test_no_k_is_recommended_when_every_k_is_slower_than_plain():
-    result = json.loads(json.dumps(SWEEP_RESULT))
-    for row in result["table"]:
-        row["median_ratio"] -= 0.6  # best: k = 2 at 0.8x
-    result.update(trust=_verdict().to_dict(), recommended_k=2, withheld=None)
+    result = sweep_result(trust=_verdict().to_dict(), recommended_k=2, withheld=None)
+    for row in result.table:
+        row.median_ratio -= 0.6  # best: k = 2 at 0.8x
     k, why = sweep_words.recommendation(result)
     assert k is None and "no k beat plain decoding" in why
     text = sweep_words.sweep_summary(result, "cpu", 3, 16)
@@ -722,8 +731,7 @@ def test_no_k_is_recommended_when_every_k_is_slower_than_plain():
 
 
 def test_a_trusted_sweep_summary_agrees_with_its_chart():
-    result = json.loads(json.dumps(SWEEP_RESULT))
-    result.update(trust=_verdict().to_dict(), recommended_k=2, withheld=None)
+    result = sweep_result(trust=_verdict().to_dict(), recommended_k=2, withheld=None)
     text = sweep_words.sweep_summary(result, "cpu", 3, 16)
     assert 'class="trust ok"' in text and "**Recommended k = 2**" in text
     assert "Slower than plain decoding at k = 4." in text  # the recommended k is not among the losing ones
@@ -732,17 +740,16 @@ def test_a_trusted_sweep_summary_agrees_with_its_chart():
     assert "What the terms mean" in text and "break-even" in text  # the glossary, a details element
     assert "Noise bound" not in text  # a result without its runs has no scatter to read
     # with its runs (10% apart around each cell), it says what any prediction could score on that scatter
-    runs = [{"prompt": "prompt", "k": r["k"], "ratio": r["median_ratio"] * f} for r in result["table"]
-            for f in (0.9, 1.0, 1.1) if isinstance(r["k"], int)]
-    said = sweep_words.sweep_summary({**result, "runs": runs}, "cpu", 3, 16)
+    runs = [SpeedRun(prompt="prompt", k=r.k, round=0, ratio=r.median_ratio * f) for r in result.table
+            for f in (0.9, 1.0, 1.1) if isinstance(r.k, int)]
+    said = sweep_words.sweep_summary(dataclasses.replace(result, runs=runs), "cpu", 3, 16)
     assert "Noise bound: runs scatter by 10% around their cell" in said and "3 ran, or a quieter host)." in said
     assert "<dt>noise bound</dt>" in said  # with the term in the glossary
 
 
 def test_sweep_chart_labels_every_line_and_keeps_its_labels_apart():
-    result = json.loads(json.dumps(SWEEP_RESULT))
-    result["table"].append({"k": "adaptive", "median_ratio": 1.02, "min_ratio": 0.9, "max_ratio": 1.1, "alpha": 0.8,
-                            "k_values": {"2": 3}})
+    result = sweep_result(table=[*SWEEP_RESULT["table"], {"k": "adaptive", "median_ratio": 1.02, "min_ratio": 0.9,
+                                                          "max_ratio": 1.1, "alpha": 0.8, "k_values": {"2": 3}}])
     fig = valid(charts.sweep_figure(result))
     assert any(t.name.startswith("adaptive k, measured (1.02") for t in fig.data)  # in the legend, with its value
     margin = [a for a in fig.layout.annotations if a.xref == "paper" and a.x == 1.0]
@@ -845,10 +852,9 @@ def test_the_calibration_store_is_reused_by_every_tab_calibrate_run_and_sweep(wo
     assert "reused the calibration from 64 tokens" in again[0].status
     seen = {}
 
-    def fake_sweep(pair, prompt_ids, proposer_factory, ks, rounds, max_new_tokens, timing=None, progress=None,
-                   sampling=None, min_confidence=None):
-        seen["timing"] = timing
-        return json.loads(json.dumps(SWEEP_RESULT))
+    def fake_sweep(request, progress=None):
+        seen["timing"] = request.timing
+        return sweep_result()
 
     views = list(measure.stream_sweep(provider, Session(), sweep_request(provider, 2, 1, 8, drafter="lookup"),
                                       sweep_fn=fake_sweep))

@@ -246,20 +246,23 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
     assert len(calls) == 1 and cal[-1].status.startswith("Calibrated")  # this length, not 'Already calibrated'
 
 
-def recorded_sweep(**changes) -> dict:
+def recorded_sweep(**changes):
     """Issue 47's tool-call sweep as recorded (hybrid, 3 rounds, trusted): every predicted curve peaks at k = 8, the
     largest k swept, while the lab's pick from the deepest k's acceptance alone said 6 and adaptive k chose 15-16."""
     from playground.lab.trust import Verdict
+    from playground.results import from_document
 
     table = [{"k": k, "median_ratio": r, "min_ratio": r - 0.05, "max_ratio": r + 0.05, "alpha": 0.9,
-              "predicted_iid": r + 0.1, "predicted_empirical": r + 0.05, "predicted_local": r + 0.02}
+              "predicted_iid": r + 0.1, "predicted_empirical": r + 0.05, "predicted_local": r + 0.02,
+              "break_even_alpha": 0.3 + 0.05 * k}
              for k, r in [(1, 1.3), (2, 1.6), (4, 1.9), (6, 2.1), (8, 2.22)]]
     table.append({"k": "adaptive", "median_ratio": 2.62, "min_ratio": 2.5, "max_ratio": 2.7, "alpha": 0.9,
                   "k_values": {"15": 10, "16": 30}})
-    result = {"table": table, "best_k": 8, "predicted_best_k": 6, "recommended_k": 8, "withheld": None,
+    result = {"experiment": "sweep", "ks": [1, 2, 4, 6, 8, "adaptive"], "rounds": 3, "max_new_tokens": 32,
+              "table": table, "best_k": 8, "predicted_best_k": 6, "recommended_k": 8, "withheld": None,
               "trust": Verdict.of([]).to_dict()}
     result.update(changes)
-    return result
+    return from_document(result)
 
 
 def test_the_sweep_summary_chart_and_recommendation_tell_one_story():
@@ -288,7 +291,7 @@ def test_a_prediction_2x_from_its_measurement_fails_the_sweep_and_withholds_k():
     from playground.ui.sweep_words import recommendation, sweep_summary, sweep_verdict
 
     result = recorded_sweep()
-    result["table"][4]["predicted_empirical"] = 1.05  # k = 8: measured 2.22x, predicted 1.05x (2.1-fold)
+    result.table[4].predicted_empirical = 1.05  # k = 8: measured 2.22x, predicted 1.05x (2.1-fold)
     verdict = sweep_verdict(result)
     assert not verdict.trusted and "k = 8: the prediction (1.05" in verdict.failures[0].message
     k, why = recommendation(result)
@@ -322,10 +325,10 @@ def test_a_hybrid_sweep_shows_no_single_c_prediction():
     from playground.ui import charts
     from playground.ui.sweep_words import fit_to_drafter, sweep_summary
 
-    result = fit_to_drafter(recorded_sweep(), "hybrid")
+    result, no_model = fit_to_drafter(recorded_sweep(), "hybrid")
     names = [t.name for t in charts.sweep_figure(result).data]
     assert "predicted (iid \u03b1)" not in names and "predicted (per position)" not in names
     assert "predicted (loop costs)" in names  # priced from the runs' own iterations: it fits any drafter
-    assert "no model for this drafter" in sweep_summary(result, "cpu", 3, 32)
-    kept = fit_to_drafter(recorded_sweep(), "draft")
-    assert "predicted (iid \u03b1)" in [t.name for t in charts.sweep_figure(kept).data] and "no_model" not in kept
+    assert "no model for this drafter" in sweep_summary(result, "cpu", 3, 32, no_model=no_model)
+    kept, none = fit_to_drafter(recorded_sweep(), "draft")
+    assert "predicted (iid \u03b1)" in [t.name for t in charts.sweep_figure(kept).data] and not none

@@ -5,7 +5,6 @@ wrong with a bad input in the library's words; the batch timing runs on a tiny p
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import astuple, replace
 from types import SimpleNamespace
 
@@ -23,7 +22,7 @@ from playground.results.calibration import BatchResult, BatchRow
 from playground.ui import batching, charts, measure, serving
 from playground.ui.session import RunResult, Session, parse_request
 from playground.ui.whatif_view import DEFAULTS, WhatifInputs, error_status, prefill, v_text, whatif_view
-from tests.test_ui_handlers import RECORDS, SWEEP_RESULT, WORDS, request, sweep_request, valid
+from tests.test_ui_handlers import RECORDS, WORDS, request, sweep_request, sweep_result, valid
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
 TIMING = Timing(target_step_s=0.02, verify_s={1: 0.02, 2: 0.0206, 3: 0.0212, 5: 0.024, 9: 0.03, 17: 0.05},
@@ -151,10 +150,10 @@ def test_the_tab_fills_from_the_last_calibration_once_and_on_the_button():
 
 
 def test_without_a_calibrate_the_tab_fills_from_the_sweeps_calibration():
-    sweep = json.loads(json.dumps(SWEEP_RESULT))
+    sweep = sweep_result()
     session = Session(sweep=sweep)
     changes, line = prefill(session, None)
-    timing = Timing.from_dict(sweep["timing"])
+    timing = Timing.from_dict(sweep.timing)
     assert changes["c"] == round(timing.c, 4) == 0.5 and "the last sweep's calibration" in line
     assert prefill(session, None) == ({}, None)
 
@@ -236,9 +235,9 @@ def fake_batch(n_max: int = 5) -> BatchResult:
 
 
 def test_batch_lines_come_from_batch_predictions_at_the_sweeps_alpha_and_cost():
-    sweep, batch = json.loads(json.dumps(SWEEP_RESULT)), fake_batch(n_max=4)  # passes up to 4 tokens: k <= 3
+    sweep, batch = sweep_result(), fake_batch(n_max=4)  # passes up to 4 tokens: k <= 3
     curves = batching.batch_curves(sweep, batch)
-    timing = Timing.from_dict(sweep["timing"])
+    timing = Timing.from_dict(sweep.timing)
     for k in (1, 2, 3):
         expected = batch_predictions(batch, timing.c, 0.8, timing.overhead, ks=[k])
         assert {b: curves[b][k] for b in (1, 4, 8)} == {b: expected[b][k] for b in (1, 4, 8)}
@@ -263,9 +262,8 @@ def test_time_batches_on_a_tiny_pair_keeps_the_result_and_the_sweep_draws_it(pro
     assert final.figure is None and "Sweep k to see" in final.note and "The loop itself runs batch 1" in final.note
     assert "vLLM" in final.note and "| B | step, ms |" in final.note
     assert session.batch_status.startswith("Timed batches")
-    result = json.loads(json.dumps(SWEEP_RESULT))
     swept = list(measure.stream_sweep(provider, session, sweep_request(provider, 4, 1, 8),
-                                      sweep_fn=lambda *a, **kw: json.loads(json.dumps(result))))[-1]
+                                      sweep_fn=lambda *a, **kw: sweep_result()))[-1]
     names = [t.name for t in swept.figure.data]
     assert {"predicted at batch 1", "predicted at batch 4", "predicted at batch 8"} <= set(names)
     assert "draws the predicted speed-up at each batch size" in batching.batch_note(session)

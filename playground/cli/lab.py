@@ -26,10 +26,12 @@ from ..lab.batch import batch_predictions, batch_timing
 from ..lab.calibration import CalibrationPlan, pooled
 from ..lab.quality import DistributionPlan
 from ..lab.report import experiment_text
+from ..lab.speed import SpeedRequest
 from ..pairs.models import ModelPair
 from ..results import Result
 from ..results.calibration import BatchPredictions, TimingResult
 from ..results.quality import AcceptanceResult, DistributionResult, DivergenceResult
+from ..results.speed import PeersResult, SpeedResult, SweepResult
 from .load import pair_from_args
 
 
@@ -140,20 +142,22 @@ def _spread(job: Job, timings: dict) -> Callable[[int], None] | None:
     return recalibrate
 
 
-def speed_job(job: Job) -> dict:
+def speed_job(job: Job) -> SpeedResult:
     timings = _calibrations(job, list(job.ids))
-    return speed(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.lengths,
-                 sampling=_sampling(job.args), timing=timings, min_confidence=job.args.min_confidence,
-                 progress=_rest_of_bar(job), between_rounds=_spread(job, timings), memory=job.args.memory,
-                 plain_every=job.args.plain_every)
+    request = SpeedRequest(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds,
+                           max_new_tokens=job.lengths, sampling=_sampling(job.args), timing=timings,
+                           min_confidence=job.args.min_confidence, memory=job.args.memory,
+                           plain_every=job.args.plain_every)
+    return speed(request, progress=_rest_of_bar(job), between_rounds=_spread(job, timings))
 
 
-def sweep_job(job: Job) -> dict:
+def sweep_job(job: Job) -> SweepResult:
     name, ids = next(iter(job.ids.items()))
     timing = _calibrations(job, [name])[name]
-    return sweep(job.pair, ids, job.proposer, ks=job.ks, rounds=job.args.rounds, max_new_tokens=job.max_new,
-                 sampling=_sampling(job.args), timing=timing, min_confidence=job.args.min_confidence, name=name,
-                 progress=_rest_of_bar(job), plain_every=job.args.plain_every)
+    request = SpeedRequest(job.pair, {name: ids}, job.proposer, ks=job.ks, rounds=job.args.rounds,
+                           max_new_tokens=job.max_new, sampling=_sampling(job.args), timing=timing,
+                           min_confidence=job.args.min_confidence, plain_every=job.args.plain_every)
+    return sweep(request, progress=_rest_of_bar(job))
 
 
 def acceptance_job(job: Job) -> AcceptanceResult:
@@ -170,12 +174,12 @@ def distribution_job(job: Job) -> DistributionResult:
                                                                           draws=job.args.draws), job.progress)
 
 
-def peers_job(job: Job) -> dict:
+def peers_job(job: Job) -> PeersResult:
     return peers(job.pair, job.ids, k=job.args.k, rounds=job.args.rounds, max_new_tokens=job.max_new,
                  max_ngram=job.args.max_ngram, progress=job.progress)
 
 
-def cmd_lab(args: argparse.Namespace, run: Callable[[Job], dict], default_ks: Sequence = (),
+def cmd_lab(args: argparse.Namespace, run: Callable[[Job], Result | dict], default_ks: Sequence = (),
             schedules: bool = False) -> int:
     """Runs the experiment `run` (a job function above) as its declaration in cli/experiments.py says: the k values
     it runs without --ks, and whether --ks may name adaptive / heuristic (`schedules`)."""
@@ -200,13 +204,19 @@ def cmd_lab(args: argparse.Namespace, run: Callable[[Job], dict], default_ks: Se
     result = run(job)
     print(experiment_text(result, setup, kinds={name: kind for name, (kind, _, _) in prompts.items() if kind != name}))
     if args.out:
-        doc = result.to_dict() if isinstance(result, Result) else result  # speed and sweep are not typed yet
-        doc["drafter"] = doc.get("drafter") or drafter
-        doc["command"] = doc.get("command") or "python -m playground " + shlex.join(args.argv)
         with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+            json.dump(_saved(result, drafter, "python -m playground " + shlex.join(args.argv)), f, indent=1)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def _saved(result: Result | dict, drafter: str, command: str) -> dict:
+    """The document `--out` writes: the result with the drafter and the command line that produced it."""
+    doc = result.to_dict() if isinstance(result, Result) else result
+    for key, value in (("drafter", drafter), ("command", command)):
+        if doc.get(key) is None:
+            doc[key] = value
+    return doc
 
 
 def _lab_prompts(pair: ModelPair, args: argparse.Namespace) -> dict[str, tuple[str, list[int], int]]:

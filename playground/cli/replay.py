@@ -17,8 +17,9 @@ from ..inputs.traces import read_trace
 from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, calibrated_timing
 from ..lab.replay import calibration_contexts, check_confidence, preset_turns, replay, text_turn
 from ..lab.replay_report import replay_table
-from ..lab.report import load_result, report
+from ..lab.report import report
 from ..limits import Limits
+from ..results import read_document
 from .lab import _progress_bar  # the lab commands' progress bar, shared so every command draws the same one
 from .load import pair_from_args
 from .replay_args import CONTROLLERS
@@ -111,7 +112,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ..backends.vllm_report import report_text  # light (json and statistics); imported where it is used
 
     for i, path in enumerate(args.files):
-        doc = load_result(path)
+        doc = read_document(path)
         kind = doc.get("experiment")
         text = replay_table(doc) if kind == "replay" else report_text(doc) if kind == "vllm-sweep" else report(path)
         print(("\n" if i else "") + text)

@@ -87,14 +87,6 @@ def median_shares(splits: Sequence[TimeSplit]) -> dict[str, float | None]:
     return out
 
 
-def run_split(row: dict) -> TimeSplit | None:
-    """The split of one run of a lab speed / sweep result (its draft_s, verify_s, rollback_s and decode_s)."""
-    try:
-        return TimeSplit.of(row["draft_s"], row["verify_s"], row["rollback_s"], row["decode_s"])
-    except (KeyError, TypeError):
-        return None
-
-
 def within_limits(shares: dict[str, float | None]) -> dict[str, bool | None]:
     """Whether the outside and rollback shares held their limits (None where unknown)."""
     outside, rollback = shares.get("outside"), shares.get("rollback")

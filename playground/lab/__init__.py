@@ -1,4 +1,4 @@
-"""The lab: experiments built on the one loop, each returning a result (playground.results) that records the environment
+"""The lab: experiments built on the one loop, each returning a result (playground.results: saved as JSON) that records the environment
 and the raw measurements, so a result can be re-read and re-plotted without re-running.
 
   calibration  step costs the cost model needs (c, v(n)), timed the way the loop runs them; a store that
@@ -16,8 +16,8 @@ from .calibration import CalibrationPlan, CalibrationStore, Timing, calibrate, c
 from .common import now_stamp, set_threads
 from .peers import peers
 from .quality import DistributionPlan, acceptance, distribution, divergence
-from .speed import speed, sweep
+from .speed import SpeedRequest, speed, sweep
 
-__all__ = ["CalibrationPlan", "CalibrationStore", "DistributionPlan", "Timing", "acceptance", "calibrate",
+__all__ = ["CalibrationPlan", "CalibrationStore", "DistributionPlan", "SpeedRequest", "Timing", "acceptance", "calibrate",
            "calibrated_curve", "calibrated_timing", "distribution", "divergence", "now_stamp", "peers", "set_threads",
            "speed", "sweep"]

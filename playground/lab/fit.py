@@ -10,7 +10,7 @@ Measured v(n) is noisy; a pass over more tokens cannot physically cost less unle
 so `fit_verify` fits a monotone (isotonic) curve and keeps a measured drop only where the samples say it is
 real (Mann-Whitney U, p < 0.01), flagging it: that is the hardware, not noise.
 
-`explain_miss` splits measured - predicted into three parts that add up exactly, per run:
+`explain_run` splits measured - predicted into three parts that add up exactly, per run:
   step costs    the prediction with the loop's own costs instead of the calibration's
   acceptance    what the run really got per unit of drafting and verification time, against what the
                 acceptance model expected at those costs
@@ -30,7 +30,8 @@ from scipy.stats import linregress, mannwhitneyu
 from ..core import cost
 from ..drafters.adaptive import CostCurve
 from ..results.calibration import VerifyFit
-from .trust import TrustLimits
+from ..results.speed import MissSplit, SpeedRow, SpeedRun
+from ..results.trust import TrustLimits
 
 SIGNIFICANT_P = 0.01
 
@@ -73,10 +74,6 @@ class LoopCosts:
     verify: VerifyFit
     iterations: int
 
-    def to_dict(self) -> dict:
-        return {"unit_s": self.unit_s, "c": self.c, "c_se": self.c_se, "overhead": self.overhead,
-                "overhead_se": self.overhead_se, "verify": self.verify.to_dict(), "iterations": self.iterations}
-
 
 def fit_loop(iterations: Sequence[Sequence[float]], unit_s: float) -> LoopCosts | None:
     """From compact iteration rows (k, n_accepted, n_emitted, draft_s, verify_s, rollback_s) of one or more runs.
@@ -113,86 +110,127 @@ def reached(per_position: Sequence[float | None]) -> list[float]:
     return out
 
 
-def stop_limit(run: Mapping) -> int | None:
+def stop_limit(run: SpeedRun) -> int | None:
     """A run's length limit if it ended on a stop token (an EOS) before it, else None: what
     cost.predicted_speedup_finite needs to walk its last iteration as the loop ran it."""
-    return run.get("max_new_tokens") if run.get("finished") == "eos" else None
+    return run.max_new_tokens if run.finished == "eos" else None
 
 
 def _predict(positions, k, c, v, new_tokens, overhead, limit=None) -> float:
     return cost.predicted_speedup_finite(positions, k, c, v, new_tokens, overhead, limit)
 
 
-def explain_run(run: Mapping, k: int, predicted: float) -> dict | None:
-    """The miss of one fixed-k run (a row of lab.speed's runs, with its `iterations`), split in three parts
+@dataclass(frozen=True)
+class RunMiss:
+    """One fixed-k run's miss, measured - predicted = step_costs + acceptance + overhead (see the module's doc)."""
+
+    measured: float
+    predicted: float
+    step_costs: float
+    acceptance: float
+    overhead: float
+    outside_buckets_share: float | None  # of its decode time
+    rollback_share: float | None
+    loop_costs: LoopCosts
+
+
+def explain_run(run: SpeedRun, k: int, predicted: float) -> RunMiss | None:
+    """The miss of one fixed-k run (one of lab.speed's runs, with its `iterations`), split in three parts
     that add up to measured - predicted. None without what it needs."""
-    its = run.get("iterations")
-    plain_tokens = run.get("plain_new_tokens")
-    if not its or not plain_tokens or not run.get("plain_decode_s") or run.get("ratio") is None:
+    its = run.iterations
+    if not its or not run.plain_new_tokens or not run.plain_decode_s or run.ratio is None:
         return None
-    unit = run["plain_decode_s"] / plain_tokens
+    unit = run.plain_decode_s / run.plain_new_tokens
     fitted = fit_loop(its, unit)
-    positions = [a for a in run.get("per_position") or [] if a is not None]
+    positions = [a for a in run.per_position if a is not None]
     if fitted is None or not positions:
         return None
-    with_loop_costs = _predict(positions, k, fitted.c, fitted.verify.v, run["new_tokens"], fitted.overhead,
+    with_loop_costs = _predict(positions, k, fitted.c, fitted.verify.v, run.new_tokens, fitted.overhead,
                                stop_limit(run))
     in_buckets = sum(r[3] + r[4] + r[5] for r in its)
-    bucket_ratio = (run["new_tokens"] / in_buckets) * unit if in_buckets > 0 else None
-    if bucket_ratio is None:
+    if in_buckets <= 0:
         return None
-    measured = run["ratio"]
-    return {"measured": measured, "predicted": predicted,
-            "step_costs": with_loop_costs - predicted,
-            "acceptance": bucket_ratio - with_loop_costs,
-            "overhead": measured - bucket_ratio,
-            "outside_buckets_share": max(0.0, 1 - in_buckets / run["decode_s"]) if run.get("decode_s") else None,
-            "rollback_share": sum(r[5] for r in its) / run["decode_s"] if run.get("decode_s") else None,
-            "loop_costs": fitted.to_dict()}
+    bucket_ratio = (run.new_tokens / in_buckets) * unit
+    return RunMiss(measured=run.ratio, predicted=predicted, step_costs=with_loop_costs - predicted,
+                   acceptance=bucket_ratio - with_loop_costs, overhead=run.ratio - bucket_ratio,
+                   outside_buckets_share=max(0.0, 1 - in_buckets / run.decode_s) if run.decode_s else None,
+                   rollback_share=sum(r[5] for r in its) / run.decode_s if run.decode_s else None,
+                   loop_costs=fitted)
 
 
-def explain_cell(runs: Sequence[Mapping], k: int, predictions: Sequence[float]) -> dict | None:
+def _median_of(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def explain_cell(runs: Sequence[SpeedRun], k: int, predictions: Sequence[float]) -> MissSplit | None:
     """Means over a cell's runs of each part of the miss (means, so the parts still add up to the mean miss)."""
     parts = [p for r, pred in zip(runs, predictions) if (p := explain_run(r, k, pred)) is not None]
     if not parts:
         return None
-    mean = lambda key: statistics.fmean(p[key] for p in parts if p[key] is not None)
-    out = {key: mean(key) for key in ("measured", "predicted", "step_costs", "acceptance", "overhead")}
-    out["miss"] = out["measured"] - out["predicted"]
-    for key in ("outside_buckets_share", "rollback_share"):
-        vals = [p[key] for p in parts if p[key] is not None]
-        out[key] = statistics.median(vals) if vals else None
-    out["runs"] = len(parts)
-    out["loop_c"] = statistics.median(p["loop_costs"]["c"] for p in parts)
-    return out
+    measured = statistics.fmean(p.measured for p in parts)
+    predicted = statistics.fmean(p.predicted for p in parts)
+    return MissSplit(measured=measured, predicted=predicted,
+                     step_costs=statistics.fmean(p.step_costs for p in parts),
+                     acceptance=statistics.fmean(p.acceptance for p in parts),
+                     overhead=statistics.fmean(p.overhead for p in parts), miss=measured - predicted,
+                     outside_buckets_share=_median_of(p.outside_buckets_share for p in parts),
+                     rollback_share=_median_of(p.rollback_share for p in parts), runs=len(parts),
+                     loop_c=statistics.median(p.loop_costs.c for p in parts))
 
 
-def prediction_score(cells: Sequence[Mapping], within: float = 0.05,
-                     past: float = TrustLimits.prediction_miss, key: str = "miss_empirical") -> dict | None:
-    """How close a prediction came over fixed-k cells (rows of lab.speed's `by_prompt`): how many
-    missed by at most `within`; the same among the sharp cells, whose measured median is known to `within` (their
-    "known", the half-width of its 90% interval: lab.misses.known_to; a noisier cell cannot show a miss that
-    small, and a cell without it is not sharp); the largest miss; how many missed by more
-    than `past` (`far`), and how many of those in a cell whose trust verdict neither failed nor names the miss
-    (`loose`: none, where lab.speed judged the cells). `key`: the miss scored, the calibration's prediction's
-    ("miss_empirical") or the one from the neighbouring runs' costs ("miss_local")."""
-    cells = [c for c in cells if c.get(key) is not None]
+@dataclass(frozen=True)
+class ScoredCell:
+    """A fixed-k cell (a row of lab.speed's `by_prompt`) and how closely its measured median is known: the
+    half-width of its 90% interval (lab.misses.known_to; None where the runs do not say)."""
+
+    row: SpeedRow
+    known: float | None = None
+
+    def miss(self, local: bool) -> float | None:
+        return self.row.miss_local if local else self.row.miss_empirical
+
+
+@dataclass(frozen=True)
+class PredictionScore:
+    within: float
+    past: float
+    cells: int
+    close: int  # cells within `within`
+    sharp: int  # cells whose median is known to `within`
+    sharp_close: int
+    worst_miss: float
+    worst_prompt: str | None
+    worst_k: int | str
+    far: int  # cells past `past`
+    loose: int  # ... of them neither failed nor naming the miss
+
+
+def prediction_score(cells: Sequence[ScoredCell], within: float = 0.05, past: float = TrustLimits.prediction_miss,
+                     local: bool = False) -> PredictionScore | None:
+    """How close a prediction came over fixed-k cells: how many missed by at most `within`; the same among the
+    sharp cells, whose measured median is known to `within` (a noisier cell cannot show a miss that small, and a
+    cell without `known` is not sharp); the largest miss; how many missed by more than `past` (`far`), and how
+    many of those in a cell whose trust verdict neither failed nor names the miss (`loose`: none, where lab.speed
+    judged the cells). `local`: score the prediction from the neighbouring runs' costs ("miss_local") instead
+    of the calibration's ("miss_empirical")."""
+    cells = [c for c in cells if c.miss(local) is not None]
     if not cells:
         return None
-    close = lambda c: abs(c[key]) <= within
-    sharp = [c for c in cells if c.get("known") is not None and c["known"] <= within]
-    worst = max(cells, key=lambda c: abs(c[key]))
-    far = [c for c in cells if abs(c[key]) > past]
-    loose = [c for c in far if (c.get("trust") or {}).get("trusted", True) and not _flags_miss(c, key)]
-    return {"within": within, "past": past, "cells": len(cells), "close": sum(map(close, cells)),
-            "sharp": len(sharp), "sharp_close": sum(map(close, sharp)), "worst_miss": worst[key],
-            "worst_prompt": worst.get("prompt"), "worst_k": worst.get("k"), "far": len(far), "loose": len(loose)}
+    close = lambda c: abs(c.miss(local)) <= within
+    sharp = [c for c in cells if c.known is not None and c.known <= within]
+    worst = max(cells, key=lambda c: abs(c.miss(local)))
+    far = [c for c in cells if abs(c.miss(local)) > past]
+    loose = [c for c in far if (c.row.trust is None or c.row.trust.trusted) and not _flags_miss(c.row, local)]
+    return PredictionScore(within=within, past=past, cells=len(cells), close=sum(map(close, cells)),
+                           sharp=len(sharp), sharp_close=sum(map(close, sharp)), worst_miss=worst.miss(local),
+                           worst_prompt=worst.row.prompt, worst_k=worst.row.k, far=len(far), loose=len(loose))
 
 
-def _flags_miss(cell: Mapping, key: str = "miss_empirical") -> bool:
-    """Whether a cell's trust verdict names the miss `key` scores (lab.trust.check_prediction)."""
-    check = "prediction-miss" if key == "miss_empirical" else "prediction-miss-local"
-    return any(f.get("check") == check for f in (cell.get("trust") or {}).get("findings", []))
+def _flags_miss(row: SpeedRow, local: bool) -> bool:
+    """Whether a cell's trust verdict names the miss scored (lab.trust.check_prediction)."""
+    check = "prediction-miss-local" if local else "prediction-miss"
+    return row.trust is not None and any(f.check == check for f in row.trust.findings)
 
 
 # --- the prediction from the loop's costs at the other arms ------------------------------------------
@@ -212,12 +250,12 @@ class LoopScales:
     iterations: int
 
 
-def _unit(run: Mapping) -> float | None:
-    tokens, seconds = run.get("plain_new_tokens"), run.get("plain_decode_s")
+def _unit(run: SpeedRun) -> float | None:
+    tokens, seconds = run.plain_new_tokens, run.plain_decode_s
     return seconds / tokens if tokens and seconds and seconds > 0 else None
 
 
-def loop_scales(neighbours: Sequence[Mapping], timing) -> LoopScales | None:
+def loop_scales(neighbours: Sequence[SpeedRun], timing) -> LoopScales | None:
     """`timing`: the calibration (lab.calibration.Timing). Sums over the neighbours' drafting iterations
     (not a median of per-iteration ratios: an iteration of 1 token and one of 8 weigh as the time they took).
     None without a drafting iteration to read."""
@@ -226,7 +264,7 @@ def loop_scales(neighbours: Sequence[Mapping], timing) -> LoopScales | None:
     curve = CostCurve.from_timing(timing)  # each proposal source at its own cost (a hybrid's lookup, its model)
     for run in neighbours:
         unit = _unit(run)
-        rows = [r for r in run.get("iterations") or [] if r[0] > 0 and (len(r) <= 6 or r[6] > 0)]
+        rows = [r for r in run.iterations if r[0] > 0 and (len(r) <= 6 or r[6] > 0)]
         if unit is None or not rows:
             continue
         for r in rows:
@@ -237,24 +275,24 @@ def loop_scales(neighbours: Sequence[Mapping], timing) -> LoopScales | None:
             paid_v += r[4] / unit
             cal_v += cost.verify_cost(curve.v, drafted + 1)
             count += 1
-        buckets = sum(r[3] + r[4] + r[5] for r in run["iterations"])
-        if run.get("decode_s"):
-            outside.append(max(0.0, 1 - buckets / run["decode_s"]))
+        buckets = sum(r[3] + r[4] + r[5] for r in run.iterations)
+        if run.decode_s:
+            outside.append(max(0.0, 1 - buckets / run.decode_s))
     if not count or cal_d <= 0 or cal_v <= 0:
         return None
     return LoopScales(paid_d / cal_d, paid_v / cal_v, statistics.median(outside) if outside else 0.0, count)
 
 
-def predict_from_neighbours(run: Mapping, neighbours: Sequence[Mapping], timing) -> float | None:
+def predict_from_neighbours(run: SpeedRun, neighbours: Sequence[SpeedRun], timing) -> float | None:
     """A fixed-k run's speed-up predicted from its own per-position acceptance (as the empirical prediction) and
     the calibration's costs rescaled to what `neighbours` paid (`loop_scales`), less their share outside the
     buckets. The run's own timing is not read. None without what it needs."""
-    positions = reached(run.get("per_position") or [])
+    positions = reached(run.per_position)
     scales = loop_scales(neighbours, timing)
-    if scales is None or not positions or not isinstance(run.get("k"), int) or not run.get("new_tokens"):
+    if scales is None or not positions or not isinstance(run.k, int) or not run.new_tokens:
         return None
-    c, overhead = timing.mixed(run.get("source_iterations"))
+    c, overhead = timing.mixed(run.source_iterations)
     v = {n: x * scales.verify for n, x in timing.v.items()}
-    walked = _predict(positions, run["k"], c * scales.draft, v, run["new_tokens"], overhead * scales.draft,
+    walked = _predict(positions, run.k, c * scales.draft, v, run.new_tokens, overhead * scales.draft,
                       stop_limit(run))
     return walked * (1 - scales.outside)

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.stats import t as student_t
 
+from ..results.speed import SpeedResult, SpeedRow, SpeedRun
+from ..results.trust import Verdict
 from .common import markdown_table
-from .fit import prediction_score
+from .fit import ScoredCell, prediction_score
 
 Z90 = 1.645  # a two-sided 90% normal interval's half-width, in standard errors
 MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over a mean's, for normal runs (large n;
@@ -25,79 +29,78 @@ def fmt(x, spec=".2f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def result_cells(doc: dict) -> tuple[dict, list[str]]:
+def result_cells(doc: SpeedResult) -> tuple[dict[tuple[str, int | str], SpeedRow], list[str]]:
     """A speed / sweep result's rows by (prompt, k), and its prompts in order."""
-    rows = doc.get("by_prompt") or [{"prompt": "prompt", **r} for r in doc["table"]]
-    return {(r["prompt"], r["k"]): r for r in rows}, doc.get("prompts") or sorted({r["prompt"] for r in rows})
+    rows = doc.by_prompt or [replace(r, prompt="prompt") for r in doc.table]
+    return {(r.prompt, r.k): r for r in rows}, doc.prompts or sorted({r.prompt for r in rows})
 
 
-def has_local(doc: dict) -> bool:
+def has_local(doc: SpeedResult) -> bool:
     """Whether the result's cells carry the prediction from the loop's costs, and its miss (lab.fit.
     predict_from_neighbours; results saved before it have the calibration's only)."""
     by, _ = result_cells(doc)
-    return any(r.get("predicted_local") is not None for r in by.values())
+    return any(r.predicted_local is not None for r in by.values())
 
 
-def trust_cell(trust: dict | None) -> str:
+def trust_cell(trust: Verdict | None) -> str:
     if not trust:
         return "-"
-    if not trust["trusted"]:
+    if not trust.trusted:
         return "UNTRUSTED"
-    return "ok (warn)" if trust["findings"] else "ok"
+    return "ok (warn)" if trust.findings else "ok"
 
 
-def misses_markdown(doc: dict) -> str:
+def misses_markdown(doc: SpeedResult) -> str:
     """How far each prediction missed the measured ratio, per prompt and k (measured - predicted): the
     calibration's, then (where the result has it) the one from the other arms' costs in each round, with how
     closely the cell's median is known (known_to: a miss within it cannot be told from the runs' noise); and per
     prompt how many cells each put within 0.05."""
-    ks = [k for k in doc["ks"] if isinstance(k, int)]
+    ks = [k for k in doc.ks if isinstance(k, int)]
     by, prompts = result_cells(doc)
-    keys = ["miss_empirical", "miss_local"] if has_local(doc) else ["miss_empirical"]
+    misses = ((lambda c: c.miss_empirical), (lambda c: c.miss_local)) if has_local(doc) else ((lambda c: c.miss_empirical),)
     head = ["preset", *(k_label(k) for k in ks), "within 0.05"]
-    known = known_to(doc)
+    known = known_to(doc.runs)
     rows = []
     for name in prompts:
         cells = [by[(name, k)] for k in ks]
-        within = [sum(1 for c in cells if c.get(key) is not None and abs(c[key]) <= 0.05) for key in keys]
-        shown = [" / ".join(fmt(c.get(key), "+.2f") for key in keys)
+        within = [sum(1 for c in cells if miss(c) is not None and abs(miss(c)) <= 0.05) for miss in misses]
+        shown = [" / ".join(fmt(miss(c), "+.2f") for miss in misses)
                  + (f" (\u00b1{known[(name, k)]:.2f})" if (name, k) in known else "") for c, k in zip(cells, ks)]
         rows.append([name, *shown, " / ".join(f"{n}/{len(ks)}" for n in within)])
     return markdown_table(head, rows)
 
 
-def prediction_lines(doc: dict) -> list[str]:
+def prediction_lines(doc: SpeedResult) -> list[str]:
     """After a blank line, how close each prediction came over a result's fixed-k cells (lab.fit.prediction_score):
     the calibration's ("miss_empirical"), then the one from the other arms' costs in each run's round
     ("miss_local")."""
     by, prompts = result_cells(doc)
-    known = known_to(doc)
-    cells = [{"prompt": name, **by[(name, k)], "known": known.get((name, k))} for name in prompts for k in doc["ks"]
+    known = known_to(doc.runs)
+    cells = [ScoredCell(by[(name, k)], known.get((name, k))) for name in prompts for k in doc.ks
              if isinstance(k, int) and (name, k) in by]
     lines = []
-    for key, what in (("miss_empirical", "prediction"),
-                      ("miss_local", "prediction from the other arms' costs in each round")):
-        if (score := prediction_score(cells, key=key)) is None:
+    for local, what in ((False, "prediction"), (True, "prediction from the other arms' costs in each round")):
+        if (score := prediction_score(cells, local=local)) is None:
             continue
-        w, p = score["within"], score["past"]
-        lines.append(f"{what}: within {w} of the measured median in {score['close']} of {score['cells']} cells, in "
-                     f"{score['sharp_close']} of the {score['sharp']} whose median is known to {w} (90%); largest miss "
-                     f"{score['worst_miss']:+.2f} ({score['worst_prompt']}, k={score['worst_k']}); {score['far']} past "
-                     f"{p}, {score['far'] - score['loose']} of them flagged in their cells")
-    if lines and (bound := noise_bound(doc)) is not None:
+        w, p = score.within, score.past
+        lines.append(f"{what}: within {w} of the measured median in {score.close} of {score.cells} cells, in "
+                     f"{score.sharp_close} of the {score.sharp} whose median is known to {w} (90%); largest miss "
+                     f"{score.worst_miss:+.2f} ({score.worst_prompt}, k={score.worst_k}); {score.far} past "
+                     f"{p}, {score.far - score.loose} of them flagged in their cells")
+    if lines and (bound := noise_bound(doc.runs)) is not None:
         lines.append(noise_line(bound))
-    if not lines and doc.get("min_confidence") is not None:
+    if not lines and doc.min_confidence is not None:
         lines.append("prediction: none at a fixed k under a confidence stop (the model drafts every k); the costed "
                      "column counts what was drafted")
     return ["", *lines] if lines else []
 
 
-def _fixed_runs(doc: dict) -> dict:
+def _fixed_runs(runs: Sequence[SpeedRun]) -> dict[tuple[str, int], list[float]]:
     """A result's run ratios by (prompt, fixed k)."""
     cells: dict = {}
-    for r in doc.get("runs") or []:
-        if isinstance(r.get("k"), int) and not isinstance(r["k"], bool) and r.get("ratio"):
-            cells.setdefault((r["prompt"], r["k"]), []).append(r["ratio"])
+    for r in runs:
+        if isinstance(r.k, int) and not isinstance(r.k, bool) and r.ratio:
+            cells.setdefault((r.prompt, r.k), []).append(r.ratio)
     return cells
 
 
@@ -115,14 +118,14 @@ def _pooled_scatter(cells: dict) -> dict[str, tuple[float, int]]:
     return {prompt: (math.sqrt(ss / dof), int(dof)) for prompt, (ss, dof) in pooled.items()}
 
 
-def known_to(doc: dict, level: float = 0.9) -> dict:
+def known_to(runs: Sequence[SpeedRun], level: float = 0.9) -> dict[tuple[str, int], float]:
     """How closely each fixed-k cell's measured median is known, by (prompt, k): the half-width of its `level`
     interval, t(level, pooled degrees of freedom) * MEDIAN_SE * the prompt's pooled relative scatter * the cell's
     median / sqrt(its runs). A miss can be told from the cell's noise when this is at most the miss tested for:
     the cells "whose own spread allows it" that lab.fit.prediction_score counts as sharp. Unlike the runs' range,
     it narrows as runs are added (a range of 20 runs is wider than one of 3; docs/results.md, 2026-12-04).
     Cells of a prompt without two runs in any cell are left out."""
-    cells = _fixed_runs(doc)
+    cells = _fixed_runs(runs)
     return _known(cells, _pooled_scatter(cells), level)
 
 
@@ -133,7 +136,22 @@ def _known(cells: dict, scatter: dict[str, tuple[float, int]], level: float = 0.
             for (prompt, k), xs in cells.items() if prompt in scatter}
 
 
-def noise_bound(doc: dict, within: float = 0.05, draws: int = 2000, seed: int = 0) -> dict | None:
+@dataclass(frozen=True)
+class NoiseBound:
+    """What a prediction equal to every cell's true median would score on a result's scatter (noise_bound)."""
+
+    within: float
+    cells: int
+    close: float  # expected cells within `within`
+    sharp: int  # cells whose median is known to `within`
+    sharp_close: float  # ... expected within it
+    sd: dict[str, float]  # per prompt: its runs' pooled relative scatter
+    ratio: float  # the median cell's median
+    rounds: int  # runs a cell needs to be known to `within` at 90% on the median prompt's scatter
+    runs_per_cell: float
+
+
+def noise_bound(runs: Sequence[SpeedRun], within: float = 0.05, draws: int = 2000, seed: int = 0) -> NoiseBound | None:
     """What a perfect prediction would score on this result's own scatter: the yardstick for prediction_score.
 
     Each cell's runs are drawn `draws` times from a normal around its measured median with its prompt's pooled
@@ -146,14 +164,15 @@ def noise_bound(doc: dict, within: float = 0.05, draws: int = 2000, seed: int = 
     Why it is needed: on a host whose runs scatter by 3-12% (the AMD EPYC VM, 2026-12-04), a median of three runs
     at a 2.5x speed-up is known to 0.06-0.22, so no prediction can put 90% of cells within 0.05 however right it
     is, and the score alone would blame the model for the host (docs/results.md)."""
-    cells = _fixed_runs(doc)
+    cells = _fixed_runs(runs)
     scatter = _pooled_scatter(cells)
     sd = {prompt: s for prompt, (s, _) in scatter.items()}
     if not sd:
         return None
     known = _known(cells, scatter)
     rng = np.random.default_rng(seed)
-    close = sharp = sharp_close = 0.0
+    close = sharp_close = 0.0
+    sharp = 0
     scored = [(key, xs, statistics.median(xs)) for key, xs in cells.items() if key[0] in sd]
     for key, xs, mu in scored:
         runs = rng.normal(mu, sd[key[0]] * mu, size=(draws, len(xs)))
@@ -163,33 +182,33 @@ def noise_bound(doc: dict, within: float = 0.05, draws: int = 2000, seed: int = 
             sharp, sharp_close = sharp + 1, sharp_close + near
     ratio = statistics.median(mu for _, _, mu in scored)
     typical = statistics.median(sd.values())
-    return {"within": within, "cells": len(scored), "close": close, "sharp": sharp, "sharp_close": sharp_close,
-            "sd": {prompt: round(v, 4) for prompt, v in sd.items()}, "ratio": ratio,
-            "rounds": math.ceil((Z90 * MEDIAN_SE * typical * ratio / within) ** 2),
-            "runs_per_cell": statistics.median(len(xs) for _, xs, _ in scored)}
+    return NoiseBound(within=within, cells=len(scored), close=close, sharp=sharp, sharp_close=sharp_close,
+                      sd={prompt: round(v, 4) for prompt, v in sd.items()}, ratio=ratio,
+                      rounds=math.ceil((Z90 * MEDIAN_SE * typical * ratio / within) ** 2),
+                      runs_per_cell=statistics.median(len(xs) for _, xs, _ in scored))
 
 
-def noise_line(bound: dict) -> str:
+def noise_line(bound: NoiseBound) -> str:
     """noise_bound in words, with what it says of the scores above it."""
-    w, sds = bound["within"], bound["sd"].values()
-    share = bound["sharp_close"] / bound["sharp"] if bound["sharp"] >= 1 else None  # a share of no expected cell says nothing
+    w, sds = bound.within, bound.sd.values()
+    share = bound.sharp_close / bound.sharp if bound.sharp >= 1 else None  # a share of no expected cell says nothing
     lo, hi = f"{min(sds):.0%}", f"{max(sds):.0%}"
     line = (f"noise bound: runs scatter by {lo if lo == hi else f'{lo}-{hi}'} around their cell's mean (per prompt); a "
-            f"prediction equal to every cell's true median would put about {bound['close']:.0f} of {bound['cells']} "
+            f"prediction equal to every cell's true median would put about {bound.close:.0f} of {bound.cells} "
             f"cells within {w}")
     line += (f" and {share:.0%} of the sharp ones" if share is not None else "") + "; "
-    if bound["rounds"] <= bound["runs_per_cell"]:
+    if bound.rounds <= bound.runs_per_cell:
         return line + "this scatter lets a score show a miss of that size"
     return (line + f"a score near that is as close as this scatter allows, one well under it the model's miss (a cell's "
-            f"median known to {w} at 90% needs about {bound['rounds']} rounds at this scatter, "
-            f"{bound['runs_per_cell']:.0f} ran, or a quieter host)")
+            f"median known to {w} at 90% needs about {bound.rounds} rounds at this scatter, "
+            f"{bound.runs_per_cell:.0f} ran, or a quieter host)")
 
 
-def explained_markdown(doc: dict) -> str:
+def explained_markdown(doc: SpeedResult) -> str:
     """Per prompt and fixed k: the miss (measured - predicted, means over rounds) split into step costs (the
     loop's own against the calibration's), the acceptance model and the time outside the three buckets,
     with the cell's spread and the loop's overhead and rollback shares of decoding time."""
-    ks = [k for k in doc["ks"] if isinstance(k, int)]
+    ks = [k for k in doc.ks if isinstance(k, int)]
     by, prompts = result_cells(doc)
     head = ["preset", "k", "miss", "spread", "step costs", "acceptance", "overhead", "outside buckets", "rollback",
             "c in loop", "trust"]
@@ -197,10 +216,10 @@ def explained_markdown(doc: dict) -> str:
     for name in prompts:
         for k in ks:
             r = by[(name, k)]
-            ex = r.get("explained")
+            ex = r.explained
             if not ex:
                 continue
-            rows.append([name, str(k), f"{ex['miss']:+.2f}", fmt(r.get("spread")), f"{ex['step_costs']:+.2f}",
-                         f"{ex['acceptance']:+.2f}", f"{ex['overhead']:+.2f}", fmt(ex["outside_buckets_share"], ".1%"),
-                         fmt(ex["rollback_share"], ".1%"), fmt(ex["loop_c"]), trust_cell(r.get("trust"))])
+            rows.append([name, str(k), f"{ex.miss:+.2f}", fmt(r.spread), f"{ex.step_costs:+.2f}",
+                         f"{ex.acceptance:+.2f}", f"{ex.overhead:+.2f}", fmt(ex.outside_buckets_share, ".1%"),
+                         fmt(ex.rollback_share, ".1%"), fmt(ex.loop_c), trust_cell(r.trust)])
     return markdown_table(head, rows)

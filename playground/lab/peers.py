@@ -16,9 +16,11 @@ from ..drafters.llamacpp import llama_cpp_available
 from ..drafters.proposers import DraftModelProposer, PromptLookupProposer
 from ..drafters.registry import make_proposer
 from ..envinfo import environment
-from ..pairs.models import EMBEDDED_NAME
-from .common import Progress, rotated, spread, tick
-from .trust import MachineMonitor, Verdict, check_drift, check_rounds, check_spread
+from ..pairs.models import EMBEDDED_NAME, ModelPair
+from ..results.speed import PeersResult, PeersRow, PeersRun, Spread
+from ..results.trust import Verdict
+from .common import Progress, rotated, tick
+from .trust import MachineMonitor, check_drift, check_rounds, check_spread
 
 
 @contextmanager
@@ -44,8 +46,8 @@ def _assistant_settings(model, settings: dict):
                 setattr(cfg, name, value)
 
 
-def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, max_new_tokens: int = 64,
-          max_ngram: int = 3, progress: Progress = None) -> dict:
+def peers(pair: ModelPair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, max_new_tokens: int = 64,
+          max_ngram: int = 3, progress: Progress = None) -> PeersResult:
     """Our loop against transformers' `generate` on the same pair, prompts, k and greedy decoding.
 
     Arms: plain generate; generate(assistant_model=draft) with k constant and with the "heuristic"
@@ -54,7 +56,38 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
     so every arm here is timed end to end (prefill included), and ratios are to plain `generate` in the
     same round. The order of arms rotates from round to round.
     """
-    clock = Clock.for_pair(pair)
+    arms = _arms(pair, k, max_new_tokens, max_ngram)
+    for ids in prompts.values():  # warm-up: one untimed pass of every arm
+        for fn in arms.values():
+            fn(ids)
+        break
+    monitor = MachineMonitor().__enter__()  # other processes on the cores while the arms are timed
+    runs = _timed_rounds(Clock.for_pair(pair), arms, prompts, rounds, progress)
+    load = monitor.stop()
+    # The goal this benchmark checks: our loop against transformers' assisted generation with the same
+    # draft model and k, ratio taken within each round and prompt (keyed by the result's fields).
+    pairs = {"ours_vs_hf_assisted": (f"ours draft k={k}", f"hf assisted k={k}"),
+             "ours_vs_hf_assisted_conf": (f"ours draft k={k} conf 0.4", f"hf assisted k={k} conf 0.4"),
+             "ours_vs_hf_assisted_own_prefill": (f"ours draft k={k} own prefill", f"hf assisted k={k}"),
+             "ours_vs_hf_assisted_conf_transformers_forward": (f"ours draft k={k} conf 0.4 transformers' forward",
+                                                               f"hf assisted k={k} conf 0.4")}
+    head_to_head = {key: _per_round(runs, prompts, rounds, *arms_) for key, arms_ in pairs.items()}
+    # The verdict speed's figures get: rounds, other processes, the divisor (transformers' plain generate)
+    # moving between rounds, and each ours / assisted ratio's spread over the rounds of one prompt (prompts
+    # differ for real: prose and a tool call are not noise around one figure).
+    hf_plain = {p: [x.tokens_per_s for x in runs if x.arm == "hf plain" and x.prompt == p] for p in prompts}
+    trust = Verdict.of(check_rounds(rounds), load.findings(),
+                       *(check_drift(p, xs, load=load) for p, xs in hf_plain.items()),
+                       *(check_spread(f"{' / '.join(pairs[key])} on {p}", xs)
+                         for key, by_prompt in head_to_head.items() for p, xs in by_prompt.items()))
+    pooled = {key: Spread.of(xs) if (xs := [x for xs in by_prompt.values() for x in xs]) else None
+              for key, by_prompt in head_to_head.items()}
+    return PeersResult(trust=trust, machine=load, environment=environment(pair), k=k, rounds=rounds, **pooled,
+                       max_new_tokens=max_new_tokens, table=[_row(runs, arm) for arm in arms], runs=runs)
+
+
+def _arms(pair: ModelPair, k: int, max_new_tokens: int, max_ngram: int) -> dict[str, Callable[[Sequence[int]], list]]:
+    """Every arm by name: a function from prompt ids to the tokens it generated."""
     eos = sorted(pair.eos_ids)
     gen_kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos or None,
                       pad_token_id=eos[0] if eos else 0)
@@ -106,20 +139,20 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
     arms[f"ours prompt-lookup k={k}"] = lambda ids: ours(ids, PromptLookupProposer(max_ngram))
     if pair.target_name == EMBEDDED_NAME and llama_cpp_available()[0]:  # ours fastest, which transformers cannot run
         arms[f"ours llama.cpp k={k}"] = lambda ids: ours(ids, make_proposer(pair, "llama.cpp"))
+    return arms
 
+
+def _timed_rounds(clock: Clock, arms: dict[str, Callable], prompts: dict[str, Sequence[int]], rounds: int,
+                  progress: Progress) -> list[PeersRun]:
+    """Every arm on every prompt in every round, in an order that rotates, each timed end to end and set
+    against transformers' plain generate of its round and prompt."""
     names = list(arms)
-    for ids in prompts.values():  # warm-up: one untimed pass of every arm
-        for fn in arms.values():
-            fn(ids)
-        break
     runs = []
     total, done = rounds * len(prompts) * len(names), 0
-    monitor = MachineMonitor().__enter__()  # other processes on the cores while the arms are timed
     for r in range(rounds):
         for p_index, (pname, ids) in enumerate(prompts.items()):
-            order = rotated(names, r + p_index)
             timed = {}
-            for arm in order:
+            for arm in rotated(names, r + p_index):
                 t0 = clock.now()
                 toks = arms[arm](ids)
                 t1 = clock.now()
@@ -128,46 +161,28 @@ def peers(pair, prompts: dict[str, Sequence[int]], k: int = 4, rounds: int = 3, 
                 tick(progress, done / total, f"round {r + 1}/{rounds}, {pname}: {arm}")
             base_n, base_s, base_toks = timed["hf plain"]
             for arm, (n, s, toks) in timed.items():
-                runs.append({"round": r, "prompt": pname, "arm": arm, "tokens": n, "seconds": s,
-                             "tokens_per_s": n / s, "ratio_to_hf_plain": (n / s) / (base_n / base_s),
-                             "same_output_as_hf_plain": toks == base_toks})
-    load = monitor.stop()
-    table = []
-    for arm in names:
-        rows = [x for x in runs if x["arm"] == arm]
-        ratios = [x["ratio_to_hf_plain"] for x in rows]
-        table.append({"arm": arm, "median_ratio": statistics.median(ratios), "min_ratio": min(ratios),
-                      "max_ratio": max(ratios), "median_tokens_per_s": statistics.median(x["tokens_per_s"] for x in rows),
-                      "outputs_equal": sum(x["same_output_as_hf_plain"] for x in rows), "n": len(rows)})
-    # The goal this benchmark checks: our loop against transformers' assisted generation with the same
-    # draft model and k, ratio taken within each round and prompt.
-    def per_round(ours_arm, hf_arm) -> dict[str, list[float]]:
-        """The ratio in each round, per prompt."""
-        out = {}
-        for pname in prompts:
-            for r in range(rounds):
-                by = {x["arm"]: x for x in runs if x["round"] == r and x["prompt"] == pname}
-                a, b = by.get(ours_arm), by.get(hf_arm)
-                if a and b:
-                    out.setdefault(pname, []).append(a["tokens_per_s"] / b["tokens_per_s"])
-        return out
+                runs.append(PeersRun(round=r, prompt=pname, arm=arm, tokens=n, seconds=s, tokens_per_s=n / s,
+                                     ratio_to_hf_plain=(n / s) / (base_n / base_s),
+                                     same_output_as_hf_plain=toks == base_toks))
+    return runs
 
-    pairs = {"ours_vs_hf_assisted": (f"ours draft k={k}", f"hf assisted k={k}"),
-             "ours_vs_hf_assisted_conf": (f"ours draft k={k} conf 0.4", f"hf assisted k={k} conf 0.4"),
-             "ours_vs_hf_assisted_own_prefill": (f"ours draft k={k} own prefill", f"hf assisted k={k}"),
-             "ours_vs_hf_assisted_conf_transformers_forward": (f"ours draft k={k} conf 0.4 transformers' forward",
-                                                               f"hf assisted k={k} conf 0.4")}
-    head_to_head = {key: per_round(*arms_) for key, arms_ in pairs.items()}
-    # The verdict speed's figures get: rounds, other processes, the divisor (transformers' plain generate)
-    # moving between rounds, and each ours / assisted ratio's spread over the rounds of one prompt (prompts
-    # differ for real: prose and a tool call are not noise around one figure).
-    hf_plain = {p: [x["tokens_per_s"] for x in runs if x["arm"] == "hf plain" and x["prompt"] == p] for p in prompts}
-    trust = Verdict.of(check_rounds(rounds), load.findings(),
-                       *(check_drift(p, xs, load=load) for p, xs in hf_plain.items()),
-                       *(check_spread(f"{' / '.join(pairs[key])} on {p}", xs)
-                         for key, by_prompt in head_to_head.items() for p, xs in by_prompt.items()))
-    pooled = {key: [x for xs in by_prompt.values() for x in xs] for key, by_prompt in head_to_head.items()}
-    return {"experiment": "peers", "trust": trust.to_dict(), "machine": load.to_dict(),
-            "environment": environment(pair), "k": k, "rounds": rounds,
-            **{key: spread(xs) if xs else None for key, xs in pooled.items()},
-            "max_new_tokens": max_new_tokens, "timed": "end to end, prefill included", "table": table, "runs": runs}
+
+def _row(runs: list[PeersRun], arm: str) -> PeersRow:
+    rows = [x for x in runs if x.arm == arm]
+    ratios = [x.ratio_to_hf_plain for x in rows]
+    return PeersRow(arm=arm, median_ratio=statistics.median(ratios), min_ratio=min(ratios), max_ratio=max(ratios),
+                    median_tokens_per_s=statistics.median(x.tokens_per_s for x in rows),
+                    outputs_equal=sum(x.same_output_as_hf_plain for x in rows), n=len(rows))
+
+
+def _per_round(runs: list[PeersRun], prompts: dict[str, Sequence[int]], rounds: int, ours_arm: str,
+               hf_arm: str) -> dict[str, list[float]]:
+    """Ours against transformers' arm in each round, per prompt."""
+    out = {}
+    for pname in prompts:
+        for r in range(rounds):
+            by = {x.arm: x for x in runs if x.round == r and x.prompt == pname}
+            a, b = by.get(ours_arm), by.get(hf_arm)
+            if a and b:
+                out.setdefault(pname, []).append(a.tokens_per_s / b.tokens_per_s)
+    return out

@@ -5,18 +5,21 @@ and `--out` saves) and returns text; the tables are Markdown, for the terminal a
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import TypeAdapter
 
 from ..core.records import describe_choices
-from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, median_shares, percent, run_split, within_limits
+from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, TimeSplit, median_shares, percent, within_limits
 from ..errors import PlaygroundError
-from ..results import KINDS, Result, from_document
+from ..results import KINDS, Result, from_document, read_document
 from ..results.calibration import TimingRecord, TimingResult
 from ..results.quality import AcceptanceResult, DistributionResult, DivergenceResult
+from ..results.speed import PeersResult, SpeedResult, SpeedRun, SweepResult
 from .batch import batch_table
+from .calibration import Timing
 from .common import markdown_table, new_tokens
 from .forwards_report import forwards_text
 from .misses import (
@@ -32,23 +35,13 @@ from .misses import (
 from .schedules import schedules_lines
 
 
-def load_result(path: str | Path) -> dict:
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise PlaygroundError(f"no result file at {str(path)!r}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PlaygroundError(f"{path} is not a JSON result file ({e})") from None
-    if not isinstance(doc, dict) or "experiment" not in doc:
-        raise PlaygroundError(f"{path} is not a lab result (no 'experiment' field)")
-    return doc
-
-
-def _setup_line(doc: dict) -> str:
-    env = doc.get("environment", {})
+def _setup_line(doc: Result | dict) -> str:
+    if isinstance(doc, Result):  # every result records its environment; not every kind names a drafter
+        env, drafter = getattr(doc, "environment", None) or {}, getattr(doc, "drafter", None)
+    else:
+        env, drafter = doc.get("environment", {}), doc.get("drafter")
     pair = env.get("pair") or {}
-    bits = [pair.get("target"), f"drafter: {doc['drafter']}" if doc.get("drafter") else None,
+    bits = [pair.get("target"), f"drafter: {drafter}" if drafter else None,
             env.get("gpu") or env.get("cpu"), pair.get("device"), pair.get("dtype"),
             f"{env.get('torch_threads')} torch threads" if env.get("torch_threads") else None,
             f"torch {env.get('torch')}" if env.get("torch") else None,
@@ -64,22 +57,21 @@ def _text(value) -> str:
 # --- speed and sweep -------------------------------------------------------------------------------------
 
 
-def speed_caption(doc: dict) -> str:
+def speed_caption(doc: SpeedResult) -> str:
     """What speed_markdown's fixed-k cells hold."""
     if has_local(doc):
         return "per prompt: measured (predicted from the calibration / from the loop's costs)"
     return "per prompt: measured (empirical prediction)"
 
 
-def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
+def speed_markdown(doc: SpeedResult, kinds: dict[str, str] | None = None) -> str:
     """Prompt x k: measured median ratio (the calibration's empirical prediction, and the loop costs' where the
     result has it: `speed_caption`); then best fixed k, adaptive and heuristic beside it, end to end at the best k,
     and alpha."""
-    if doc.get("experiment") not in ("speed", "sweep"):
-        raise PlaygroundError(f"a speed or sweep result is needed, this is {doc.get('experiment')!r}")
-    ks = doc["ks"]
-    fixed = [k for k in ks if isinstance(k, int)]
-    schedules = [k for k in ks if not isinstance(k, int)]
+    if not isinstance(doc, SpeedResult):
+        raise PlaygroundError(f"a speed or sweep result is needed, this is {_experiment(doc)!r}")
+    fixed = [k for k in doc.ks if isinstance(k, int)]
+    schedules = [k for k in doc.ks if not isinstance(k, int)]
     by, prompts = result_cells(doc)
     local = has_local(doc)
     head = ["preset", *(k_label(k) for k in fixed), "best fixed k", *schedules, "end to end at best k", "alpha at best k"]
@@ -88,23 +80,28 @@ def speed_markdown(doc: dict, kinds: dict[str, str] | None = None) -> str:
         cells = []
         for k in fixed:
             r = by[(name, k)]
-            predicted = fmt(r.get("predicted_empirical")) + (f" / {fmt(r.get('predicted_local'))}" if local else "")
-            cells.append(f"{r['median_ratio']:.2f} ({predicted})")
-        best = max((by[(name, k)] for k in fixed), key=lambda r: r["median_ratio"])
-        sched = []
-        for s in schedules:
-            r = by[(name, s)]
-            sched.append(f"{r['median_ratio']:.2f} ({r['median_ratio'] / best['median_ratio']:.0%} of best)")
+            predicted = fmt(r.predicted_empirical) + (f" / {fmt(r.predicted_local)}" if local else "")
+            cells.append(f"{r.median_ratio:.2f} ({predicted})")
+        best = max((by[(name, k)] for k in fixed), key=lambda r: r.median_ratio)
+        sched = [f"{by[(name, s)].median_ratio:.2f} ({by[(name, s)].median_ratio / best.median_ratio:.0%} of best)"
+                 for s in schedules]
         label = f"{name} ({kinds[name]})" if kinds and name in kinds else name
-        rows.append([label, *cells, f"k={best['k']}: **{best['median_ratio']:.2f}x**", *sched,
-                     f"{fmt(best.get('median_e2e_ratio'))}x", fmt(best.get("alpha"), ".3f")])
+        rows.append([label, *cells, f"k={best.k}: **{best.median_ratio:.2f}x**", *sched,
+                     f"{fmt(best.median_e2e_ratio)}x", fmt(best.alpha, ".3f")])
     return markdown_table(head, rows)
 
 
-def time_split_line(doc: dict) -> str | None:
+def _split(run: SpeedRun) -> TimeSplit | None:
+    """Where a run's decoding time went (None for a run saved without its buckets)."""
+    if None in (run.draft_s, run.verify_s, run.rollback_s, run.decode_s):
+        return None
+    return TimeSplit.of(run.draft_s, run.verify_s, run.rollback_s, run.decode_s)
+
+
+def time_split_line(runs: Sequence[SpeedRun]) -> str | None:
     """Where the speculative runs' decoding time went, median share per run (every k and schedule), with the
     worst run's share outside the buckets and in rollback, and whether the medians kept their limits."""
-    splits = [s for r in doc.get("runs") or [] if (s := run_split(r)) is not None and s.wall_s > 0]
+    splits = [s for r in runs if (s := _split(r)) is not None and s.wall_s > 0]
     if not splits:
         return None
     med = median_shares(splits)
@@ -118,74 +115,77 @@ def time_split_line(doc: dict) -> str | None:
             f"{percent(worst['outside'])}); {verdict}")
 
 
-def verdict_lines(doc: dict) -> list[str]:
+def verdict_lines(doc: SpeedResult | PeersResult) -> list[str]:
     """The experiment's trust verdict, its findings, and the recommendation or why it was withheld."""
-    trust = doc.get("trust")
+    trust = doc.trust
     if not trust:
         return []
-    lines = [f"trust: {trust['headline']}"]
-    lines += [f"  - {f['severity']}: {f['message']} (fix: {f['fix']})" for f in trust["findings"][1:]]
-    machine = doc.get("machine")
+    lines = [f"trust: {trust.headline()}"]
+    lines += [f"  - {f.severity}: {f.message} (fix: {f.fix})" for f in trust.findings[1:]]
+    machine = doc.machine
     if machine:
-        lines.append(f"machine: other processes kept {machine['other_cores']:.2f} of {machine['cores']} cores busy "
-                     f"meanwhile; steal {machine['steal']:.0%}")
-    if doc.get("recommended_k") is not None:
-        lines.append(f"recommended k: {doc['recommended_k']}")
-    elif "recommended_k" in doc:
-        lines.append(f"no recommended k: {doc.get('withheld')}")
+        lines.append(f"machine: other processes kept {machine.other_cores:.2f} of {machine.cores} cores busy "
+                     f"meanwhile; steal {machine.steal:.0%}")
+    if isinstance(doc, SpeedResult):
+        lines.append(f"recommended k: {doc.recommended_k}" if doc.recommended_k is not None
+                     else f"no recommended k: {doc.withheld}")
     return lines
 
 
-def k_table(doc: dict) -> str:
+def k_table(doc: SpeedResult) -> str:
     """One row per k over all prompts: median ratio and its spread, alpha, the two predictions; a sweep adds
     the break-even alpha, an adaptive / heuristic arm how often each k was chosen."""
-    sweep = doc["experiment"] == "sweep"
-    schedules = any(not isinstance(row["k"], int) for row in doc["table"])
+    sweep = isinstance(doc, SweepResult)
+    schedules = any(not isinstance(row.k, int) for row in doc.table)
     head = ["k", "median", "min-max", "alpha", "pred iid", "pred emp", "costed", "trust"]
     head += (["break-even alpha"] if sweep else []) + (["k chosen: k\u00d7iterations"] if schedules else [])
     rows = []
-    for row in doc["table"]:
-        fixed = isinstance(row["k"], int)
-        be = row.get("break_even_alpha")
-        cells = [str(row["k"]), f"{row['median_ratio']:.2f}", f"{row['min_ratio']:.2f}-{row['max_ratio']:.2f}",
-                 fmt(row["alpha"], ".3f"), fmt(row.get("predicted_iid")), fmt(row.get("predicted_empirical")),
-                 fmt(row.get("median_costed")), trust_cell(row.get("trust"))]
+    for row in doc.table:
+        fixed = isinstance(row.k, int)
+        be = row.break_even_alpha
+        cells = [str(row.k), f"{row.median_ratio:.2f}", f"{row.min_ratio:.2f}-{row.max_ratio:.2f}",
+                 fmt(row.alpha, ".3f"), fmt(row.predicted_iid), fmt(row.predicted_empirical),
+                 fmt(row.median_costed), trust_cell(row.trust)]
         if sweep:
             cells.append(("never" if be is None else f"{be:.2f}") if fixed else "-")
         if schedules:
-            cells.append("-" if fixed else describe_choices(row.get("k_values", {}), row.get("drafted_values")))
+            cells.append("-" if fixed else describe_choices(row.k_values or {}, row.drafted_values))
         rows.append(cells)
     return markdown_table(head, rows)
 
 
-def speed_table(doc: dict, setup: str, kinds: dict[str, str] | None = None) -> str:
+def _calibration_c(doc: SpeedResult) -> float | None:
+    timing = Timing.from_dict(doc.timing) if doc.timing else None
+    return timing.c if timing is not None else None
+
+
+def speed_table(doc: SpeedResult, setup: str, kinds: dict[str, str] | None = None) -> str:
     """What `speed` and `sweep` print: the runs' conditions, the per-k table, the best k, per prompt (speed)
     the prompt x k table, and the prompts whose plain speed drifted between rounds."""
-    cmd = doc["experiment"]
-    c = (doc.get("timing") or {}).get("c")
-    lines = [f"{cmd} ({setup}; {doc.get('sampling') or 'greedy'}; {new_tokens(doc['max_new_tokens'])}; {doc['rounds']} rounds of adjacent runs "
-             "in rotating order" + (f", plain before every {pe} and after the last, interpolated to each run"
-                                    if (pe := doc.get("plain_every")) else "")
+    c = _calibration_c(doc)
+    lines = [f"{doc.experiment} ({setup}; {doc.sampling or 'greedy'}; {new_tokens(doc.max_new_tokens)}; {doc.rounds} rounds "
+             "of adjacent runs in rotating order" + (f", plain before every {pe} and after the last, interpolated to "
+                                                     "each run" if (pe := doc.plain_every) else "")
              + "; ratio = speculative / plain tokens/s, prefill excluded"
              + ("" if c is None else f"; c = {c:.2f}")
-             + (f"; schedules' memory: {doc['memory']}" if any(isinstance(k, str) for k in doc["ks"])
-                and doc.get("memory") else "") + ")", "", k_table(doc), ""]
-    lines.append(f"best k measured: {doc['best_k']}" + (f"; predicted: {doc['predicted_best_k']}"
-                                                         if "predicted_best_k" in doc else ""))
-    split = time_split_line(doc)
+             + (f"; schedules' memory: {doc.memory}" if any(isinstance(k, str) for k in doc.ks)
+                and doc.memory else "") + ")", "", k_table(doc), ""]
+    predicted = doc.predicted_best_k if isinstance(doc, SweepResult) else None
+    lines.append(f"best k measured: {doc.best_k}" + (f"; predicted: {predicted}" if predicted is not None else ""))
+    split = time_split_line(doc.runs)
     lines += [split] if split else []
     lines += verdict_lines(doc)
-    if cmd == "speed":
+    if not isinstance(doc, SweepResult):
         lines += ["", speed_caption(doc), "", speed_markdown(doc, kinds)]
-    lines += schedules_lines(doc)
-    if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
+    lines += schedules_lines(doc.schedules)
+    if any(r.explained for r in doc.by_prompt or doc.table):
         lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss)", "",
                   explained_markdown(doc)]
         lines += prediction_lines(doc)
-    drifted = [(name, d) for name, d in doc.get("drift", {}).items() if d.get("flagged")]
+    drifted = [(name, d) for name, d in doc.drift.items() if d.flagged]
     if drifted:
         lines.append("")
-    lines += [f"note: plain speed on {name} moved {100 * d['spread']:.0f}% between rounds (machine drift)"
+    lines += [f"note: plain speed on {name} moved {100 * d.spread:.0f}% between rounds (machine drift)"
               for name, d in drifted]
     return "\n".join(lines)
 
@@ -282,23 +282,22 @@ def distribution_table(result: DistributionResult, setup: str) -> str:
 # --- bench-peers -----------------------------------------------------------------------------------------
 
 
-def peers_table(doc: dict, setup: str) -> str:
+def peers_table(doc: PeersResult, setup: str) -> str:
     """Every arm's end-to-end speed as a ratio to transformers' plain generate, then ours against
     transformers' assisted generation with the same draft and k, ratio taken within each round and prompt."""
-    rows = [[row["arm"], f"{row['median_ratio']:.2f}x", f"{row['min_ratio']:.2f}-{row['max_ratio']:.2f}",
-             f"{row['median_tokens_per_s']:.1f}", f"{row['outputs_equal']}/{row['n']}"] for row in doc["table"]]
+    rows = [[row.arm, f"{row.median_ratio:.2f}x", f"{row.min_ratio:.2f}-{row.max_ratio:.2f}",
+             f"{row.median_tokens_per_s:.1f}", f"{row.outputs_equal}/{row.n}"] for row in doc.table]
     lines = [f"bench-peers ({setup}; greedy; end to end incl. prefill; ratio to transformers' plain generate)", "",
              markdown_table(["arm", "median", "min-max", "tokens/s", "same output"], rows)]
-    for key, what in (("ours_vs_hf_assisted", "drafting all k"),
-                      ("ours_vs_hf_assisted_conf", "both stopping below confidence 0.4"),
-                      ("ours_vs_hf_assisted_own_prefill", "drafting all k, our draft prefilling the prompt itself"),
-                      ("ours_vs_hf_assisted_conf_transformers_forward",
+    for h2h, what in ((doc.ours_vs_hf_assisted, "drafting all k"),
+                      (doc.ours_vs_hf_assisted_conf, "both stopping below confidence 0.4"),
+                      (doc.ours_vs_hf_assisted_own_prefill, "drafting all k, our draft prefilling the prompt itself"),
+                      (doc.ours_vs_hf_assisted_conf_transformers_forward,
                        "both stopping below confidence 0.4, our draft on transformers' forward")):
-        h2h = doc.get(key)
         if h2h:
-            lines.append(f"ours / transformers' assisted generation, same draft, k = {doc['k']}, {what}, per round "
-                         f"and prompt: median {h2h['median']:.2f}x [{h2h['min']:.2f}-{h2h['max']:.2f}], n = {h2h['n']}")
-    return "\n".join(lines + ([""] + verdict_lines(doc) if doc.get("trust") else []))
+            lines.append(f"ours / transformers' assisted generation, same draft, k = {doc.k}, {what}, per round "
+                         f"and prompt: median {h2h.median:.2f}x [{h2h.min:.2f}-{h2h.max:.2f}], n = {h2h.n}")
+    return "\n".join(lines + ([""] + verdict_lines(doc) if doc.trust else []))
 
 
 # --- one entry for each experiment -----------------------------------------------------------------------
@@ -308,14 +307,16 @@ TABLES = {"forwards": forwards_text, "timing": timing_table, "acceptance": accep
           "distribution": distribution_table, "peers": peers_table}
 
 
-def experiment_text(doc: dict, setup: str | None = None, kinds: dict[str, str] | None = None) -> str:
+def _experiment(doc: Result | dict) -> str | None:
+    return doc.experiment if isinstance(doc, Result) else doc.get("experiment")
+
+
+def experiment_text(doc: Result | dict[str, Any], setup: str | None = None, kinds: dict[str, str] | None = None) -> str:
     """The text a lab command prints for its result. `setup`: the line that goes with every figure
     (default: the one the result's environment records); `kinds`: prompt name -> preset kind (speed)."""
-    if isinstance(doc, dict) and doc.get("experiment") in KINDS:  # the kinds typed so far
-        doc = from_document(doc)
-    experiment = doc.experiment if isinstance(doc, Result) else doc.get("experiment")
-    setup = setup or _setup_line(doc if isinstance(doc, dict) else doc.to_dict())
-    if experiment in ("speed", "sweep"):
+    experiment = _experiment(doc)
+    setup = setup or _setup_line(doc)
+    if isinstance(doc, SpeedResult):
         return speed_table(doc, setup, kinds)
     if experiment not in TABLES:
         raise PlaygroundError(f"no table for {experiment!r} results ({', '.join(['speed', 'sweep', *TABLES])})")
@@ -325,27 +326,32 @@ def experiment_text(doc: dict, setup: str | None = None, kinds: dict[str, str] |
 def report(path: str | Path) -> str:
     """A saved result as Markdown. speed / sweep: the prompt x k table and how far the prediction missed;
     timing: its step costs in one line; every other experiment: the table its command printed."""
-    doc = load_result(path)
-    if doc["experiment"] not in ("speed", "sweep", "timing"):
+    document = read_document(path)
+    # A kind this playground has typed loads as its dataclass; the others' tables still read the document.
+    doc = from_document(document, str(path)) if document["experiment"] in KINDS else document
+    if isinstance(doc, SpeedResult):
+        return _speed_report(doc)
+    if _experiment(doc) != "timing":
         return experiment_text(doc)
-    lines = [f"{doc['experiment']} — {_setup_line(doc)}"]
-    if doc["experiment"] in ("speed", "sweep"):
-        if doc.get("timing"):
-            lines.append(timing_line(TypeAdapter(TimingRecord).validate_python(doc["timing"])))
-        split = time_split_line(doc)
-        lines += ["", speed_markdown(doc), *(["", split] if split else []), "",
-                  ("measured - prediction: the calibration's / from the other arms' costs in each round "
-                   "(\u00b1 the half-width of the cell's median's 90% interval: a miss within it cannot be told "
-                   "from the runs' noise):"), "", misses_markdown(doc)]
-        lines += prediction_lines(doc)
-        lines += schedules_lines(doc)
-        if any(r.get("explained") for r in doc.get("by_prompt") or doc["table"]):
-            lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss):", "",
-                      explained_markdown(doc)]
-        lines += [""] + verdict_lines(doc) if doc.get("trust") else []
-        flagged = [f"{n} ({d['spread']:.0%})" for n, d in doc.get("drift", {}).items() if d.get("flagged")]
-        if flagged:
-            lines.append(f"\nplain speed drifted between rounds beyond the limit on: {', '.join(flagged)}")
-    else:
-        lines.append(timing_line(from_document(doc, str(path))))
+    return "\n".join([f"timing \u2014 {_setup_line(doc)}", timing_line(doc)])
+
+
+def _speed_report(doc: SpeedResult) -> str:
+    lines = [f"{doc.experiment} \u2014 {_setup_line(doc)}"]
+    if doc.timing:
+        lines.append(timing_line(TypeAdapter(TimingRecord).validate_python(doc.timing)))
+    split = time_split_line(doc.runs)
+    lines += ["", speed_markdown(doc), *(["", split] if split else []), "",
+              ("measured - prediction: the calibration's / from the other arms' costs in each round "
+               "(\u00b1 the half-width of the cell's median's 90% interval: a miss within it cannot be told "
+               "from the runs' noise):"), "", misses_markdown(doc)]
+    lines += prediction_lines(doc)
+    lines += schedules_lines(doc.schedules)
+    if any(r.explained for r in doc.by_prompt or doc.table):
+        lines += ["", "why each prediction missed (means over rounds; the parts add up to the miss):", "",
+                  explained_markdown(doc)]
+    lines += [""] + verdict_lines(doc) if doc.trust else []
+    flagged = [f"{n} ({d.spread:.0%})" for n, d in doc.drift.items() if d.flagged]
+    if flagged:
+        lines.append(f"\nplain speed drifted between rounds beyond the limit on: {', '.join(flagged)}")
     return "\n".join(lines)

@@ -22,10 +22,11 @@ drafter's own source.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from ..core.records import Iteration
 from ..drafters.adaptive import CostCurve
+from ..results.speed import AdaptiveVsHeuristic, ArmFigures, BestFixed, ScheduleEntry, SpeedRun
 from .common import markdown_table
 
 SCHEDULES = ("adaptive", "heuristic")
@@ -61,62 +62,69 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
-def compare(runs: Sequence[Mapping], prompts: Sequence[str], ks: Sequence) -> list[dict]:
+def compare(runs: Sequence[SpeedRun], prompts: Sequence[str], ks: Sequence) -> list[ScheduleEntry]:
     """Per prompt, every arm's median costed and measured ratio, the best fixed k by its costed figure, and each
     schedule (adaptive, heuristic) against it; adaptive against the heuristic too, with whether the two made the
     same decisions in every round. `runs`: lab.speed's runs, each with its `costed` figure and `iterations`."""
-    out = []
     fixed = [k for k in ks if isinstance(k, int)]
-    for name in prompts:
-        mine = [x for x in runs if x["prompt"] == name]
-        arms = {k: {"costed": _median(x.get("costed") for x in mine if x["k"] == k),
-                    "measured": _median(x["ratio"] for x in mine if x["k"] == k)} for k in ks}
-        entry: dict = {"prompt": name, "arms": {str(k): a for k, a in arms.items()}}
-        costed_fixed = {k: arms[k]["costed"] for k in fixed if arms[k]["costed"] is not None}
-        if costed_fixed:
-            best = max(costed_fixed, key=lambda k: (costed_fixed[k], -k))
-            entry["best_fixed"] = {"k": best, "costed": costed_fixed[best], "measured": arms[best]["measured"]}
-            for s in SCHEDULES:
-                if s in arms and arms[s]["costed"] is not None:
-                    entry[f"{s}_of_best"] = arms[s]["costed"] / costed_fixed[best]
-        if all(s in arms for s in SCHEDULES):
-            a, h = arms["adaptive"], arms["heuristic"]
-            rounds = sorted({x["round"] for x in mine})
-            by_round = [(_run(mine, "adaptive", r), _run(mine, "heuristic", r)) for r in rounds]
-            same = all(decisions(x.get("iterations") or ()) == decisions(y.get("iterations") or ()) for x, y in by_round)
-            # Per round, so that a reader sees whether the rounds agree: with a memory carried from call to call a
-            # schedule's walk differs between rounds, and on a short answer one proposal can decide a walk.
-            per_round = [x["costed"] / y["costed"] for x, y in by_round if x.get("costed") and y.get("costed")]
-            entry["adaptive_vs_heuristic"] = {
-                "costed": a["costed"] / h["costed"] if a["costed"] and h["costed"] else None,
-                "measured": a["measured"] / h["measured"] if a["measured"] and h["measured"] else None,
-                "same_decisions": same, "costed_by_round": per_round,
-                "rounds_level_or_ahead": sum(1 for x in per_round if x >= 1.0 - 1e-9)}
-        out.append(entry)
-    return out
+    return [_entry([x for x in runs if x.prompt == name], name, ks, fixed) for name in prompts]
 
 
-def _run(runs: Sequence[Mapping], arm, r: int) -> Mapping:
-    """The run of `arm` in round `r` ({} if there is none)."""
-    return next((x for x in runs if x["k"] == arm and x["round"] == r), {})
+def _entry(mine: list[SpeedRun], name: str, ks: Sequence, fixed: list[int]) -> ScheduleEntry:
+    arms = {k: ArmFigures(costed=_median(x.costed for x in mine if x.k == k),
+                          measured=_median(x.ratio for x in mine if x.k == k)) for k in ks}
+    entry = ScheduleEntry(prompt=name, arms={str(k): a for k, a in arms.items()})
+    adaptive, heuristic = (arms.get(s) for s in SCHEDULES)
+    costed_fixed = {k: arms[k].costed for k in fixed if arms[k].costed is not None}
+    if costed_fixed:
+        best = max(costed_fixed, key=lambda k: (costed_fixed[k], -k))
+        entry.best_fixed = BestFixed(k=best, costed=costed_fixed[best], measured=arms[best].measured)
+        entry.adaptive_of_best = _share(adaptive, costed_fixed[best])
+        entry.heuristic_of_best = _share(heuristic, costed_fixed[best])
+    if adaptive and heuristic:
+        entry.adaptive_vs_heuristic = _head_to_head(mine, adaptive, heuristic)
+    return entry
 
 
-def summary_line(doc: Mapping) -> str | None:
+def _share(arm: ArmFigures | None, best: float) -> float | None:
+    """A schedule's costed figure over the best fixed k's (None where it did not run or was not costed)."""
+    return arm.costed / best if arm is not None and arm.costed is not None else None
+
+
+def _head_to_head(mine: list[SpeedRun], a: ArmFigures, h: ArmFigures) -> AdaptiveVsHeuristic:
+    rounds = sorted({x.round for x in mine})
+    by_round = [(_run(mine, "adaptive", r), _run(mine, "heuristic", r)) for r in rounds]
+    same = all(decisions(x.iterations if x else ()) == decisions(y.iterations if y else ()) for x, y in by_round)
+    # Per round, so that a reader sees whether the rounds agree: with a memory carried from call to call a
+    # schedule's walk differs between rounds, and on a short answer one proposal can decide a walk.
+    per_round = [x.costed / y.costed for x, y in by_round if x and y and x.costed and y.costed]
+    return AdaptiveVsHeuristic(
+        costed=a.costed / h.costed if a.costed and h.costed else None,
+        measured=a.measured / h.measured if a.measured and h.measured else None,
+        same_decisions=same, costed_by_round=per_round,
+        rounds_level_or_ahead=sum(1 for x in per_round if x >= 1.0 - 1e-9))
+
+
+def _run(runs: Sequence[SpeedRun], arm, r: int) -> SpeedRun | None:
+    """The run of `arm` in round `r` (None if there is none)."""
+    return next((x for x in runs if x.k == arm and x.round == r), None)
+
+
+def summary_line(entries: Sequence[ScheduleEntry]) -> str | None:
     """Adaptive against the heuristic and the best fixed k over a result's prompts, costed and measured."""
-    entries = [e for e in doc.get("schedules") or [] if e.get("adaptive_vs_heuristic")]
-    costed = [(e["adaptive_vs_heuristic"]["costed"], e["prompt"]) for e in entries
-              if e["adaptive_vs_heuristic"]["costed"] is not None]
+    entries_vs = [(e, e.adaptive_vs_heuristic) for e in entries if e.adaptive_vs_heuristic]
+    costed = [(vs.costed, e.prompt) for e, vs in entries_vs if vs.costed is not None]
     if not costed:
         return None
-    same = sum(1 for e in entries if e["adaptive_vs_heuristic"]["same_decisions"])
-    measured = [e["adaptive_vs_heuristic"]["measured"] for e in entries if e["adaptive_vs_heuristic"]["measured"]]
+    same = sum(1 for _, vs in entries_vs if vs.same_decisions)
+    measured = [vs.measured for _, vs in entries_vs if vs.measured]
     low = min(costed)
     shown = (f"median {statistics.median(measured):.3f} ({min(measured):.3f}-{max(measured):.3f})" if measured
              else "none")
     line = (f"adaptive / heuristic, costed (their own iterations under the calibration, no host noise): median "
             f"{statistics.median(x for x, _ in costed):.3f}, lowest {low[0]:.3f} ({low[1]}); measured: {shown}; "
-            f"same k in every iteration on {same} of {len(entries)} prompts")
-    shares = [(e["adaptive_of_best"], e["prompt"]) for e in doc.get("schedules") or [] if "adaptive_of_best" in e]
+            f"same k in every iteration on {same} of {len(entries_vs)} prompts")
+    shares = [(e.adaptive_of_best, e.prompt) for e in entries if e.adaptive_of_best is not None]
     if shares:
         lo = min(shares)
         line += (f"; adaptive / best fixed k, costed: median {statistics.median(x for x, _ in shares):.3f}, lowest "
@@ -124,11 +132,10 @@ def summary_line(doc: Mapping) -> str | None:
     return line
 
 
-def schedules_rows(doc: Mapping) -> tuple[list[str], list[list[str]]] | None:
+def schedules_rows(entries: Sequence[ScheduleEntry]) -> tuple[list[str], list[list[str]]] | None:
     """A table's head and rows, per prompt: the best fixed k by its costed figure, each schedule's costed figure
     and its share of that, and adaptive against the heuristic, costed and measured."""
-    entries = doc.get("schedules") or []
-    present = [s for s in SCHEDULES if any(s in e["arms"] for e in entries)]
+    present = [s for s in SCHEDULES if any(s in e.arms for e in entries)]
     if not entries or not present:
         return None
     head = ["preset", "best fixed k, costed (measured)",
@@ -137,30 +144,33 @@ def schedules_rows(doc: Mapping) -> tuple[list[str], list[list[str]]] | None:
     head += ["adaptive / heuristic: costed, measured"] if both else []
     rows = []
     for e in entries:
-        best = e.get("best_fixed")
-        row = [e["prompt"], f"k={best['k']}: {best['costed']:.2f} ({best['measured']:.2f})" if best else "-"]
+        best = e.best_fixed
+        row = [e.prompt, f"k={best.k}: {best.costed:.2f} ({best.measured:.2f})" if best else "-"]
         for s in present:
-            a = e["arms"].get(s) or {}
-            share = f", {e[f'{s}_of_best']:.0%} of best" if f"{s}_of_best" in e else ""
-            row.append("-" if a.get("costed") is None else f"{a['costed']:.2f}{share} ({a['measured']:.2f})")
+            a = e.arms.get(s) or ArmFigures()
+            share = f", {of_best:.0%} of best" if (of_best := e.of_best(s)) is not None else ""
+            row.append("-" if a.costed is None else f"{a.costed:.2f}{share} ({a.measured:.2f})")
         if both:
-            vs = e.get("adaptive_vs_heuristic") or {}
-            text = "-" if vs.get("costed") is None else f"{vs['costed']:.3f}, {vs['measured']:.3f}"
-            by_round = vs.get("costed_by_round") or []
-            if vs.get("same_decisions"):
-                text += " (same k every iteration)"
-            elif len(by_round) > 1:  # whether the rounds agree, costed (a result saved before has no rounds)
-                text += (f" (costed {min(by_round):.2f}-{max(by_round):.2f} by round; level or ahead in "
-                         f"{vs['rounds_level_or_ahead']} of {len(by_round)})")
-            row.append(text)
+            row.append(_versus_cell(e.adaptive_vs_heuristic or AdaptiveVsHeuristic()))
         rows.append(row)
     return head, rows
 
 
-def schedules_lines(doc: Mapping) -> list[str]:
+def _versus_cell(vs: AdaptiveVsHeuristic) -> str:
+    text = "-" if vs.costed is None else f"{vs.costed:.3f}, {vs.measured:.3f}"
+    by_round = vs.costed_by_round
+    if vs.same_decisions:
+        text += " (same k every iteration)"
+    elif len(by_round) > 1:  # whether the rounds agree, costed (a result saved before has no rounds)
+        text += (f" (costed {min(by_round):.2f}-{max(by_round):.2f} by round; level or ahead in "
+                 f"{vs.rounds_level_or_ahead} of {len(by_round)})")
+    return text
+
+
+def schedules_lines(entries: Sequence[ScheduleEntry]) -> list[str]:
     """The schedules table and its summary line, as the lab's text prints them (nothing without schedules)."""
-    if (table := schedules_rows(doc)) is None:
+    if (table := schedules_rows(entries)) is None:
         return []
     lines = ["", "schedules: costed = each run's own iterations under the calibration (no host noise), medians", "",
              markdown_table(*table)]
-    return lines + ([line] if (line := summary_line(doc)) else [])
+    return lines + ([line] if (line := summary_line(entries)) else [])

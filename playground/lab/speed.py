@@ -6,33 +6,24 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core import cost
 from ..core.engine import K_MAX, plain_generate, speculative_generate
-from ..core.records import summarize
+from ..core.proposal import Proposer
+from ..core.records import RunSummary, summarize
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
 from ..envinfo import environment
 from ..errors import PlaygroundError
+from ..pairs.models import ModelPair
+from ..results.speed import PlainRun, SpeedResult, SpeedRun, SweepResult
+from ..results.trust import MachineLoad, Verdict
 from .calibration import CalibrationPlan, Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
-from .fit import explain_cell, predict_from_neighbours, reached, stop_limit
-from .schedules import compare, costed_ratio, iteration_rows
-from .trust import (
-    MachineMonitor,
-    TrustLimits,
-    Verdict,
-    check_calibration,
-    check_drift,
-    check_local_prediction,
-    check_prediction,
-    check_rounds,
-    check_sampling,
-    check_spread,
-    recommend,
-    relative_spread,
-)
+from .schedules import compare, iteration_rows
+from .speed_cells import best_fixed, drift_by_prompt, judge, overall_verdict, predict_runs, speed_row
+from .trust import MachineMonitor, recommend
 
 # --- speed: plain against speculative, in adjacent runs ----------------------------------------------
 
@@ -85,27 +76,74 @@ def _plain_at(plains: Sequence[tuple[float, object]], when: float) -> _Plain:
                   (1 - w) * a.prefill_s + w * b.prefill_s)
 
 
-def _run_plain(pair, prompt, sampling, max_new):
-    return summarize(plain_generate(pair, prompt, sampling=sampling, max_new_tokens=max_new))
+@dataclass(frozen=True)
+class SpeedRequest:
+    """What `speed` measures (and `sweep`, on its one prompt): the pair, its prompts by name, a new proposer for
+    each run, the arms and rounds, and how each run decodes.
+
+    `ks`: a fixed k, "adaptive" (needs `timing`) or "heuristic" (transformers' schedule), see adaptive.py.
+    `max_new_tokens`: one length for every prompt, or one per prompt name (each preset's own). `timing`: one
+    calibration for every prompt, or one per prompt name (a longer context costs more per step, on both sides, so
+    per-prompt calibrations predict better); a dict is read again for the predictions made at the end. A
+    calibration timed under another decoding than `sampling` (Timing.sampling) is flagged: its prediction leaves
+    out (or counts) the sampling work of each pass. `memory`: what a schedule's state (adaptive.py) carries over:
+    "conversation" (the default) from every run of its arm to the next, across prompts and rounds, as from one
+    call of an agent to the next on one pair and drafter, so a prompt's figures depend on the prompt before it;
+    "prompt" from one round to the next of the same prompt only (a figure per output shape, whatever the order);
+    "none": every run a first call, as replay predicts it. `plain_every`: a plain run before every that many
+    speculative runs of a prompt and after the last (`bracketed`). `drift_warning`: how far a prompt's plain
+    speed may move between rounds ((max - min) / median) before the verdict fails."""
+
+    pair: ModelPair
+    prompts: Mapping[str, Sequence[int]]
+    proposer_factory: Callable[[], Proposer]
+    ks: Sequence[int | str] = (1, 2, 3, 4, 6)
+    rounds: int = 3
+    max_new_tokens: int | Mapping[str, int] = 64
+    sampling: SamplingConfig = GREEDY
+    timing: Timing | Mapping[str, Timing] | None = None
+    min_confidence: float | None = None
+    memory: str = "conversation"
+    plain_every: int = PLAIN_EVERY
+    drift_warning: float = 0.15
+
+    def timing_of(self, name: str) -> Timing | None:
+        return self.timing.get(name) if isinstance(self.timing, Mapping) else self.timing
 
 
-def _run_spec(pair, prompt, proposer_factory, k, sampling, max_new, timing=None, min_confidence=None, memory=None):
+class _Memories:
+    """Each schedule's state, carried over between runs as far as the request's `memory` says."""
+
+    def __init__(self, scope: str):
+        if scope not in MEMORY_SCOPES:
+            raise PlaygroundError(f"memory must be one of {', '.join(MEMORY_SCOPES)}, got {scope!r}")
+        self.scope, self.held = scope, {}
+
+    def of(self, arm: str, name: str) -> dict:
+        if self.scope == "none":
+            return {}
+        return self.held.setdefault(arm if self.scope == "conversation" else (arm, name), {})
+
+
+def _run_plain(request: SpeedRequest, prompt: Sequence[int], max_new: int) -> RunSummary:
+    return summarize(plain_generate(request.pair, prompt, sampling=request.sampling, max_new_tokens=max_new))
+
+
+def _run_spec(request: SpeedRequest, prompt: Sequence[int], k: int | str, max_new: int, timing: Timing | None,
+              memory: dict) -> tuple[RunSummary, list]:
     """The run's summary and its iterations as compact rows (k, accepted, emitted, draft_s, verify_s,
     rollback_s, drafted, source): what lab.fit needs to fit the step costs the loop really paid, and
     lab.schedules to cost the run's decisions."""
     curve = CostCurve.from_timing(timing) if timing is not None else None
     controller = make_controller(k, curve, memory=memory)
-    records = list(speculative_generate(pair, prompt, proposer=proposer_factory(), k=controller, sampling=sampling,
-                                        max_new_tokens=max_new, record_probs=False, min_confidence=min_confidence))
+    records = list(speculative_generate(request.pair, prompt, proposer=request.proposer_factory(), k=controller,
+                                        sampling=request.sampling, max_new_tokens=max_new, record_probs=False,
+                                        min_confidence=request.min_confidence))
     return summarize(records), iteration_rows(records)
 
 
-def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequence[int | str] = (1, 2, 3, 4, 6),
-          rounds: int = 3, max_new_tokens: int | Mapping[str, int] = 64, sampling: SamplingConfig = GREEDY,
-          timing: Timing | dict[str, Timing] | None = None,
-          drift_warning: float = 0.15, min_confidence: float | None = None, progress: Progress = None,
-          memory: str = "conversation", between_rounds: Callable[[int], None] | None = None,
-          plain_every: int = PLAIN_EVERY) -> dict:
+def speed(request: SpeedRequest, progress: Progress = None,
+          between_rounds: Callable[[int], None] | None = None) -> SpeedResult:
     """Measured speed-up of speculative over plain decoding per prompt and k, with the prediction beside it.
 
     In each round, for each prompt, every k runs back to back in an order that rotates from round to round,
@@ -113,166 +151,112 @@ def speed(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Sequenc
     divided by plain decoding interpolated to its moment between the plain runs around it (`_plain_at`).
     Quoted: the median ratio over rounds (and prompts). A prompt whose plain speed (the median of a round's plain
     runs) moved by more than `drift_warning` between rounds ((max - min) / median) fails the verdict: its ratios
-    are still adjacent, but the machine changed under them.
-    A k may also be "adaptive" (needs `timing`) or "heuristic" (transformers' schedule), see adaptive.py.
-    `timing`: one calibration for every prompt, or one per prompt name (a longer context costs more per
-    step, on both sides, so per-prompt calibrations predict better). A calibration timed under another
-    decoding than `sampling` (Timing.sampling) is flagged: its prediction leaves out (or counts) the sampling
-    work of each pass. `memory` says what a schedule's state (adaptive.py) carries over: "conversation" (the
-    default) from every run of its arm to the next, across prompts and rounds, as from one call of an agent to the
-    next on one pair and drafter, so a prompt's figures depend on the prompt before it; "prompt" from one round to
-    the next of the same prompt only (a figure per output shape, whatever the order); "none": every run a first
-    call, as replay predicts it. `between_rounds(r)` runs after round r but the last (a calibration to pool, say);
-    `timing`, when a dict, is read again for the predictions made at the end. `max_new_tokens`: one length for
-    every prompt, or one per prompt name (each preset's own).
+    are still adjacent, but the machine changed under them. `between_rounds(r)` runs after round r but the last
+    (a calibration to pool, say). See SpeedRequest for the rest.
     """
-    lengths = _lengths(prompts, max_new_tokens)
-    timing_of = (lambda name: timing.get(name)) if isinstance(timing, dict) else (lambda name: timing)
-    arms = [f"k={k}" for k in ks]
-    if memory not in MEMORY_SCOPES:
-        raise PlaygroundError(f"memory must be one of {', '.join(MEMORY_SCOPES)}, got {memory!r}")
-    memories: dict = {}
-
-    def memory_of(arm: str, name: str) -> dict:
-        if memory == "none":
-            return {}
-        return memories.setdefault(arm if memory == "conversation" else (arm, name), {})
-
-    runs, plain_runs = [], []
-    total = rounds * len(prompts) * len(bracketed(arms, plain_every))
-    done = 0
+    lengths = _lengths(request.prompts, request.max_new_tokens)
+    memories = _Memories(request.memory)
     monitor = MachineMonitor().__enter__()
-    for r in range(rounds):
+    runs, plain_runs = _measure(request, lengths, memories, progress, between_rounds)
+    load = monitor.stop()
+    predict_runs(request, runs)
+    return _result(request, lengths, runs, plain_runs, load)
+
+
+def _measure(request: SpeedRequest, lengths: dict[str, int], memories: _Memories, progress: Progress,
+             between_rounds: Callable[[int], None] | None) -> tuple[list[SpeedRun], list[PlainRun]]:
+    """Every round: each prompt's arms in their rotated, bracketed order."""
+    arms = [f"k={k}" for k in request.ks]
+    runs, plain_runs = [], []
+    total = request.rounds * len(request.prompts) * len(bracketed(arms, request.plain_every))
+    done = 0
+
+    def ran(r: int, name: str, arm: str) -> None:
+        nonlocal done
+        done += 1
+        tick(progress, done / total, f"round {r + 1}/{request.rounds}, {name}: {arm}")
+
+    for r in range(request.rounds):
         if r and between_rounds is not None:
             between_rounds(r - 1)
-        for p_index, (name, prompt) in enumerate(prompts.items()):
-            order = bracketed(rotated(arms, r + p_index), plain_every)
-            results, iterations, plains = {}, {}, []
-            for arm in order:
-                start = time.perf_counter()
-                if arm == "plain":
-                    summary = _run_plain(pair, prompt, sampling, lengths[name])
-                    plains.append(((start + time.perf_counter()) / 2, summary))
-                    plain_runs.append({"round": r, "prompt": name, "tokens_per_s": summary.tokens_per_s})
-                else:
-                    setting = arm[2:]
-                    summary, iterations[arm] = _run_spec(
-                        pair, prompt, proposer_factory, int(setting) if setting.isdigit() else setting, sampling,
-                        lengths[name], timing_of(name), min_confidence, memory_of(arm, name))
-                    results[arm] = (summary, (start + time.perf_counter()) / 2)
-                done += 1
-                tick(progress, done / total, f"round {r + 1}/{rounds}, {name}: {arm}")
-            for k in ks:
-                s, mid = results[f"k={k}"]
-                p = _plain_at(plains, mid)
-                runs.append({
-                    "round": r, "prompt": name, "k": k, "order": order,
-                    "plain_tokens_per_s": p.tokens_per_s, "spec_tokens_per_s": s.tokens_per_s,
-                    "ratio": s.tokens_per_s / p.tokens_per_s if p.tokens_per_s else None,
-                    "e2e_ratio": _e2e(s) / _e2e(p) if _e2e(p) else None,
-                    "alpha": s.alpha, "per_position": list(s.per_position_acceptance),
-                    "tokens_per_pass": s.tokens_per_pass, "new_tokens": s.new_tokens,
-                    "max_new_tokens": lengths[name], "finished": s.finished,
-                    "plain_new_tokens": p.new_tokens,
-                    "draft_s": s.draft_s, "verify_s": s.verify_s, "rollback_s": s.rollback_s,
-                    "decode_s": s.decode_s, "plain_decode_s": p.decode_s,
-                    "k_values": {str(kk): n for kk, n in s.k_values.items()},
-                    "drafted_values": {str(kk): n for kk, n in s.drafted_values.items()},
-                    "source_iterations": s.source_iterations,
-                    "prefill_s": s.prefill_s, "plain_prefill_s": p.prefill_s,
-                    "iterations": iterations[f"k={k}"],
-                })
-    load = monitor.stop()
-    for x in runs:
-        t = timing_of(x["prompt"])
-        # The fixed-k model drafts every k; under a confidence stop it would charge drafts that never ran, so
-        # such a run gets no prediction from it (its costed figure, above, counts what was drafted).
-        x["predicted_empirical"] = _run_prediction(x, t) if min_confidence is None else None
-        x["costed"] = costed_ratio(x["iterations"], CostCurve.from_timing(t) if t is not None else None)
-        x["predicted_local"] = (predict_from_neighbours(x, _neighbours(runs, x), t)
-                                if t is not None and min_confidence is None else None)
-    model_of = timing_of if min_confidence is None else (lambda name: None)  # no fixed-k model under a stop
-    table = [_speed_row(k, [x for x in runs if x["k"] == k], model_of) for k in ks]
-    by_prompt = [{"prompt": name, **_speed_row(k, [x for x in runs if x["k"] == k and x["prompt"] == name], model_of)}
+        for p_index, name in enumerate(request.prompts):
+            order = bracketed(rotated(arms, r + p_index), request.plain_every)
+            spec, plain = _prompt_round(request, r, name, order, lengths[name], memories, ran)
+            runs += spec
+            plain_runs += plain
+    return runs, plain_runs
+
+
+def _prompt_round(request: SpeedRequest, r: int, name: str, order: list[str], length: int, memories: _Memories,
+                  ran: Callable[[int, str, str], None]) -> tuple[list[SpeedRun], list[PlainRun]]:
+    """One prompt's runs of round `r`, in `order`, each speculative run divided by plain decoding at its moment."""
+    prompt = request.prompts[name]
+    results, iterations, plains, plain_runs = {}, {}, [], []
+    for arm in order:
+        start = time.perf_counter()
+        if arm == "plain":
+            summary = _run_plain(request, prompt, length)
+            plains.append(((start + time.perf_counter()) / 2, summary))
+            plain_runs.append(PlainRun(round=r, prompt=name, tokens_per_s=summary.tokens_per_s))
+        else:
+            setting = arm[2:]
+            summary, iterations[arm] = _run_spec(request, prompt, int(setting) if setting.isdigit() else setting,
+                                                 length, request.timing_of(name), memories.of(arm, name))
+            results[arm] = (summary, (start + time.perf_counter()) / 2)
+        ran(r, name, arm)
+    runs = []
+    for k in request.ks:
+        s, mid = results[f"k={k}"]
+        p = _plain_at(plains, mid)
+        runs.append(SpeedRun(
+            round=r, prompt=name, k=k, order=order,
+            plain_tokens_per_s=p.tokens_per_s, spec_tokens_per_s=s.tokens_per_s,
+            ratio=s.tokens_per_s / p.tokens_per_s if p.tokens_per_s else None,
+            e2e_ratio=_e2e(s) / _e2e(p) if _e2e(p) else None,
+            alpha=s.alpha, per_position=list(s.per_position_acceptance),
+            tokens_per_pass=s.tokens_per_pass, new_tokens=s.new_tokens,
+            max_new_tokens=length, finished=s.finished, plain_new_tokens=p.new_tokens,
+            draft_s=s.draft_s, verify_s=s.verify_s, rollback_s=s.rollback_s,
+            decode_s=s.decode_s, plain_decode_s=p.decode_s,
+            k_values={str(kk): n for kk, n in s.k_values.items()},
+            drafted_values={str(kk): n for kk, n in s.drafted_values.items()},
+            source_iterations=s.source_iterations, prefill_s=s.prefill_s, plain_prefill_s=p.prefill_s,
+            iterations=iterations[f"k={k}"]))
+    return runs, plain_runs
+
+
+def _result(request: SpeedRequest, lengths: dict[str, int], runs: list[SpeedRun], plain_runs: list[PlainRun],
+            load: MachineLoad) -> SpeedResult:
+    """The tables over every prompt and per prompt, their verdicts, and the recommendation."""
+    prompts, ks = list(request.prompts), list(request.ks)
+    model_of = request.timing_of if request.min_confidence is None else (lambda name: None)  # no fixed-k model under a stop
+    table = [speed_row(k, [x for x in runs if x.k == k], model_of) for k in ks]
+    by_prompt = [speed_row(k, [x for x in runs if x.k == k and x.prompt == name], model_of, prompt=name)
                  for name in prompts for k in ks]
-    drift = {}
-    for name in prompts:
-        plain_speeds = [statistics.median(x["tokens_per_s"] for x in plain_runs if x["prompt"] == name and x["round"] == r)
-                        for r in range(rounds)]
-        moved = relative_spread(plain_speeds)  # as the verdict measures it, so the two never disagree
-        drift[name] = {"plain_tokens_per_s": plain_speeds, "spread": moved, "flagged": moved > drift_warning}
-    limits = TrustLimits(drift=drift_warning)
-    overall = Verdict.of(check_rounds(rounds), load.findings(),
-                         *(check_drift(name, drift[name]["plain_tokens_per_s"], limits, load) for name in prompts),
-                         *(check_calibration(t) for name in prompts if (t := timing_of(name)) is not None),
-                         *(check_sampling(t, sampling.timing_label()) for name in prompts
-                           if (t := timing_of(name)) is not None))
+    drift = drift_by_prompt(request, plain_runs)
+    overall = overall_verdict(request, drift, load)
     for row in table + by_prompt:
-        _judge(row, [x for x in runs if x["k"] == row["k"] and row.get("prompt") in (None, x["prompt"])], overall)
-    best = _best_fixed(table)
-    return {"experiment": "speed", "trust": overall.to_dict(), "machine": load.to_dict(),
-            **recommend(best["k"], Verdict.of(overall, Verdict.from_dict(best["trust"]))), "environment": environment(pair), "ks": list(ks), "rounds": rounds,
-            "max_new_tokens": max_new_tokens if isinstance(max_new_tokens, int) else lengths, "sampling": sampling.describe(), "prompts": list(prompts),
-            "min_confidence": min_confidence, "memory": memory,
-            "table": table, "best_k": best["k"], "by_prompt": by_prompt, "best_k_by_prompt": {
-                name: _best_fixed([r for r in by_prompt if r["prompt"] == name])["k"] for name in prompts},
-            "drift": drift, "schedules": compare(runs, list(prompts), ks), "runs": runs, "plain_runs": plain_runs,
-            "plain_every": plain_every,
-            "timing": first.to_dict() if (first := timing_of(next(iter(prompts)))) else None,
-            "timing_by_prompt": {n: timing[n].to_dict() for n in prompts if n in timing}
-            if isinstance(timing, dict) else None}
-
-
-def _best_fixed(rows: list[dict]) -> dict:
-    """The row of the fixed k with the highest median ratio (adaptive / heuristic rows are not a k to pick)."""
-    fixed = [r for r in rows if isinstance(r["k"], int)] or rows
-    return max(fixed, key=lambda r: r["median_ratio"])
+        judge(row, [x for x in runs if x.k == row.k and row.prompt in (None, x.prompt)], overall)
+    best = best_fixed(table)
+    advice = recommend(best.k, Verdict.of(overall, best.trust))
+    first = request.timing_of(prompts[0])
+    return SpeedResult(
+        trust=overall, machine=load, recommended_k=advice.recommended_k, withheld=advice.withheld,
+        environment=environment(request.pair), ks=ks, rounds=request.rounds,
+        max_new_tokens=request.max_new_tokens if isinstance(request.max_new_tokens, int) else lengths,
+        sampling=request.sampling.describe(), prompts=prompts, min_confidence=request.min_confidence,
+        memory=request.memory, table=table, best_k=best.k, by_prompt=by_prompt,
+        best_k_by_prompt={name: best_fixed([r for r in by_prompt if r.prompt == name]).k for name in prompts},
+        drift=drift, schedules=compare(runs, prompts, ks), runs=runs, plain_runs=plain_runs,
+        plain_every=request.plain_every, timing=first.to_dict() if first else None,
+        timing_by_prompt={n: request.timing[n].to_dict() for n in prompts if n in request.timing}
+        if isinstance(request.timing, Mapping) else None)
 
 
 def _e2e(summary) -> float:
     """End-to-end tokens/s: the prompt's prefill (target and drafter) counted in."""
     total = summary.prefill_s + summary.decode_s
     return summary.new_tokens / total if total > 0 else 0.0
-
-
-def _speed_row(k: int, runs: list[dict], timing_of: Callable[[str], Timing | None]) -> dict:
-    """Medians over the runs of one k (all prompts, or one): measured ratio, prediction beside it and
-    how far the empirical prediction missed (measured - predicted)."""
-    rows = [x for x in runs if x["ratio"] is not None]
-    alphas = [x["alpha"] for x in rows if x["alpha"] is not None]
-    e2e = [x["e2e_ratio"] for x in rows if x.get("e2e_ratio") is not None]
-    row = {"k": k, "median_ratio": statistics.median(x["ratio"] for x in rows),
-           "min_ratio": min(x["ratio"] for x in rows), "max_ratio": max(x["ratio"] for x in rows),
-           "median_e2e_ratio": statistics.median(e2e) if e2e else None,
-           "n": len(rows), "alpha": statistics.median(alphas) if alphas else None,
-           "median_costed": statistics.median(costed) if (costed := [x["costed"] for x in rows
-                                                                       if x.get("costed") is not None]) else None}
-    if isinstance(k, str):  # adaptive / heuristic: k varies by iteration; show how it was spread
-        for name in ("k_values", "drafted_values"):
-            spread: dict[str, int] = {}
-            for x in rows:
-                for kk, n in x.get(name, {}).items():
-                    spread[kk] = spread.get(kk, 0) + n
-            row[name] = dict(sorted(spread.items(), key=lambda kv: int(kv[0])))
-    elif rows and timing_of(rows[0]["prompt"]) is not None and row["alpha"] is not None:
-        # iid: the seed chapter's steady-state formula from the median alpha. empirical: each run's
-        # per-position acceptance, for a run of its length (see cost.predicted_speedup_finite), median.
-        row["predicted_iid"] = statistics.median(timing_of(x["prompt"]).predict(row["alpha"], k, source_iterations=
-                                                 x.get("source_iterations")) for x in rows)
-        preds = [x["predicted_empirical"] for x in rows if x.get("predicted_empirical") is not None]
-        row["predicted_empirical"] = statistics.median(preds) if preds else None
-        if row["predicted_empirical"] is not None:
-            row["miss_empirical"] = row["median_ratio"] - row["predicted_empirical"]
-        local = [x["predicted_local"] for x in rows if x.get("predicted_local") is not None]
-        if local:  # the calibration's costs set to the level the other arms paid around each run (lab.fit)
-            row["predicted_local"] = statistics.median(local)
-            row["miss_local"] = row["median_ratio"] - row["predicted_local"]
-    return row
-
-
-def _neighbours(runs: list[dict], run: dict) -> list[dict]:
-    """The other arms' runs of `run`'s prompt and round: seconds from it, on the host as it was then."""
-    return [x for x in runs if x is not run and x["prompt"] == run["prompt"] and x["round"] == run["round"]]
 
 
 def _lengths(prompts: Mapping[str, Sequence[int]], max_new_tokens: int | Mapping[str, int]) -> dict[str, int]:
@@ -290,71 +274,47 @@ def _lengths(prompts: Mapping[str, Sequence[int]], max_new_tokens: int | Mapping
     return lengths
 
 
-def _run_prediction(run: dict, timing: Timing | None) -> float | None:
-    """The empirical prediction for one fixed-k run: its per-position acceptance, for a run of its length."""
-    positions = reached(run["per_position"])
-    if timing is None or not isinstance(run["k"], int) or not positions:
-        return None
-    return timing.predict(positions, run["k"], new_tokens=run["new_tokens"],
-                          source_iterations=run.get("source_iterations"), limit=stop_limit(run))
-
-
-def _judge(row: dict, runs: list[dict], overall: Verdict) -> None:
-    """The cell's verdict (its spread, on top of what holds for the whole experiment) and, for a fixed k,
-    its miss split into step costs, acceptance model and overhead (lab.fit)."""
-    ratios = [x["ratio"] for x in runs if x["ratio"] is not None]
-    label = f"k={row['k']}" + (f" on {row['prompt']}" if row.get("prompt") else "")
-    row["spread"] = (row["max_ratio"] - row["min_ratio"]) if runs else None
-    missed = []
-    if isinstance(row["k"], int):
-        paired = [(x, x["predicted_empirical"]) for x in runs if x.get("predicted_empirical") is not None]
-        row["explained"] = explain_cell([x for x, _ in paired], row["k"], [p for _, p in paired]) if paired else None
-        missed = [*check_prediction(label, row.get("miss_empirical"), row["explained"]),
-                  *check_local_prediction(label, row.get("miss_local"))]
-    row["trust"] = Verdict.of(overall, check_spread(label, ratios), missed).to_dict()
-
-
-def _pooled_positions(rows: list[dict]) -> list[float]:
+def _pooled_positions(rows: list[SpeedRun]) -> list[float]:
     """Median per-position acceptance over runs (positions never reached in a run are skipped)."""
     if not rows:
         return []
-    width = max(len(x["per_position"]) for x in rows)
+    width = max(len(x.per_position) for x in rows)
     out = []
     for i in range(width):
-        vals = [x["per_position"][i] for x in rows if i < len(x["per_position"]) and x["per_position"][i] is not None]
+        vals = [x.per_position[i] for x in rows if i < len(x.per_position) and x.per_position[i] is not None]
         if not vals:
             break
         out.append(statistics.median(vals))
     return out
 
 
-def sweep(pair, prompt_ids: Sequence[int], proposer_factory, ks: Sequence[int] = tuple(range(1, 9)), rounds: int = 2,
-          max_new_tokens: int = 64, sampling: SamplingConfig = GREEDY, timing: Timing | None = None,
-          adaptive: bool = True, min_confidence: float | None = None, name: str = "prompt",
-          progress: Progress = None, plain_every: int = PLAIN_EVERY) -> dict:
-    """k = 1..8 on one prompt: measured speed-up (adjacent runs) and predicted, break-even alpha, best k;
-    with `adaptive`, the adaptive controller runs as one more arm of the same rounds. Without `timing`, it
-    calibrates first, under `sampling`."""
-    fixed = [k for k in ks if isinstance(k, int)]
-    arms = [*ks, "adaptive"] if adaptive and "adaptive" not in ks else list(ks)
+def sweep(request: SpeedRequest, adaptive: bool = True, progress: Progress = None) -> SweepResult:
+    """k = 1..8 on the request's one prompt: measured speed-up (adjacent runs) and predicted, break-even alpha,
+    best k; with `adaptive`, the adaptive controller runs as one more arm of the same rounds. Without a calibration
+    (`request.timing`), it calibrates first, under the request's sampling."""
+    if len(request.prompts) != 1:
+        raise PlaygroundError(f"a sweep runs one prompt, got {len(request.prompts)}")
+    (name, prompt_ids), = request.prompts.items()
+    max_new = _lengths(request.prompts, request.max_new_tokens)[name]
+    fixed = [k for k in request.ks if isinstance(k, int)]
+    arms = [*request.ks, "adaptive"] if adaptive and "adaptive" not in request.ks else list(request.ks)
     n_max = (K_MAX if adaptive else max(fixed)) + 1  # adaptive may draft up to K_MAX: time verification that far
+    timing = request.timing_of(name)
     # The progress bar's share of each phase, in target passes (the unit both phases spend their time in):
     # a calibration runs (warm-up + repeats) x lengths cycles of a draft and a pass; a run about one pass a token.
     cal_passes = 0 if timing is not None else 2 * (3 + 12) * len(pass_lengths(n_max))
-    share = cal_passes / (cal_passes + rounds * len(bracketed(arms, plain_every)) * max_new_tokens)
+    share = cal_passes / (cal_passes + request.rounds * len(bracketed(arms, request.plain_every)) * max_new)
     if timing is None:
-        timing = calibrate(pair, prompt_ids, proposer_factory(), CalibrationPlan(n_max=n_max, sampling=sampling),
+        timing = calibrate(request.pair, prompt_ids, request.proposer_factory(),
+                           CalibrationPlan(n_max=n_max, sampling=request.sampling),
                            progress=(lambda f, m: tick(progress, share * f, m)) if progress else None)
-    result = speed(pair, {name: prompt_ids}, proposer_factory, ks=arms, rounds=rounds,
-                   max_new_tokens=max_new_tokens, sampling=sampling, timing=timing, min_confidence=min_confidence,
-                   progress=(lambda f, m: tick(progress, share + (1 - share) * f, m)) if progress else None,
-                   plain_every=plain_every)
-    for row in result["table"]:
-        if isinstance(row["k"], int):
-            row["break_even_alpha"] = cost.break_even_alpha(row["k"], timing.c, timing.v, timing.overhead)
-    positions = _pooled_positions([x for x in result["runs"] if x["k"] == max(fixed)])
-    if positions and min_confidence is None:  # the per-position acceptance at the deepest k, through the model
-        choice = cost.best_k(positions, timing.c, timing.v, k_max=max(fixed), overhead=timing.overhead)
-        result["predicted_best_k"] = choice.k
-    result["experiment"] = "sweep"
-    return result
+    result = speed(replace(request, ks=arms, timing=timing),
+                   progress=(lambda f, m: tick(progress, share + (1 - share) * f, m)) if progress else None)
+    for row in result.table:
+        if isinstance(row.k, int):
+            row.break_even_alpha = cost.break_even_alpha(row.k, timing.c, timing.v, timing.overhead)
+    positions = _pooled_positions([x for x in result.runs if x.k == max(fixed)])
+    best = None
+    if positions and request.min_confidence is None:  # the per-position acceptance at the deepest k, through the model
+        best = cost.best_k(positions, timing.c, timing.v, k_max=max(fixed), overhead=timing.overhead).k
+    return SweepResult(**vars(result), predicted_best_k=best)

@@ -19,20 +19,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ..results.trust import FAIL, WARN, Finding, Verdict
-
-
-@dataclass(frozen=True)
-class TrustLimits:
-    """Where a figure stops being trusted. Ratios are relative: (max - min) / median of the samples."""
-
-    drift: float = 0.15  # the plain run's speed between rounds of one prompt
-    cell_spread: float = 0.30  # one cell's measured ratio over its rounds (warn), twice that (fail)
-    calibration_noise: float = 0.25  # interquartile range / median of one calibration's timed passes (warn; 2x fails)
-    min_rounds: int = 3  # fewer rounds warn; one round fails (no spread can be seen)
-    other_cores: float = 0.25  # cores other processes kept busy on average while measuring (fail; half of it warns)
-    steal: float = 0.05  # share of CPU time the hypervisor took (fail)
-    prediction_miss: float = 0.15  # a cell's prediction against its measured median, absolute (warn)
+from ..results.speed import MissSplit
+from ..results.trust import FAIL, LIMITS, WARN, Finding, MachineLoad, TrustLimits, Verdict
 
 
 def relative_spread(xs: Sequence[float]) -> float:
@@ -44,7 +32,7 @@ def relative_spread(xs: Sequence[float]) -> float:
     return (max(xs) - min(xs)) / med if med else 0.0
 
 
-def check_rounds(rounds: int, limits: TrustLimits = TrustLimits()) -> list[Finding]:
+def check_rounds(rounds: int, limits: TrustLimits = LIMITS) -> list[Finding]:
     if rounds < 2:
         return [Finding("rounds", FAIL, f"{rounds} round: a single run has no spread, so noise cannot be told "
                         "from an effect", f"run at least {limits.min_rounds} rounds")]
@@ -53,7 +41,7 @@ def check_rounds(rounds: int, limits: TrustLimits = TrustLimits()) -> list[Findi
     return []
 
 
-def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustLimits = TrustLimits(),
+def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustLimits = LIMITS,
                 load: MachineLoad | None = None) -> list[Finding]:
     """A plain run that moved between rounds. With the `load` it was measured under: when nothing else on the
     machine was busy and the hypervisor took nothing, the fix says so, since "a quiet machine" is then no advice
@@ -70,7 +58,7 @@ def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustL
                     f"{limits.drift:.0%}", fix)]
 
 
-def check_spread(label: str, ratios: Sequence[float], limits: TrustLimits = TrustLimits()) -> list[Finding]:
+def check_spread(label: str, ratios: Sequence[float], limits: TrustLimits = LIMITS) -> list[Finding]:
     s = relative_spread(ratios)
     if s > 2 * limits.cell_spread:
         sev = FAIL
@@ -82,15 +70,17 @@ def check_spread(label: str, ratios: Sequence[float], limits: TrustLimits = Trus
                     "run more rounds on a quiet machine")]
 
 
-PARTS = {"step_costs": ("step costs", ("the loop paid other step costs than the calibration measured: calibrate "
-                                     "again on a quiet machine, right before the rounds")),
-         "acceptance": ("acceptance model", ("the acceptance differed from round to round or from what the model "
-                                           "assumes: run more rounds, or longer runs")),
-         "overhead": ("overhead", "time outside the draft, verify and rollback buckets: see the time split")}
+def _parts(explained: MissSplit) -> list[tuple[float | None, str, str]]:
+    """The three parts of a miss (lab.fit.explain_cell) with their names and fixes."""
+    return [(explained.step_costs, "step costs", ("the loop paid other step costs than the calibration measured: "
+                                                  "calibrate again on a quiet machine, right before the rounds")),
+            (explained.acceptance, "acceptance model", ("the acceptance differed from round to round or from what "
+                                                        "the model assumes: run more rounds, or longer runs")),
+            (explained.overhead, "overhead", "time outside the draft, verify and rollback buckets: see the time split")]
 
 
-def check_prediction(label: str, miss: float | None, explained: dict | None = None,
-                     limits: TrustLimits = TrustLimits()) -> list[Finding]:
+def check_prediction(label: str, miss: float | None, explained: MissSplit | None = None,
+                     limits: TrustLimits = LIMITS) -> list[Finding]:
     """A cell whose prediction missed its measured median by more than `limits.prediction_miss`, with the part of the
     miss that lab.fit's decomposition puts most of it in (`explained`: explain_cell's means) and that part's fix."""
     if miss is None or abs(miss) <= limits.prediction_miss:
@@ -98,13 +88,12 @@ def check_prediction(label: str, miss: float | None, explained: dict | None = No
     message = f"{label}: the prediction missed the measured median by {miss:+.2f}"
     fix = "read 'why each prediction missed'; calibrate again on a quiet machine and run more rounds"
     if explained:
-        key = max(PARTS, key=lambda p: abs(explained.get(p) or 0.0))
-        name, fix = PARTS[key]
-        message += f", most of it in the {name} ({explained[key]:+.2f})"
+        part, name, fix = max(_parts(explained), key=lambda p: abs(p[0] or 0.0))
+        message += f", most of it in the {name} ({part:+.2f})"
     return [Finding("prediction-miss", WARN, message, fix)]
 
 
-def check_local_prediction(label: str, miss: float | None, limits: TrustLimits = TrustLimits()) -> list[Finding]:
+def check_local_prediction(label: str, miss: float | None, limits: TrustLimits = LIMITS) -> list[Finding]:
     """A cell whose prediction from the other arms' costs in each round (lab.fit.predict_from_neighbours) missed
     by more than `limits.prediction_miss`. That prediction walks each run with its own acceptance, and with the
     run's own costs the walk lands within a hundredth of what it measured (2026-12-04, AMD EPYC), so what is left
@@ -116,7 +105,7 @@ def check_local_prediction(label: str, miss: float | None, limits: TrustLimits =
                     "run more rounds on a quiet machine; the host moved within a round")]
 
 
-def check_calibration(timing, limits: TrustLimits = TrustLimits()) -> list[Finding]:
+def check_calibration(timing, limits: TrustLimits = LIMITS) -> list[Finding]:
     """A calibration (lab.calibration.Timing) whose costs are non-physical, noisy, or a drafter that cannot pay."""
     out = []
     c, v = timing.c, getattr(timing, "v_measured", timing.v)
@@ -164,36 +153,6 @@ def check_sampling(timing, run_sampling: str) -> list[Finding]:
 
 
 # --- the machine: other processes and the hypervisor ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MachineLoad:
-    """What happened on the machine while something was measured."""
-
-    wall_s: float
-    other_cores: float  # cores kept busy by other processes, on average (system busy time minus ours)
-    steal: float  # share of CPU time taken by the hypervisor
-    cores: int
-    loadavg: float | None = None
-
-    def findings(self, limits: TrustLimits = TrustLimits()) -> list[Finding]:
-        out = []
-        if self.other_cores > limits.other_cores:
-            out.append(Finding("machine-load", FAIL, f"other processes kept {self.other_cores:.2f} of the "
-                               f"{self.cores} cores busy while this was measured", "stop the other work, or "
-                               "measure on a quiet machine (two thread pools on a few cores slow each other "
-                               "several-fold)"))
-        elif self.other_cores > limits.other_cores / 2:
-            out.append(Finding("machine-load", WARN, f"other processes used {self.other_cores:.2f} cores",
-                               "measure on a quiet machine"))
-        if self.steal > limits.steal:
-            out.append(Finding("steal", FAIL, f"the hypervisor took {self.steal:.0%} of CPU time (steal)",
-                               "measure on a machine that is not oversubscribed"))
-        return out
-
-    def to_dict(self) -> dict:
-        return {"wall_s": self.wall_s, "other_cores": self.other_cores, "steal": self.steal, "cores": self.cores,
-                "loadavg": self.loadavg}
 
 
 @dataclass
@@ -246,9 +205,15 @@ def machine_now(seconds: float = 0.5) -> MachineLoad:
     return m.load
 
 
-def recommend(k, verdict: Verdict) -> dict:
+@dataclass(frozen=True)
+class Recommendation:
+    recommended_k: int | str | None  # None: withheld
+    withheld: str | None  # why, with the fix
+
+
+def recommend(k: int | str | None, verdict: Verdict) -> Recommendation:
     """A recommended k only from a trusted figure; otherwise none, with the reason and the fix."""
     if verdict.trusted:
-        return {"recommended_k": k, "withheld": None}
+        return Recommendation(k, None)
     f = verdict.failures[0]
-    return {"recommended_k": None, "withheld": f"{f.message} \u2014 fix: {f.fix}"}
+    return Recommendation(None, f"{f.message} \u2014 fix: {f.fix}")

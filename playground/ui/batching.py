@@ -23,6 +23,7 @@ from ..lab.batch import NEARLY_FREE, batch_predictions, batch_table, batch_timin
 from ..lab.calibration import Timing
 from ..limits import Limits
 from ..results.calibration import BatchResult
+from ..results.speed import SweepResult
 from . import charts, serving
 from .progress import Tracker, clock_text, load_with_progress, mapped, progress_lines, ticker
 from .serving import Background, PairProvider, stoppable
@@ -48,13 +49,12 @@ class BatchView:
     note: str | None = None
 
 
-def sweep_timing(sweep: dict | None) -> Timing | None:
+def sweep_timing(sweep: SweepResult | None) -> Timing | None:
     """The calibration a sweep (the tab's last, lab.speed.sweep's result) predicted from, if it kept one."""
-    saved = sweep.get("timing") if sweep else None
-    return Timing.from_dict(saved) if isinstance(saved, dict) else None
+    return Timing.from_dict(sweep.timing) if sweep is not None and sweep.timing is not None else None
 
 
-def batch_curves(sweep: dict | None, batch: BatchResult | None) -> dict[int, dict[int, float]] | None:
+def batch_curves(sweep: SweepResult | None, batch: BatchResult | None) -> dict[int, dict[int, float]] | None:
     """{B: {k: predicted speed-up}} for the sweep's fixed ks within the batch timing's pass lengths, or None.
 
     Each k takes the sweep's median alpha at that k and the drafter's cost from the sweep's calibration (a
@@ -63,14 +63,14 @@ def batch_curves(sweep: dict | None, batch: BatchResult | None) -> dict[int, dic
     if timing is None or batch is None:
         return None
     curves: dict[int, dict[int, float]] = {}
-    for row in sweep.get("table") or []:
-        k, alpha = row["k"], row.get("alpha")
+    for row in sweep.table:
+        k, alpha = row.k, row.alpha
         if not isinstance(k, int) or alpha is None or k > batch.n_max - 1:
             continue
         sources: Counter = Counter()
-        for x in sweep.get("runs") or []:
-            if x.get("k") == k:
-                sources.update(x.get("source_iterations") or {})
+        for x in sweep.runs:
+            if x.k == k:
+                sources.update(x.source_iterations or {})
         c, overhead = timing.mixed(dict(sources))
         for b, by_k in batch_predictions(batch, c, alpha, overhead, ks=[k]).items():
             curves.setdefault(b, {})[k] = by_k[k]

@@ -24,7 +24,8 @@ import plotly.io as pio
 
 from ..core.records import Iteration, RunSummary
 from ..results.calibration import WhatifResult
-from .sweep_words import recommendation
+from ..results.speed import SweepResult
+from .sweep_words import PREDICTIONS, recommendation
 
 COLOURS = {
     "draft": "#6366f1",  # indigo
@@ -63,8 +64,18 @@ def _as_validated(x):
     return x
 
 
-def _figure(data: list, title: str, x: str, y: str, height: int = HEIGHT, xaxis=None, yaxis=None,
-            shapes=(), annotations=(), **layout) -> go.Figure:
+@dataclass(frozen=True)
+class Axes:
+    """A chart's axis titles, and what each axis sets beyond the house style (`_axis`)."""
+
+    x: str
+    y: str
+    xaxis: dict | None = None
+    yaxis: dict | None = None
+
+
+def _figure(data: list, title: str, axes: Axes, height: int = HEIGHT, shapes=(), annotations=(),
+            **layout) -> go.Figure:
     spec_layout = {
         "template": _NO_TEMPLATE,
         "title": {"text": title, "x": 0.0, "xanchor": "left", "y": 0.97, "yanchor": "top",
@@ -77,8 +88,8 @@ def _figure(data: list, title: str, x: str, y: str, height: int = HEIGHT, xaxis=
         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1.0,
                    "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)"},
         "hoverlabel": {"font": {"size": 11}},
-        "xaxis": _axis(x, **(xaxis or {})),
-        "yaxis": _axis(y, **(yaxis or {})),
+        "xaxis": _axis(axes.x, **(axes.xaxis or {})),
+        "yaxis": _axis(axes.y, **(axes.yaxis or {})),
     }
     if shapes:
         spec_layout["shapes"] = list(shapes)
@@ -109,7 +120,7 @@ def _integer_ticks(x: Sequence[int]) -> dict:
 
 
 def empty_figure(title: str, message: str = "no data yet", height: int = EMPTY_HEIGHT) -> go.Figure:
-    return _figure([], title, "", "", height=height, xaxis={"visible": False}, yaxis={"visible": False},
+    return _figure([], title, Axes("", "", {"visible": False}, {"visible": False}), height=height,
                    margin={"l": 10, "r": 10, "t": 30, "b": 10},
                    annotations=[_note(message, 0.5, 0.4, yref="paper", font={"size": 11.5, "color": "#9ca3af"})])
 
@@ -129,7 +140,7 @@ def time_split_figure(iterations: Sequence[Iteration]) -> go.Figure:
     ]
     if len(shown) < len(iterations):
         title += f" \u2014 last {len(shown)} of {len(iterations)}"
-    return _figure(data, title, "iteration", "ms", height=230, xaxis=_integer_ticks(x), barmode="stack",
+    return _figure(data, title, Axes("iteration", "ms", _integer_ticks(x)), height=230, barmode="stack",
                    bargap=0.15)
 
 
@@ -151,7 +162,7 @@ def acceptance_by_position_figure(summary: RunSummary | None) -> go.Figure:
     if summary.alpha is not None:
         shapes.append(_hline(summary.alpha, "#374151"))
         notes.append(_note(f"\u03b1 = {summary.alpha:.2f}", 1.0, summary.alpha, xanchor="right", yanchor="top"))
-    return _figure(data, title, "draft position", "acceptance", xaxis={"dtick": 1}, yaxis={"range": [0, 1.18]},
+    return _figure(data, title, Axes("draft position", "acceptance", {"dtick": 1}, {"range": [0, 1.18]}),
                    shapes=shapes, annotations=notes, showlegend=False)
 
 
@@ -177,7 +188,7 @@ def alpha_figure(iterations: Sequence[Iteration]) -> go.Figure:
          "line": {"color": COLOURS["accepted"], "width": 2.5},
          "hovertemplate": "iteration %{x}<br>running \u03b1 %{y:.3f}<extra></extra>"},
     ]
-    return _figure(data, title, "iteration", "\u03b1", xaxis=_integer_ticks(x), yaxis={"range": [-0.05, 1.05]})
+    return _figure(data, title, Axes("iteration", "\u03b1", _integer_ticks(x), {"range": [-0.05, 1.05]}))
 
 
 def _spread_labels(labels: list[tuple[float, str, str]], lo: float, hi: float, plot_px: float) -> list[dict]:
@@ -195,31 +206,31 @@ def _spread_labels(labels: list[tuple[float, str, str]], lo: float, hi: float, p
     return notes
 
 
-def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None = None) -> go.Figure:
+def sweep_figure(result: SweepResult | None, batch: dict[int, dict[int, float]] | None = None) -> go.Figure:
     """Measured (median, min-max bars) and predicted speed-up against k, the break-even line, adaptive k's
     measured speed-up, and the recommended k (none when the trust verdict failed, or no k beat plain).
     `batch`: {B: {k: predicted speed-up}} (ui/batching.py), drawn as one labelled line per batch size."""
     title = "Speed-up over plain decoding against k"
-    if not result or not result.get("table"):
+    if not result or not result.table:
         return empty_figure(title, "run a sweep to fill this chart", height=150)
-    rows = [r for r in result["table"] if isinstance(r["k"], int)]  # fixed k; a schedule is a line across
-    schedules = [r for r in result["table"] if not isinstance(r["k"], int)]
-    ks = [r["k"] for r in rows]
+    rows = [r for r in result.table if isinstance(r.k, int)]  # fixed k; a schedule is a line across
+    schedules = [r for r in result.table if not isinstance(r.k, int)]
+    ks = [r.k for r in rows]
     data = [{
-        "type": "scatter", "x": ks, "y": [r["median_ratio"] for r in rows], "mode": "lines+markers",
+        "type": "scatter", "x": ks, "y": [r.median_ratio for r in rows], "mode": "lines+markers",
         "name": "measured (median)", "line": {"color": COLOURS["measured"], "width": 2.5}, "marker": {"size": 8},
-        "error_y": {"type": "data", "symmetric": False, "array": [r["max_ratio"] - r["median_ratio"] for r in rows],
-                    "arrayminus": [r["median_ratio"] - r["min_ratio"] for r in rows], "thickness": 1.2, "width": 4,
+        "error_y": {"type": "data", "symmetric": False, "array": [r.max_ratio - r.median_ratio for r in rows],
+                    "arrayminus": [r.median_ratio - r.min_ratio for r in rows], "thickness": 1.2, "width": 4,
                     "color": COLOURS["measured"]},
         "hovertemplate": "k=%{x}<br>measured %{y:.2f}\u00d7<extra></extra>",
     }]
     # The predictions are often within a few percent of each other: drawn a little apart, in different
     # dashes and markers, so each stays visible (the hover text gives the k each point belongs to).
-    for key, name, colour, dash, symbol, dx in (
-            ("predicted_iid", "predicted (iid \u03b1)", COLOURS["iid"], "dot", "circle-open", -0.12),
-            ("predicted_empirical", "predicted (per position)", COLOURS["empirical"], "dash", "diamond", 0.12),
-            ("predicted_local", "predicted (loop costs)", COLOURS["local"], "longdash", "square-open", 0.24)):
-        pts = [(r["k"], r.get(key)) for r in rows if r.get(key) is not None]
+    for curve, colour, dash, symbol, dx in (("iid \u03b1", COLOURS["iid"], "dot", "circle-open", -0.12),
+                                             ("per position", COLOURS["empirical"], "dash", "diamond", 0.12),
+                                             ("loop costs", COLOURS["local"], "longdash", "square-open", 0.24)):
+        name, predicted = f"predicted ({curve})", PREDICTIONS[curve]
+        pts = [(r.k, predicted(r)) for r in rows if predicted(r) is not None]
         if pts:
             data.append({"type": "scatter", "x": [p[0] + dx for p in pts], "y": [p[1] for p in pts],
                          "customdata": [p[0] for p in pts], "mode": "lines+markers", "name": name,
@@ -229,12 +240,12 @@ def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None 
     labels = [(1.0, "break-even", "#4b5563")]
     shapes = [_hline(1.0, "#6b7280", width=1.2)]
     for r in schedules:  # adaptive k: one measured figure, whatever k it chose per iteration
-        y = r["median_ratio"]
+        y = r.median_ratio
         data.append({"type": "scatter", "x": [min(ks) - 0.35, max(ks) + 0.35] if ks else [0, 1], "y": [y, y],
-                     "mode": "lines", "name": f"{r['k']} k, measured ({y:.2f}\u00d7)",
+                     "mode": "lines", "name": f"{r.k} k, measured ({y:.2f}\u00d7)",
                      "line": {"color": "#9333ea", "width": 1.5, "dash": "dashdot"},
-                     "hovertemplate": f"{r['k']} k: measured %{{y:.2f}}\u00d7<extra></extra>"})
-        labels.append((y, f"{r['k']} {y:.2f}\u00d7", "#9333ea"))
+                     "hovertemplate": f"{r.k} k: measured %{{y:.2f}}\u00d7<extra></extra>"})
+        labels.append((y, f"{r.k} {y:.2f}\u00d7", "#9333ea"))
     for b, by_k in sorted((batch or {}).items()):
         pts = sorted((k, y) for k, y in by_k.items() if k in ks)
         if not pts:
@@ -245,8 +256,8 @@ def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None 
                      "line": {"color": colour, "dash": "dot", "width": 1.4},
                      "hovertemplate": f"k=%{{x}}<br>predicted at batch {b}: %{{y:.2f}}\u00d7<extra></extra>"})
         labels.append((pts[-1][1], f"batch {b}", colour))
-    values = [1.0] + [r["median_ratio"] for r in schedules] + [r["max_ratio"] for r in rows] + \
-        [r["min_ratio"] for r in rows] + [r.get(k) for r in rows for k in ("predicted_iid", "predicted_empirical", "predicted_local")] + \
+    values = [1.0] + [r.median_ratio for r in schedules] + [r.max_ratio for r in rows] + \
+        [r.min_ratio for r in rows] + [predicted(r) for r in rows for predicted in PREDICTIONS.values()] + \
         [y for by_k in (batch or {}).values() for y in by_k.values()]
     values = [v for v in values if v is not None]
     lo, hi = min(0.0, min(values)), max(values) * 1.12
@@ -260,9 +271,9 @@ def sweep_figure(result: dict | None, batch: dict[int, dict[int, float]] | None 
                            yanchor="bottom", yshift=2, font={"size": 10.5, "color": COLOURS["measured"]}))
     else:
         title += " \u2014 no recommended k (see the verdict)"
-    return _figure(data, title, "k (proposals per iteration)", "speed-up (\u00d7)", height=height,
-                   xaxis={"dtick": 1, "range": [min(ks) - 0.5, max(ks) + 0.5] if ks else None},
-                   yaxis={"range": [lo, hi]}, shapes=shapes, annotations=notes,
+    axes = Axes("k (proposals per iteration)", "speed-up (\u00d7)",
+                {"dtick": 1, "range": [min(ks) - 0.5, max(ks) + 0.5] if ks else None}, {"range": [lo, hi]})
+    return _figure(data, title, axes, height=height, shapes=shapes, annotations=notes,
                    margin={"l": 48, "r": 104, "t": 58, "b": 40},
                    legend={"orientation": "h", "yanchor": "top", "y": -0.22, "xanchor": "left", "x": 0.0,
                            "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)"})
@@ -319,8 +330,8 @@ def whatif_figure(result: WhatifResult, mark: RunPoint | None = None) -> go.Figu
                            xanchor="center", yanchor="bottom", yshift=2, font={"size": 10.5, "color": colour}))
     else:
         title += " \u2014 no k pays"
-    return _figure(data, title, "k (proposals per iteration)", "predicted speed-up (\u00d7)", height=height,
-                   xaxis={"dtick": 1, "range": [min(ks) - 0.6, max(ks) + 0.6]}, yaxis={"range": [lo, hi]},
-                   shapes=shapes, annotations=notes, margin={"l": 48, "r": 92, "t": 58, "b": 40},
+    axes = Axes("k (proposals per iteration)", "predicted speed-up (\u00d7)",
+                {"dtick": 1, "range": [min(ks) - 0.6, max(ks) + 0.6]}, {"range": [lo, hi]})
+    return _figure(data, title, axes, height=height, shapes=shapes, annotations=notes, margin={"l": 48, "r": 92, "t": 58, "b": 40},
                    legend={"orientation": "h", "yanchor": "top", "y": -0.24, "xanchor": "left", "x": 0.0,
                            "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)"})

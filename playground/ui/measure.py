@@ -27,8 +27,9 @@ from ..lab.calibration import (
     calibrated_timing,
     pass_lengths,
 )
-from ..lab.speed import PLAIN_EVERY, bracketed, sweep
+from ..lab.speed import PLAIN_EVERY, SpeedRequest, bracketed, sweep
 from ..limits import Limits
+from ..results.speed import SweepResult
 from . import charts, serving, sweep_words, verdicts
 from .batching import batch_curves
 from .downloads import jsonable
@@ -67,7 +68,7 @@ class SweepView:
     figure: Any = None
     table: list | None = None
     summary: str | None = None
-    doc: dict | None = None
+    doc: dict | None = None  # the result as JSON (the sweep's Download)
 
 
 def reused_text(timing: Timing, own: bool, context_tokens: int | None = None) -> str:
@@ -146,7 +147,7 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
 
 @stoppable("sweep")
 def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: SweepRequest,
-                 sweep_fn: Callable | None = None, limits: Limits | None = None) -> Iterator[SweepView]:
+                 sweep_fn: Callable[..., SweepResult] | None = None, limits: Limits | None = None) -> Iterator[SweepView]:
     """k = 1..k_max on the current prompt: measured and predicted speed-up against k, break-even, and a
     recommended k only where the trust verdict holds. `sweep_fn` replaces lab.speed.sweep (tests)."""
     started = time.monotonic()
@@ -172,10 +173,10 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
             t, reused = calibrated_timing(pair, ids, factory(), store, SHORT_CALIBRATION.under(req.sampling),
                                           progress=ticker(emit, stopped))
         phase(emit, "step 2 of 2, measuring" if timing is None else "measuring")
-        result = sweep_fn(pair, ids, factory, ks=ks, rounds=rounds, max_new_tokens=req.max_new_tokens,
-                          sampling=req.sampling, timing=t, min_confidence=req.min_confidence,
-                          progress=ticker(emit, stopped))
-        return result, t, reused
+        lab_request = SpeedRequest(pair, {"prompt": ids}, factory, ks=ks, rounds=rounds,
+                                   max_new_tokens=req.max_new_tokens, sampling=req.sampling, timing=t,
+                                   min_confidence=req.min_confidence)
+        return sweep_fn(lab_request, progress=ticker(emit, stopped)), t, reused
 
     stop = f" ({stop_text(req.min_confidence)}, so no fixed-k prediction)" if req.min_confidence is not None else ""
     plan = (f"{rounds} round(s) of k = 1..{k_max} and adaptive k back to back, plain decoding before every "
@@ -189,10 +190,10 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
             yield SweepView(session, line)
         bg.raise_error()
     result, t, _ = bg.result
-    result = sweep_words.fit_to_drafter(result, req.drafter)
+    result, no_model = sweep_words.fit_to_drafter(result, req.drafter)
     session.sweep = result
     session.timings[(name, key)] = t
-    text = sweep_words.sweep_summary(result, describe_setup(pair), rounds, req.max_new_tokens)
+    text = sweep_words.sweep_summary(result, describe_setup(pair), rounds, req.max_new_tokens, no_model=no_model)
     k, why_not = sweep_words.recommendation(result)
     clock = clock_text(time.monotonic() - started)
     if k is not None:

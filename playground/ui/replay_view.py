@@ -22,7 +22,7 @@ from ..core.records import record_from_dict
 from ..lab.calibration import Timing
 from ..lab.shapes import SHAPES
 from . import charts
-from .charts import _figure, _hline, _note  # the house chart builders, so this chart looks like the others
+from .charts import Axes, _figure, _hline, _note  # the house chart builders, so this chart looks like the others
 from .render import records_html
 from .verdicts import glossary_html, verdict_html
 
@@ -162,9 +162,10 @@ def replay_figure(doc: dict | None, drafter: str | None = None):
                            yanchor="bottom", yshift=2, font={"size": 10.5, "color": COLOURS[None]}))
     else:
         title += " \u2014 no recommended k"
-    return _figure(data, title, "k (proposals per iteration)", "predicted speed-up (\u00d7)", height=HEIGHT,
-                   xaxis={"tickvals": ks, "range": [min(ks) - 0.5, max(ks) + 0.5]}, yaxis={"range": [lo, hi]},
-                   shapes=shapes, annotations=notes, showlegend=False, margin={"l": 48, "r": 128, "t": 58, "b": 40})
+    axes = Axes("k (proposals per iteration)", "predicted speed-up (\u00d7)",
+                {"tickvals": ks, "range": [min(ks) - 0.5, max(ks) + 0.5]}, {"range": [lo, hi]})
+    return _figure(data, title, axes, height=HEIGHT, shapes=shapes, annotations=notes, showlegend=False,
+                   margin={"l": 48, "r": 128, "t": 58, "b": 40})
 
 
 def _interval(iv) -> str:

@@ -34,6 +34,7 @@ from ..lab.calibration import CalibrationStore, Timing
 from ..limits import Limits
 from ..pairs.registry import PairChoice
 from ..results.calibration import BatchResult
+from ..results.speed import SweepResult
 
 DECODINGS = ("greedy", "sample")
 K_MODES = {"fixed": "the k above, every iteration", "adaptive": "chosen per iteration by the cost model",
@@ -266,7 +267,7 @@ class Session:
 
     run: RunResult | None = None
     timings: dict = field(default_factory=dict)  # (drafter, prompt_key) -> lab.Timing this tab calibrated or reused
-    sweep: dict | None = None
+    sweep: SweepResult | None = None
     stopped: str | None = None  # which event the user stopped ("run", "compare", ...), until reported
     pair: PairChoice | None = None  # the pair this tab chose in the pair menu (None: the app's default pair)
     k_memory: dict = field(default_factory=dict)  # drafter -> adaptive / heuristic state carried between runs

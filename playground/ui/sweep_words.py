@@ -4,60 +4,60 @@ lab's sweep result so that they agree with each other and with the chart (charts
 from __future__ import annotations
 
 import html
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..core.records import describe_choices
 from ..lab.misses import noise_bound, noise_line
-from ..lab.trust import FAIL, Verdict
+from ..results.speed import SpeedRow, SweepResult
+from ..results.trust import FAIL, Verdict
 from .session import SWEEP_K_MAX
 from .verdicts import glossary_html, miss_findings, verdict_html
 
-PREDICTIONS = {"predicted_iid": "iid \u03b1", "predicted_empirical": "per position",
-               "predicted_local": "loop costs"}  # the chart's predicted curves (charts.sweep_figure)
+PREDICTIONS: dict[str, Callable[[SpeedRow], float | None]] = {
+    "iid \u03b1": lambda r: r.predicted_iid, "per position": lambda r: r.predicted_empirical,
+    "loop costs": lambda r: r.predicted_local}  # the chart's predicted curves (charts.sweep_figure), by name
+SINGLE_C = ("iid \u03b1", "per position")  # the models that charge every proposal one drafter's c
 
 
-SINGLE_C = ("predicted_iid", "predicted_empirical")  # the models that charge every proposal one drafter's c
+def fit_to_drafter(result: SweepResult, drafter: str) -> tuple[SweepResult, list[str]]:
+    """The result as the tab shows it for `drafter`, and the predictions it leaves out: a hybrid's proposals come
+    from lookup at its search cost and from a model drafter at c, so the single-c predictions are dropped (no model
+    for this drafter) and only the loop-cost prediction, priced from the runs' own iterations, is drawn and said."""
+    if drafter != "hybrid":
+        return result, []
+    for row in result.table:
+        row.predicted_iid = row.predicted_empirical = None
+    return result, list(SINGLE_C)
 
 
-def fit_to_drafter(result: dict, drafter: str) -> dict:
-    """The result as the tab shows it for `drafter`: a hybrid's proposals come from lookup at its search cost and
-    from a model drafter at c, so the single-c predictions are dropped (no model for this drafter) and only the
-    loop-cost prediction, priced from the runs' own iterations, is drawn and said."""
-    if drafter == "hybrid":
-        for row in result.get("table") or []:
-            for key in SINGLE_C:
-                row.pop(key, None)
-        result["no_model"] = [PREDICTIONS[key] for key in SINGLE_C]
-    return result
+def _fixed(result: SweepResult) -> list[SpeedRow]:
+    return [r for r in result.table if isinstance(r.k, int)]
 
 
-def _fixed(result: dict) -> list[dict]:
-    return [r for r in result.get("table") or [] if isinstance(r["k"], int)]
-
-
-def sweep_verdict(result: dict) -> Verdict | None:
+def sweep_verdict(result: SweepResult) -> Verdict | None:
     """The sweep's overall verdict (None for a result from before verdicts existed): the lab's, failed as well
     where a prediction on the chart is 2x or more from the measured median of its k."""
-    if not isinstance(result.get("trust"), dict):
+    if result.trust is None:
         return None
-    misses = [replace(f, message=f"k = {r['k']}: {f.message}") for r in _fixed(result)
-              for key in ("predicted_iid", "predicted_empirical")
-              for f in miss_findings(r.get(key), r["median_ratio"]) if f.severity == FAIL]
-    return Verdict.of(Verdict.from_dict(result["trust"]), misses[:1])
+    misses = [replace(f, message=f"k = {r.k}: {f.message}") for r in _fixed(result)
+              for predicted in (r.predicted_iid, r.predicted_empirical)
+              for f in miss_findings(predicted, r.median_ratio) if f.severity == FAIL]
+    return Verdict.of(result.trust, misses[:1])
 
 
-def recommendation(result: dict) -> tuple[int | None, str | None]:
+def recommendation(result: SweepResult) -> tuple[int | None, str | None]:
     """(recommended k, None) or (None, why there is none): never a k from a failed verdict (the lab's
     `recommended_k` / `withheld`), and never a k that measured slower than plain decoding."""
-    if "recommended_k" in result:
-        k, withheld = result.get("recommended_k"), result.get("withheld")
+    if result.trust is not None:
+        k, withheld = result.recommended_k, result.withheld
     else:  # a result without a verdict: its best measured k
-        k, withheld = result.get("best_k"), None
+        k, withheld = result.best_k, None
     if k is None:
         return None, withheld or "the sweep measured no fixed k"
-    row = next((r for r in result.get("table") or [] if r["k"] == k), None)
-    if row is not None and row["median_ratio"] < 1.0:
-        return None, (f"no k beat plain decoding (the best, k = {k}, measured {row['median_ratio']:.2f}\u00d7): "
+    row = next((r for r in result.table if r.k == k), None)
+    if row is not None and row.median_ratio < 1.0:
+        return None, (f"no k beat plain decoding (the best, k = {k}, measured {row.median_ratio:.2f}\u00d7): "
                       f"decode without drafting here, or use a faster drafter")
     verdict = sweep_verdict(result)
     if verdict is not None and not verdict.trusted:  # a prediction 2x from its measurement (sweep_verdict)
@@ -65,33 +65,34 @@ def recommendation(result: dict) -> tuple[int | None, str | None]:
     return k, None
 
 
-def sweep_rows(result: dict) -> list[list]:
+def _never_pays(row: SpeedRow) -> bool:
+    """A sweep's fixed k whose break-even alpha was computed and none pays."""
+    return isinstance(row.k, int) and row.break_even_alpha is None
+
+
+def sweep_rows(result: SweepResult) -> list[list]:
     """The sweep table for display: speed-ups and rates to 3 decimals; a k that can never pay says so."""
 
     def r3(x):
         return "\u2013" if x is None else round(float(x), 3)
 
-    rows = []
-    for row in result.get("table", []):
-        never = "break_even_alpha" in row and row["break_even_alpha"] is None  # computed: no alpha pays
-        rows.append([row["k"], r3(row["median_ratio"]), r3(row["min_ratio"]), r3(row["max_ratio"]),
-                     r3(row.get("alpha")), r3(row.get("predicted_iid")), r3(row.get("predicted_empirical")),
-                     r3(row.get("predicted_local")), "never pays" if never else r3(row.get("break_even_alpha"))])
-    return rows
+    return [[row.k, r3(row.median_ratio), r3(row.min_ratio), r3(row.max_ratio), r3(row.alpha),
+             r3(row.predicted_iid), r3(row.predicted_empirical), r3(row.predicted_local),
+             "never pays" if _never_pays(row) else r3(row.break_even_alpha)] for row in result.table]
 
 
-def predicted_peaks(result: dict) -> dict[str, int]:
+def predicted_peaks(result: SweepResult) -> dict[str, int]:
     """The k at which each predicted curve on the chart peaks, by the curve's name."""
     fixed = _fixed(result)
     out = {}
-    for key, name in PREDICTIONS.items():
-        drawn = [r for r in fixed if r.get(key) is not None]
+    for name, predicted in PREDICTIONS.items():
+        drawn = [r for r in fixed if predicted(r) is not None]
         if drawn:
-            out[name] = max(drawn, key=lambda r: r[key])["k"]
+            out[name] = max(drawn, key=predicted).k
     return out
 
 
-def _prediction_line(result: dict, best: int, verdict: Verdict | None) -> str | None:
+def _prediction_line(result: SweepResult, best: int, verdict: Verdict | None) -> str | None:
     """Where the chart's predicted curves peak, beside the measured best; the verdict is named only when it
     holds a prediction miss."""
     peaks = predicted_peaks(result)
@@ -105,48 +106,50 @@ def _prediction_line(result: dict, best: int, verdict: Verdict | None) -> str | 
             + (" (the verdict names the miss)." if missed else "."))
 
 
-def _edge_line(result: dict, k: int, k_max: int) -> str | None:
+def _edge_line(result: SweepResult, k: int, k_max: int) -> str | None:
     """Say so when the best k is the largest swept, and offer a wider sweep (with what adaptive k chose)."""
     fixed = _fixed(result)
-    if not fixed or k != max(r["k"] for r in fixed) or k >= k_max:
+    if not fixed or k != max(r.k for r in fixed) or k >= k_max:
         return None
-    adaptive = next((r for r in result.get("table") or [] if not isinstance(r["k"], int)), None)
-    deeper = [int(x) for x in (adaptive or {}).get("k_values") or {} if str(x).isdigit() and int(x) > k]
+    adaptive = next((r for r in result.table if not isinstance(r.k, int)), None)
+    deeper = [int(x) for x in (adaptive.k_values if adaptive else None) or {} if str(x).isdigit() and int(x) > k]
     chose = f"; adaptive k chose up to {max(deeper)}" if deeper else ""
     return (f"k = {k} is the largest k swept, so a larger one may be faster{chose}: sweep again with a larger "
             f"'Largest k' (up to {k_max}).")
 
 
-def sweep_summary(result: dict, setup: str, rounds: int, max_new: int, k_max: int = SWEEP_K_MAX) -> str:
+def sweep_summary(result: SweepResult, setup: str, rounds: int, max_new: int, k_max: int = SWEEP_K_MAX,
+                  no_model: Sequence[str] = ()) -> str:
     """The verdict, one lead sentence (what to use, how sure, why), where the predictions peak and whether the
     best k is the sweep's edge; the rest (adaptive k, losses, misses, noise, how measured) behind a fold. The
-    sentences agree with each other and with the chart."""
-    table = result.get("table") or []
+    sentences agree with each other and with the chart. `no_model`: the predictions left out for the drafter
+    (fit_to_drafter)."""
+    table = result.table
     if not table:
         return "No sweep result."
     fixed = _fixed(result) or table
     verdict = sweep_verdict(result)
     k, why_not = recommendation(result)
-    best = max(fixed, key=lambda r: r["median_ratio"])
+    best = max(fixed, key=lambda r: r.median_ratio)
     out = [verdict_html(verdict, "This sweep")] if verdict is not None else []
     sure = "trusted" if verdict is None or verdict.trusted and not verdict.findings else "trusted, with warnings"
     if k is not None:
-        row = next(r for r in fixed if r["k"] == k)
-        lead = [(f"**Recommended k = {k}**: {row['median_ratio']:.2f}\u00d7 plain decoding's speed, the best median of "
+        row = next(r for r in fixed if r.k == k)
+        lead = [(f"**Recommended k = {k}**: {row.median_ratio:.2f}\u00d7 plain decoding's speed, the best median of "
                  f"{rounds} round(s) ({sure}).")]
     else:
         lead = [f"**No recommended k**: {html.escape(why_not)}."]
-        if best["median_ratio"] >= 1.0 and "beat plain" not in why_not:
-            lead.append(f"The best measured k was {best['k']} ({best['median_ratio']:.2f}\u00d7); not a "
+        if best.median_ratio >= 1.0 and "beat plain" not in why_not:
+            lead.append(f"The best measured k was {best.k} ({best.median_ratio:.2f}\u00d7); not a "
                         f"recommendation while the verdict fails.")
         elif "beat plain" not in why_not:
-            lead.append(f"And no k beat plain decoding (the best, k = {best['k']}, measured "
-                        f"{best['median_ratio']:.2f}\u00d7).")
-    if result.get("no_model"):
-        lead.append(f"No {' or '.join(result['no_model'])} prediction: no model for this drafter (lookup and a model "
+            lead.append(f"And no k beat plain decoding (the best, k = {best.k}, measured "
+                        f"{best.median_ratio:.2f}\u00d7).")
+    if no_model:
+        lead.append(f"No {' or '.join(no_model)} prediction: no model for this drafter (lookup and a model "
                     f"drafter cost differently).")
-    lead += [x for x in (_prediction_line(result, best["k"], verdict),
-                         _edge_line(result, k if k is not None else best["k"], k_max)) if x]
+    lead += [x for x in (_prediction_line(result, best.k, verdict),
+                         _edge_line(result, k if k is not None else best.k, k_max)) if x]
     out.append(" ".join(lead))
     out.append(f"<details class='sweep-more'><summary>Adaptive k, losses, noise and how it was measured</summary>\n\n"
                f"{' '.join(_detail_lines(result, fixed, k, best, setup, max_new))}\n\n</details>")
@@ -155,39 +158,39 @@ def sweep_summary(result: dict, setup: str, rounds: int, max_new: int, k_max: in
     return "\n\n".join(out)
 
 
-def _detail_lines(result: dict, fixed: list[dict], k: int | None, best: dict, setup: str, max_new: int) -> list[str]:
-    table = result.get("table") or []
+def _detail_lines(result: SweepResult, fixed: list[SpeedRow], k: int | None, best: SpeedRow, setup: str,
+                  max_new: int) -> list[str]:
     lines = []
-    ref = next((r for r in fixed if r["k"] == k), best)
-    costed = next(iter(result.get("schedules") or []), {})  # lab.schedules: one entry, the sweep's one prompt
-    for r in table:
-        if not isinstance(r["k"], int):  # the adaptive arm of the same rounds
-            line = (f"Adaptive k (chosen per iteration: {describe_choices(r.get('k_values') or {}, r.get('drafted_values'))}): "
-                    f"{r['median_ratio']:.2f}\u00d7, {r['median_ratio'] / ref['median_ratio']:.0%} of "
+    ref = next((r for r in fixed if r.k == k), best)
+    costed = next(iter(result.schedules), None)  # lab.schedules: one entry, the sweep's one prompt
+    for r in result.table:
+        if not isinstance(r.k, int):  # the adaptive arm of the same rounds
+            line = (f"Adaptive k (chosen per iteration: {describe_choices(r.k_values or {}, r.drafted_values)}): "
+                    f"{r.median_ratio:.2f}\u00d7, {r.median_ratio / ref.median_ratio:.0%} of "
                     f"{'the recommended' if k is not None else 'the best measured'} k")
-            if r.get("median_costed") is not None and costed.get("adaptive_of_best") is not None:
+            if r.median_costed is not None and costed is not None and costed.adaptive_of_best is not None:
                 line += (f"; its own iterations costed under the calibration, without the host's noise: "
-                         f"{r['median_costed']:.2f}\u00d7, {costed['adaptive_of_best']:.0%} of the best fixed k "
-                         f"costed the same way (k = {costed['best_fixed']['k']})")
+                         f"{r.median_costed:.2f}\u00d7, {costed.adaptive_of_best:.0%} of the best fixed k "
+                         f"costed the same way (k = {costed.best_fixed.k})")
             lines.append(line + ".")
-    losing = [str(r["k"]) for r in fixed if r["median_ratio"] < 1.0]
+    losing = [str(r.k) for r in fixed if r.median_ratio < 1.0]
     if losing:
         lines.append(f"Slower than plain decoding at k = {', '.join(losing)}.")
-    never = [str(r["k"]) for r in fixed if "break_even_alpha" in r and r["break_even_alpha"] is None]
+    never = [str(r.k) for r in fixed if _never_pays(r)]
     if never:
         lines.append(f"With these step costs the cost model says k = {', '.join(never)} can never pay.")
-    explained = ref.get("explained")
+    explained = ref.explained
     if explained:
-        lines.append(f"Where the prediction missed at k = {ref['k']} (measured \u2212 predicted = "
-                     f"{explained['miss']:+.2f}\u00d7): step costs {explained['step_costs']:+.2f}, acceptance model "
-                     f"{explained['acceptance']:+.2f}, overhead {explained['overhead']:+.2f}.")
-    if (bound := noise_bound(result)) is not None:  # what any prediction could score on this sweep's scatter
+        lines.append(f"Where the prediction missed at k = {ref.k} (measured \u2212 predicted = "
+                     f"{explained.miss:+.2f}\u00d7): step costs {explained.step_costs:+.2f}, acceptance model "
+                     f"{explained.acceptance:+.2f}, overhead {explained.overhead:+.2f}.")
+    if (bound := noise_bound(result.runs)) is not None:  # what any prediction could score on this sweep's scatter
         said = html.escape(noise_line(bound))
         lines.append(said[0].upper() + said[1:] + ".")
-    spreads = [f.message for r in fixed for f in Verdict.from_dict(r.get("trust")).findings if f.check == "spread"]
+    spreads = [f.message for r in fixed for f in (r.trust.findings if r.trust else ()) if f.check == "spread"]
     if spreads:
         lines.append("Rounds disagree: " + "; ".join(html.escape(m) for m in spreads) + ".")
-    every = result.get("plain_every")  # absent from results saved with one plain run per round
+    every = result.plain_every  # None in results saved with one plain run per round
     divided = (f"with plain decoding before every {every} of them and after the last, each speculative run divided "
                "by plain decoding's speed at its moment, interpolated between the plain runs around it" if every else
                "each speculative run divided by the plain run of its round")

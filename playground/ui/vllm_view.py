@@ -281,7 +281,7 @@ def histogram_figure(req: ServedRequest | None):
              "hovertemplate": "%{x} drafts accepted<br>%{y} verify steps (%{customdata:.0%})<extra></extra>"}]
     mal = req.mean_acceptance_length
     title = HIST_TITLE + (f" \u2014 mean acceptance length {mal:.2f}" if mal else "")
-    return charts._figure(data, title, "accepted drafts in the step", "verify steps", xaxis={"dtick": 1},
+    return charts._figure(data, title, charts.Axes("accepted drafts in the step", "verify steps", {"dtick": 1}),
                           showlegend=False)
 
 

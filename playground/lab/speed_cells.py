@@ -1,0 +1,137 @@
+"""A speed result's cells: each run's predictions, the medians of each k (over every prompt, and per prompt) with
+their predictions and misses, and the verdicts on them (lab.speed measures the runs; this reads them)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..drafters.adaptive import CostCurve
+from ..results.speed import Drift, PlainRun, SpeedRow, SpeedRun
+from ..results.trust import MachineLoad, TrustLimits, Verdict
+from .calibration import Timing
+from .fit import explain_cell, predict_from_neighbours, reached, stop_limit
+from .schedules import costed_ratio
+from .trust import (
+    check_calibration,
+    check_drift,
+    check_local_prediction,
+    check_prediction,
+    check_rounds,
+    check_sampling,
+    check_spread,
+    relative_spread,
+)
+
+if TYPE_CHECKING:
+    from .speed import SpeedRequest
+
+
+def predict_runs(request: SpeedRequest, runs: list[SpeedRun]) -> None:
+    """Each run's predictions and costed figure, from the calibrations as they are now (pooled between rounds)."""
+    for x in runs:
+        t = request.timing_of(x.prompt)
+        # The fixed-k model drafts every k; under a confidence stop it would charge drafts that never ran, so
+        # such a run gets no prediction from it (its costed figure, below, counts what was drafted).
+        x.predicted_empirical = run_prediction(x, t) if request.min_confidence is None else None
+        x.costed = costed_ratio(x.iterations, CostCurve.from_timing(t) if t is not None else None)
+        x.predicted_local = (predict_from_neighbours(x, _neighbours(runs, x), t)
+                             if t is not None and request.min_confidence is None else None)
+
+
+def drift_by_prompt(request: SpeedRequest, plain_runs: list[PlainRun]) -> dict[str, Drift]:
+    """Per prompt: its plain speed in each round (the median of the round's plain runs) and how far it moved."""
+    drift = {}
+    for name in request.prompts:
+        plain_speeds = [statistics.median(x.tokens_per_s for x in plain_runs if x.prompt == name and x.round == r)
+                        for r in range(request.rounds)]
+        moved = relative_spread(plain_speeds)  # as the verdict measures it, so the two never disagree
+        drift[name] = Drift(plain_tokens_per_s=plain_speeds, spread=moved, flagged=moved > request.drift_warning)
+    return drift
+
+
+def overall_verdict(request: SpeedRequest, drift: dict[str, Drift], load: MachineLoad) -> Verdict:
+    """What holds for every figure: the rounds, the machine, each prompt's plain drift, the calibrations."""
+    limits = TrustLimits(drift=request.drift_warning)
+    timings = [t for name in request.prompts if (t := request.timing_of(name)) is not None]
+    return Verdict.of(check_rounds(request.rounds), load.findings(),
+                      *(check_drift(name, d.plain_tokens_per_s, limits, load) for name, d in drift.items()),
+                      *(check_calibration(t) for t in timings),
+                      *(check_sampling(t, request.sampling.timing_label()) for t in timings))
+
+
+def best_fixed(rows: list[SpeedRow]) -> SpeedRow:
+    """The row of the fixed k with the highest median ratio (adaptive / heuristic rows are not a k to pick)."""
+    fixed = [r for r in rows if isinstance(r.k, int)] or rows
+    return max(fixed, key=lambda r: r.median_ratio)
+
+
+def _median(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def speed_row(k: int | str, runs: list[SpeedRun], timing_of: Callable[[str], Timing | None],
+               prompt: str | None = None) -> SpeedRow:
+    """Medians over the runs of one k (all prompts, or one): measured ratio, prediction beside it and
+    how far the empirical prediction missed (measured - predicted)."""
+    rows = [x for x in runs if x.ratio is not None]
+    row = SpeedRow(prompt=prompt, k=k, median_ratio=statistics.median(x.ratio for x in rows),
+                   min_ratio=min(x.ratio for x in rows), max_ratio=max(x.ratio for x in rows),
+                   median_e2e_ratio=_median(x.e2e_ratio for x in rows), n=len(rows),
+                   alpha=_median(x.alpha for x in rows), median_costed=_median(x.costed for x in rows))
+    if isinstance(k, str):  # adaptive / heuristic: k varies by iteration; show how it was spread
+        row.k_values = _choices(x.k_values for x in rows)
+        row.drafted_values = _choices(x.drafted_values for x in rows)
+    elif rows and timing_of(rows[0].prompt) is not None and row.alpha is not None:
+        # iid: the seed chapter's steady-state formula from the median alpha. empirical: each run's
+        # per-position acceptance, for a run of its length (see cost.predicted_speedup_finite), median.
+        row.predicted_iid = statistics.median(timing_of(x.prompt).predict(row.alpha, k, source_iterations=
+                                              x.source_iterations) for x in rows)
+        row.predicted_empirical = _median(x.predicted_empirical for x in rows)
+        if row.predicted_empirical is not None:
+            row.miss_empirical = row.median_ratio - row.predicted_empirical
+        # the calibration's costs set to the level the other arms paid around each run (lab.fit)
+        row.predicted_local = _median(x.predicted_local for x in rows)
+        if row.predicted_local is not None:
+            row.miss_local = row.median_ratio - row.predicted_local
+    return row
+
+
+def _choices(counts) -> dict[str, int]:
+    """Iterations per k (or per number drafted), summed over runs, by k."""
+    spread: dict[str, int] = {}
+    for by_k in counts:
+        for kk, n in by_k.items():
+            spread[kk] = spread.get(kk, 0) + n
+    return dict(sorted(spread.items(), key=lambda kv: int(kv[0])))
+
+
+def _neighbours(runs: list[SpeedRun], run: SpeedRun) -> list[SpeedRun]:
+    """The other arms' runs of `run`'s prompt and round: seconds from it, on the host as it was then."""
+    return [x for x in runs if x is not run and x.prompt == run.prompt and x.round == run.round]
+
+
+def run_prediction(run: SpeedRun, timing: Timing | None) -> float | None:
+    """The empirical prediction for one fixed-k run: its per-position acceptance, for a run of its length."""
+    positions = reached(run.per_position)
+    if timing is None or not isinstance(run.k, int) or not positions:
+        return None
+    return timing.predict(positions, run.k, new_tokens=run.new_tokens, source_iterations=run.source_iterations,
+                          limit=stop_limit(run))
+
+
+def judge(row: SpeedRow, runs: list[SpeedRun], overall: Verdict) -> None:
+    """The cell's verdict (its spread, on top of what holds for the whole experiment) and, for a fixed k,
+    its miss split into step costs, acceptance model and overhead (lab.fit)."""
+    ratios = [x.ratio for x in runs if x.ratio is not None]
+    label = f"k={row.k}" + (f" on {row.prompt}" if row.prompt else "")
+    row.spread = (row.max_ratio - row.min_ratio) if runs else None
+    missed = []
+    if isinstance(row.k, int):
+        paired = [(x, x.predicted_empirical) for x in runs if x.predicted_empirical is not None]
+        row.explained = explain_cell([x for x, _ in paired], row.k, [p for _, p in paired]) if paired else None
+        missed = [*check_prediction(label, row.miss_empirical, row.explained),
+                  *check_local_prediction(label, row.miss_local)]
+    row.trust = Verdict.of(overall, check_spread(label, ratios), missed)
