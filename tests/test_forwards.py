@@ -111,7 +111,7 @@ def test_the_command_times_a_layer_cut_of_a_shipped_pair_and_report_reprints_it(
     assert doc["shape"]["target_layers"] == 1 and doc["shape"]["draft_layers"] == 1
     assert doc["shape"]["layer_ratio"] == pytest.approx(30 / 24)
     assert set(doc["arms"]) == {"eager", "static"} and sorted(doc["arms"]["eager"]["v"]) == ["1", "2", "3"]
-    assert "ACCEPTANCE IS NOT MEASURED" in printed and "floor:" in printed and "alpha 0.9" in printed
+    assert "Acceptance is not measured" in printed and "floor:" in printed and "alpha 0.9" in printed
     back = load_result(out)  # the file reads back into the result it was saved from, and prints the same
     assert back.arms["eager"].predicted[0.9][1] == doc["arms"]["eager"]["predicted"]["0.9"]["1"]
     assert forwards_text(back) in printed

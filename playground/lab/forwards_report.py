@@ -59,7 +59,7 @@ def forwards_text(result: ForwardsResult, setup: str | None = None) -> str:
         + (f", layers cut to {cut}" if cut else "")
         + (f" — {setup}" if setup else "")
         + (f", driver {result.gpu_driver}" if result.gpu_driver else ""),
-        ("ACCEPTANCE IS NOT MEASURED: random weights propose and accept nothing meaningful. Step costs are real; "
+        ("Acceptance is not measured: random weights propose and accept nothing meaningful. Step costs are real; "
         "the alphas below are assumptions."),
         "",
         markdown_table(["forward", "target step", "on the GPU", "/ floor", "draft step", "c",
