@@ -25,6 +25,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
+from pydantic import TypeAdapter
 
 from ..errors import PlaygroundError
 
@@ -119,6 +120,9 @@ class Preset:
         )
 
 
+_PRESET = TypeAdapter(Preset)
+
+
 @dataclass(frozen=True)
 class OutputCheck:
     """What a generated text amounted to, for a preset whose output is checked."""
@@ -188,41 +192,28 @@ def load_preset(path: str | Path) -> Preset:
     if error is not None:
         fail(*_schema_error_message(error))
 
-    if data["name"] != path.stem:
-        fail("name", f"{data['name']!r} must equal the file name without .json ({path.stem!r})")
-    has_messages, has_prompt = "messages" in data, "prompt" in data
-    if has_messages == has_prompt:
-        which = "not both" if has_messages else "neither is present"
+    # The file passed its JSON Schema, so it fits the dataclass; pydantic builds it (extra keys were refused above).
+    preset = _PRESET.validate_python({**data, "path": path})
+    if preset.name != path.stem:
+        fail("name", f"{preset.name!r} must equal the file name without .json ({path.stem!r})")
+    if (preset.messages is None) == (preset.prompt is None):
+        which = "neither is present" if preset.messages is None else "not both"
         fail("messages", f"give exactly one of 'messages' (chat) or 'prompt' (raw text), {which}")
-    if has_messages and data["messages"][-1]["role"] != "user":
-        last = len(data["messages"]) - 1
-        fail(f"messages[{last}].role", "the last message must be from 'user' (the model answers it)")
+    if preset.messages is not None and preset.messages[-1]["role"] != "user":
+        fail(f"messages[{len(preset.messages) - 1}].role", "the last message must be from 'user' (the model answers it)")
 
-    fmt = data["output_format"]
-    if "output_schema" in data:
+    fmt = preset.output_format
+    if preset.output_schema is not None:
         if fmt == "text":
             fail("output_schema", "only 'json' and 'react' output is checked; set output_format or drop the schema")
         try:
-            Draft202012Validator.check_schema(data["output_schema"])
+            Draft202012Validator.check_schema(preset.output_schema)
         except SchemaError as e:
             at = _field_path(["output_schema", *e.absolute_path])
             fail(at, f"not a valid JSON Schema: {e.message}")
     elif fmt != "text":
         fail("output_schema", f"missing: output_format {fmt!r} needs a JSON Schema to check the output against")
-
-    messages = tuple({"role": m["role"], "content": m["content"]} for m in data["messages"]) if has_messages else None
-    return Preset(
-        name=data["name"],
-        title=data["title"],
-        kind=data["kind"],
-        description=data["description"],
-        max_new_tokens=data["max_new_tokens"],
-        output_format=fmt,
-        messages=messages,
-        prompt=data.get("prompt"),
-        output_schema=data.get("output_schema"),
-        path=path,
-    )
+    return preset
 
 
 def _directory(directory: str | Path | None) -> Path:
