@@ -28,6 +28,7 @@ from playground.backends.vllm_report import report_text
 from playground.lab.replay_report import replay_table
 from playground.lab.report import load_result, report
 from playground.lab.whatif import whatif_text
+from playground.results import from_document
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "results.md"
@@ -43,7 +44,7 @@ def render(path: Path) -> str:
         grid = [{**g, "speedups": {int(k): x for k, x in g["speedups"].items()}} for g in doc["grid"]]
         return whatif_text({**doc, "grid": grid})
     if kind == "replay":
-        return replay_table(doc)
+        return replay_table(from_document(doc, str(path)))
     if kind == "vllm-sweep":
         return report_text(doc)
     return report(path)
