@@ -29,7 +29,8 @@ from playground.envinfo import describe_setup
 from playground.inputs.traces import SAMPLE_TRACE, read_trace
 from playground.lab import SpeedRequest, calibrate, sweep
 from playground.lab.calibration import CalibrationPlan, CalibrationStore
-from playground.lab.replay import calibration_contexts, replay
+from playground.lab.replay import calibration_contexts, replay_turns
+from playground.lab.replay_options import ReplayOptions
 from playground.pairs.registry import choose_pair, load_choice
 
 
@@ -67,8 +68,9 @@ def main() -> int:
 
     def replay_wall(which, feeding):
         t0 = time.perf_counter()
-        replay(pair, which, drafters=[args.drafter], ks=range(1, 17), controllers=("adaptive", "heuristic"),
-               timing_of=timing_of, feeding=feeding, records="none")
+        replay_turns(pair, which, ReplayOptions(drafters=[args.drafter], ks=range(1, 17),
+                                                controllers=("adaptive", "heuristic"), timing_of=timing_of,
+                                                feeding=feeding, records="none"))
         return time.perf_counter() - t0
 
     walls = {}

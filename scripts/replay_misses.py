@@ -35,9 +35,11 @@ from playground.envinfo import describe_setup
 from playground.inputs.presets import get_preset, preset_names
 from playground.lab.calibration import CalibrationPlan, calibrate, pooled
 from playground.lab.common import markdown_table
-from playground.lab.replay import preset_turns, replay
+from playground.lab.replay import preset_turns, replay_turns
+from playground.lab.replay_options import ReplayOptions
 from playground.lab.speed import SpeedRequest, speed
 from playground.pairs.registry import load_named_pair
+from playground.results.replay import ReplayedTurn, SkippedWalk
 
 TOLERANCE = 0.05
 CONTROLLERS = ("adaptive", "heuristic")
@@ -54,10 +56,10 @@ def median_interval(xs: list[float]) -> tuple[float, float]:
     return (float(low), float(high))
 
 
-def best_arm(turn_doc: dict, drafter: str) -> tuple[int, float]:
-    walks = turn_doc["drafters"][drafter]["walks"]
-    fixed = [(int(a[2:]), w["predicted_speedup"]) for a, w in walks.items()
-             if a.startswith("k=") and w.get("predicted_speedup") is not None]
+def best_arm(turn: ReplayedTurn, drafter: str) -> tuple[int, float]:
+    walks = turn.drafters[drafter].walks
+    fixed = [(int(a[2:]), w.predicted_speedup) for a, w in walks.items()
+             if a.startswith("k=") and not isinstance(w, SkippedWalk) and w.predicted_speedup is not None]
     return max(fixed, key=lambda kv: (kv[1], -kv[0]))
 
 
@@ -86,8 +88,9 @@ def main() -> int:
             timings = [first]
 
             def replayed(timing, turn=turn, drafter=drafter):
-                return replay(pair, [turn], drafters=[drafter], ks=range(1, 17), controllers=CONTROLLERS,
-                              timing_of=lambda d, ids: timing, records="none")["turns"][0]
+                options = ReplayOptions(drafters=[drafter], ks=range(1, 17), controllers=CONTROLLERS,
+                                        timing_of=lambda d, ids: timing, records="none")
+                return replay_turns(pair, [turn], options).turns[0]
 
             first_doc = replayed(first)
             k, first_predicted = best_arm(first_doc, drafter)
@@ -103,16 +106,17 @@ def main() -> int:
                          between_rounds=recalibrate if args.spread_calibration else None).to_dict()
             timing = live_timing[name]
             tdoc = replayed(timing) if timing is not first else first_doc
-            predicted = tdoc["drafters"][drafter]["walks"][f"k={k}"]["predicted_speedup"]
+            predicted = tdoc.drafters[drafter].walks[f"k={k}"].predicted_speedup
             cell = live["table"][0]
-            walks = tdoc["drafters"][drafter]["walks"]
-            controllers = {c: {"predicted": walks[c].get("predicted_speedup"), "measured": row_c["median_ratio"],
+            walks = tdoc.drafters[drafter].walks
+            controllers = {c: {"predicted": None if isinstance(walks[c], SkippedWalk) else walks[c].predicted_speedup,
+                               "measured": row_c["median_ratio"],
                                "min": row_c["min_ratio"], "max": row_c["max_ratio"]}
                            for c, row_c in zip(CONTROLLERS, live["table"][1:])}
             spread = cell["max_ratio"] - cell["min_ratio"]
             ratios = [x["ratio"] for x in live["runs"] if x["k"] == k and x["ratio"] is not None]
             explained = cell.get("explained") or {}
-            row = {"preset": name, "kind": preset.kind, "drafter": drafter, "k": k, "exact": tdoc["exact"],
+            row = {"preset": name, "kind": preset.kind, "drafter": drafter, "k": k, "exact": tdoc.exact,
                    "replay_predicted": predicted, "first_predicted": first_predicted, "calibrations": len(timings),
                    "speed_predicted": cell.get("predicted_empirical"),
                    "measured": cell["median_ratio"], "min": cell["min_ratio"], "max": cell["max_ratio"],

@@ -59,7 +59,7 @@ def render(path: Path) -> str:
     if kind == "whatif":  # the typed result: the alpha x k map's keys are ints again
         return whatif_text(from_document(doc, str(path)))
     if kind == "replay":
-        return replay_table(doc)
+        return replay_table(from_document(doc, str(path)))
     if kind == "vllm-sweep":
         return report_text(doc)
     return report(path)

@@ -40,7 +40,9 @@ from playground.inputs.presets import preset_names
 from playground.lab import replay as replay_mod
 from playground.lab.calibration import CalibrationPlan, calibrate
 from playground.lab.common import markdown_table
+from playground.lab.replay_options import ReplayOptions
 from playground.pairs.registry import load_named_pair
+from playground.results.replay import ReplayResult, SkippedWalk
 
 _DEFAULTS = adaptive.DEFAULT_SETTINGS
 VARIANTS = {
@@ -65,7 +67,7 @@ def patched(variant: str):
 
 
 def replay_controllers(pair, turns, drafter, timing, ks, controllers, settings):
-    """replay() with adaptive k built from `settings` (replay builds its controllers with module defaults)."""
+    """replay_turns() with adaptive k built from `settings` (replay builds its controllers with module defaults)."""
     def factory(arm, curve=None, k_max=adaptive.K_MAX, memory=None):
         if arm == "adaptive":
             return adaptive.AdaptiveK(curve, k_max=k_max, settings=settings, memory=memory)
@@ -74,16 +76,16 @@ def replay_controllers(pair, turns, drafter, timing, ks, controllers, settings):
     saved = replay_mod.make_controller
     replay_mod.make_controller = factory  # the one hook replay has into its controllers; restored below
     try:
-        return replay_mod.replay(pair, turns, drafters=[drafter], ks=ks, controllers=controllers,
-                                 timing_of=lambda d, ids: timing, records="none")
+        return replay_mod.replay_turns(pair, turns, ReplayOptions(drafters=[drafter], ks=ks, controllers=controllers,
+                                                                  timing_of=lambda d, ids: timing, records="none"))
     finally:
         replay_mod.make_controller = saved
 
 
-def speedups(doc, drafter):
+def speedups(result: ReplayResult, drafter: str):
     """{(turn name, arm): predicted speed-up} of a replay result."""
-    return {(t["name"], arm): w.get("predicted_speedup") for t in doc["turns"]
-            for arm, w in t["drafters"][drafter]["walks"].items()}
+    return {(t.name, arm): None if isinstance(w, SkippedWalk) else w.predicted_speedup for t in result.turns
+            for arm, w in t.drafters[drafter].walks.items()}
 
 
 def _commit() -> str:

@@ -16,7 +16,8 @@ from playground.drafters import registry
 from playground.drafters.registry import DrafterSpec, PairFacts, make_proposer
 from playground.errors import PlaygroundError
 from playground.lab import acceptance
-from playground.lab.replay import greedy_turn, replay
+from playground.lab.replay import greedy_turn, replay_turns
+from playground.lab.replay_options import ReplayOptions
 from playground.ui import serving, session
 
 TOY = "zeros"
@@ -88,13 +89,14 @@ def test_the_browser_shows_its_label_and_the_drafter_runs_in_the_lab_and_replay(
     res = acceptance(pair64, {"p": ("prose", [1, 2, 3, 4], 6)}, lambda: make_proposer(pair64, TOY), ks=(2,))
     assert res.rows[0].k == 2
     turn = greedy_turn(pair64, "t", [1, 2, 3, 4, 1, 2], 8, "text")
-    greedy = replay(pair64, [turn], drafters=[TOY], ks=[1, 2], controllers=())
-    walks = greedy["turns"][0]["drafters"][TOY]["walks"]
-    assert greedy["drafters"] == [TOY] and set(walks) == {"k=1", "k=2"}
-    assert greedy["turns"][0]["drafters"][TOY]["feeding"] is None  # model-free: walked by its own proposer
-    sampled = replay(pair64, [turn], drafters=[TOY], ks=[2], controllers=(),
-                     sampling=SamplingConfig(do_sample=True, temperature=1.0, seed=0))
-    assert sampled["turns"][0]["drafters"][TOY]["walks"]["k=2"]["expected"] is True
+    greedy = replay_turns(pair64, [turn], ReplayOptions(drafters=[TOY], ks=[1, 2], controllers=()))
+    walks = greedy.turns[0].drafters[TOY].walks
+    assert greedy.drafters == [TOY] and set(walks) == {"k=1", "k=2"}
+    assert greedy.turns[0].drafters[TOY].feeding is None  # model-free: walked by its own proposer
+    sampled = replay_turns(pair64, [turn], ReplayOptions(drafters=[TOY], ks=[2], controllers=(),
+                                                         sampling=SamplingConfig(do_sample=True, temperature=1.0,
+                                                                                 seed=0)))
+    assert sampled.turns[0].drafters[TOY].walks["k=2"].expected is True
 
 
 def test_availability_is_declared_once_and_read_by_every_menu(toy, pair64):

@@ -32,7 +32,9 @@ from playground.inputs.presets import preset_names
 from playground.inputs.traces import SAMPLE_TRACE
 from playground.lab.calibration import Timing
 from playground.lab.quality import _recompute
-from playground.lab.replay import preset_turns, replay
+from playground.lab.replay import preset_turns, replay_turns
+from playground.lab.replay_options import ReplayOptions
+from playground.results.replay import SimulatedIteration
 
 FULL = os.environ.get("PLAYGROUND_FULL_REPLAY_CHECK") == "1"
 MAX_NEW = 24
@@ -76,11 +78,11 @@ def _key(it) -> tuple:
     return it.k, it.n_accepted, tuple(it.emitted), tuple(it.roles), it.finished
 
 
-def _sim_key(r: dict) -> tuple:
-    return r["k"], r["n_accepted"], tuple(r["emitted"]), tuple(r["roles"]), r["finished"]
+def _sim_key(r: SimulatedIteration) -> tuple:
+    return r.k, r.n_accepted, tuple(r.emitted), tuple(r.roles), r.finished
 
 
-def explain(pair, turn, live: list, simulated: list[dict], k) -> str:
+def explain(pair, turn, live: list, simulated: list[SimulatedIteration], k) -> str:
     """Why a live run's iterations differ from the replayed ones: a near-tie of the target (returned as a sentence),
     or an AssertionError naming the position."""
     emitted = [t for it in live for t in it.emitted]
@@ -107,21 +109,21 @@ def test_replaying_the_targets_greedy_output_reproduces_live_runs(embedded, turn
     notes, cells, started = [], 0, time.perf_counter()
     for name in names:
         turn = turn_of(name)
-        doc = replay(embedded, [turn], drafters=[drafter], ks=ks, controllers=("adaptive",),
-                     timing_of=lambda d, ids: TIMING, records="full")
-        t = doc["turns"][0]
-        for case in t["first_mismatches"]:  # the plain greedy output against the one teacher-forced pass
-            assert case["near_tie"] or _recompute(embedded, list(turn.prompt_ids) + list(turn.completion_ids[
-                :case["position"]]), case["recorded"], case["target"], MAX_NEW)["verdict"] == "near-tie", case
-            notes.append(f"{name}: the teacher-forced pass and plain greedy differ at token {case['position']} "
-                         f"(gap {case['logit_gap']:.2e}): a near-tie; the turn is replayed as an estimate")
+        doc = replay_turns(embedded, [turn], ReplayOptions(drafters=[drafter], ks=ks, controllers=("adaptive",),
+                                                           timing_of=lambda d, ids: TIMING, records="full"))
+        t = doc.turns[0]
+        for case in t.first_mismatches:  # the plain greedy output against the one teacher-forced pass
+            assert case.near_tie or _recompute(embedded, list(turn.prompt_ids) + list(turn.completion_ids[
+                :case.position]), case.recorded, case.target, MAX_NEW)["verdict"] == "near-tie", case
+            notes.append(f"{name}: the teacher-forced pass and plain greedy differ at token {case.position} "
+                         f"(gap {case.logit_gap:.2e}): a near-tie; the turn is replayed as an estimate")
         for arm in (*ks, "adaptive"):
             label = f"k={arm}" if isinstance(arm, int) else arm
             live = [r for r in speculative_generate(embedded, list(turn.prompt_ids),
                                                     proposer=make_proposer(embedded, drafter),
                                                     k=make_controller(arm, curve, memory={}), max_new_tokens=turn.max_new,
                                                     record_probs=False) if isinstance(r, Iteration)]
-            simulated = t["drafters"][drafter]["walks"][label]["records"]
+            simulated = t.drafters[drafter].walks[label].records
             cells += 1
             if [_key(it) for it in live] != [_sim_key(r) for r in simulated]:
                 notes.append(explain(embedded, turn, live, simulated, arm))
@@ -140,19 +142,20 @@ def test_a_confidence_stop_replays_as_live_runs_stop(embedded, turn_of, drafter,
     curve, notes, stopped = CostCurve.from_timing(TIMING), [], 0
     for name in ("prose", "tool_call"):
         turn = turn_of(name)
-        doc = replay(embedded, [turn], drafters=[drafter], ks=(4, 16), controllers=("adaptive",),
-                     timing_of=lambda d, ids: TIMING, records="full", min_confidence=0.5)
-        walks = doc["turns"][0]["drafters"][drafter]["walks"]
+        doc = replay_turns(embedded, [turn], ReplayOptions(drafters=[drafter], ks=(4, 16), controllers=("adaptive",),
+                                                           timing_of=lambda d, ids: TIMING, records="full",
+                                                           min_confidence=0.5))
+        walks = doc.turns[0].drafters[drafter].walks
         for arm in (4, 16, "adaptive"):
             live = [r for r in speculative_generate(embedded, list(turn.prompt_ids),
                                                     proposer=make_proposer(embedded, drafter),
                                                     k=make_controller(arm, curve, memory={}), max_new_tokens=turn.max_new,
                                                     record_probs=False, min_confidence=0.5) if isinstance(r, Iteration)]
-            simulated = walks[f"k={arm}" if isinstance(arm, int) else arm]["records"]
+            simulated = walks[f"k={arm}" if isinstance(arm, int) else arm].records
             if [_key(it) for it in live] != [_sim_key(r) for r in simulated]:
                 notes.append(explain(embedded, turn, live, simulated, arm))
                 continue
-            assert [r["drafted"] for r in simulated] == [len(it.proposed) for it in live], (name, arm)
+            assert [r.drafted for r in simulated] == [len(it.proposed) for it in live], (name, arm)
             stopped += sum(0 < len(it.proposed) < it.k and not set(it.proposed) & set(embedded.eos_ids) for it in live)
     assert stopped > 0
     with capsys.disabled():

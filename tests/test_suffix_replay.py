@@ -9,7 +9,8 @@ from playground.core.sampling import GREEDY, SamplingConfig
 from playground.drafters.adaptive import CostCurve, make_controller
 from playground.drafters.registry import make_proposer
 from playground.drafters.suffix_cache import SuffixCache, suffix_tree_available
-from playground.lab.replay import greedy_turn, replay
+from playground.lab.replay import greedy_turn, replay_turns
+from playground.lab.replay_options import ReplayOptions
 from tests.test_replay import EOS, fake_timing
 from tests.tiny import tiny_pair
 
@@ -45,45 +46,47 @@ def live_runs(pair, turns, drafter, arm, curve):
 def test_the_walk_is_the_live_run_with_the_same_history(pair, turns, drafter):
     timing = fake_timing()
     curve = CostCurve.from_timing(timing)
-    doc = replay(pair, turns, drafters=[drafter], ks=[a for a in ARMS if isinstance(a, int)],
-                 controllers=["adaptive"], timing_of=lambda d, ids: timing, feeding="live")
-    assert doc["errors"] == [] and all(t["exact"] for t in doc["turns"])
+    doc = replay_turns(pair, turns, ReplayOptions(drafters=[drafter], ks=[a for a in ARMS if isinstance(a, int)],
+                                                  controllers=["adaptive"], timing_of=lambda d, ids: timing,
+                                                  feeding="live"))
+    assert doc.errors == [] and all(t.exact for t in doc.turns)
     for arm in ARMS:
         label = f"k={arm}" if isinstance(arm, int) else arm
-        for t, live in zip(doc["turns"], live_runs(pair, turns, drafter, arm, curve)):
-            simulated = t["drafters"][drafter]["walks"][label]["records"]
+        for t, live in zip(doc.turns, live_runs(pair, turns, drafter, arm, curve)):
+            simulated = t.drafters[drafter].walks[label].records
             assert [(it.k, it.n_accepted, it.emitted, (it.sources or [None])[0]) for it in live] == \
-                [(r["k"], r["n_accepted"], tuple(r["emitted"]), (r["sources"] or [None])[0]) for r in simulated], \
-                (t["name"], label)
+                [(r.k, r.n_accepted, tuple(r.emitted), (r.sources or [None])[0]) for r in simulated], \
+                (t.name, label)
             for it, r in zip(live, simulated):  # the tree's proposals whole; a model's as far as they were decided
-                n = len(r["proposed"]) if (it.sources or ["suffix"])[0] == "draft" else len(it.proposed)
-                assert list(it.proposed[:n]) == list(r["proposed"]), (t["name"], label)
+                n = len(r.proposed) if (it.sources or ["suffix"])[0] == "draft" else len(it.proposed)
+                assert list(it.proposed[:n]) == list(r.proposed), (t.name, label)
 
 
 def test_an_earlier_turn_makes_its_repeat_cheap(pair, turns):
-    doc = replay(pair, turns, drafters=["suffix"], ks=[16], controllers=[])
-    first, repeat = (doc["turns"][i]["drafters"]["suffix"]["walks"]["k=16"] for i in (0, 2))
-    assert repeat["tokens_per_pass"] > 2 * first["tokens_per_pass"], (first, repeat)
-    alone = replay(pair, turns[2:3], drafters=["suffix"], ks=[16], controllers=[])  # no history
-    assert alone["turns"][0]["drafters"]["suffix"]["walks"]["k=16"]["tokens_per_pass"] == first["tokens_per_pass"]
+    doc = replay_turns(pair, turns, ReplayOptions(drafters=["suffix"], ks=[16], controllers=[]))
+    first, repeat = (doc.turns[i].drafters["suffix"].walks["k=16"] for i in (0, 2))
+    assert repeat.tokens_per_pass > 2 * first.tokens_per_pass, (first, repeat)
+    alone = replay_turns(pair, turns[2:3], ReplayOptions(drafters=["suffix"], ks=[16], controllers=[]))  # no history
+    assert alone.turns[0].drafters["suffix"].walks["k=16"].tokens_per_pass == first.tokens_per_pass
 
 
 def test_a_sampling_replay_says_the_suffix_drafters_are_greedy_only(pair, turns):
-    doc = replay(pair, turns[:1], drafters=["suffix"], ks=[2], sampling=SamplingConfig(do_sample=True, temperature=0.8, seed=1))
-    assert doc["turns"] == [] and "greedy decoding only" in doc["errors"][0]["message"]
+    doc = replay_turns(pair, turns[:1], ReplayOptions(
+        drafters=["suffix"], ks=[2], sampling=SamplingConfig(do_sample=True, temperature=0.8, seed=1)))
+    assert doc.turns == [] and "greedy decoding only" in doc.errors[0].message
 
 
 def test_the_report_says_what_the_earlier_turns_were_worth(pair, turns):
-    doc = replay(pair, turns, drafters=["suffix", "lookup"], ks=[16], controllers=[],
-                 timing_of=lambda d, ids: fake_timing())
-    assert doc["drafters"] == ["suffix", "suffix (no cache)", "lookup"]
-    with_history, alone = (doc["turns"][2]["drafters"][d]["walks"]["k=16"] for d in doc["drafters"][:2])
-    assert with_history["tokens_per_pass"] > 2 * alone["tokens_per_pass"]  # the repeat of turn 0
-    first = doc["turns"][0]["drafters"]
-    assert first["suffix"]["walks"]["k=16"]["tokens_per_pass"] == \
-        first["suffix (no cache)"]["walks"]["k=16"]["tokens_per_pass"]  # nothing earlier to remember
-    overall = doc["summary"]["overall"]["drafters"]
-    assert overall["suffix"]["speedup"]["k=16"] > overall["suffix (no cache)"]["speedup"]["k=16"]
+    doc = replay_turns(pair, turns, ReplayOptions(drafters=["suffix", "lookup"], ks=[16], controllers=[],
+                                                  timing_of=lambda d, ids: fake_timing()))
+    assert doc.drafters == ["suffix", "suffix (no cache)", "lookup"]
+    with_history, alone = (doc.turns[2].drafters[d].walks["k=16"] for d in doc.drafters[:2])
+    assert with_history.tokens_per_pass > 2 * alone.tokens_per_pass  # the repeat of turn 0
+    first = doc.turns[0].drafters
+    assert first["suffix"].walks["k=16"].tokens_per_pass == \
+        first["suffix (no cache)"].walks["k=16"].tokens_per_pass  # nothing earlier to remember
+    overall = doc.summary.overall.drafters
+    assert overall["suffix"].speedup["k=16"] > overall["suffix (no cache)"].speedup["k=16"]
 
 
 def test_memory_stays_bounded_over_a_thousand_turn_replay(capsys):
@@ -149,4 +152,4 @@ def test_the_replay_tab_offers_and_runs_the_suffix_drafter(tmp_path):
          "controllers": [], "calibration": "once", "decoding": "greedy", "temperature": 1.0, "top_k": 0,
          "top_p": 1.0, "seed": 0, "min_confidence": 0.0}, names, Limits())
     doc = list(replay_panel.stream_replay(provider, None, None, req, Limits()))[-1].doc
-    assert doc["drafters"] == ["suffix", "suffix (no cache)"] and len(doc["turns"]) == 3
+    assert doc.drafters == ["suffix", "suffix (no cache)"] and len(doc.turns) == 3

@@ -21,6 +21,7 @@ from playground.errors import PlaygroundError
 from playground.lab.replay import greedy_turn
 from playground.limits import Limits
 from playground.pairs.models import ModelPair
+from playground.results.replay import CalibrationUse, LineError, Recommendation, ShapeSummary
 from playground.ui import replay_panel, replay_request, replay_view, serving
 from tests.test_replay import fake_timing
 from tests.tiny import tiny_model, word_tokenizer
@@ -119,17 +120,17 @@ def test_a_trace_replays_with_its_bad_line_listed_and_a_recommended_k(provider, 
     last = updates[-1]
     doc = last.doc
     assert last.status.startswith("Replay done: recommended k = ")
-    assert len(doc["turns"]) == 4 and all(t["exact"] for t in doc["turns"])  # the target's own output: exact
-    assert doc["errors"] == [{"line": 3, "field": "completion", "message": "missing or not a non-empty string"}]
-    assert "1 not replayed" in last.status and doc["calibration"] == {"how": "once", "calibrations": 1, "reused": 1}
+    assert len(doc.turns) == 4 and all(t.exact for t in doc.turns)  # the target's own output: exact
+    assert doc.errors == [LineError(line=3, field="completion", message="missing or not a non-empty string")]
+    assert "1 not replayed" in last.status and doc.calibration == CalibrationUse(how="once", calibrations=1, reused=1)
     state = last.state
     assert state.doc is doc and state.drafter == "draft" and state.tokenizer is provider.get().tokenizer
-    errors = replay_view.errors_markdown(doc)
+    errors = replay_view.errors_markdown(doc.errors)
     assert "line 3, field `completion`: missing or not a non-empty string" in errors
-    rec = replay_view.recommendation_html(doc, "draft")
-    k = doc["summary"]["overall"]["recommendation"]["recommended_k"]
+    rec = replay_view.replay_recommendation_html(doc, "draft")
+    k = doc.summary.overall.recommendation.recommended_k
     assert f"Recommended k = {k} with draft" in rec and "estimate" not in rec and "trusted" in rec
-    table = replay_view.per_k_html(doc, "draft")
+    table = replay_view.replay_per_k_html(doc, "draft")
     timing = fake_timing()
     for kk in (1, 4):  # break-even alpha from the cost model with the calibration's c, v and cost per call
         expected = break_even_alpha(kk, timing.c, timing.v, timing.overhead)
@@ -144,15 +145,15 @@ def test_the_token_view_is_coloured_by_what_each_k_would_have_accepted(provider,
     for arm, (note, tokens) in views.items():
         label = "k = 1" if arm == "k=1" else "k = 4" if arm == "k=4" else "heuristic k"
         assert label in note and "exact" in note
-        assert tokens.count('class="tok ') == doc["turns"][0]["completion_tokens"]
-        iterations = doc["turns"][0]["drafters"]["draft"]["walks"][arm]["iterations"]
+        assert tokens.count('class="tok ') == doc.turns[0].completion_tokens
+        iterations = doc.turns[0].drafters["draft"].walks[arm].iterations
         assert tokens.count('class="it ') == iterations
     assert views["k=1"][1] != views["k=4"][1]  # another k, other iterations
     assert 'class="tok acc' in views["k=4"][1]
     assert replay_view.token_view(None, None, None, None) == ("", replay_view.EMPTY_TOKENS)
     public = replay_view.public_doc(doc)
-    assert "records" not in json.dumps(public["turns"]) and "records" in doc["turns"][0]["drafters"]["draft"][
-        "walks"]["k=1"]
+    assert "records" not in json.dumps(public["turns"])
+    assert doc.turns[0].drafters["draft"].walks["k=1"].records is not None
 
 
 def test_the_run_tabs_confidence_stop_is_replayed_and_named(provider, trace):
@@ -161,12 +162,12 @@ def test_the_run_tabs_confidence_stop_is_replayed_and_named(provider, trace):
     plain = run(provider, request(trace_file=trace))[-1].doc
     updates = run(provider, request(trace_file=trace, min_confidence=0.5))
     doc = updates[-1].doc
-    assert doc["min_confidence"] == 0.5 and plain["min_confidence"] is None
+    assert doc.min_confidence == 0.5 and plain.min_confidence is None
     assert any("drafting stopped below confidence 0.5" in u.status for u in updates)
-    assert "stopped below confidence 0.5" in replay_view.recommendation_html(doc, "draft")
-    assert "confidence" not in replay_view.recommendation_html(plain, "draft")
-    walks = [(t["drafters"]["draft"]["walks"]["k=4"]["iterations"], p["drafters"]["draft"]["walks"]["k=4"][
-        "iterations"]) for t, p in zip(doc["turns"], plain["turns"])]
+    assert "stopped below confidence 0.5" in replay_view.replay_recommendation_html(doc, "draft")
+    assert "confidence" not in replay_view.replay_recommendation_html(plain, "draft")
+    walks = [(t.drafters["draft"].walks["k=4"].iterations, p.drafters["draft"].walks["k=4"].iterations)
+             for t, p in zip(doc.turns, plain.turns)]
     assert all(a >= b for a, b in walks) and any(a > b for a, b in walks)
 
 
@@ -188,12 +189,12 @@ def test_a_drafter_the_pair_cannot_replay_is_refused(provider):
 
 
 def test_stopping_a_replay_stops_its_worker_and_marks_the_tab(provider, trace, monkeypatch):
-    def endless(pair, turns, drafters, ks, controllers, timing_of=None, progress=None, **kw):
+    def endless(pair, turns, options, progress=None):
         while True:
             progress(0.5, "replaying")  # raises Stopped once the consumer is closed
             time.sleep(0.05)
 
-    monkeypatch.setattr(replay_panel, "replay", endless)
+    monkeypatch.setattr(replay_panel, "replay_turns", endless)
     gen = replay_panel.stream_replay(provider, None, None, request(trace_file=trace), Limits())
     for u in gen:
         if "replaying" in u.status:
@@ -223,7 +224,7 @@ def test_the_chart_has_a_labelled_line_per_shape_and_the_recommended_k(provider,
     doc = run(provider, request(trace_file=trace))[-1].doc
     fig = replay_view.replay_figure(doc, "draft")
     texts = [a.text for a in fig.layout.annotations]
-    k = doc["summary"]["overall"]["recommendation"]["recommended_k"]
+    k = doc.summary.overall.recommendation.recommended_k
     assert "plain decoding" in texts and any(t.startswith("all tokens") for t in texts)
     assert f"recommended k = {k}" in texts and "no recommended k" not in fig.layout.title.text
     lines = [d for d in fig.data if d.mode == "lines+markers"]
@@ -232,8 +233,9 @@ def test_the_chart_has_a_labelled_line_per_shape_and_the_recommended_k(provider,
 
 
 def test_a_slower_than_plain_best_k_is_not_recommended():
-    shape = {"recommendation": {"recommended_k": 3, "k": 3, "speedup": 0.8, "withheld": None}}
-    k, why = replay_view.recommendation(shape)
+    shape = ShapeSummary(turns=3, tokens=30, drafters={}, recommendation=Recommendation(
+        drafter="draft", k=3, speedup=0.8, interval=None, recommended_k=3, withheld=None, estimate=False))
+    k, why = replay_view.replay_recommendation(shape)
     assert k is None and "no k is predicted to beat plain decoding" in why
 
 
@@ -278,7 +280,7 @@ def test_a_preset_replays_exactly_on_the_embedded_pair():
                                     "ks": "1,4", "controllers": []}, ["lookup"], Limits())
     last = run(provider, req)[-1]
     doc = last.doc
-    assert last.status.startswith("Replay done") and doc["turns"][0]["exact"] and doc["turns"][0]["origin"] == "preset"
-    assert "estimate" not in replay_view.recommendation_html(doc, "lookup").split("</div>")[0]
+    assert last.status.startswith("Replay done") and doc.turns[0].exact and doc.turns[0].origin == "preset"
+    assert "estimate" not in replay_view.replay_recommendation_html(doc, "lookup").split("</div>")[0]
     note, tokens = replay_view.token_view(doc, "lookup", 0, "k=4", last.state.tokenizer, last.state.special_ids)
     assert "exact" in note and 'class="tok ' in tokens

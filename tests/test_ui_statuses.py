@@ -204,9 +204,9 @@ def test_a_big_trace_is_announced_before_it_runs_and_its_first_turns_offered(tmp
     assert "press Run replay again to replay all 2, or set First turns to 1" in line
     assert state.outcome == line  # the line above the tabs says it too
     again = list(replay_panel.stream_replay(provider, state, None, req(), limits))
-    assert again[-1].status.startswith("Replay done") and len(again[-1].doc["turns"]) == 2  # pressed again: runs
+    assert again[-1].status.startswith("Replay done") and len(again[-1].doc.turns) == 2  # pressed again: runs
     chosen = list(replay_panel.stream_replay(provider, replay_panel.ReplayState(), None, req(first_turns=1), limits))
-    assert chosen[-1].status.startswith("Replay done") and len(chosen[-1].doc["turns"]) == 1  # the offer, no stop
+    assert chosen[-1].status.startswith("Replay done") and len(chosen[-1].doc.turns) == 1  # the offer, no stop
     with pytest.raises(PlaygroundError, match="first turns must be from 0 \\(all\\) to 2, got 3"):
         req(first_turns=3)
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import shlex
 import sys
+from pathlib import Path
 
 from ..core.engine import K_MAX, check_k
 from ..core.sampling import GREEDY, SamplingConfig
@@ -15,11 +16,13 @@ from ..envinfo import describe_setup, redact
 from ..errors import PlaygroundError
 from ..inputs.traces import read_trace
 from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, calibrated_timing
-from ..lab.replay import calibration_contexts, check_confidence, preset_turns, replay, text_turn
+from ..lab.replay import calibration_contexts, preset_turns, replay_turns, text_turn
+from ..lab.replay_options import ReplayOptions, check_confidence
 from ..lab.replay_report import replay_table
 from ..lab.report import report
 from ..limits import Limits
-from ..results import read_document
+from ..results import from_document, read_document
+from ..results.replay import ReplayResult
 from .lab import _progress_bar  # the lab commands' progress bar, shared so every command draws the same one
 from .load import pair_from_args
 from .replay_args import CONTROLLERS
@@ -73,17 +76,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     bar = _progress_bar()
     timing_of = calibrate_all(pair, turns, drafters, args.max_ngram, args.calibration, lambda f, m: bar(0.3 * f, m),
                               sampling)
-    result = replay(pair, turns, drafters, ks, controllers, timing_of=timing_of,
-                    progress=lambda f, m: bar(0.3 + 0.7 * f, m), sampling=sampling, feeding=args.feeding,
-                    max_ngram=args.max_ngram, limits=limits, records=args.records, errors=errors,
-                    min_confidence=args.min_confidence)
-    result["calibration"] = args.calibration
-    result["drafter_descriptions"] = descriptions
-    result["command"] = "python -m playground " + shlex.join(getattr(args, "argv", []))
+    options = ReplayOptions(drafters=drafters, ks=ks, controllers=controllers, timing_of=timing_of,
+                            sampling=sampling, feeding=args.feeding, max_ngram=args.max_ngram, limits=limits,
+                            records=args.records, errors=errors, min_confidence=args.min_confidence)
+    result = replay_turns(pair, turns, options, progress=lambda f, m: bar(0.3 + 0.7 * f, m))
+    result.calibration = args.calibration
+    result.drafter_descriptions = descriptions
+    result.command = "python -m playground " + shlex.join(getattr(args, "argv", []))
     print(replay_table(result))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(redact(result), f, indent=1)
+        Path(args.out).write_text(json.dumps(redact(result.to_dict()), indent=1))
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -114,6 +116,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     for i, path in enumerate(args.files):
         doc = read_document(path)
         kind = doc.get("experiment")
-        text = replay_table(doc) if kind == "replay" else report_text(doc) if kind == "vllm-sweep" else report(path)
+        text = (replay_table(from_document(doc, str(path))) if kind == ReplayResult.experiment
+                else report_text(doc) if kind == "vllm-sweep" else report(path))
         print(("\n" if i else "") + text)
     return 0

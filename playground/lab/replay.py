@@ -1,26 +1,27 @@
 """Replay: which k for an agent, from its recorded outputs, without generating anything.
 
-`replay(pair, turns, drafters, ks, controllers, timing_of)` takes recorded turns (playground.inputs.traces: a trace
-file; or presets / a prompt whose completion is the target's own greedy output, `preset_turns` / `text_turn`) and, per
-turn and drafter, walks every k and controller through the engine's loop with teacher-forced passes in place of
-generation (replay_walk.py says how). `feeding` decides where a model drafter's proposals come from: "live" walks it
-through its own proposer, fed as a live run feeds it; "shared" reads them from one pass per turn (its own propose, one
-token at a time); "auto" (the default) takes the shared pass where its walks equal the live-fed ones
-(replay_walk.shared_exact): for llama.cpp (72 of 72 walks, 4 presets x k = 1..16 and both controllers;
-tests/test_replay_embedded.py) and for the int8 draft on the lean forward, whose logits do not depend on how its feed
-was chunked (core.int8; the same 72 walks equal, 2026-12-04; 47 differed with activations scaled per feed), and live
-feeding for other draft models; adaptive k, which stops a drafter on its confidence past a rejection too, feeds it live
-wherever the turn is exact. A completion the target did not write is read from the shared pass. Each walk yields the
-simulated `Iteration` records (zero timings, marked simulated), the accepted-length histogram, per-position acceptance,
-the controller's choices and, with a calibration (`timing_of(drafter, prompt_ids) -> Timing`), the predicted speed-up:
-sum over iterations of k*c + overhead + v(k+1) target steps (playground.core.cost) against one step per token for plain
-decoding.
+`replay_turns(pair, turns, options)` takes recorded turns (playground.inputs.traces: a trace file; or presets / a
+prompt whose completion is the target's own greedy output, `preset_turns` / `text_turn`) and, per turn and drafter,
+walks every k and controller of the `ReplayOptions` (replay_options.py) through the engine's loop with
+teacher-forced passes in place of generation (replay_walk.py says how). `feeding` decides where a model drafter's
+proposals come from: "live" walks it through its own proposer, fed as a live run feeds it; "shared" reads them from
+one pass per turn (its own propose, one token at a time); "auto" (the default) takes the shared pass where its
+walks equal the live-fed ones (replay_walk.shared_exact): for llama.cpp (72 of 72 walks, 4 presets x k = 1..16 and
+both controllers; tests/test_replay_embedded.py) and for the int8 draft on the lean forward, whose logits do not depend
+on how its feed was chunked (core.int8; the same 72 walks equal, 2026-12-04; 47 differed with activations scaled per
+feed), and live feeding for other draft models; adaptive k, which stops a drafter on its confidence past a rejection
+too, feeds it live wherever the turn is exact. A completion the target did not write is read from the shared pass.
+Each walk yields the simulated `Iteration` records (zero timings, marked simulated), the accepted-length histogram,
+per-position acceptance, the controller's choices and, with a calibration (`timing_of(drafter, prompt_ids) ->
+Timing`), the predicted speed-up: sum over iterations of k*c + overhead + v(k+1) target steps (playground.core.cost)
+against one step per token for plain decoding.
 
 A turn is *exact* when decoding is greedy and the completion is the target's own greedy continuation (checked:
 the target's teacher-forced arg-max equals the recorded token at every position); then a replayed walk is the
 live run's iterations, up to floating-point near-ties of the target (reported with their logit gaps). A
 completion written by another model, a shared-pass replay of a draft model fed live otherwise, and every sampling
-replay are estimates, and say so. replay_summary.py pools the turns per output shape and recommends a k.
+replay are estimates, and say so. replay_summary.py pools the turns per output shape and recommends a k. The
+result is a `ReplayResult` (playground.results.replay).
 
 `min_confidence` replays runs with a draft confidence stop (`speculative_generate(min_confidence=)`, transformers'
 assistant_confidence_threshold): a model drafter stops drafting after a proposal whose own probability is below it.
@@ -31,12 +32,14 @@ so every model drafter is then fed live, a completion the target did not write i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from ..core.engine import K_MAX, check_min_confidence, plain_generate
+from ..core.cached import CachedLM
+from ..core.engine import plain_generate
 from ..core.lean import copy_lm
 from ..core.proposal import RunContext
-from ..core.records import Step, record_to_dict, summarize
-from ..core.sampling import GREEDY, SamplingConfig
+from ..core.records import Step, summarize
+from ..core.sampling import GREEDY
 from ..drafters import registry
 from ..drafters.adaptive import CostCurve, make_controller
 from ..drafters.proposers import DraftModelProposer
@@ -47,17 +50,32 @@ from ..inputs.presets import get_preset
 from ..inputs.text import encode_prompt
 from ..inputs.traces import Turn
 from ..limits import Limits
-from . import replay_sampling, replay_summary
+from ..results.replay import (
+    DrafterTrust,
+    LineError,
+    ReplayedTurn,
+    ReplayResult,
+    SimulatedIteration,
+    SimulatedWalk,
+    SkippedWalk,
+    TurnError,
+    WalkedDrafter,
+    arm_label,
+)
 from .calibration import CalibrationStore
 from .common import Progress, tick
+from .replay_options import ReplayOptions, TraceMemory
+from .replay_sampling import replay_sampled_turn
 from .replay_suffix import alone, alone_entry, suffix_cache, with_alone
+from .replay_summary import summarize_replay
 from .replay_walk import (
     PassProposer,
     TargetPass,
-    TimingIndex,
     exactness,
     prompt_cache,
     replay_context,
+    replayed_turn,
+    shape_costs,
     shared_exact,
     shared_pass,
     summarize_rows,
@@ -65,9 +83,8 @@ from .replay_walk import (
     walk,
     walk_costs,
 )
-from .shapes import runs, segment
+from .shapes import segment
 
-FEEDINGS = ("auto", "live", "shared")
 _COMPUTED = "simulated: these iterations were computed from teacher-forced passes over the recorded text, not run; "
 SIMULATED = _COMPUTED + ("their timings are 0, and a model drafter's proposals stop at the first one the target rejects "
                          "(a live drafter drafts all k; 'drafted' counts those)")
@@ -167,28 +184,24 @@ def _target(pair, turn: Turn, chunk: int, prompt) -> TargetPass:
     return tp
 
 
-def _walk_doc(w, curve, shapes: list[str], records: str, label: str) -> dict:
+def _walked(w, curve, shapes: list[str], records: str, label: str) -> SimulatedWalk:
     s = summarize(w.records)
     costs = walk_costs(w, curve)
-    by_shape: dict[str, list] = {}
-    for t, shape in enumerate(shapes[: s.new_tokens]):
-        entry = by_shape.setdefault(shape, [0, 0.0 if costs else None])
-        entry[0] += 1
-        if costs:
-            entry[1] += costs[1][t]
     total = sum(costs[0]) if costs else None
-    doc = {"arm": label, "iterations": s.target_passes, "new_tokens": s.new_tokens,
-           "tokens_per_pass": s.tokens_per_pass, "alpha": s.alpha, "per_position": list(s.per_position_acceptance),
-           "histogram": {str(n): c for n, c in s.accepted_length_histogram.items()},
-           "k_values": {str(k): n for k, n in s.k_values.items()}, "source_iterations": s.source_iterations,
-           "k_sequence": [it.k for it in w.records], "drafted": sum(w.drafted), "finished": s.finished,
-           "cost": total, "predicted_speedup": s.new_tokens / total if total else None, "shapes": by_shape}
+    out = SimulatedWalk(
+        arm=label, iterations=s.target_passes, new_tokens=s.new_tokens, tokens_per_pass=s.tokens_per_pass,
+        alpha=s.alpha, per_position=list(s.per_position_acceptance),
+        histogram={str(n): c for n, c in s.accepted_length_histogram.items()},
+        k_values={str(k): n for k, n in s.k_values.items()}, source_iterations=s.source_iterations,
+        k_sequence=[it.k for it in w.records], drafted=sum(w.drafted), finished=s.finished, cost=total,
+        predicted_speedup=s.new_tokens / total if total else None,
+        shapes=shape_costs(shapes[: s.new_tokens], costs[1] if costs else None))
     if records == "full":
-        doc["records"] = [{**record_to_dict(it), "drafted": d, "simulated": True} for it, d in zip(w.records, w.drafted)]
+        out.records = [SimulatedIteration(**vars(it), drafted=d) for it, d in zip(w.records, w.drafted)]
     elif records == "compact":
-        doc["records"] = [[it.k, d, it.n_accepted, len(it.emitted), it.sources[0] if it.sources else None]
-                          for it, d in zip(w.records, w.drafted)]
-    return doc
+        out.records = [(it.k, d, it.n_accepted, len(it.emitted), it.sources[0] if it.sources else None)
+                       for it, d in zip(w.records, w.drafted)]
+    return out
 
 
 def _chunking_differs(w, pred: list[int], completion) -> list[int]:
@@ -209,66 +222,91 @@ def _chunking_differs(w, pred: list[int], completion) -> list[int]:
     return out
 
 
-def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], controllers: Sequence[str],
-                timing_of: Callable | None, feeding: str, max_ngram: int, chunk: int, records: str,
-                memories: dict, timings: dict, progress: Callable[[str], None],
-                min_confidence: float | None = None) -> dict:
-    """Everything `replay` reports about one greedy turn (see the module docstring)."""
+@dataclass
+class _Passes:
+    """One greedy turn's passes, shared by its drafters' walks: the target's, the model drafters' shared ones
+    (`preds`), which of those the walks read (`shared`) and where that equals live feeding (`exact_shared`)."""
+
+    turn: Turn
+    target: TargetPass
+    prompt: CachedLM
+    shapes: list[str]
+    proposers: _Proposers
+    preds: dict[str, list[int]]
+    shared: frozenset[str]
+    exact_shared: frozenset[str]
+    exact: bool
+
+
+def replay_greedy_turn(pair, turn: Turn, options: ReplayOptions, memory: TraceMemory,
+                       progress: Callable[[str], None]) -> ReplayedTurn:
+    """Everything `replay_turns` reports about one greedy turn (see the module docstring)."""
     prompt = prompt_cache(pair, turn.prompt_ids)  # what a live prefill leaves, for drafters that copy it
-    tp = _target(pair, turn, chunk, prompt)
+    tp = _target(pair, turn, options.limits.replay_chunk_tokens, prompt)
     progress("target pass")
-    doc = {**turn.to_dict(), **exactness(turn, tp, GREEDY)}
+    ex = exactness(turn, tp, GREEDY)
     shapes = segment(pair.tokenizer, turn.prompt_ids, turn.completion_ids, pair.eos_ids)
-    doc["shapes"] = {"runs": runs(shapes), "tokens": {s: shapes.count(s) for s in sorted(set(shapes))}}
-    probe = _Proposers(pair, turn, max_ngram, frozenset(), {})
-    models = sorted({m for d in drafters if (m := probe.model_name(d)) is not None})
+    probe = _Proposers(pair, turn, options.max_ngram, frozenset(), {})
+    models = sorted({m for d in options.drafters if (m := probe.model_name(d)) is not None})
     preds: dict[str, list[int]] = {}
     confs: dict[str, list[tuple[float, float]]] = {}  # the drafter's probabilities there (adaptive k's stop rule)
     for name in models:  # the shared one-token pass: the agreement sequence, and a shared-pass walk's proposals
         ctx = RunContext(GREEDY, GREEDY.generator(pair.device), frozenset(pair.eos_ids), target_kv=prompt)
-        preds[name], confs[name] = shared_pass(make_proposer(pair, name, max_ngram=max_ngram), turn.prompt_ids,
-                                               turn.completion_ids, ctx)
+        preds[name], confs[name] = shared_pass(make_proposer(pair, name, max_ngram=options.max_ngram),
+                                               turn.prompt_ids, turn.completion_ids, ctx)
         progress(f"{name} pass")
     exact_shared = shared_exact(pair)  # shared where it equals live, or the text is not the target's; never on a stop
-    shared = frozenset() if min_confidence is not None else frozenset(
-        m for m in models if feeding == "shared" or not doc["exact"] or (feeding == "auto" and m in exact_shared))
-    proposers = _Proposers(pair, turn, max_ngram, shared, preds, tp.argmax, confs)
-    doc["drafters"] = {}
-    for drafter in drafters:
-        timing = timing_of(drafter, turn.prompt_ids) if timing_of is not None else None
-        curve = CostCurve.from_timing(timing) if timing is not None else None
-        model = proposers.model_name(drafter)
-        entry = {"timing": timings.setdefault(drafter, TimingIndex()).index(timing),
-                 "exact": doc["exact"] and (model not in shared or model in exact_shared),
-                 "feeding": None if model is None else ("shared pass" if model in shared else "live"),
-                 "agreement": [int(x == t) for x, t in zip(preds[model], tp.argmax)] if model in preds else None,
-                 "walks": {}, "chunking_differs": {}}
-        if doc["exact"] and model in shared and model not in exact_shared:
-            entry["estimate_reason"] = (f"{model}'s proposals from one shared pass fed one token at a time; a live "
-                                        "run feeds it two at once after a fully accepted iteration, which can change "
-                                        "its proposals")
-        for arm in [*ks, *controllers]:
-            label = f"k={arm}" if isinstance(arm, int) else str(arm)
-            if arm == "adaptive" and curve is None:
-                entry["walks"][label] = {"arm": label, "skipped": "adaptive k needs a calibration (timing_of)"}
-                continue
-            controller = make_controller(arm, curve, memory=memories.setdefault((turn.conversation, drafter, label), {}))
-            ctx = replay_context(GREEDY, pair.device, pair.eos_ids, min_confidence)
-            ctx.target_kv = prompt
-            live = arm == "adaptive" and entry["exact"] and model in shared  # the module docstring
-            proposer = proposers.get(drafter, live, suffix_cache(memories, drafter, label))
-            w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposer, controller, turn.max_new, ctx)
-            entry["walks"][label] = _walk_doc(w, curve, shapes, records, label)
-            for name, cache in alone(drafter):  # a suffix drafter again, with no cache (replay_suffix)
-                ctl = make_controller(arm, curve, memory=memories.setdefault((turn.conversation, name, label), {}))
-                w = walk(turn.prompt_ids, turn.completion_ids, tp.argmax, proposers.get(drafter, live, cache), ctl,
-                         turn.max_new, ctx)
-                alone_entry(doc, entry, name)["walks"][label] = _walk_doc(w, curve, shapes, records, label)
-            if model in preds and model not in shared:
-                entry["chunking_differs"][label] = _chunking_differs(w, preds[model], turn.completion_ids)
-            progress(f"{drafter} {label}")
-        doc["drafters"][drafter] = entry
-    return doc
+    shared = frozenset() if options.min_confidence is not None else frozenset(
+        m for m in models
+        if options.feeding == "shared" or not ex.exact or (options.feeding == "auto" and m in exact_shared))
+    passes = _Passes(turn, tp, prompt, shapes, _Proposers(pair, turn, options.max_ngram, shared, preds, tp.argmax,
+                                                          confs), preds, shared, exact_shared, ex.exact)
+    drafters: dict[str, WalkedDrafter] = {}
+    for drafter in options.drafters:
+        entry = _walk_drafter(pair, passes, drafter, options, memory, drafters, progress)
+        drafters[drafter] = entry  # after its walks with no cache (replay_suffix): the file's order
+    return replayed_turn(turn, ex, shapes, drafters)
+
+
+def _walk_drafter(pair, p: _Passes, drafter: str, options: ReplayOptions, memory: TraceMemory,
+                  drafters: dict[str, WalkedDrafter], progress: Callable[[str], None]) -> WalkedDrafter:
+    """One drafter's walks over one turn, every k and controller; a suffix drafter's with no cache go into
+    `drafters` beside it."""
+    turn = p.turn
+    timing = options.timing_of(drafter, turn.prompt_ids) if options.timing_of is not None else None
+    curve = CostCurve.from_timing(timing) if timing is not None else None
+    model = p.proposers.model_name(drafter)
+    entry = WalkedDrafter(timing=memory.timing_index(drafter, timing),
+                          exact=p.exact and (model not in p.shared or model in p.exact_shared),
+                          feeding=None if model is None else ("shared pass" if model in p.shared else "live"),
+                          agreement=([int(x == t) for x, t in zip(p.preds[model], p.target.argmax)]
+                                     if model in p.preds else None),
+                          walks={}, chunking_differs={})
+    if p.exact and model in p.shared and model not in p.exact_shared:
+        entry.estimate_reason = (f"{model}'s proposals from one shared pass fed one token at a time; a live run feeds "
+                                 "it two at once after a fully accepted iteration, which can change its proposals")
+    memories = memory.memories
+    for arm in [*options.ks, *options.controllers]:
+        label = arm_label(arm)
+        if arm == "adaptive" and curve is None:
+            entry.walks[label] = SkippedWalk(label, "adaptive k needs a calibration (timing_of)")
+            continue
+        controller = make_controller(arm, curve, memory=memories.setdefault((turn.conversation, drafter, label), {}))
+        ctx = replay_context(GREEDY, pair.device, pair.eos_ids, options.min_confidence)
+        ctx.target_kv = p.prompt
+        live = arm == "adaptive" and entry.exact and model in p.shared  # the module docstring
+        proposer = p.proposers.get(drafter, live, suffix_cache(memories, drafter, label))
+        w = walk(turn.prompt_ids, turn.completion_ids, p.target.argmax, proposer, controller, turn.max_new, ctx)
+        entry.walks[label] = _walked(w, curve, p.shapes, options.records, label)
+        for name, cache in alone(drafter):  # a suffix drafter again, with no cache (replay_suffix)
+            ctl = make_controller(arm, curve, memory=memories.setdefault((turn.conversation, name, label), {}))
+            w = walk(turn.prompt_ids, turn.completion_ids, p.target.argmax, p.proposers.get(drafter, live, cache),
+                     ctl, turn.max_new, ctx)
+            alone_entry(drafters, entry, name).walks[label] = _walked(w, curve, p.shapes, options.records, label)
+        if model in p.preds and model not in p.shared:
+            entry.chunking_differs[label] = _chunking_differs(w, p.preds[model], turn.completion_ids)
+        progress(f"{drafter} {label}")
+    return entry
 
 
 def calibration_contexts(turns: Sequence[Turn], how: str) -> dict[int, tuple[int, ...]]:
@@ -299,36 +337,14 @@ def _check_turn(pair, turn: Turn, limits: Limits) -> None:
                               f"({len(turn.completion_ids)} tokens, not ended by an end-of-sequence token)")
 
 
-def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, ks: Sequence[int] = range(1, K_MAX + 1),
-           controllers: Sequence[str] = ("adaptive", "heuristic"), timing_of: Callable | None = None,
-           progress: Progress = None, sampling: SamplingConfig = GREEDY, feeding: str = "auto", max_ngram: int = 3,
-           limits: Limits | None = None, records: str = "full", errors: Sequence = (),
-           min_confidence: float | None = None) -> dict:
-    """Replay `turns` with every drafter, k and controller; a JSON-ready result (see the module docstring).
-
-    drafters: default `available_drafters(pair)`. timing_of(drafter, prompt_ids) -> Timing or None: the
-    calibration that turns iterations into predicted speed-ups (and that adaptive k needs). feeding: auto, live or
-    shared (the module docstring; live is exact for every drafter and costs a drafter run per walk). records: "full"
-    (every simulated Iteration), "compact" ([k, drafted, accepted, emitted, source] rows) or "none". errors: the
-    trace file's bad lines, carried into the result. Sampling replays fixed k only (controllers are greedy-only).
-    min_confidence: the draft confidence stop replayed (greedy only; model drafters are then fed live)."""
-    limits = limits or Limits()
-    drafters = list(drafters) if drafters is not None else registry.available_drafters(pair)
-    ks = [int(k) for k in ks]
-    if not ks or any(not 1 <= k <= K_MAX for k in ks):
-        raise PlaygroundError(f"k must be from 1 to {K_MAX}, got {ks}")
-    unknown = [d for d in drafters if d not in registry.names()]
-    if unknown:
-        raise PlaygroundError(f"unknown drafter {unknown[0]!r}; choose from {', '.join(registry.names())}")
-    for d in drafters:
-        make_proposer(pair, d, max_ngram=max_ngram)  # refuses a drafter this pair cannot run, before any work
-    if feeding not in FEEDINGS:
-        raise PlaygroundError(f"feeding must be one of {', '.join(FEEDINGS)}, got {feeding!r}")
-    if records not in ("full", "compact", "none"):
-        raise PlaygroundError(f"records must be full, compact or none, got {records!r}")
-    check_confidence(min_confidence, sampling, feeding)
-    controllers = list(controllers) if sampling.greedy else []
-    steps = len(turns) * (1 + len(drafters) * (len(ks) + len(controllers)) + sum(s.model for s in registry.drafters()))
+def replay_turns(pair, turns: Sequence[Turn], options: ReplayOptions | None = None,
+                 progress: Progress = None) -> ReplayResult:
+    """Replay `turns` with every drafter, k and controller of `options`; the typed result (see the module
+    docstring; no options: the defaults). A turn that cannot be replayed is listed among the errors, and the rest
+    is replayed."""
+    options = (options or ReplayOptions()).resolved(pair)
+    steps = len(turns) * (1 + len(options.drafters) * (len(options.ks) + len(options.controllers))
+                          + sum(s.model for s in registry.drafters()))
     done = [0]
 
     def step(turn_name: str) -> Callable[[str], None]:
@@ -337,54 +353,34 @@ def replay(pair, turns: Sequence[Turn], drafters: Sequence[str] | None = None, k
             tick(progress, done[0] / steps, f"{turn_name}: {what}")
         return say
 
-    memories: dict = {}
-    timings: dict[str, TimingIndex] = {}
-    out_turns, out_errors = [], [e.to_dict() if hasattr(e, "to_dict") else dict(e) for e in errors]
+    memory = TraceMemory()
+    out_turns: list[ReplayedTurn] = []
+    errors: list[LineError | TurnError] = [LineError(e.line, e.field, e.message) for e in options.errors]
+    replay_turn = replay_greedy_turn if options.sampling.greedy else replay_sampled_turn
     for turn in turns:
         try:
-            _check_turn(pair, turn, limits)
-            if sampling.greedy:
-                doc = replay_turn(pair, turn, drafters, ks, controllers, timing_of, feeding, max_ngram,
-                                  limits.replay_chunk_tokens, records, memories, timings, step(turn.name),
-                                  min_confidence)
-            else:
-                doc = replay_sampling.replay_turn(pair, turn, drafters, ks, sampling, timing_of, max_ngram,
-                                                  limits.replay_chunk_tokens, timings, step(turn.name))
+            _check_turn(pair, turn, options.limits)
+            out_turns.append(replay_turn(pair, turn, options, memory, step(turn.name)))
         except PlaygroundError as e:
-            out_errors.append({"turn": turn.name, "field": "(turn)", "message": str(e)})
-            continue
-        out_turns.append(doc)
+            errors.append(TurnError(turn.name, "(turn)", str(e)))
     tick(progress, 1.0, "done")
-    timing_docs = {d: [t.to_dict() for t in ts.items] for d, ts in timings.items()}
-    trust = {d: _trust(ts.items) for d, ts in timings.items()}
-    result = {"experiment": "replay", "environment": environment(pair), "sampling": sampling.describe(),
-              "feeding": feeding, "ks": ks, "controllers": controllers, "drafters": drafters,
-              "max_ngram": max_ngram, "limits": {k: v for k, v in limits.to_dict().items() if "replay" in k},
-              "min_confidence": min_confidence, "records": records,
-              "records_note": SIMULATED if min_confidence is None else SIMULATED_STOP, "turns": out_turns,
-              "errors": out_errors,
-              "timings": timing_docs, "trust": trust}
-    with_alone(result)  # a suffix drafter's walks with no cache, beside it (replay_suffix)
-    result["summary"] = replay_summary.summarize_replay(result)
-    return result
+    timings = {d: [t.to_dict() for t in ts.items] for d, ts in memory.timings.items()}
+    trust = {d: _trust(ts.items) for d, ts in memory.timings.items()}
+    drafters = with_alone(options.drafters, trust)  # a suffix drafter's walks with no cache, beside it
+    arms = [arm_label(k) for k in options.ks] + list(options.controllers)
+    return ReplayResult(
+        environment=environment(pair), sampling=options.sampling.describe(), feeding=options.feeding,
+        ks=list(options.ks), controllers=list(options.controllers), drafters=drafters, max_ngram=options.max_ngram,
+        limits={k: v for k, v in options.limits.to_dict().items() if "replay" in k},
+        min_confidence=options.min_confidence, records=options.records,
+        records_note=SIMULATED if options.min_confidence is None else SIMULATED_STOP, turns=out_turns,
+        errors=errors, timings=timings, trust=trust, summary=summarize_replay(out_turns, arms, drafters, trust))
 
 
-def check_confidence(min_confidence, sampling: SamplingConfig, feeding: str) -> None:
-    """What a replay with a draft confidence stop needs (the engine's check of the threshold, greedy, live feeding)."""
-    if check_min_confidence(min_confidence) is None:
-        return
-    if not sampling.greedy:
-        raise PlaygroundError("a confidence stop is replayed for greedy decoding only (a sampling replay runs in "
-                              "expectation and has no drafter run to stop)")
-    if feeding == "shared":
-        raise PlaygroundError("a confidence stop needs live feeding: one shared pass has no drafter probabilities "
-                              "after the drafter's own proposals; use --feeding auto or live")
-
-
-def _trust(timings: list) -> dict:
+def _trust(timings: list) -> DrafterTrust:
     """A drafter's calibrations' verdict: trusted when every one is; the first failure's headline otherwise."""
     verdicts = [t.trust for t in timings]
     bad = [v for v in verdicts if not v.trusted]
     if not verdicts:
-        return {"trusted": False, "headline": "no calibration: no speed-up can be predicted"}
-    return {"trusted": not bad, "headline": (bad[0] if bad else verdicts[0]).headline()}
+        return DrafterTrust(False, "no calibration: no speed-up can be predicted")
+    return DrafterTrust(not bad, (bad[0] if bad else verdicts[0]).headline())

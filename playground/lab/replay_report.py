@@ -4,6 +4,7 @@ finishes and by `report FILE` for a saved result, from the same function."""
 
 from __future__ import annotations
 
+from ..results.replay import Recommendation, ReplayResult, ShapeSummary
 from .shapes import LABELS, SHAPES
 
 
@@ -16,20 +17,20 @@ def _table(head, rows) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def header(doc: dict) -> str:
+def header(result: ReplayResult) -> str:
     """The line that goes with every figure: the pair, the CPU and the thread budget, the decoding and the mode."""
-    env = doc.get("environment", {})
+    env = result.environment  # playground.envinfo's document
     pair = env.get("pair") or {}
-    turns = doc.get("turns", [])
-    exact = sum(1 for t in turns if t.get("exact"))
+    turns = result.turns
+    exact = sum(1 for t in turns if t.exact)
     where = env.get("gpu") or env.get("cpu")
     cores = f"{env['cpu_count']} cores" if env.get("cpu_count") else None
     threads = f"{env['torch_threads']} torch threads (llama.cpp gets the same)" if env.get("torch_threads") else None
-    bits = [pair.get("target"), where, cores, threads, pair.get("device"), pair.get("dtype"), doc.get("sampling"),
-            f"{doc.get('feeding', 'auto')} feeding",
-            f"draft confidence stop {doc['min_confidence']:g}" if doc.get("min_confidence") is not None else None,
+    stop = result.min_confidence
+    bits = [pair.get("target"), where, cores, threads, pair.get("device"), pair.get("dtype"), result.sampling,
+            f"{result.feeding} feeding", f"draft confidence stop {stop:g}" if stop is not None else None,
             f"{len(turns)} turns ({exact} exact, {len(turns) - exact} estimates)",
-            f"{len(doc.get('errors', []))} errors" if doc.get("errors") else None]
+            f"{len(result.errors)} errors" if result.errors else None]
     return "replay (" + "; ".join(str(b) for b in bits if b) + ")"
 
 
@@ -37,47 +38,46 @@ def _interval(iv) -> str:
     return "-" if not iv else f"{iv[0]:.2f}-{iv[1]:.2f}"
 
 
-def _recommendation(rec: dict) -> str:
-    if rec.get("recommended_k") is not None:
-        what = f"{rec['drafter']} k={rec['recommended_k']}: {rec['speedup']:.2f}x [{_interval(rec['interval'])}]"
-        return "recommended: " + what + (" (an estimate: not every turn replays exactly)" if rec.get("estimate") else "")
-    best = f" (best predicted: {rec['drafter']} k={rec['k']}, {rec['speedup']:.2f}x)" if rec.get("k") else ""
-    return f"no recommended k: {rec.get('withheld')}{best}"
+def _recommendation(rec: Recommendation) -> str:
+    if rec.recommended_k is not None:
+        what = f"{rec.drafter} k={rec.recommended_k}: {rec.speedup:.2f}x [{_interval(rec.interval)}]"
+        return "recommended: " + what + (" (an estimate: not every turn replays exactly)" if rec.estimate else "")
+    best = f" (best predicted: {rec.drafter} k={rec.k}, {rec.speedup:.2f}x)" if rec.k else ""
+    return f"no recommended k: {rec.withheld}{best}"
 
 
-def shape_table(doc: dict, shape_doc: dict) -> str:
-    arms = [f"k={k}" for k in doc["ks"]] + list(doc.get("controllers", []))
+def shape_table(result: ReplayResult, shape: ShapeSummary) -> str:
+    arms = result.arms
     head = ["drafter", *arms, "best k", "interval", "turns (exact)", "recommended k"]
     rows = []
-    for drafter, row in shape_doc["drafters"].items():
-        rows.append([drafter, *(_cell(row["speedup"].get(a)) for a in arms),
-                     "-" if row["best_k"] is None else f"k={row['best_k']}: **{row['best_speedup']:.2f}x**",
-                     _interval(row["interval"]), f"{row['turns']} ({row['exact_turns']})",
-                     str(row["recommended_k"]) if row["recommended_k"] is not None else "none"])
+    for drafter, row in shape.drafters.items():
+        rows.append([drafter, *(_cell(row.speedup.get(a)) for a in arms),
+                     "-" if row.best_k is None else f"k={row.best_k}: **{row.best_speedup:.2f}x**",
+                     _interval(row.interval), f"{row.turns} ({row.exact_turns})",
+                     str(row.recommended_k) if row.recommended_k is not None else "none"])
     return _table(head, rows)
 
 
-def replay_table(doc: dict) -> str:
+def replay_table(result: ReplayResult) -> str:
     """What `replay` prints: the header line, then per output shape with turns, and overall, the table of
     predicted speed-ups (plain decoding = 1.00) and the recommendation; then the errors."""
-    summary = doc["summary"]
+    summary = result.summary
     legend = ("predicted speed-up over plain decoding (decode only, prefill excluded) from the calibration; best k "
-              f"among fixed k; interval: bootstrap over turns ({summary.get('confidence', 0.95):.0%})")
-    lines = [header(doc), "", legend]
-    for shape in SHAPES:
-        s = summary["shapes"][shape]
-        if not s["turns"]:
+              f"among fixed k; interval: bootstrap over turns ({summary.confidence:.0%})")
+    lines = [header(result), "", legend]
+    for name in SHAPES:
+        s = summary.shapes[name]
+        if not s.turns:
             continue
-        lines += ["", f"### {LABELS[shape]}: {s['turns']} turns, {s['tokens']} tokens", "", shape_table(doc, s), "",
-                  _recommendation(s["recommendation"])]
-    o = summary["overall"]
-    lines += ["", f"### overall: {o['turns']} turns, {o['tokens']} tokens", "", shape_table(doc, o), "",
-              _recommendation(o["recommendation"])]
-    for drafter, trust in (doc.get("trust") or {}).items():
-        lines.append(f"calibration of {drafter}: {trust['headline']}")
-    if doc.get("errors"):
-        lines += ["", f"{len(doc['errors'])} lines or turns were not replayed:"]
-        for e in doc["errors"]:
-            where = f"line {e['line']}" if "line" in e else e.get("turn", "?")
-            lines.append(f"- {where}: field '{e.get('field')}': {e.get('message')}")
+        lines += ["", f"### {LABELS[name]}: {s.turns} turns, {s.tokens} tokens", "", shape_table(result, s), "",
+                  _recommendation(s.recommendation)]
+    o = summary.overall
+    lines += ["", f"### overall: {o.turns} turns, {o.tokens} tokens", "", shape_table(result, o), "",
+              _recommendation(o.recommendation)]
+    for drafter, trust in result.trust.items():
+        lines.append(f"calibration of {drafter}: {trust.headline}")
+    if result.errors:
+        lines += ["", f"{len(result.errors)} lines or turns were not replayed:"]
+        for e in result.errors:
+            lines.append(f"- {e.where}: field '{e.field}': {e.message}")
     return "\n".join(lines)

@@ -19,25 +19,28 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..core.proposal import LOOKUP_MAX, RunContext
-from ..core.sampling import SamplingConfig, probabilities
+from ..core.sampling import probabilities
 from ..drafters import registry
 from ..drafters.adaptive import CostCurve
 from ..drafters.proposers import lookup
 from ..drafters.registry import make_proposer
 from ..errors import PlaygroundError
 from ..inputs.traces import Turn
+from ..results.replay import ExpectedDrafter, ExpectedWalk, ReplayedTurn
+from .replay_options import ReplayOptions, TraceMemory
 from .replay_walk import (
     TargetPass,
-    TimingIndex,
     drafter_pass,
     exactness,
     expected_acceptance,
     expected_walk,
     prompt_cache,
+    replayed_turn,
+    shape_costs,
     summarize_rows,
     target_chunks,
 )
-from .shapes import runs, segment
+from .shapes import segment
 
 
 def lookups(prompt_ids: Sequence[int], completion_ids: Sequence[int], max_ngram: int, min_ngram: int,
@@ -84,9 +87,10 @@ def _needed(found: list[list[int]], completion: Sequence[int]) -> dict[int, list
     return need
 
 
-def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], sampling: SamplingConfig,
-                timing_of: Callable | None, max_ngram: int, chunk: int, timings: dict,
-                progress: Callable[[str], None]) -> dict:
+def replay_sampled_turn(pair, turn: Turn, options: ReplayOptions, memory: TraceMemory,
+                        progress: Callable[[str], None]) -> ReplayedTurn:
+    """Everything a sampling replay reports about one turn (see the module docstring)."""
+    drafters, sampling, max_ngram = options.drafters, options.sampling, options.max_ngram
     remembering = [d for d in drafters if registry.remembers(d)]  # its proposals depend on the turns walked before
     if remembering:
         raise PlaygroundError(f"{', '.join(remembering)} replays for greedy decoding only")
@@ -112,7 +116,7 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], sa
             for name in models}
     beta: dict[str, list[float]] = {name: [] for name in models}
     tp = TargetPass([], [], [], [], pair.dtype)
-    for a, logits in target_chunks(pair, turn.prompt_ids, completion, chunk, prompt):
+    for a, logits in target_chunks(pair, turn.prompt_ids, completion, options.limits.replay_chunk_tokens, prompt):
         summarize_rows(logits, completion[a: a + logits.shape[0]], tp)
         p = probabilities(logits, sampling)
         for name, gen in gens.items():
@@ -123,31 +127,24 @@ def replay_turn(pair, turn: Turn, drafters: Sequence[str], ks: Sequence[int], sa
                 for i, j, x in positions.get(t, ()):
                     got[m][i][j] = float(p[t - a, x])
     progress("target and drafter passes")
-    doc = {**turn.to_dict(), **exactness(turn, tp, sampling)}
     shapes = segment(pair.tokenizer, turn.prompt_ids, completion, pair.eos_ids)
-    doc["shapes"] = {"runs": runs(shapes), "tokens": {s: shapes.count(s) for s in sorted(set(shapes))}}
-    doc["drafters"] = {}
+    entries = {}
     for drafter in drafters:
-        timing = timing_of(drafter, turn.prompt_ids) if timing_of is not None else None
+        timing = options.timing_of(drafter, turn.prompt_ids) if options.timing_of is not None else None
         curve = CostCurve.from_timing(timing) if timing is not None else None
         model = None if kinds[drafter] == "live" else drafter if kinds[drafter] == "pass" else inner
         accept, drafted, source = _model_of(kinds[drafter], model, beta, found.get(drafter), got.get(drafter))
-        entry = {"timing": timings.setdefault(drafter, TimingIndex()).index(timing), "exact": False,
-                 "agreement": beta.get(model), "walks": {}}
-        for k in ks:
+        entry = ExpectedDrafter(timing=memory.timing_index(drafter, timing), exact=False, agreement=beta.get(model),
+                                walks={})
+        for k in options.ks:
             ew = expected_walk(accept, drafted, source, k, length, curve)
-            token_cost = ew.pop("token_cost")
-            by_shape: dict[str, list] = {}
-            for t, shape in enumerate(shapes[:length]):
-                e = by_shape.setdefault(shape, [0, 0.0 if token_cost else None])
-                e[0] += 1
-                if token_cost:
-                    e[1] += token_cost[t]
-            entry["walks"][f"k={k}"] = {"arm": f"k={k}", "new_tokens": length, "expected": True, **ew,
-                                        "shapes": by_shape}
+            entry.walks[f"k={k}"] = ExpectedWalk(
+                arm=f"k={k}", new_tokens=length, expected=True, iterations=ew.iterations, histogram=ew.histogram,
+                per_position=ew.per_position, cost=ew.cost, predicted_speedup=ew.predicted_speedup,
+                shapes=shape_costs(shapes[:length], ew.token_cost))
             progress(f"{drafter} k={k}")
-        doc["drafters"][drafter] = entry
-    return doc
+        entries[drafter] = entry
+    return replayed_turn(turn, exactness(turn, tp, sampling), shapes, entries)
 
 
 def _stack(rows) -> torch.Tensor:

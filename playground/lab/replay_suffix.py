@@ -17,8 +17,11 @@ prompt no longer quotes. It has its drafter's calibration.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..drafters.registry import remembers
 from ..drafters.suffix_cache import SuffixCache
+from ..results.replay import DrafterTrust, WalkedDrafter
 
 ALONE = " (no cache)"
 
@@ -36,19 +39,21 @@ def alone(drafter: str) -> list[tuple[str, SuffixCache]]:
     return [(drafter + ALONE, SuffixCache())] if remembers(drafter) else []
 
 
-def alone_entry(doc: dict, entry: dict, name: str) -> dict:
+def alone_entry(drafters: dict[str, WalkedDrafter], entry: WalkedDrafter, name: str) -> WalkedDrafter:
     """The turn's entry for the walks of `name` (with no cache), with its drafter's `entry`'s fields."""
-    return doc["drafters"].setdefault(name, {**entry, "walks": {}, "chunking_differs": {}})
+    if name not in drafters:
+        drafters[name] = dataclasses.replace(entry, walks={}, chunking_differs={})
+    return drafters[name]
 
 
-def with_alone(result: dict) -> None:
-    """Name the walks with no cache among the result's drafters, each after its drafter, with its
+def with_alone(drafters: list[str], trust: dict[str, DrafterTrust]) -> list[str]:
+    """The drafters with the walks with no cache named among them, each after its drafter; `trust` gets their
     drafter's calibration verdict."""
     names = []
-    for d in result["drafters"]:
+    for d in drafters:
         names.append(d)
         if remembers(d):
             names.append(d + ALONE)
-            if d in result.get("trust", {}):
-                result["trust"][d + ALONE] = result["trust"][d]
-    result["drafters"] = names
+            if d in trust:
+                trust[d + ALONE] = trust[d]
+    return names

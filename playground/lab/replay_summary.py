@@ -17,6 +17,15 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import bootstrap
 
+from ..results.replay import (
+    DrafterTrust,
+    Recommendation,
+    ReplayedTurn,
+    ReplaySummary,
+    ShapeRow,
+    ShapeSummary,
+    SkippedWalk,
+)
 from .shapes import SHAPES
 
 MIN_SHAPE_TOKENS = 4
@@ -42,27 +51,27 @@ def interval(tokens, costs, seed: int = 0) -> list[float] | None:
     return [float(res.confidence_interval.low), float(res.confidence_interval.high)]
 
 
-def _turns_of(doc: dict, shape: str | None) -> list[dict]:
+def _turns_of(turns: list[ReplayedTurn], shape: str | None) -> list[ReplayedTurn]:
     if shape is None:
-        return list(doc["turns"])
-    return [t for t in doc["turns"] if t["shapes"]["tokens"].get(shape, 0) >= MIN_SHAPE_TOKENS]
+        return list(turns)
+    return [t for t in turns if t.shapes.tokens.get(shape, 0) >= MIN_SHAPE_TOKENS]
 
 
-def _pooled(turns: list[dict], drafter: str, arm: str, shape: str | None):
+def _pooled(turns: list[ReplayedTurn], drafter: str, arm: str, shape: str | None):
     """Per turn (tokens, cost) of one arm, on one shape (None: all tokens); costs None without a calibration."""
     tokens, costs = [], []
     for t in turns:
-        w = t["drafters"].get(drafter, {}).get("walks", {}).get(arm)
-        if not w or "shapes" not in w:
+        entry = t.drafters.get(drafter)
+        w = entry.walks.get(arm) if entry is not None else None
+        if w is None or isinstance(w, SkippedWalk):
             continue
-        cells = list(w["shapes"].values()) if shape is None else [w["shapes"].get(shape, [0, 0.0])]
+        cells = list(w.shapes.values()) if shape is None else [w.shapes.get(shape, (0, 0.0))]
         tokens.append(sum(c[0] for c in cells))
         costs.append(None if any(c[1] is None for c in cells) else sum(c[1] for c in cells))
     return tokens, costs
 
 
-def _drafter_row(doc: dict, turns: list[dict], drafter: str, shape: str | None) -> dict:
-    arms = [f"k={k}" for k in doc["ks"]] + list(doc["controllers"])
+def _drafter_row(turns: list[ReplayedTurn], arms: list[str], drafter: str, shape: str | None) -> ShapeRow:
     speedup, per_arm = {}, {}
     for arm in arms:
         tokens, costs = _pooled(turns, drafter, arm, shape)
@@ -70,45 +79,47 @@ def _drafter_row(doc: dict, turns: list[dict], drafter: str, shape: str | None) 
         ok = tokens and all(c is not None for c in costs) and sum(costs) > 0
         speedup[arm] = _ratio(tokens, costs) if ok else None
     fixed = [(int(a[2:]), s) for a, s in speedup.items() if a.startswith("k=") and s is not None]
-    row = {"speedup": speedup, "turns": len(turns),
-           "exact_turns": sum(1 for t in turns if t["drafters"].get(drafter, {}).get("exact"))}
+    exact = sum(1 for t in turns if (e := t.drafters.get(drafter)) is not None and e.exact)
     if not fixed:
-        return {**row, "best_k": None, "best_speedup": None, "interval": None}
+        return ShapeRow(speedup, len(turns), exact, best_k=None, best_speedup=None, interval=None)
     best_k, best = max(fixed, key=lambda kv: (kv[1], -kv[0]))
     tokens, costs = per_arm[f"k={best_k}"]
-    return {**row, "best_k": best_k, "best_speedup": best, "interval": interval(tokens, costs)}
+    return ShapeRow(speedup, len(turns), exact, best_k=best_k, best_speedup=best, interval=interval(tokens, costs))
 
 
-def _withheld(doc: dict, drafter: str | None, row: dict | None) -> str | None:
-    if drafter is None or row is None or row.get("best_k") is None:
+def _withheld(trust: dict[str, DrafterTrust], drafter: str | None, row: ShapeRow | None) -> str | None:
+    if drafter is None or row is None or row.best_k is None:
         return "no calibration: no speed-up could be predicted"
-    trust = doc.get("trust", {}).get(drafter) or {}
-    if not trust.get("trusted"):
-        return f"the {drafter} calibration is not trusted: {trust.get('headline', 'no verdict')}"
-    if row["turns"] < MIN_TURNS:
-        return f"only {row['turns']} turn(s) of this shape; a recommendation needs {MIN_TURNS}"
+    verdict = trust.get(drafter)
+    if verdict is None or not verdict.trusted:
+        return f"the {drafter} calibration is not trusted: {verdict.headline if verdict else 'no verdict'}"
+    if row.turns < MIN_TURNS:
+        return f"only {row.turns} turn(s) of this shape; a recommendation needs {MIN_TURNS}"
     return None
 
 
-def _shape_doc(doc: dict, shape: str | None) -> dict:
-    turns = _turns_of(doc, shape)
-    rows = {d: _drafter_row(doc, turns, d, shape) for d in doc["drafters"]}
+def _shape_summary(all_turns: list[ReplayedTurn], arms: list[str], drafters: list[str],
+                   trust: dict[str, DrafterTrust], shape: str | None) -> ShapeSummary:
+    turns = _turns_of(all_turns, shape)
+    rows = {d: _drafter_row(turns, arms, d, shape) for d in drafters}
     for d, row in rows.items():
-        why = _withheld(doc, d, row)
-        row["recommended_k"], row["withheld"] = (row["best_k"], None) if why is None else (None, why)
-    scored = [(d, r) for d, r in rows.items() if r["best_speedup"] is not None]
-    best_d, best = max(scored, key=lambda dr: dr[1]["best_speedup"]) if scored else (None, None)
-    why = _withheld(doc, best_d, best) if turns else "no turn of this shape"
-    recommendation = {"drafter": best_d, "k": best["best_k"] if best else None,
-                      "speedup": best["best_speedup"] if best else None, "interval": best["interval"] if best else None,
-                      "recommended_k": None if why else best["best_k"], "withheld": why,
-                      "estimate": bool(best) and best["exact_turns"] < best["turns"]}
-    tokens = sum(sum(t["shapes"]["tokens"].values()) if shape is None else t["shapes"]["tokens"].get(shape, 0)
-                 for t in turns)
-    return {"turns": len(turns), "tokens": tokens, "drafters": rows, "recommendation": recommendation}
+        why = _withheld(trust, d, row)
+        row.recommended_k, row.withheld = (row.best_k, None) if why is None else (None, why)
+    scored = [(d, r) for d, r in rows.items() if r.best_speedup is not None]
+    best_d, best = max(scored, key=lambda dr: dr[1].best_speedup) if scored else (None, None)
+    why = _withheld(trust, best_d, best) if turns else "no turn of this shape"
+    recommendation = Recommendation(
+        drafter=best_d, k=best.best_k if best else None, speedup=best.best_speedup if best else None,
+        interval=best.interval if best else None, recommended_k=None if why or best is None else best.best_k,
+        withheld=why, estimate=bool(best) and best.exact_turns < best.turns)
+    tokens = sum(sum(t.shapes.tokens.values()) if shape is None else t.shapes.tokens.get(shape, 0) for t in turns)
+    return ShapeSummary(len(turns), tokens, rows, recommendation)
 
 
-def summarize_replay(doc: dict) -> dict:
-    """Per shape (SHAPES) and overall: the pooled speed-ups, best k, interval and recommendation."""
-    return {"shapes": {s: _shape_doc(doc, s) for s in SHAPES}, "overall": _shape_doc(doc, None),
-            "min_shape_tokens": MIN_SHAPE_TOKENS, "min_turns": MIN_TURNS, "confidence": CONFIDENCE}
+def summarize_replay(turns: list[ReplayedTurn], arms: list[str], drafters: list[str],
+                     trust: dict[str, DrafterTrust]) -> ReplaySummary:
+    """Per shape (SHAPES) and overall: the pooled speed-ups, best k, interval and recommendation of each drafter
+    (`drafters`) over its walks (`arms`), withheld where its calibration (`trust`) is not trusted."""
+    return ReplaySummary(shapes={s: _shape_summary(turns, arms, drafters, trust, s) for s in SHAPES},
+                         overall=_shape_summary(turns, arms, drafters, trust, None),
+                         min_shape_tokens=MIN_SHAPE_TOKENS, min_turns=MIN_TURNS, confidence=CONFIDENCE)

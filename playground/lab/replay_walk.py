@@ -43,7 +43,9 @@ from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration
 from ..core.sampling import SamplingConfig
 from ..drafters.adaptive import CostCurve
 from ..drafters.registry import drafters
+from ..results.replay import Mismatch, ReplayedTurn, ShapeCost, TurnShapes
 from .quality import _spacing  # the dtype spacing the divergence experiment compares logit gaps with
+from .shapes import runs
 
 
 @dataclass
@@ -211,13 +213,23 @@ def expected_acceptance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.minimum(p.float(), q.float().to(p.device)).sum(dim=-1)
 
 
-def exactness(turn, tp: TargetPass, sampling: SamplingConfig, shown: int = 5) -> dict:
+@dataclass
+class Exactness:
+    """Whether a turn replays exactly, and if not why (the fields of its ReplayedTurn of the same names)."""
+
+    exact: bool
+    estimate_reason: str | None
+    mismatches: int
+    first_mismatches: list[Mismatch]
+
+
+def exactness(turn, tp: TargetPass, sampling: SamplingConfig, shown: int = 5) -> Exactness:
     """Whether the turn replays exactly: greedy, and the target's teacher-forced arg-max is the recorded token at
     every position. Mismatches are listed with the logit gap between the two tokens and the dtype's spacing."""
     bad = [t for t, (a, c) in enumerate(zip(tp.argmax, turn.completion_ids)) if a != c]
-    cases = [{"position": t, "recorded": int(turn.completion_ids[t]), "target": tp.argmax[t],
-              "logit_gap": tp.top[t] - tp.recorded[t], "dtype_spacing": tp.spacing(t),
-              "near_tie": tp.top[t] - tp.recorded[t] <= 8 * tp.spacing(t)} for t in bad[:shown]]
+    cases = [Mismatch(position=t, recorded=int(turn.completion_ids[t]), target=tp.argmax[t],
+                      logit_gap=tp.top[t] - tp.recorded[t], dtype_spacing=tp.spacing(t),
+                      near_tie=tp.top[t] - tp.recorded[t] <= 8 * tp.spacing(t)) for t in bad[:shown]]
     if not sampling.greedy:
         why = "sampling: expected acceptance along the recorded text, an estimate"
     elif bad:
@@ -225,23 +237,26 @@ def exactness(turn, tp: TargetPass, sampling: SamplingConfig, shown: int = 5) ->
                f"(first at {bad[0]}): draft/target agreement on this text, an estimate")
     else:
         why = None
-    return {"exact": why is None, "estimate_reason": why, "mismatches": len(bad), "first_mismatches": cases}
+    return Exactness(why is None, why, len(bad), cases)
 
 
-class TimingIndex:
-    """The distinct calibrations a drafter's turns used, each stored once."""
+def replayed_turn(turn, ex: Exactness, shapes: list[str], drafters: dict) -> ReplayedTurn:
+    """A turn's part of the result: the turn, its exactness, its tokens' shapes and its drafters' walks."""
+    return ReplayedTurn(**turn.to_dict(), **vars(ex), drafters=drafters,
+                        shapes=TurnShapes([tuple(r) for r in runs(shapes)],
+                                          {s: shapes.count(s) for s in sorted(set(shapes))}))
 
-    def __init__(self):
-        self.items: list = []
 
-    def index(self, timing) -> int | None:
-        if timing is None:
-            return None
-        for i, t in enumerate(self.items):
-            if t is timing:
-                return i
-        self.items.append(timing)
-        return len(self.items) - 1
+def shape_costs(shapes: Sequence[str], per_token: Sequence[float] | None) -> dict[str, ShapeCost]:
+    """Per shape of a walk's tokens (`shapes`, one per token emitted): its tokens and the cost they carried
+    (`per_token`: each token's share; None without a calibration)."""
+    out: dict[str, list] = {}
+    for t, shape in enumerate(shapes):
+        entry = out.setdefault(shape, [0, 0.0 if per_token else None])
+        entry[0] += 1
+        if per_token:
+            entry[1] += per_token[t]
+    return {shape: (n, cost) for shape, (n, cost) in out.items()}
 
 
 # --- the walk -------------------------------------------------------------------------------------------------
@@ -319,13 +334,25 @@ def walk_costs(w: Walk, curve: CostCurve | None) -> tuple[list[float], list[floa
 # --- sampling: the walk in expectation -------------------------------------------------------------------------
 
 
+@dataclass
+class Expectation:
+    """A walk in expectation: iterations, accepted-length histogram and per-position acceptance (expected values),
+    cost in target steps and each token's share of it (None without a calibration)."""
+
+    iterations: float
+    histogram: dict[str, float]
+    per_position: list[float | None]
+    cost: float | None
+    predicted_speedup: float | None
+    token_cost: list[float] | None
+
+
 def expected_walk(accept: Callable[[int], Sequence[float]], drafted: Callable[[int, int], int],
-                  source: Callable[[int], str | None], k: int, length: int, curve: CostCurve | None) -> dict:
+                  source: Callable[[int], str | None], k: int, length: int, curve: CostCurve | None) -> Expectation:
     """A fixed-k run over `length` recorded tokens in expectation. accept(i): acceptance probabilities of the
     successive proposals of an iteration starting at position i, as far as they are known (a proposal past them
     counts as rejected); drafted(i, k_i): the proposals a live drafter makes there; source(i): whose they are.
-    k is clipped to the tokens left as the engine clips it. Returns the expected iterations, accepted-length
-    histogram, per-position acceptance, cost (target steps) and per-token cost shares."""
+    k is clipped to the tokens left as the engine clips it."""
     visit = np.zeros(length + 1)
     visit[0] = 1.0
     token_cost = np.zeros(length)
@@ -355,8 +382,9 @@ def expected_walk(accept: Callable[[int], Sequence[float]], drafted: Callable[[i
                     kept[t] += w * pj if t < j else 0.0
         iterations += w
         total += w * c
-    return {"iterations": iterations, "histogram": {str(j): float(x) for j, x in enumerate(hist) if x > 1e-12},
-            "per_position": [float(kp / r) if r > 0 else None for kp, r in zip(kept, reached)],
-            "cost": float(total) if curve is not None else None,
-            "predicted_speedup": float(length / total) if curve is not None and total > 0 else None,
-            "token_cost": token_cost.tolist() if curve is not None else None}
+    return Expectation(iterations=float(iterations),
+                       histogram={str(j): float(x) for j, x in enumerate(hist) if x > 1e-12},
+                       per_position=[float(kp / r) if r > 0 else None for kp, r in zip(kept, reached)],
+                       cost=float(total) if curve is not None else None,
+                       predicted_speedup=float(length / total) if curve is not None and total > 0 else None,
+                       token_cost=token_cost.tolist() if curve is not None else None)

@@ -3,6 +3,7 @@
 
 from . import calibration as calibration  # each family's module registers its result types where it declares them
 from . import quality as quality
+from . import replay as replay
 from . import speed as speed
 from .base import FORMAT, KINDS, Result, from_document, load_result, read_document, result_kind
 

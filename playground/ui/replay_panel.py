@@ -32,8 +32,10 @@ from ..errors import PlaygroundError
 from ..inputs.presets import load_presets
 from ..inputs.traces import SAMPLE_TRACE, read_trace
 from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, calibrated_timing
-from ..lab.replay import calibration_contexts, preset_turns, replay
+from ..lab.replay import calibration_contexts, preset_turns, replay_turns
+from ..lab.replay_options import ReplayOptions
 from ..limits import Limits
+from ..results.replay import CalibrationUse, LineError, ReplayResult
 from . import scripts, serving
 from .downloads import jsonable
 from .panels import fold
@@ -48,11 +50,11 @@ from .replay_view import (
     default_arm,
     errors_markdown,
     estimate_note,
-    per_k_html,
     public_doc,
-    recommendation,
-    recommendation_html,
     replay_figure,
+    replay_per_k_html,
+    replay_recommendation,
+    replay_recommendation_html,
     token_view,
     turn_choices,
 )
@@ -80,7 +82,7 @@ class ReplayState:
     """One tab's last replay (held in the tab's gr.State): its result, what the token view needs to draw it,
     and how the last replay event ended (for the status line above the tabs)."""
 
-    doc: dict | None = None
+    doc: ReplayResult | None = None
     drafter: str | None = None
     tokenizer: Any = None  # the pair's tokenizer (shared, read-only), to draw the token view
     special_ids: frozenset = field(default_factory=frozenset)
@@ -93,7 +95,7 @@ class ReplayState:
 class ReplayUpdate:
     status: str
     state: ReplayState
-    doc: dict | None = None  # the finished result: every panel is rebuilt from it
+    doc: ReplayResult | None = None  # the finished result: every panel is rebuilt from it
     errors: str | None = None  # the bad lines, when nothing could be replayed
 
 
@@ -102,7 +104,7 @@ def drafter_choices(provider: PairProvider) -> list[tuple[str, str]]:
     return [(label, name) for label, name in provider.drafter_choices() if name != "auto"]
 
 
-def default_drafter(choices) -> str:
+def replay_default_drafter(choices) -> str:
     names = [name for _, name in choices]
     return SHOW_ME["drafter"] if SHOW_ME["drafter"] in names else names[0]
 
@@ -154,14 +156,14 @@ def _announce(pair, req: ReplayRequest, state: ReplayState, turns, errors, skipp
     return note
 
 
-def _done_status(doc: dict, drafter: str, seconds: float) -> str:
-    k, why = recommendation(doc["summary"]["overall"])
+def _done_status(result: ReplayResult, drafter: str, seconds: float) -> str:
+    k, why = replay_recommendation(result.summary.overall)
     head = (f"Replay done: recommended k = {k} for all tokens with {drafter}" if k is not None
             else f"Replay done: no recommended k with {drafter} \u2014 {html.escape(why)}")
-    exact = sum(1 for t in doc["turns"] if t["exact"])
-    bad = f", {len(doc['errors'])} not replayed (listed below)" if doc["errors"] else ""
-    kind = " (estimates)" if estimate_note(doc) else ""
-    return f"{head}{kind} \u00b7 {len(doc['turns'])} turns ({exact} exact){bad} \u00b7 {clock_text(seconds)}"
+    exact = sum(1 for t in result.turns if t.exact)
+    bad = f", {len(result.errors)} not replayed (listed below)" if result.errors else ""
+    kind = " (estimates)" if estimate_note(result) else ""
+    return f"{head}{kind} \u00b7 {len(result.turns)} turns ({exact} exact){bad} \u00b7 {clock_text(seconds)}"
 
 
 def stream_replay(provider: PairProvider, state: ReplayState | None, session, req: ReplayRequest,
@@ -183,7 +185,7 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
         if req.source != "presets" and not turns:
             if not errors:
                 raise PlaygroundError("nothing to replay: the file holds no turn (blank lines only?)")
-            listing = errors_markdown({"errors": [e.to_dict() for e in errors]})
+            listing = errors_markdown([LineError(e.line, e.field, e.message) for e in errors])
             yield ReplayUpdate(f"\u26a0 Nothing to replay: {len(errors)} line(s) refused, listed below", state,
                                errors=listing)
             raise PlaygroundError(f"nothing to replay: the file's {len(errors)} bad line(s) are listed on the tab")
@@ -217,11 +219,12 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
             timing_of, reused, count = calibrations(pair, replayed, req.drafter, provider.calibrations,
                                                     req.calibration, tick, req.sampling)
             phase(emit, f"step {step + 1} of {steps}, replaying")
-            doc = replay(pair, replayed, [req.drafter], req.ks, req.controllers, timing_of=timing_of, progress=tick,
-                         sampling=req.sampling, limits=limits, records="full", errors=errors,
-                         min_confidence=req.min_confidence)
-            doc["calibration"] = {"how": req.calibration, "calibrations": count, "reused": reused}
-            return doc
+            options = ReplayOptions(drafters=[req.drafter], ks=req.ks, controllers=req.controllers,
+                                    timing_of=timing_of, sampling=req.sampling, limits=limits, records="full",
+                                    errors=errors, min_confidence=req.min_confidence)
+            result = replay_turns(pair, replayed, options, progress=tick)
+            result.calibration = CalibrationUse(req.calibration, count, reused)
+            return result
 
         yield ReplayUpdate(tracker.line(), state)
         with Background(work, "playground-replay", serving.device_lock(pair.device)) as bg:
@@ -232,7 +235,7 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
         state.doc, state.drafter = doc, req.drafter
         state.tokenizer, state.special_ids = pair.tokenizer, frozenset(pair.eos_ids)
         state.outcome = _done_status(doc, req.drafter, time.monotonic() - started)
-        if not doc["turns"]:
+        if not doc.turns:
             state.outcome = "\u26a0 Nothing was replayed: every turn was refused (listed below)"
         yield ReplayUpdate(state.outcome, state, doc)
     except GeneratorExit:  # Stop cancelled the event: the event chained after it says so
@@ -258,8 +261,8 @@ def replay_tab(ui, provider: PairProvider) -> None:
                                     label="Presets", elem_id="replay-presets", min_width=220,
                                     info="their completions are the target's own greedy output: exact")
     with gr.Row(elem_id="replay-settings-row"):
-        ui.rp_drafter = gr.Radio(choices, value=default_drafter(choices), label="Drafter", elem_id="replay-drafter",
-                                 min_width=220)
+        ui.rp_drafter = gr.Radio(choices, value=replay_default_drafter(choices), label="Drafter",
+                                 elem_id="replay-drafter", min_width=220)
         ui.rp_ks = gr.Textbox("1-8", label="k values", elem_id="replay-ks", min_width=140, max_lines=1,
                               info="e.g. 1-8 or 1,2,4,8 (1 to 16)")
         ui.rp_controllers = gr.CheckboxGroup([("adaptive k", "adaptive"), ("transformers' heuristic", "heuristic")],
@@ -297,8 +300,9 @@ def _outputs_of(u: ReplayUpdate) -> tuple:
     doc, drafter = u.doc, u.state.drafter
     arm = default_arm(doc)
     note, tokens = token_view(doc, drafter, 0, arm, u.state.tokenizer, u.state.special_ids)
-    return (u.status, recommendation_html(doc, drafter), replay_figure(doc, drafter), per_k_html(doc, drafter),
-            errors_markdown(doc), gr.update(choices=turn_choices(doc), value=0 if doc["turns"] else None),
+    return (u.status, replay_recommendation_html(doc, drafter), replay_figure(doc, drafter),
+            replay_per_k_html(doc, drafter), errors_markdown(doc.errors),
+            gr.update(choices=turn_choices(doc), value=0 if doc.turns else None),
             gr.update(choices=arm_choices(doc), value=arm), note, tokens, jsonable(public_doc(doc)), u.state)
 
 
@@ -368,6 +372,6 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
             return gr.skip()
         choices = drafter_choices(chosen)
         names = [name for _, name in choices]
-        return gr.update(choices=choices, value=current if current in names else default_drafter(choices))
+        return gr.update(choices=choices, value=current if current in names else replay_default_drafter(choices))
 
     ui.replay_tab.select(refresh_drafters, [ui.session, ui.rp_drafter], [ui.rp_drafter], **QUIET)
