@@ -48,16 +48,12 @@ _DEFAULTS = adaptive.DEFAULT_SETTINGS
 VARIANTS = {
     "defaults": _DEFAULTS,
     "no optimism (rule 2)": dataclasses.replace(_DEFAULTS, optimism=0.0),
-    "no finish plan (rule 3)": dataclasses.replace(_DEFAULTS, horizon=0),  # remaining > 0 always: the steady k
-    # int(growth * last k) + 1 > K_MAX for any last k >= 1: the ramp never binds
-    "no depth ramp (rule 4)": dataclasses.replace(_DEFAULTS, growth=float(adaptive.K_MAX + 1)),
-    "no probe back-off (rule 5)": dataclasses.replace(_DEFAULTS, probe_max=_DEFAULTS.probe_every),
-    "no stop rule (rule 6)": dataclasses.replace(_DEFAULTS, confidence=False),
-    "no near-tie prior (rule 6)": _DEFAULTS,  # PATCHES below
+    "no stop rule (rule 4)": dataclasses.replace(_DEFAULTS, confidence=False),
+    "no near-tie prior (rule 4)": _DEFAULTS,  # PATCHES below
 }
 # Rules no setting switches off: confidence.py's constants patched while the variant replays. With TIE = 0 no margin
 # is a near-tie, so every unlearnt bin's prior is max(margin, rate) (confidence.prior).
-PATCHES = {"no near-tie prior (rule 6)": {"TIE": 0.0}}
+PATCHES = {"no near-tie prior (rule 4)": {"TIE": 0.0}}
 
 
 def patched(variant: str):
@@ -139,22 +135,23 @@ KEEP = 0.01  # a rule earns its place when switching it off costs at least 1% on
 
 
 def rules_markdown(doc: dict) -> str:
-    """What switching each rule off does to adaptive k's replayed speed-up against the defaults, per drafter: the
-    median change over the turns and the largest loss (its turn); and whether the rule earns its place (a loss of
-    at least KEEP somewhere). The table docs/results.md shows (scripts/results_tables.py draws it from the JSON)."""
+    """What switching each rule off does to adaptive k's replayed speed-up against the defaults: per drafter the
+    largest loss and the largest gain over the turns, then the largest loss anywhere (its drafter and turn), and
+    whether the rule earns its place (a loss of at least KEEP somewhere). The table docs/results.md shows
+    (scripts/results_tables.py draws it from the JSON)."""
     drafters = doc["drafters"]
     variants = [v for v in next(iter(drafters.values()))["adaptive"] if v != "defaults"]
-    head = ["rule switched off", *drafters, "largest loss, any drafter", "kept"]
+    head = ["rule switched off", *(f"{d}: loss / gain" for d in drafters), "largest loss (drafter, turn)", "kept"]
     rows = []
     for v in variants:
-        cells, worst = [], (0.0, "", "")
+        cells, changes = [], []
         for drafter, d in drafters.items():
             base = d["adaptive"]["defaults"]
-            changes = sorted((d["adaptive"][v][t] / base[t] - 1.0, t) for t in base)
-            cells.append(f"{statistics.median(c for c, _ in changes):+.1%}, worst {changes[0][0]:+.1%} ({changes[0][1]})")
-            worst = min(worst, (changes[0][0], changes[0][1], drafter))
-        kept = "yes" if -worst[0] >= KEEP else "no"
-        rows.append([v, *cells, f"{worst[0]:+.1%} ({worst[2]}, {worst[1]})" if worst[1] else "none", kept])
+            mine = sorted((d["adaptive"][v][t] / base[t] - 1.0, drafter, t) for t in base)
+            cells.append(f"{min(mine[0][0], 0.0):+.1%} / {max(mine[-1][0], 0.0):+.1%}")
+            changes += mine
+        low, drafter, turn = min(changes)
+        rows.append([v, *cells, f"{low:+.1%} ({drafter}, {turn})" if low < 0 else "none", "yes" if -low >= KEEP else "no"])
     setup = f"{doc['setup']}; commit {doc['commit']}; every preset, a first and a second call of each"
     return setup + "\n\n" + markdown_table(head, rows)
 

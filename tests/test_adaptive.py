@@ -286,31 +286,19 @@ def test_schedules_carry_their_state_from_run_to_run_when_given_a_memory(pair64)
     assert HeuristicK(start=3, memory=h_memory).next_k() == 5 and HeuristicK(start=3).next_k() == 3
 
 
-def test_a_probe_that_changes_nothing_doubles_the_wait_for_the_next():
+def test_a_verdict_of_plain_steps_is_probed_every_probe_every_steps():
     ctl = AdaptiveK(CostCurve(c=0.6, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}), k_max=8,
-                    settings=AdaptiveSettings(probe_every=4, probe_max=16))
+                    settings=AdaptiveSettings(probe_every=4))
     for _ in range(10):
         ctl.observe(it(2, 0))
-    ks = run_rejected(ctl, 80)
+    ks = run_rejected(ctl, 40)
     probes = [i for i, k in enumerate(ks) if k]
-    gaps = [b - a - 1 for a, b in itertools.pairwise(probes)]
-    assert probes[0] == 4 and gaps[:3] == [8, 16, 16]  # 4 plain steps, then 8, then capped at 16
-    # a probe that was accepted does not lengthen the wait, even when one is not enough to change the verdict
-    patient = AdaptiveK(CostCurve(c=0.6, v={n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}), k_max=8,
-                        settings=AdaptiveSettings(probe_every=4))
-    for _ in range(30):
-        patient.observe(it(2, 0))
-    for _ in range(4):
-        assert patient.next_k() == 0
-        patient.observe(PLAIN_STEP)
-    k = patient.next_k()
-    assert k > 0
-    patient.observe(it(k, k))
-    assert patient.next_k() == 0 and patient.probe_wait == 4
-    # as soon as drafting pays again the wait is back to probe_every
+    assert probes[0] == 4 and {b - a - 1 for a, b in itertools.pairwise(probes)} == {4}  # 4 plain steps each time
+    assert {ks[i] for i in probes} == {ctl._probe_k(None)}  # at the probe k
+    # as soon as drafting pays again the controller drafts without waiting for a probe
     for _ in range(20):
         ctl.observe(it(1, 1))
-    assert ctl.next_k() > 0 and ctl.probe_wait == 4
+    assert ctl.next_k() > 0
 
 
 def test_each_proposal_source_has_its_own_cost_and_acceptance():
@@ -331,18 +319,15 @@ def test_each_proposal_source_has_its_own_cost_and_acceptance():
         CostCurve(c=0.5, v={1: 1.0}, sources={"lookup": (-1.0, 0.0)})
 
 
-def test_near_the_length_limit_adaptive_plans_the_finish():
-    """Everything accepted, a cheap draft, verification cost rising in n: the steady choice is 16, but
-    with 20 tokens left one iteration of 16 leaves 3 for a second one; the plan covers 20 in two
-    passes that cost less, and with 10 left it drafts exactly 9 (one pass finishes)."""
+def test_near_the_length_limit_k_is_what_the_tokens_left_can_use():
+    """Everything accepted, a cheap draft: the steady choice is 16, and near the end k is clipped so that one pass
+    (the proposals and the bonus) emits at most the tokens left; with one left, a plain step."""
     v = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}
     ctl = AdaptiveK(CostCurve(c=0.05, v=v))
     for _ in range(10):
         ctl.observe(it(16, 16))
     assert ctl.next_k() == 16 and ctl.next_k(remaining=500) == 16
-    assert ctl.next_k(remaining=10) == 9
-    k20 = ctl.next_k(remaining=20)
-    assert k20 < 16
+    assert ctl.next_k(remaining=10) == 9 and ctl.next_k(remaining=20) == 16
     assert ctl.next_k(remaining=1) == 0
 
 
@@ -408,47 +393,21 @@ def test_optimism_tests_a_verdict_of_k_0_reached_on_few_observations():
         AdaptiveK(curve, settings=AdaptiveSettings(optimism=-1))
 
 
-def test_depth_grows_by_at_most_twice_the_last_k_plus_one():
-    """Every proposal accepted and drafting nearly free: the cost model wants 16 at once, but after a
-    k = 2 the next may draft 5, then 11, then 16, so deep positions are reached before they are relied on."""
-    ctl = AdaptiveK(FLAT_CHEAP)
-    assert ctl.next_k() > 5  # nothing drafted yet: the prior (0.9) decides, uncapped
-    ctl.observe(it(2, 2))
-    ks = []
-    for _ in range(3):
-        k = ctl.next_k()
-        ks.append(k)
-        ctl.observe(it(k, k))
-    assert ks == [5, 11, 16]
-    free = AdaptiveK(FLAT_CHEAP, settings=AdaptiveSettings(growth=100.0))
-    free.observe(it(2, 2))
-    assert free.next_k() == 16
-    # a source that costs nothing per token is not ramped
-    lookup = AdaptiveK(CostCurve(c=0.05, v={n: 1.0 for n in range(1, 18)}, sources={"lookup": (0.0, 0.0)}))
-    lookup.observe(Iteration(0, 2, (1, 2), 2, (1, 2, 3), ("accepted", "accepted", "bonus"), 0, 0, 0, 0,
-                             sources=("lookup", "lookup")))
-    assert lookup.next_k(source="lookup") == 16
-    with pytest.raises(PlaygroundError, match="growth"):
-        AdaptiveK(FLAT_CHEAP, settings=AdaptiveSettings(growth=0.5))
+DEFAULTS = {"decay": 0.9, "prior": 0.9, "prior_weight": 2.0, "position_weight": 4.0, "probe_every": 4,
+            "optimism": 1.0, "confidence": True}
 
 
-# AdaptiveK's keyword defaults before its tuning constants became AdaptiveSettings (up to commit f5fa9ac:
-# AdaptiveK(curve, k_max=16, decay=0.9, ..., growth=2.0, memory=None)).
-PREVIOUS_DEFAULTS = {"decay": 0.9, "prior": 0.9, "prior_weight": 2.0, "position_weight": 4.0, "probe_every": 4,
-                     "probe_max": 32, "horizon": 34, "optimism": 1.0, "growth": 2.0}
-
-
-def test_the_settings_defaults_are_the_controllers_former_defaults():
-    """The same constants, and since then `confidence` (on, test_adaptive_confidence.py; it acts only when the loop
-    says the drafter stops on its confidence, which the script here never does)."""
+def test_the_settings_defaults():
+    """`confidence` is on (test_adaptive_confidence.py); it acts only when the loop says the drafter stops on its
+    confidence, which the script here never does."""
     defaults = AdaptiveSettings()
-    assert dataclasses.asdict(defaults) == {**PREVIOUS_DEFAULTS, "confidence": True}
-    assert all(type(getattr(defaults, name)) is type(value) for name, value in PREVIOUS_DEFAULTS.items())
+    assert dataclasses.asdict(defaults) == DEFAULTS
+    assert all(type(getattr(defaults, name)) is type(value) for name, value in DEFAULTS.items())
     ctl = AdaptiveK(FLAT_CHEAP)
     assert ctl.settings == defaults and ctl.k_max == K_MAX == 16
     with pytest.raises(dataclasses.FrozenInstanceError):
         defaults.decay = 0.5  # type: ignore[misc]
-    for bad in ({"prior": 1.5}, {"probe_every": 0}, {"probe_every": 8, "probe_max": 4}):
+    for bad in ({"prior": 1.5}, {"probe_every": 0}, {"decay": 0.0}, {"optimism": -1.0}):
         with pytest.raises(PlaygroundError):
             AdaptiveSettings(**bad)
 
@@ -456,16 +415,16 @@ def test_the_settings_defaults_are_the_controllers_former_defaults():
 # A draft with a per-token cost and a verification cost rising in n, plus a free lookup source.
 SCRIPT_CURVE = CostCurve(c=0.3, v={n: 1.0 + 0.06 * (n - 1) for n in range(1, 18)}, overhead=0.05,
                          sources={"lookup": (0.0, 0.01)})
-# (iterations, source, proposals accepted per iteration, at most k): acceptance (the ramp), rejections (k = 0,
-# optimism and probes), partial acceptance, a free source drafting deep, a long rejection (the probe wait
-# doubling, up to probe_max), acceptance again; then the finish (planned within the horizon).
+# (iterations, source, proposals accepted per iteration, at most k): acceptance, rejections (k = 0, optimism and
+# probes), partial acceptance, a free source drafting deep, a long rejection (probes every probe_every plain
+# steps), acceptance again; then the finish (k clipped to the tokens left).
 SCRIPT = [(4, None, K_MAX), (12, None, 0), (10, None, K_MAX), (6, None, 1), (8, "lookup", K_MAX), (5, None, 2),
           (70, None, 0), (3, "lookup", 3), (30, None, K_MAX)]
 
 
 def scripted_choices(ctl, phases=SCRIPT, finish=60):
     """The k `ctl` chooses through `phases`, then through a finish of `finish` tokens with every proposal
-    accepted (the remaining count passed, so the finish is planned), as a string of ints."""
+    accepted (the remaining count passed), as a string of ints."""
     ks = []
     for n, source, accepted in phases:
         for _ in range(n):
@@ -482,31 +441,31 @@ def scripted_choices(ctl, phases=SCRIPT, finish=60):
     return " ".join(map(str, ks))
 
 
-# Recorded from AdaptiveK at commit 1c06995 (before its off-by-default alternatives were removed) on SCRIPT_CURVE:
-# two runs sharing one memory (the second starts from the first's acceptance), and the memory after them.
+# Recorded from AdaptiveK on SCRIPT_CURVE (rules: steady choice, optimism, probes, stop rule): two runs sharing one
+# memory (the second starts from the first's acceptance), and the memory after them.
 GOLDEN_DEFAULT = (
-    ('10 16 16 16 16 15 9 7 5 4 3 2 1 3 4 3 2 4 2 2 3 3 4 4 5 6 7 5 4 3 3 2 16 16 16 16 16 16 16 16 1 2 2 3 2 2 2 2 2 '
-     '2 1 1 1 1 2 1 1 1 1 0 0 0 0 4 0 0 0 0 0 0 0 0 4 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 4 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 '
-     '0 0 0 0 0 0 0 0 0 0 16 16 16 0 0 0 0 4 1 2 1 1 2 2 2 3 3 4 4 5 6 7 8 9 10 12 13 15 16 16 16 16 16 16 16 13 11'),
+    ('10 16 16 16 16 15 9 7 5 4 3 2 1 4 4 3 2 4 2 2 3 3 4 4 5 6 7 5 4 3 3 2 16 16 16 16 16 16 16 16 1 2 2 3 2 2 2 2 2 2 '
+     '1 1 1 1 2 1 1 1 1 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 '
+     '0 4 0 0 0 0 4 0 16 16 16 0 0 0 0 4 0 0 0 0 4 2 3 2 2 2 3 3 4 4 5 5 6 7 8 9 10 12 13 15 16 16 16 16 8'),
     ('16 16 16 16 16 16 10 7 5 4 3 2 2 4 4 4 3 4 2 3 3 4 4 5 5 6 7 6 5 4 3 2 16 16 16 16 16 16 16 16 1 2 2 3 2 2 2 2 2 '
-     '2 1 1 1 1 1 1 1 1 1 0 0 0 0 4 0 0 0 0 0 0 0 0 4 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 4 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 '
-     '0 0 0 0 0 0 0 0 0 0 16 16 16 0 0 0 0 4 1 2 1 1 2 2 2 3 3 4 4 5 6 7 8 9 11 12 14 16 16 16 16 16 16 16 16 13 11'),
-    {"adaptive": {None: 0.9967446438999857, "lookup": 0.9648869814729302},
-     "adaptive_evidence": {None: 119.16111650582667, "lookup": 77.2703046256}},
+     '2 1 1 1 1 1 1 1 1 1 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 0 0 4 0 0 '
+     '0 0 4 0 0 0 0 4 0 16 16 16 0 0 0 0 4 0 0 0 0 4 2 3 2 2 2 3 3 4 4 5 5 6 7 8 9 11 12 14 16 16 16 16 16 8'),
+    {"adaptive": {None: 0.9939114096339201, "lookup": 0.9648869814729302},
+     "adaptive_evidence": {None: 102.50877433637375, "lookup": 77.2703046256}},
 )
 GOLDEN_OTHER = (
-    ('2 4 6 8 10 6 4 2 1 2 0 0 2 0 0 0 0 2 1 2 2 3 4 5 6 7 8 6 4 2 1 1 12 16 16 16 16 16 16 16 2 3 2 2 2 3 2 2 2 1 1 0 '
-     '0 2 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 '
-     '0 0 0 0 2 0 0 16 16 16 0 0 2 0 0 2 1 2 2 3 4 5 6 7 8 10 11 13 15 16 16 16 16 16 16 16 16 16 16 16 16 16 16 8'),
-    ('16 16 16 16 16 16 9 5 3 2 2 2 0 0 2 0 0 0 0 2 1 2 3 4 5 7 9 6 4 2 1 1 16 16 16 16 16 16 16 16 2 3 2 2 3 2 2 2 2 '
-     '1 2 1 0 0 2 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0 2 '
-     '0 0 0 0 0 0 0 0 2 0 16 16 16 0 0 2 0 0 2 2 2 3 4 5 7 9 12 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 '
-     '16 8'),
-    {"adaptive": {None: 0.999424118285847, "lookup": 0.9433090209799533},
-     "adaptive_evidence": {None: 71.4347376267709, "lookup": 43.84805232640001}},
+    ('2 4 6 8 10 6 4 2 1 2 0 0 2 0 0 2 0 0 2 2 2 2 3 4 5 6 7 5 3 2 1 1 12 16 16 16 16 16 16 16 1 2 3 2 2 2 2 2 2 1 1 0 '
+     '0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 '
+     '0 2 0 0 2 0 16 16 16 0 0 2 0 0 2 1 2 2 3 4 5 6 7 8 10 11 13 15 16 16 16 16 16 16 16 16 16 16 16 16 16 16 8'),
+    ('16 16 16 16 16 16 9 5 3 2 2 2 0 0 2 0 0 2 1 2 3 4 5 7 9 12 16 9 5 3 1 2 16 16 16 16 16 16 16 16 1 1 2 3 2 2 2 2 2 '
+     '1 1 1 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 0 0 2 '
+     '0 0 2 0 0 2 0 0 2 16 16 16 0 0 2 0 0 2 2 2 3 4 5 7 9 12 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 16 '
+     '8'),
+    {"adaptive": {None: 0.9994224764434381, "lookup": 0.9433090209799533},
+     "adaptive_evidence": {None: 71.43446143773023, "lookup": 43.84805232640001}},
 )
 OTHER_SETTINGS = {"decay": 0.8, "prior": 0.7, "prior_weight": 3.0, "position_weight": 2.0, "probe_every": 2,
-                  "probe_max": 8, "horizon": 12, "optimism": 0.5, "growth": 1.5}
+                  "optimism": 0.5}
 
 
 @pytest.mark.parametrize("settings, golden", [(AdaptiveSettings(), GOLDEN_DEFAULT),
@@ -527,15 +486,17 @@ def test_settings_choose_exactly_as_recorded(settings, golden):
 
 def test_the_script_starts_deep_and_ends_its_long_rejection_in_plain_steps_with_probes():
     """The first call starts deep (the prior's rate is uncertain, so its deep products are high), and the 70
-    rejected iterations fall to plain steps within 15, then only probes (at the probe k, 4) break them."""
+    rejected iterations fall to plain steps within 15, then only probes (at the probe k, 4) break them, one after
+    every 4 plain steps."""
     first = scripted_choices(AdaptiveK(SCRIPT_CURVE)).split()
     assert int(first[0]) > 4
     rejected = first[45:115]
-    assert set(rejected[15:]) <= {"0", "4"} and 1 <= rejected[15:].count("4") <= 4
+    tail = rejected[15:]
+    assert set(tail) <= {"0", "4"} and "0 0 0 0 4 0 0 0 0 4" in " ".join(tail)
 
 
 def test_no_settings_and_default_settings_agree_at_every_step():
     a, b = AdaptiveK(SCRIPT_CURVE), AdaptiveK(SCRIPT_CURVE, settings=AdaptiveSettings())
     assert scripted_choices(a) == scripted_choices(b)
-    assert a.decisions == b.decisions and a.counts == b.counts and a.probe_wait == b.probe_wait
+    assert a.decisions == b.decisions and a.counts == b.counts and a.plain_run == b.plain_run
     assert all(a.estimates(s) == b.estimates(s) for s in (None, "lookup"))

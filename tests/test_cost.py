@@ -124,26 +124,6 @@ def test_a_run_that_ends_on_a_stop_token_pays_its_last_iteration_as_the_loop_doe
     assert cost.predicted_speedup_finite([1.0], 8, 0.5, v, 10) == pytest.approx(10 / ((8 * 0.5 + v[9]) + 1.0))
 
 
-def test_finite_horizon_choice_by_hand():
-    from playground.core.cost import best_k_finite
-
-    flat = {n: 1.0 for n in range(1, 18)}
-    # one token left: only a plain step can emit it
-    assert best_k_finite([1.0], 0.1, flat, 1).k == 0
-    # all accepted, free draft, flat verification: one pass finishes r tokens with k = r - 1
-    assert best_k_finite([1.0], 0.0, flat, 6, k_max=8).k == 5
-    # nothing accepted: plain steps, and the expected cost of r tokens is r
-    choice = best_k_finite([0.0], 0.3, flat, 5, k_max=8)
-    assert choice.k == 0 and dict(choice.table)[0] == pytest.approx(1.0)
-    # by hand: r = 2, alpha = 0.5, c = 0.5, flat v. k = 0: 1 + T(1) = 2. k = 1: 1.5 + 0.5 * T(1) = 2.0 ... tie,
-    # so the smaller k; with alpha = 0.6, k = 1 costs 1.5 + 0.4 * 1 = 1.9 < 2
-    assert best_k_finite([0.5], 0.5, flat, 2).k == 0
-    assert best_k_finite([0.6], 0.5, flat, 2).k == 1
-    assert dict(best_k_finite([0.6], 0.5, flat, 2).table)[1] == pytest.approx(2 / 1.9)
-    with pytest.raises(ValueError):
-        best_k_finite([0.5], 0.5, flat, 0)
-
-
 def test_drafting_on_pays_when_its_tokens_beat_what_the_steps_earn_elsewhere():
     flat = {n: 1.0 for n in range(1, 20)}
     # two drafted, both accepted with chance 0.8; the next at 0.9 adds 0.72 tokens for c = 0.3 more steps

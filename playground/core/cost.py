@@ -215,44 +215,6 @@ def best_k(
     return KChoice(k, s, tuple(rows))
 
 
-def best_k_finite(per_position: Sequence[float], c: float, v: VerifyCost, remaining: int, k_max: int = 8,
-                  overhead: float = 0.0) -> KChoice:
-    """The k in 0..min(k_max, remaining - 1) that finishes `remaining` tokens soonest in expectation.
-
-    The steady-state choice (`best_k`) maximises tokens per unit of cost as if the run went on for
-    ever; near a length limit that over-drafts (a 15-token draft with 18 tokens left may leave 3 for a
-    whole extra iteration). Dynamic programming over the tokens left: T(0) = 0 and
-    T(r) = min_k [ cost(k) + sum_j P_k(j) T(r - j) ], where P_k(j) is the probability that an iteration
-    drafting k emits j tokens (j - 1 accepted, then the correction; or all k and the bonus) and k = 0 is a
-    plain step of cost 1. O(remaining * k_max^2): callers use it only for the last few iterations.
-    `table` holds (k, remaining / expected cost) for each k considered, comparable to best_k's speed-ups.
-    """
-    if remaining < 1:
-        raise ValueError(f"at least 1 token must remain, got {remaining}")
-    if k_max and not per_position:
-        raise ValueError("no per-position acceptance given")
-    # survive[j] = P(first j proposals all accepted)
-    survive = [1.0]
-    for j in range(k_max):
-        a = per_position[min(j, len(per_position) - 1)]
-        _check_alpha(a)
-        survive.append(survive[-1] * a)
-    costs = [1.0] + [iteration_cost(k, c, v, overhead) for k in range(1, k_max + 1)]
-    T = [0.0] * (remaining + 1)
-    rows: list[tuple[int, float]] = []
-    for r in range(1, remaining + 1):
-        options = []
-        for k in range(min(k_max, r - 1) + 1):
-            # j tokens with probability survive[j-1] - survive[j] (j <= k), k + 1 with survive[k]
-            future = sum((survive[j - 1] - survive[j]) * T[r - j] for j in range(1, k + 1)) + survive[k] * T[r - k - 1]
-            options.append((costs[k] + future, k))
-        T[r] = min(options)[0]
-        if r == remaining:
-            rows = [(k, remaining / t) for t, k in options]
-    k, s = max(rows, key=lambda row: (row[1], -row[0]))
-    return KChoice(k, s, tuple(rows))
-
-
 def drafts_on(reached: float, rates: Sequence[float], drafted: int, c: float, v: VerifyCost, rate: float) -> bool:
     """Mid-iteration: whether drafting past the `drafted` proposals made so far pays.
 

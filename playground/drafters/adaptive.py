@@ -82,14 +82,12 @@ class AdaptiveK:
     (`estimates`). alpha is not taken at its point estimate but as a Beta posterior, and expected tokens are
     averaged over it (`cost.expected_rates_beta`): a first call drafts deep when the prior is high, and a rate
     resting on few observations is not bet on as if on many.
-    Rules, with c, o the source's costs from the `CostCurve` (`_choose`, then `next_k`):
+    Rules, with c, o the source's costs from the `CostCurve` (`_choose`, then `next_k`); each earns its place
+    in a replay with and without it (docs/results.md, "What each rule of adaptive k is worth"):
       1. steady: k* = argmax over 0..k_max of E(k) / (k c + v(k+1) + o), ties to the smaller k;
       2. optimism: when k* = 0, add `optimism` standard errors of a_1 to every a_i and search 0..probe k;
-      3. finish: within min(`horizon`, 2 (k* + 1)) tokens of the end, the k that emits the rest cheapest;
-      4. depth ramp: a source with c > 0 that drafted before drafts at most int(`growth` * its last k) + 1;
-      5. probing: after `probe_wait` plain steps in a row, one iteration at the probe k (the best k at the prior);
-         the wait doubles, up to `probe_max`, while rejected probes leave the choice at k = 0;
-      6. stop rule (`confidence`; greedy, a drafter that reports its probabilities, told by `drafter_stops`):
+      3. probing: after `probe_every` plain steps in a row, one iteration at the probe k (the best k at the prior);
+      4. stop rule (`confidence`; greedy, a drafter that reports its probabilities, told by `drafter_stops`):
          where rule 1 drafts, the cap opens to k_max and `drafting_rule` stops the drafter once drafting on no
          longer pays, reading each proposal's margin over its runner-up as confidence.py has learnt it.
     Memory: a dict the caller keeps across runs on one pair and drafter (a browser tab, a lab arm): per source
@@ -113,11 +111,8 @@ class AdaptiveK:
         # source -> what a remembered prior rests on (the last run's decayed count of evaluated proposals)
         seen = memory.get("adaptive_evidence") if memory is not None else None
         self.evidence: dict[str | None, float] = dict(seen) if isinstance(seen, dict) else {}
-        self.last_k: dict[str | None, int] = {}  # source -> k of its last drafting iteration (the ramp)
         self._probe_ks: dict[str | None, int] = {}
         self.plain_run = 0  # plain steps in a row
-        self.probe_wait = settings.probe_every
-        self._probed: bool | str = False  # False, "sent" (a probe is out) or "rejected" (it was turned down)
         self.decisions: list[int] = []
         self.stops = False  # whether the drafter stops on its confidence (drafter_stops); the rule needs it
         self._rule: tuple | None = None  # (source, rate, estimates) while this iteration's rule holds
@@ -193,12 +188,12 @@ class AdaptiveK:
                                         [w / (r + w) for r in reached],
                                         pooled * concentration, (1.0 - pooled) * concentration)
 
-    def choice(self, remaining: int | None = None, source: str | None = None) -> cost.KChoice:
-        """What the cost model says now (rules 1-3, before the ramp and probing): the k and its predicted speed-up."""
-        return self._choose(remaining, source)[0]
+    def choice(self, source: str | None = None) -> cost.KChoice:
+        """What the cost model says now (rules 1-2, before probing): the k and its predicted speed-up."""
+        return self._choose(source)[0]
 
-    def _choose(self, remaining: int | None, source: str | None) -> tuple[cost.KChoice, bool, list[float]]:
-        """`choice`, whether it planned the finish (rule 3) and the estimates it chose on: what next_k needs."""
+    def _choose(self, source: str | None) -> tuple[cost.KChoice, list[float]]:
+        """`choice` and the estimates it chose on: what next_k needs."""
         s = self.settings
         c, overhead = self.curve.for_source(source)
         estimates = self.estimates(source)
@@ -214,14 +209,7 @@ class AdaptiveK:
             hopeful = [min(1.0, a + bonus) for a in estimates]
             # ... at no more than a probe's k: the hope is that drafting pays, not that it pays deep.
             steady = cost.best_k(hopeful, c, self.curve.v, k_max=self._probe_k(source), overhead=overhead)
-            if steady.k > 0:
-                return steady, False, estimates
-        # Near the length limit (within two iterations of the steady choice) plan the finish instead. When
-        # drafting cannot pay in the steady state it cannot near the end either, so k = 0 stands.
-        if steady.k == 0 or remaining is None or remaining > min(s.horizon, 2 * (steady.k + 1)):
-            return steady, False, estimates
-        return cost.best_k_finite(estimates, c, self.curve.v, remaining, k_max=min(self.k_max, remaining - 1),
-                                  overhead=overhead), True, estimates
+        return steady, estimates
 
     def _probe_k(self, source: str | None) -> int:
         """The k of a probe: the best k at acceptance `prior` (at least 1). A probe tests the k the
@@ -235,35 +223,24 @@ class AdaptiveK:
 
     def next_k(self, remaining: int | None = None, source: str | None = None) -> int:
         s = self.settings
-        choice, finishing, estimates = self._choose(remaining, source)
+        choice, estimates = self._choose(source)
         k, self._rule = choice.k, None
-        cost_per_token = self.curve.for_source(source)[0]
-        if s.confidence and self.stops and k > 0 and cost_per_token > 0 and not finishing:
-            # rule 6: open to k_max and let the drafter's confidence stop it (drafting_rule); no ramp then
+        if s.confidence and self.stops and k > 0 and self.curve.for_source(source)[0] > 0:
+            # rule 4: open to k_max and let the drafter's confidence stop it (drafting_rule)
             self._rule = (source, choice.speedup, estimates)
-            k = self.k_max if remaining is None else min(self.k_max, remaining - 1)
-        elif source in self.last_k and cost_per_token > 0:  # rule 4; a free source is not ramped
-            k = min(k, int(s.growth * self.last_k[source]) + 1)
-        if k > 0:
-            self.probe_wait = s.probe_every
-        elif self._probed == "rejected":  # the last probe was turned down and the verdict stands: wait longer
-            self.probe_wait = min(2 * self.probe_wait, s.probe_max)
-        self._probed = False
-        if k == 0 and self.plain_run >= self.probe_wait and (remaining is None or remaining > 1):
-            k, self._probed = self._probe_k(source), "sent"
-            if remaining is not None:
-                k = min(k, remaining - 1)
+            k = self.k_max
+        if k == 0 and self.plain_run >= s.probe_every:  # rule 3
+            k = self._probe_k(source)
+        if remaining is not None:
+            k = max(0, min(k, remaining - 1))
         self.decisions.append(k)
         return k
 
     def observe(self, iteration: Iteration) -> None:
         self.plain_run = self.plain_run + 1 if not iteration.proposed else 0
-        if self._probed and iteration.n_accepted < len(iteration.proposed):
-            self._probed = "rejected"
         if not iteration.proposed:
             return  # a plain step (or a drafter with nothing to say) tells nothing about acceptance
         source = iteration.sources[0] if iteration.sources else None
-        self.last_k[source] = iteration.k
         if self._rule is not None and self._rule[0] == source and self._qs:
             self.by_confidence.learn(source, self._qs, iteration.evaluated, iteration.n_accepted)
         reached, accepted = self._counts(source)

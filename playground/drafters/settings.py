@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.engine import K_MAX
 from ..errors import PlaygroundError
 
 
@@ -23,14 +22,8 @@ class AdaptiveSettings:
     """Weight of alpha in each position's estimate, in observations of that position (a pseudo-count)."""
     probe_every: int = 4
     """Plain steps in a row after which a verdict of k = 0 is tested by one drafting iteration (>= 1)."""
-    probe_max: int = 32
-    """Longest wait between probes, in plain steps; the wait doubles after each rejected probe (>= probe_every)."""
-    horizon: int = 2 * (K_MAX + 1)
-    """Most tokens left at which the finish is planned (`cost.best_k_finite`) instead of the steady choice."""
     optimism: float = 1.0
     """Standard errors of a_1 added to every estimate when the steady choice is k = 0 (0: off)."""
-    growth: float = 2.0
-    """Depth ramp (>= 1): a source with a per-token cost drafts at most int(growth * its last k) + 1."""
     confidence: bool = True
     """Greedy, with a drafter that has probabilities (told by `drafter_stops`): when the steady choice drafts, the
     cap is k_max and the drafter stops where its sureness of its last proposal (`sureness`) says drafting on no
@@ -41,12 +34,10 @@ class AdaptiveSettings:
             raise PlaygroundError(f"decay must be in (0, 1], got {self.decay}")
         if not 0.0 <= self.prior <= 1.0:
             raise PlaygroundError(f"the prior acceptance must be in [0, 1], got {self.prior}")
-        if not 1 <= self.probe_every <= self.probe_max:
-            raise PlaygroundError(f"need 1 <= probe_every <= probe_max, got {self.probe_every}, {self.probe_max}")
+        if self.probe_every < 1:
+            raise PlaygroundError(f"probe_every must be >= 1, got {self.probe_every}")
         if self.optimism < 0:
             raise PlaygroundError(f"optimism must be >= 0, got {self.optimism}")
-        if self.growth < 1:
-            raise PlaygroundError(f"growth must be >= 1, got {self.growth}")
 
 
 DEFAULT_SETTINGS = AdaptiveSettings()
