@@ -440,12 +440,21 @@ def test_compare_needs_a_run_then_measures_plain_right_after(provider):
     assert "prefill excluded" in final.prediction
 
 
-def test_compares_run_draws_the_page_at_the_end_as_its_plain_run_does(provider, monkeypatch):
+def test_compares_run_draws_the_page_at_the_end_as_its_plain_run_does(provider, word_pair, monkeypatch):
     """A browser drawing the streamed tokens and charts on the same 2 cores slowed the run it showed 2.2x, and
     the plain run after it is not streamed: Compare's speculative run shows its progress only, then everything."""
     monkeypatch.setattr(handlers, "HEARTBEAT_QUIET_S", 0.0)  # a view at every new record, either way
     monkeypatch.setattr(handlers, "YIELD_EVERY_S", 0.02)
-    req = request(provider, k=2, max_new_tokens=40)
+    # every pass a few ms (on the embedding, which each forward runs), so that a run spans several views
+    slow = word_pair.target.model.embed_tokens.register_forward_pre_hook(lambda *_: time.sleep(0.005))
+    request_ = request(provider, k=2, max_new_tokens=40)
+    try:
+        _check_compare_draws_at_the_end(provider, request_)
+    finally:
+        slow.remove()
+
+
+def _check_compare_draws_at_the_end(provider, req):
     quiet = list(handlers.stream_run(provider, None, req, stream_tokens=False))
     middle = quiet[1:-1]
     assert middle and all(v.tokens is None and v.counters is None and v.figures is None for v in middle)
