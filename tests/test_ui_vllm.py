@@ -19,11 +19,11 @@ from playground.ui.vllm_panel import info_markdown, preset_fill, run_views, swee
 from playground.ui.vllm_view import (
     StepRenderer,
     VllmSettings,
-    counters_html,
     histogram_figure,
     live_alpha,
     metrics_markdown,
     request_html,
+    vllm_counters_html,
 )
 from playground.ui.wiring import _guarded
 from tests.vllm_servers import COPY, NGRAM, needs_vllm
@@ -109,12 +109,12 @@ def test_histogram_metrics_counters_and_live_alpha():
     assert histogram_figure(None).data == () and "no request yet" in str(histogram_figure(None).layout.annotations)
     md = metrics_markdown(req)
     assert md.count("not available from vLLM") == 3 and "time_to_first_token_ms" in md and "per_step" not in md
-    done = counters_html(req.steps, 64, 3, req)
+    done = vllm_counters_html(req.steps, 64, 3, req)
     assert 'data-counter="alpha"' in done and ">0.50<" in done and "6 / 64" in done  # 2 / (2 + 2 rejections)
     steps = [live_step(Chunk((1,), "", 0.1), 0, 0), live_step(Chunk((2, 3, 4), "", 0.2), 1, 0.1),
              live_step(Chunk((5,), "", 0.3), 2, 0.2)]
     assert live_alpha(steps, 2) == pytest.approx(2 / 3) and live_alpha(steps, None) is None
-    assert "(live)" in counters_html(steps, 8, 2)
+    assert "(live)" in vllm_counters_html(steps, 8, 2)
 
 
 def test_presets_fill_a_read_only_box_and_own_prompt_gives_it_back():

@@ -99,7 +99,7 @@ class Replay:
                 "histogram": {str(a): n for a, n in sorted(Counter(a for _, a in v).items())}}
 
 
-def replay(prompt: Sequence[int], output: Sequence[int], k: int, propose: Propose, ours: bool = False) -> Replay:
+def replay_ngram(prompt: Sequence[int], output: Sequence[int], k: int, propose: Propose, ours: bool = False) -> Replay:
     """Walk the output as a speculative loop would with greedy acceptance: at each decode step draft from the
     context, keep the drafts that equal the output's next tokens, emit them and the target's own token.
 
@@ -133,7 +133,7 @@ def replay(prompt: Sequence[int], output: Sequence[int], k: int, propose: Propos
 
 def replay_vllm(prompt: Sequence[int], output: Sequence[int], k: int, min_n: int, max_n: int,
                 max_model_len: int | None = None) -> Replay:
-    return replay(prompt, output, k, lambda t, kk: vllm_ngram_propose(t, kk, min_n, max_n, max_model_len))
+    return replay_ngram(prompt, output, k, lambda t, kk: vllm_ngram_propose(t, kk, min_n, max_n, max_model_len))
 
 
 def check_replay(rep: Replay, spec: dict | None) -> tuple[bool, str]:
@@ -158,7 +158,7 @@ def compare_lookup(prompt: Sequence[int], output: Sequence[int], k: int, min_n: 
     the same greedy output: drafts, acceptance, and the steps where the two rules proposed differently."""
     theirs = replay_vllm(prompt, output, k, min_n, max_n, max_model_len)
     ok, why = check_replay(theirs, spec)
-    ours = replay(prompt, output, k, our_lookup_propose(max_n, min_n, stop_ids), ours=True)
+    ours = replay_ngram(prompt, output, k, our_lookup_propose(max_n, min_n, stop_ids), ours=True)
     # Same contexts, both rules: how often they would have drafted differently.
     ours_rule = our_lookup_propose(max_n, min_n, stop_ids)
     contexts = differ = 0

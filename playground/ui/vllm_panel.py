@@ -34,14 +34,14 @@ from .vllm_view import (
     SWEEP_COLUMNS,
     StepRenderer,
     VllmSettings,
-    counters_html,
     header_markdown,
     histogram_figure,
-    legend_html,
     metrics_markdown,
     request_html,
     server_info,
     sweep_row,
+    vllm_counters_html,
+    vllm_legend_html,
 )
 from .wiring import _guarded, _skip
 
@@ -100,7 +100,7 @@ def run_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[
     ids, max_new, what = request_ids(client, values, limits)
     k = settings.spec.k if settings.spec else server_info(settings).k
     yield VllmRunView(f"Running: {what} ({len(ids)} prompt tokens) on `{model}` \u2026", EMPTY_TOKENS,
-                  counters_html([], max_new, k))
+                  vllm_counters_html([], max_new, k))
     live = StepRenderer(lambda t: client.detokenize(t, model=model))
     steps: list[ServedStep] = []
     shown = 0.0
@@ -116,7 +116,8 @@ def run_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[
             live.add(record)
             if records.empty() and time.perf_counter() - shown >= THROTTLE_S:
                 shown = time.perf_counter()
-                yield VllmRunView(f"Running: {len(steps)} steps \u2026", live.html(), counters_html(steps, max_new, k))
+                yield VllmRunView(f"Running: {len(steps)} steps \u2026", live.html(),
+                                  vllm_counters_html(steps, max_new, k))
     finally:
         stop.set()  # Stop (the generator closed): the reader closes the stream at its next chunk
     req = record
@@ -124,7 +125,7 @@ def run_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[
     status = (f"Done: {req.completion_tokens} tokens in {len(req.steps)} engine steps"
               + (f", \u03b1 {req.alpha:.2f}, mean acceptance length {mal:.2f}" if mal else ", no verify steps")
               + (f", {req.tokens_per_s:.1f} tokens/s" if req.tokens_per_s else "") + f" \u00b7 {req.schedule}")
-    yield VllmRunView(status, request_html(req, live.detok), counters_html(req.steps, max_new, k, req),
+    yield VllmRunView(status, request_html(req, live.detok), vllm_counters_html(req.steps, max_new, k, req),
                   histogram_figure(req), metrics_markdown(req), jsonable(req.to_dict()))
 
 
@@ -204,11 +205,11 @@ def vllm_tab(ui, settings: VllmSettings, preset_list, limits: Limits) -> None:
                 ui.vllm_stop_btn = gr.Button("Stop", variant="stop", elem_id="vllm-stop-btn", min_width=70)
     ui.vllm_preset_note = gr.Markdown("", elem_id="vllm-preset-note")
     ui.vllm_status = gr.Markdown("Ready: press **Run on vLLM**.", elem_id="vllm-status")
-    gr.HTML(legend_html(), elem_id="vllm-legend")
+    gr.HTML(vllm_legend_html(), elem_id="vllm-legend")
     ui.vllm_tokens = gr.HTML(EMPTY_TOKENS, elem_id="vllm-tokens", padding=False, js_on_load=TOKEN_DETAILS,
                              html_template='<div class="token-box">${value}</div>'
                                            '<div class="tok-detail" aria-live="polite"></div>')
-    ui.vllm_counters = gr.HTML(counters_html([], 0, None), elem_id="vllm-counters")
+    ui.vllm_counters = gr.HTML(vllm_counters_html([], 0, None), elem_id="vllm-counters")
     ui.vllm_hist = gr.Plot(histogram_figure(None), show_label=False, elem_id="vllm-hist")
     with gr.Accordion("vLLM's metrics for this request", open=False):
         ui.vllm_metrics = gr.Markdown("", elem_id="vllm-metrics")

@@ -201,7 +201,7 @@ def request_html(req: ServedRequest, detok: Callable | None = None) -> str:
     return r.html()
 
 
-def legend_html() -> str:
+def vllm_legend_html() -> str:
     chips = "".join(f'<span class="tok {ROLE_CLASS[r]}" title="{html.escape(ROLE_HELP[r], quote=True)}">'
                     f"{html.escape(ROLE_LABEL[r])}</span>" for r in (ACCEPTED, CORRECTION, BONUS, PLAIN))
     return (f'<div class="legend">{chips}<span class="legend-note"><span class="it even">engine</span>'
@@ -223,7 +223,8 @@ def live_alpha(steps: Sequence[ServedStep], k: int | None) -> float | None:
     return accepted / (accepted + rejected) if accepted + rejected else None
 
 
-def counters_html(steps: Sequence[ServedStep], max_new: int, k: int | None, req: ServedRequest | None = None) -> str:
+def vllm_counters_html(steps: Sequence[ServedStep], max_new: int, k: int | None,
+                       req: ServedRequest | None = None) -> str:
     tokens = sum(len(s.emitted) for s in steps)
     if req is not None:
         alpha, alpha_tip = req.alpha, "accepted / (accepted + rejected) drafts, from vLLM's per-step metrics"
