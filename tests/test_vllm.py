@@ -28,6 +28,7 @@ from playground.backends import (
     VllmServerError,
     parse_spec_config,
 )
+from playground.backends.vllm_client import SpecCounters, spec_counters
 from playground.backends.vllm_ngram import compare_lookup, run_our_loop, vllm_ngram_propose
 from playground.backends.vllm_report import report_text
 from playground.backends.vllm_server import free_port, ngram
@@ -90,6 +91,18 @@ def test_a_last_step_cut_short_does_not_hide_a_step_without_a_draft():
         assert req.schedule.startswith("exact")
         assert [s.roles for s in req.steps] == [(PLAIN,), (ACCEPTED, ACCEPTED, BONUS), (PLAIN,), (ACCEPTED, ACCEPTED)]
         assert req.accepted == 4 and req.acceptance_histogram == {2: 2}
+
+
+def test_the_servers_prometheus_counters_become_spec_counters():
+    text = ('vllm:spec_decode_num_drafts_total{model_name="m"} 5.0\n'
+            'vllm:spec_decode_num_draft_tokens_total{model_name="m"} 20.0\n'
+            'vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 9.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="0"} 5.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 4.0\n'
+            'vllm:num_requests_running{model_name="m"} 0.0\n')
+    assert spec_counters(text) == SpecCounters(drafts=5, draft_tokens=20, accepted_tokens=9,
+                                               accepted_per_pos={0: 5, 1: 4})
+    assert spec_counters('vllm:num_requests_running{model_name="m"} 0.0') is None  # a plain server
 
 
 def test_a_url_without_a_server_is_a_clear_error_not_a_hang():
@@ -200,11 +213,11 @@ def test_accepted_counts_equal_vllms_metrics_and_counters(spec):
     dense = {j: n for j, n in enumerate(m["acceptance_histogram"]) if n}
     assert req.acceptance_histogram == dense
     assert req.mean_acceptance_length == pytest.approx(m["mean_acceptance_length"])
-    assert after["accepted_tokens"] - before["accepted_tokens"] == req.accepted
-    assert after["draft_tokens"] - before["draft_tokens"] == req.drafted
-    assert after["drafts"] - before["drafts"] == m["num_spec_steps"]
-    per_pos = {p: after["accepted_per_pos"].get(p, 0) - before.get("accepted_per_pos", {}).get(p, 0)
-               for p in after["accepted_per_pos"]}
+    assert after.accepted_tokens - before.accepted_tokens == req.accepted
+    assert after.draft_tokens - before.draft_tokens == req.drafted
+    assert after.drafts - before.drafts == m["num_spec_steps"]
+    per_pos = {p: after.accepted_per_pos.get(p, 0) - before.accepted_per_pos.get(p, 0)
+               for p in after.accepted_per_pos}
     assert sum(per_pos.values()) == req.accepted
 
 

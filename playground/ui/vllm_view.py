@@ -77,8 +77,8 @@ def server_info(settings: VllmSettings) -> ServerInfo:
     client.check(settings.model)
     models = tuple(client.models())
     counters = client.spec_counters()
-    k = settings.spec.k if settings.spec else (len(counters.get("accepted_per_pos") or {}) or None)
-    return ServerInfo(models, bool(counters), k)
+    k = settings.spec.k if settings.spec else ((len(counters.accepted_per_pos) if counters else 0) or None)
+    return ServerInfo(models, counters is not None, k)
 
 
 def header_markdown(settings: VllmSettings, info: ServerInfo | None = None, error: str | None = None) -> str:
