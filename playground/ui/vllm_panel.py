@@ -55,6 +55,17 @@ THROTTLE_S = 0.1  # at most ten token-view updates a second while streaming
 QUIET = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
 
 
+@dataclass(frozen=True)
+class VllmInputs:
+    """What the tab's inputs ask for: a preset, or a typed prompt (as one user turn when `chat`), and the max new
+    tokens (as the number box gives it: checked by `request_ids`)."""
+
+    prompt: str = ""
+    preset: str = ""
+    chat: bool = True
+    max_new_tokens: int | float | None = None
+
+
 @dataclass
 class VllmRunView:
     status: str
@@ -73,27 +84,27 @@ def _whole(value, label: str) -> int:
     return value
 
 
-def request_ids(client, values: dict, limits: Limits) -> tuple[list[int], int, str]:
+def request_ids(client, values: VllmInputs, limits: Limits) -> tuple[list[int], int, str]:
     """The prompt as the server's tokenizer makes it (a preset's chat through the server's template), the max
     new tokens, and what was sent, in words."""
-    max_new = limits.check_max_new_tokens(_whole(values.get("max_new_tokens"), "max new tokens"))
-    name = values.get("preset") or ""
+    max_new = limits.check_max_new_tokens(_whole(values.max_new_tokens, "max new tokens"))
+    name = values.preset or ""
     if name:
         preset = get_preset(name)
         ids, what = prompt_ids(client, preset), f"preset {preset.name}"
     else:
-        text = values.get("prompt") or ""
+        text = values.prompt or ""
         if not text.strip():
             raise PlaygroundError("type a prompt, or pick a preset")
         limits.check_prompt_chars(len(text))
-        chat = bool(values.get("chat"))
+        chat = bool(values.chat)
         ids = client.tokenize(messages=[{"role": "user", "content": text}]) if chat else client.tokenize(text)
         what = "your prompt" + (" as one user turn" if chat else "")
     limits.check_prompt_tokens(len(ids))
     return ids, max_new, what
 
 
-def run_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[VllmRunView]:
+def run_views(settings: VllmSettings, values: VllmInputs, limits: Limits) -> Iterator[VllmRunView]:
     """Stream one greedy request: live views (provisional roles), then the final view with the histogram."""
     client = settings.client()
     model = client.check(settings.model)
@@ -147,7 +158,7 @@ def _pump(stream, records: queue.Queue, stop: threading.Event) -> None:
         records.put(PlaygroundError("the vLLM stream ended without its final record"))
 
 
-def sweep_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[tuple[str, list]]:
+def sweep_views(settings: VllmSettings, values: VllmInputs, limits: Limits) -> Iterator[tuple[str, list]]:
     """(status, table rows) after each concurrency of 1, 2, 4 identical greedy requests at once."""
     client = settings.client()
     client.check(settings.model)
@@ -238,14 +249,14 @@ def wire_vllm(ui, settings: VllmSettings, limits: Limits) -> None:
     def vllm_run(prompt: str, preset: str, chat: bool, max_new_tokens: int):
         """Stream one greedy request from the operator's vLLM server: the coloured steps, counters, and at the end
         the acceptance histogram, vLLM's metrics and the request record."""
-        values = {"prompt": prompt, "preset": preset, "chat": chat, "max_new_tokens": max_new_tokens}
+        values = VllmInputs(prompt, preset, chat, max_new_tokens)
         yield from _guarded(run_views(settings, values, limits),
                             lambda v: (v.status, v.tokens, v.counters, _skip(v.figure), _skip(v.metrics),
                                        _skip(v.doc)), 6)
 
     def vllm_concurrency(prompt: str, preset: str, chat: bool, max_new_tokens: int):
         """The same prompt at concurrency 1, 2, 4 on the server: aggregate tokens/s and mean acceptance length."""
-        values = {"prompt": prompt, "preset": preset, "chat": chat, "max_new_tokens": max_new_tokens}
+        values = VllmInputs(prompt, preset, chat, max_new_tokens)
         yield from _guarded(sweep_views(settings, values, limits), lambda v: (v[0], v[1] or gr.skip()), 2)
 
     inputs = [ui.vllm_prompt, ui.vllm_preset, ui.vllm_chat, ui.vllm_max_new]
@@ -259,5 +270,5 @@ def wire_vllm(ui, settings: VllmSettings, limits: Limits) -> None:
     ui.vllm_stop_btn.click(None, None, None, cancels=[run_ev, sweep_ev], queue=False)
 
 
-__all__ = ["HIST_TITLE", "VllmSettings", "info_markdown", "preset_fill", "run_views", "sweep_views", "vllm_tab",
-           "wire_vllm"]
+__all__ = ["HIST_TITLE", "VllmInputs", "VllmSettings", "info_markdown", "preset_fill", "run_views", "sweep_views",
+           "vllm_tab", "wire_vllm"]
