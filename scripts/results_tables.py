@@ -24,7 +24,7 @@ import re
 import sys
 from pathlib import Path
 
-from playground.backends.vllm_report import report_text
+from playground.backends.vllm_report import load_sweep, report_text
 from playground.lab.replay_report import replay_table
 from playground.lab.report import load_result, report
 from playground.lab.whatif import whatif_text
@@ -45,7 +45,7 @@ def render(path: Path) -> str:
     if kind == "replay":
         return replay_table(doc)
     if kind == "vllm-sweep":
-        return report_text(doc)
+        return report_text(load_sweep(path))
     return report(path)
 
 

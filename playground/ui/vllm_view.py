@@ -24,6 +24,7 @@ from ..backends import ServedRequest, ServedStep, SpecConfig, VllmClient, parse_
 from ..backends.vllm_steps import NOT_AVAILABLE, TARGET
 from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN
 from ..envinfo import redact
+from ..results.vllm import ArmFigures
 from . import charts
 from .render import ROLE_CLASS, ROLE_HELP, ROLE_LABEL, escape_piece
 
@@ -276,7 +277,7 @@ def histogram_figure(req: ServedRequest | None):
         return charts.empty_figure(HIST_TITLE, why)
     x = list(range(len(hist)))
     total = sum(hist)
-    data = [{"type": "bar", "x": x, "y": hist, "marker": {"color": charts.COLOURS["accepted"]},
+    data = [{"type": "bar", "x": x, "y": hist, "marker": {"color": charts.COLOURS[ACCEPTED]},
              "text": [f"{n}" if n else "" for n in hist], "textposition": "outside", "cliponaxis": False,
              "textfont": {"size": 9}, "customdata": [n / total for n in hist],
              "hovertemplate": "%{x} drafts accepted<br>%{y} verify steps (%{customdata:.0%})<extra></extra>"}]
@@ -306,10 +307,10 @@ def _cell(v) -> str:
     return "\u2013" if v is None else str(v).replace("|", "\\|")
 
 
-def sweep_row(concurrency: int, figures: dict) -> list:
+def sweep_row(concurrency: int, figures: ArmFigures) -> list:
     """One row of the concurrency table, from vllm_sweep.arm_figures."""
-    mal = figures.get("mean_acceptance_length")
-    rate = figures.get("tokens_per_s")
-    return [concurrency, len(figures["completion_tokens"]), round(figures["aggregate_tokens_per_s"], 1),
+    mal = figures.mean_acceptance_length
+    rate = figures.tokens_per_s
+    return [concurrency, len(figures.completion_tokens), round(figures.aggregate_tokens_per_s, 1),
             None if rate is None else round(rate, 1), None if mal is None else round(mal, 2),
-            round(figures["wall_s"], 2), figures["merged_chunks"]]
+            round(figures.wall_s, 2), figures.merged_chunks]
