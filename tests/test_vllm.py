@@ -335,7 +335,7 @@ def test_greedy_speculative_output_equals_plain_output_alone_and_batched(plain, 
 def test_our_lookup_against_vllms_ngram_on_the_same_output(spec, model_dir):
     ids = spec.tokenize(COPY)
     req = spec.run(ids, max_tokens=48)
-    x = compare_lookup(ids, list(req.token_ids), 4, 1, 3, req.spec, stop_ids=(2,))
+    x = compare_lookup(ids, list(req.token_ids), 4, 1, 3, req.spec_metrics, stop_ids=(2,))
     assert x.vllm_replayed.reproduces_vllm, x.vllm_replayed.check
     assert x.vllm_replayed.accepted == req.spec["num_accepted_draft_tokens"] or req.finish_reason == "length"
     assert x.our_lookup.accepted > 0 and 0 <= x.contexts_proposing_differently <= x.contexts

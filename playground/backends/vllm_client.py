@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ..errors import PlaygroundError
 from .vllm_ngram import check_replay, replay_vllm
 from .vllm_server import SpecConfig
-from .vllm_steps import Chunk, ServedRequest, ServedStep, build_request, live_step
+from .vllm_steps import Chunk, ServedRequest, ServedStep, VllmSpecMetrics, build_request, live_step
 
 FLAGS = ("--enable-per-request-metrics (and, with a speculative config, "
          "--per-request-spec-decode-metrics detailed)")
@@ -165,11 +165,12 @@ class VllmClient:
         metrics = (final or {}).get("metrics")
         if not metrics or "time_to_first_token_ms" not in metrics:
             raise VllmClientError(f"the vLLM server at {self.url} sent no per-request metrics: start it with {FLAGS}")
-        spec = metrics.get("speculative_decoding")
-        if spec is None and self.speculative():
+        sent = metrics.get("speculative_decoding")
+        if sent is None and self.speculative():
             raise VllmClientError(f"the vLLM server at {self.url} runs a speculative config but sent no "
                                   f"speculative_decoding metrics: start it with {FLAGS}")
-        if spec and spec.get("num_spec_steps") and not spec.get("per_step_accepted"):
+        spec = VllmSpecMetrics.parse(sent)
+        if spec and spec.num_spec_steps and not spec.per_step_accepted:
             raise VllmClientError(f"the vLLM server at {self.url} sent only summary speculative metrics, no per-step "
                                   "arrays: start it with --per-request-spec-decode-metrics detailed")
         drafted_at = None

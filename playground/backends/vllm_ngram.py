@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from ..results.vllm import LookupCrosscheck, NgramReplayCheck, NgramReplaySummary, OurLoopCheck, VllmReported
+from .vllm_steps import VllmSpecMetrics
 
 Propose = Callable[[Sequence[int], int], list[int]]
 
@@ -138,13 +139,13 @@ def replay_vllm(prompt: Sequence[int], output: Sequence[int], k: int, min_n: int
     return replay_ngram(prompt, output, k, lambda t, kk: vllm_ngram_propose(t, kk, min_n, max_n, max_model_len))
 
 
-def check_replay(rep: Replay, spec: dict | None) -> tuple[bool, str]:
+def check_replay(rep: Replay, spec: VllmSpecMetrics | None) -> tuple[bool, str]:
     """Whether a replay of vLLM's rule reproduces the request's per-step arrays (the last step may have kept
     more than the replay can see past max_tokens)."""
     if not spec:
         return not rep.verify, "no speculative metrics in the response"
     got = rep.verify
-    want = list(zip(spec.get("per_step_drafted") or [], spec.get("per_step_accepted") or []))
+    want = list(zip(spec.per_step_drafted or [], spec.per_step_accepted or []))
     if len(got) != len(want):
         return False, f"{len(got)} verify steps replayed, vLLM reported {len(want)}"
     for i, ((dg, ag), (dw, aw)) in enumerate(zip(got, want)):
@@ -154,7 +155,8 @@ def check_replay(rep: Replay, spec: dict | None) -> tuple[bool, str]:
     return True, f"all {len(want)} verify steps reproduced"
 
 
-def compare_lookup(prompt: Sequence[int], output: Sequence[int], k: int, min_n: int, max_n: int, spec: dict | None,
+def compare_lookup(prompt: Sequence[int], output: Sequence[int], k: int, min_n: int, max_n: int,
+                   spec: VllmSpecMetrics | None,
                    stop_ids: Sequence[int] = (), max_model_len: int | None = None) -> LookupCrosscheck:
     """vLLM's n-gram (as vLLM reported it, and as replayed) against our lookup with the same n-gram range, on
     the same greedy output: drafts, acceptance, and the steps where the two rules proposed differently."""
@@ -171,10 +173,10 @@ def compare_lookup(prompt: Sequence[int], output: Sequence[int], k: int, min_n: 
         tokens.append(x)
     reported = None
     if spec:
-        reported = VllmReported(verify_steps=spec.get("num_spec_steps"), drafted=spec.get("num_draft_tokens"),
-                                accepted=spec.get("num_accepted_draft_tokens"),
-                                mean_acceptance_length=spec.get("mean_acceptance_length"),
-                                draft_acceptance_rate=spec.get("draft_acceptance_rate"))
+        reported = VllmReported(verify_steps=spec.num_spec_steps, drafted=spec.num_draft_tokens,
+                                accepted=spec.num_accepted_draft_tokens,
+                                mean_acceptance_length=spec.mean_acceptance_length,
+                                draft_acceptance_rate=spec.draft_acceptance_rate)
     return LookupCrosscheck(k=k, prompt_lookup_min=min_n, prompt_lookup_max=max_n, output_tokens=len(output),
                             vllm_reported=reported,
                             vllm_replayed=NgramReplayCheck(**asdict(theirs.summary()), reproduces_vllm=ok, check=why),

@@ -133,10 +133,10 @@ def arm_figures(batch: ServedBatch) -> ArmFigures:
     tokens = sum(r.completion_tokens for r in reqs)
     verify_gaps = [g for r in reqs for g in r.step_seconds(verify=True)]
     other_gaps = [g for r in reqs for g in r.step_seconds(verify=False)]
-    spec = [r.spec for r in reqs if r.spec]
+    spec = [m for r in reqs if (m := r.spec_metrics)]
     hist: list[int] = []
     for s in spec:
-        h = s.get("acceptance_histogram") or []
+        h = s.acceptance_histogram or []
         hist = [a + b for a, b in zip(hist + [0] * (len(h) - len(hist)), h + [0] * (len(hist) - len(h)))]
     first = reqs[0]
     return ArmFigures(
@@ -147,11 +147,12 @@ def arm_figures(batch: ServedBatch) -> ArmFigures:
         verify_share=sum(len(r.verify_steps) for r in reqs) / max(1, sum(len(r.steps) - 1 for r in reqs)),
         merged_chunks=sum(r.merged_chunks for r in reqs), chunks=sum(r.chunks for r in reqs),
         schedule=sorted({r.schedule for r in reqs}), vllm_histogram=hist or None,
-        mean_acceptance_length=_mean([s["mean_acceptance_length"] for s in spec if s.get("num_spec_steps")]),
+        mean_acceptance_length=_mean([s.mean_acceptance_length for s in spec if s.num_spec_steps]),
         alpha=_mean([r.alpha for r in reqs if r.alpha is not None]),
-        draft_acceptance_rate=_mean([s["draft_acceptance_rate"] for s in spec if s.get("num_draft_tokens")]),
+        draft_acceptance_rate=_mean([s.draft_acceptance_rate for s in spec if s.num_draft_tokens]),
         per_position_acceptance=list(first.per_position_acceptance),
-        accepted_match_vllm=all(r.accepted == (r.spec or {}).get("num_accepted_draft_tokens", 0) for r in reqs),
+        accepted_match_vllm=all(r.accepted == (m.num_accepted_draft_tokens if (m := r.spec_metrics) else 0)
+                                for r in reqs),
         vllm_mean_itl_ms=_median([r.server_metrics.get("mean_itl_ms") for r in reqs]),
         loadavg=batch.loadavg, text=first.text, token_ids=list(first.token_ids))
 
@@ -259,7 +260,7 @@ def _cell(preset: Preset, spec_cfg: SpecConfig, c: int, r: int, ids: Sequence[in
     if spec_cfg.method == "ngram" and crosscheck is not False:  # our lookup against vLLM's n-gram, same output
         req = batches[1].requests[0]
         lo, hi = spec_cfg.prompt_lookup_min, spec_cfg.prompt_lookup_max
-        x = compare_lookup(ids, list(req.token_ids), spec_cfg.k, lo, hi, req.spec, stop_ids=EOS_IDS)
+        x = compare_lookup(ids, list(req.token_ids), spec_cfg.k, lo, hi, req.spec_metrics, stop_ids=EOS_IDS)
         if crosscheck is not None:
             loop = run_our_loop(crosscheck, ids, spec_cfg.k, lo, hi, req.completion_tokens)
             x = replace(x, our_loop=loop.beside(req.token_ids))

@@ -263,7 +263,7 @@ def _num(x, digits: int) -> str:
 
 def histogram(req: ServedRequest) -> list[int]:
     """Verify steps by accepted drafts (index = accepted): vLLM's own, else rebuilt from the steps."""
-    sent = (req.spec or {}).get("acceptance_histogram")
+    sent = req.spec_metrics.acceptance_histogram if req.spec_metrics else None
     if sent:
         return [int(n) for n in sent]
     h = req.acceptance_histogram
