@@ -25,7 +25,7 @@ import re
 import sys
 from pathlib import Path
 
-from playground.backends.vllm_report import report_text
+from playground.backends.vllm_report import load_sweep, report_text
 from playground.lab.replay_report import replay_table
 from playground.lab.report import report
 from playground.lab.whatif import whatif_text
@@ -61,7 +61,7 @@ def render(path: Path) -> str:
     if kind == "replay":
         return replay_table(from_document(doc, str(path)))
     if kind == "vllm-sweep":
-        return report_text(doc)
+        return report_text(load_sweep(path))
     return report(path)
 
 

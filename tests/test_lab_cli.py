@@ -224,7 +224,12 @@ def test_timing_at_several_batch_sizes(dirs, tmp_path, capsys):
 
 
 def test_report_reads_a_saved_vllm_sweep_as_vllm_report_does(tmp_path, capsys):
-    doc = {"experiment": "vllm-sweep", "cells": [], "servers": [], "plan": {}, "environment": {"cpu": "test CPU"}}
+    plan = {"external": None, "model": "m", "presets": [], "ks": [2], "concurrencies": [1], "methods": ["ngram"],
+            "rounds": 1, "max_new_tokens": None, "prompt_lookup": [1, 3], "draft": "m", "enforce_eager": True}
+    environment = {"playground": "0", "vllm": None, "cpu": "test CPU", "cpu_count": 2, "loadavg_at_start": None,
+                   "loadavg_at_end": None}
+    doc = {"experiment": "vllm-sweep", "started": "", "cells": [], "servers": [], "plan": plan,
+           "environment": environment}
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps(doc))
     assert main(["vllm-report", str(path)]) == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import re
+from dataclasses import replace
 
 import gradio as gr
 import pytest
@@ -15,15 +16,15 @@ from playground.backends.vllm_server import free_port
 from playground.backends.vllm_steps import Chunk, build_request, live_step
 from playground.limits import Limits
 from playground.ui import build_ui
-from playground.ui.vllm_panel import info_markdown, preset_fill, run_views, sweep_views
+from playground.ui.vllm_panel import VllmInputs, info_markdown, preset_fill, run_views, sweep_views
 from playground.ui.vllm_view import (
     StepRenderer,
     VllmSettings,
-    counters_html,
     histogram_figure,
     live_alpha,
     metrics_markdown,
     request_html,
+    vllm_counters_html,
 )
 from playground.ui.wiring import _guarded
 from tests.vllm_servers import COPY, NGRAM, needs_vllm
@@ -109,12 +110,12 @@ def test_histogram_metrics_counters_and_live_alpha():
     assert histogram_figure(None).data == () and "no request yet" in str(histogram_figure(None).layout.annotations)
     md = metrics_markdown(req)
     assert md.count("not available from vLLM") == 3 and "time_to_first_token_ms" in md and "per_step" not in md
-    done = counters_html(req.steps, 64, 3, req)
+    done = vllm_counters_html(req.steps, 64, 3, req)
     assert 'data-counter="alpha"' in done and ">0.50<" in done and "6 / 64" in done  # 2 / (2 + 2 rejections)
     steps = [live_step(Chunk((1,), "", 0.1), 0, 0), live_step(Chunk((2, 3, 4), "", 0.2), 1, 0.1),
              live_step(Chunk((5,), "", 0.3), 2, 0.2)]
     assert live_alpha(steps, 2) == pytest.approx(2 / 3) and live_alpha(steps, None) is None
-    assert "(live)" in counters_html(steps, 8, 2)
+    assert "(live)" in vllm_counters_html(steps, 8, 2)
 
 
 def test_presets_fill_a_read_only_box_and_own_prompt_gives_it_back():
@@ -128,7 +129,7 @@ def test_presets_fill_a_read_only_box_and_own_prompt_gives_it_back():
 def test_no_server_at_the_url_is_a_message_on_the_tab_not_a_traceback():
     settings = VllmSettings(f"http://127.0.0.1:{free_port()}", timeout=5)
     assert "no vLLM server answers" in info_markdown(settings)
-    values = {"prompt": "hi", "preset": "", "chat": True, "max_new_tokens": 8}
+    values = VllmInputs(prompt="hi", preset="", chat=True, max_new_tokens=8)
     views = _guarded(run_views(settings, values, LIMITS), lambda v: (v.status,), 1)
     assert next(views)[0].startswith("\u26a0 no vLLM server answers")
     with pytest.raises(gr.Error):
@@ -141,7 +142,7 @@ def test_no_server_at_the_url_is_a_message_on_the_tab_not_a_traceback():
 
 
 def _final(settings, **values):
-    values = {"prompt": COPY, "preset": "", "chat": False, "max_new_tokens": 32, **values}
+    values = replace(VllmInputs(prompt=COPY, chat=False, max_new_tokens=32), **values)
     views = list(run_views(settings, values, LIMITS))
     assert len(views) >= 2 and views[-1].doc is not None
     return views
@@ -190,7 +191,7 @@ def test_a_preset_on_the_plain_server_and_the_bad_servers(vllm_servers, vllm_mod
 @pytest.mark.slow
 def test_the_concurrency_panel_on_one_server(vllm_servers):
     settings = VllmSettings(vllm_servers["ngram"].url, spec=NGRAM)
-    values = {"prompt": COPY, "preset": "", "chat": False, "max_new_tokens": 16}
+    values = VllmInputs(prompt=COPY, preset="", chat=False, max_new_tokens=16)
     views = list(sweep_views(settings, values, LIMITS))
     status, rows = views[-1]
     assert status.startswith("Done:") and [r[:2] for r in rows] == [[1, 1], [2, 2], [4, 4]]

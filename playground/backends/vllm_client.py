@@ -21,11 +21,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 from ..errors import PlaygroundError
 from .vllm_ngram import check_replay, replay_vllm
 from .vllm_server import SpecConfig
-from .vllm_steps import Chunk, ServedRequest, ServedStep, build_request, live_step
+from .vllm_steps import Chunk, ServedRequest, ServedStep, VllmSpecMetrics, build_request, live_step
 
 FLAGS = ("--enable-per-request-metrics (and, with a speculative config, "
          "--per-request-spec-decode-metrics detailed)")
@@ -98,16 +99,15 @@ class VllmClient:
         with self._open("/metrics", timeout=min(self.timeout, 30)) as r:
             return r.read().decode("utf-8", "replace")
 
-    def spec_counters(self) -> dict:
-        """The server's cumulative speculative-decoding counters from Prometheus /metrics (all requests so far):
-        drafts (verify steps), draft tokens, accepted tokens, accepted tokens per draft position. Empty for a
-        server without a speculative config."""
+    def spec_counters(self) -> SpecCounters | None:
+        """The server's cumulative speculative-decoding counters from Prometheus /metrics (all requests so far);
+        None for a server without a speculative config."""
         return spec_counters(self.metrics_text())
 
     def speculative(self) -> bool:
         """Whether the server runs a speculative config (its /metrics has the spec_decode counters)."""
         if self._speculative is None:
-            self._speculative = bool(self.spec_counters())
+            self._speculative = self.spec_counters() is not None
         return self._speculative
 
     def tokenize(self, text: str | None = None, messages: Sequence[dict] | None = None, model: str | None = None) -> list[int]:
@@ -165,11 +165,12 @@ class VllmClient:
         metrics = (final or {}).get("metrics")
         if not metrics or "time_to_first_token_ms" not in metrics:
             raise VllmClientError(f"the vLLM server at {self.url} sent no per-request metrics: start it with {FLAGS}")
-        spec = metrics.get("speculative_decoding")
-        if spec is None and self.speculative():
+        sent = metrics.get("speculative_decoding")
+        if sent is None and self.speculative():
             raise VllmClientError(f"the vLLM server at {self.url} runs a speculative config but sent no "
                                   f"speculative_decoding metrics: start it with {FLAGS}")
-        if spec and spec.get("num_spec_steps") and not spec.get("per_step_accepted"):
+        spec = VllmSpecMetrics.parse(sent)
+        if spec and spec.num_spec_steps and not spec.per_step_accepted:
             raise VllmClientError(f"the vLLM server at {self.url} sent only summary speculative metrics, no per-step "
                                   "arrays: start it with --per-request-spec-decode-metrics detailed")
         drafted_at = None
@@ -228,14 +229,29 @@ _COUNTER = re.compile(r'^vllm:spec_decode_(num_drafts|num_draft_tokens|num_accep
                       r'_total\{([^}]*)\}\s+([0-9.eE+-]+)$', re.MULTILINE)
 
 
-def spec_counters(text: str) -> dict:
-    out: dict = {}
+_COUNTER_FIELD = {"num_drafts": "drafts", "num_draft_tokens": "draft_tokens", "num_accepted_tokens": "accepted_tokens"}
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """A speculative server's cumulative counters: drafts (verify steps), draft tokens, accepted tokens, and
+    accepted tokens per draft position (0-based)."""
+
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_pos: dict[int, int] = field(default_factory=dict)
+
+
+def spec_counters(text: str) -> SpecCounters | None:
+    """The spec_decode counters of a Prometheus /metrics text; None where there are none (a plain server)."""
+    totals: dict[str, int] = {}
+    per_pos: dict[int, int] = {}
     for name, labels, value in _COUNTER.findall(text):
         if name == "num_accepted_tokens_per_pos":
             pos = re.search(r'position="(\d+)"', labels)
             if pos:
-                out.setdefault("accepted_per_pos", {})[int(pos.group(1))] = int(float(value))
+                per_pos[int(pos.group(1))] = int(float(value))
         else:
-            out[{"num_drafts": "drafts", "num_draft_tokens": "draft_tokens",
-                 "num_accepted_tokens": "accepted_tokens"}[name]] = int(float(value))
-    return out
+            totals[_COUNTER_FIELD[name]] = int(float(value))
+    return SpecCounters(**totals, accepted_per_pos=per_pos) if totals or per_pos else None

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+
+from ..results.vllm import LookupCrosscheck, NgramReplayCheck, NgramReplaySummary, OurLoopCheck, VllmReported
+from .vllm_steps import VllmSpecMetrics
 
 Propose = Callable[[Sequence[int], int], list[int]]
 
@@ -86,20 +89,20 @@ class Replay:
     def verify(self) -> list[tuple[int, int]]:
         return [s for s in self.steps if s is not None]
 
-    def summary(self) -> dict:
+    def summary(self) -> NgramReplaySummary:
         """decode_steps counts the steps after vLLM's prompt pass; ours also the first (it may draft)."""
         v = self.verify
         accepted = sum(a for _, a in v)
         drafted = sum(d for d, _ in v)
         evaluated = sum(a + (a < d) for d, a in v)
-        return {"decode_steps": len(self.steps), "verify_steps": len(v), "drafted": drafted, "accepted": accepted,
-                "alpha": accepted / evaluated if evaluated else None,
-                "draft_acceptance_rate": accepted / drafted if drafted else None,
-                "mean_acceptance_length": 1 + accepted / len(v) if v else None,
-                "histogram": {str(a): n for a, n in sorted(Counter(a for _, a in v).items())}}
+        return NgramReplaySummary(decode_steps=len(self.steps), verify_steps=len(v), drafted=drafted,
+                                  accepted=accepted, alpha=accepted / evaluated if evaluated else None,
+                                  draft_acceptance_rate=accepted / drafted if drafted else None,
+                                  mean_acceptance_length=1 + accepted / len(v) if v else None,
+                                  histogram={str(a): n for a, n in sorted(Counter(a for _, a in v).items())})
 
 
-def replay(prompt: Sequence[int], output: Sequence[int], k: int, propose: Propose, ours: bool = False) -> Replay:
+def replay_ngram(prompt: Sequence[int], output: Sequence[int], k: int, propose: Propose, ours: bool = False) -> Replay:
     """Walk the output as a speculative loop would with greedy acceptance: at each decode step draft from the
     context, keep the drafts that equal the output's next tokens, emit them and the target's own token.
 
@@ -133,16 +136,16 @@ def replay(prompt: Sequence[int], output: Sequence[int], k: int, propose: Propos
 
 def replay_vllm(prompt: Sequence[int], output: Sequence[int], k: int, min_n: int, max_n: int,
                 max_model_len: int | None = None) -> Replay:
-    return replay(prompt, output, k, lambda t, kk: vllm_ngram_propose(t, kk, min_n, max_n, max_model_len))
+    return replay_ngram(prompt, output, k, lambda t, kk: vllm_ngram_propose(t, kk, min_n, max_n, max_model_len))
 
 
-def check_replay(rep: Replay, spec: dict | None) -> tuple[bool, str]:
+def check_replay(rep: Replay, spec: VllmSpecMetrics | None) -> tuple[bool, str]:
     """Whether a replay of vLLM's rule reproduces the request's per-step arrays (the last step may have kept
     more than the replay can see past max_tokens)."""
     if not spec:
         return not rep.verify, "no speculative metrics in the response"
     got = rep.verify
-    want = list(zip(spec.get("per_step_drafted") or [], spec.get("per_step_accepted") or []))
+    want = list(zip(spec.per_step_drafted or [], spec.per_step_accepted or []))
     if len(got) != len(want):
         return False, f"{len(got)} verify steps replayed, vLLM reported {len(want)}"
     for i, ((dg, ag), (dw, aw)) in enumerate(zip(got, want)):
@@ -152,13 +155,14 @@ def check_replay(rep: Replay, spec: dict | None) -> tuple[bool, str]:
     return True, f"all {len(want)} verify steps reproduced"
 
 
-def compare_lookup(prompt: Sequence[int], output: Sequence[int], k: int, min_n: int, max_n: int, spec: dict | None,
-                   stop_ids: Sequence[int] = (), max_model_len: int | None = None) -> dict:
+def compare_lookup(prompt: Sequence[int], output: Sequence[int], k: int, min_n: int, max_n: int,
+                   spec: VllmSpecMetrics | None,
+                   stop_ids: Sequence[int] = (), max_model_len: int | None = None) -> LookupCrosscheck:
     """vLLM's n-gram (as vLLM reported it, and as replayed) against our lookup with the same n-gram range, on
     the same greedy output: drafts, acceptance, and the steps where the two rules proposed differently."""
     theirs = replay_vllm(prompt, output, k, min_n, max_n, max_model_len)
     ok, why = check_replay(theirs, spec)
-    ours = replay(prompt, output, k, our_lookup_propose(max_n, min_n, stop_ids), ours=True)
+    ours = replay_ngram(prompt, output, k, our_lookup_propose(max_n, min_n, stop_ids), ours=True)
     # Same contexts, both rules: how often they would have drafted differently.
     ours_rule = our_lookup_propose(max_n, min_n, stop_ids)
     contexts = differ = 0
@@ -169,16 +173,35 @@ def compare_lookup(prompt: Sequence[int], output: Sequence[int], k: int, min_n: 
         tokens.append(x)
     reported = None
     if spec:
-        reported = {"verify_steps": spec.get("num_spec_steps"), "drafted": spec.get("num_draft_tokens"),
-                    "accepted": spec.get("num_accepted_draft_tokens"),
-                    "mean_acceptance_length": spec.get("mean_acceptance_length"),
-                    "draft_acceptance_rate": spec.get("draft_acceptance_rate")}
-    return {"k": k, "prompt_lookup_min": min_n, "prompt_lookup_max": max_n, "output_tokens": len(output),
-            "vllm_reported": reported, "vllm_replayed": {**theirs.summary(), "reproduces_vllm": ok, "check": why},
-            "our_lookup": ours.summary(), "contexts": contexts, "contexts_proposing_differently": differ}
+        reported = VllmReported(verify_steps=spec.num_spec_steps, drafted=spec.num_draft_tokens,
+                                accepted=spec.num_accepted_draft_tokens,
+                                mean_acceptance_length=spec.mean_acceptance_length,
+                                draft_acceptance_rate=spec.draft_acceptance_rate)
+    return LookupCrosscheck(k=k, prompt_lookup_min=min_n, prompt_lookup_max=max_n, output_tokens=len(output),
+                            vllm_reported=reported,
+                            vllm_replayed=NgramReplayCheck(**asdict(theirs.summary()), reproduces_vllm=ok, check=why),
+                            our_lookup=ours.summary(), contexts=contexts, contexts_proposing_differently=differ)
 
 
-def run_our_loop(pair, prompt: Sequence[int], k: int, min_n: int, max_n: int, max_new_tokens: int) -> dict:
+@dataclass(frozen=True)
+class OurLoopRun:
+    """Our own loop's greedy run: its output and acceptance."""
+
+    output: list[int]
+    verify_steps: int
+    drafted: int
+    accepted: int
+    alpha: float | None
+    histogram: dict[str, int]
+
+    def beside(self, vllm_output: Sequence[int]) -> OurLoopCheck:
+        """The run as the cross-check records it: its figures and whether its output is vLLM's."""
+        return OurLoopCheck(verify_steps=self.verify_steps, drafted=self.drafted, accepted=self.accepted,
+                            alpha=self.alpha, histogram=self.histogram,
+                            same_output_as_vllm=self.output == list(vllm_output))
+
+
+def run_our_loop(pair, prompt: Sequence[int], k: int, min_n: int, max_n: int, max_new_tokens: int) -> OurLoopRun:
     """Our own loop (playground.core.engine) with our lookup on the same prompt, greedy: its output and acceptance,
     to set beside a vLLM request's (its output may differ from vLLM's at floating-point near-ties)."""
     from ..core.engine import speculative_generate  # imports torch: only for this cross-check
@@ -189,6 +212,6 @@ def run_our_loop(pair, prompt: Sequence[int], k: int, min_n: int, max_n: int, ma
                                         max_new_tokens=max_new_tokens, record_probs=False))
     s = summarize(records)
     output = [t for r in records if isinstance(r, Iteration) for t in r.emitted]
-    return {"output": output, "verify_steps": sum(1 for r in records if isinstance(r, Iteration) and r.proposed),
-            "drafted": s.proposed, "accepted": s.accepted, "alpha": s.alpha,
-            "histogram": {str(a): n for a, n in s.accepted_length_histogram.items()}}
+    return OurLoopRun(output=output, verify_steps=sum(1 for r in records if isinstance(r, Iteration) and r.proposed),
+                      drafted=s.proposed, accepted=s.accepted, alpha=s.alpha,
+                      histogram={str(a): n for a, n in s.accepted_length_histogram.items()})

@@ -7,21 +7,19 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import PlaygroundError
+from ..results import load_result
+from ..results.vllm import ThreadBudget, VllmCell, VllmReported, VllmSweepResult
 
 
-def load_sweep(path: str | Path) -> dict:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise PlaygroundError(f"no result file at {str(path)!r}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PlaygroundError(f"{path} is not a JSON result file ({e})") from None
-    if not isinstance(doc, dict) or doc.get("experiment") != "vllm-sweep":
+def load_sweep(path: str | Path) -> VllmSweepResult:
+    result = load_result(path)
+    if not isinstance(result, VllmSweepResult):
         raise PlaygroundError(f"{path} is not a vllm-sweep result (its 'experiment' is not 'vllm-sweep')")
-    return doc
+    return result
 
 
 def _f(x, spec=".2f") -> str:
@@ -46,77 +44,87 @@ def _hist(h) -> str:
     return "-" if not h else " ".join(str(n) for n in h)
 
 
-def setup_text(doc: dict) -> str:
-    env, plan = doc.get("environment", {}), doc.get("plan", {})
-    budgets = {json.dumps(s.get("thread_budget"), sort_keys=True) for s in doc.get("servers", [])}
-    lines = [f"- command: `{doc.get('command', '(not recorded)')}`",
-             f"- CPU: {env.get('cpu')} ({env.get('cpu_count')} cores); {env.get('vllm')}; playground {env.get('playground')}",
-             f"- model: {plan.get('model')}, float32, {'--enforce-eager' if plan.get('enforce_eager') else 'compiled (default)'}",
-             (f"- load average (1, 5, 15 min) at start {env.get('loadavg_at_start')}, at end {env.get('loadavg_at_end')}; "
+def _budget_key(b: ThreadBudget) -> str:
+    """The order the budgets were always listed in: their JSON with sorted keys."""
+    return json.dumps(asdict(b), sort_keys=True)
+
+
+def setup_text(doc: VllmSweepResult) -> str:
+    env, plan = doc.environment, doc.plan
+    # A running (external) server's threads are not known here: it has no budget.
+    budgets = sorted({s.thread_budget for s in doc.servers if s.thread_budget}, key=_budget_key)
+    lines = [f"- command: `{doc.command or '(not recorded)'}`",
+             f"- CPU: {env.cpu} ({env.cpu_count} cores); {env.vllm}; playground {env.playground}",
+             f"- model: {plan.model}, float32, {'--enforce-eager' if plan.enforce_eager else 'compiled (default)'}",
+             (f"- load average (1, 5, 15 min) at start {env.loadavg_at_start}, at end {env.loadavg_at_end}; "
              "after each batch in the JSON (`loadavg`); the client's threads (one per concurrent request, mostly "
              "waiting on the socket) share the machine with the servers")]
-    for b in sorted(budgets):
-        b = json.loads(b)
-        if not b:
-            continue  # a running (external) server: its threads are not known here
-        lines.append(f"- thread budget: vLLM's worker on cores {b.get('worker_cores')}, front end on {b.get('reserved_cpus')}, "
-                     f"{b.get('torch_threads')} torch thread(s) (VLLM_CPU_OMP_THREADS_BIND={b.get('omp_bind')})")
+    for b in budgets:
+        lines.append(f"- thread budget: vLLM's worker on cores {b.worker_cores}, front end on {b.reserved_cpus}, "
+                     f"{b.torch_threads} torch thread(s) (VLLM_CPU_OMP_THREADS_BIND={b.omp_bind})")
     return "\n".join(lines)
 
 
-def startup_table(doc: dict) -> str:
+def startup_table(doc: VllmSweepResult) -> str:
     rows = []
-    for s in doc.get("servers", []):
-        spec = s.get("spec")
+    for s in doc.servers:
+        spec = s.spec  # vLLM's speculative config: vLLM's keys
         label = "plain" if not spec else f"{spec['method']} k={spec['num_speculative_tokens']}"
-        mode = "running (external)" if s.get("external") else "eager" if s.get("enforce_eager") else "compiled"
-        rows.append([label + (f" at {s['url']}" if s.get("external") else ""), mode, _f(s.get("startup_s"), ".1f")])
+        mode = "running (external)" if s.external else "eager" if s.enforce_eager else "compiled"
+        rows.append([label + (f" at {s.url}" if s.external else ""), mode, _f(s.startup_s, ".1f")])
     return _table(["server", "mode", "startup s"], rows)
 
 
-def cells_table(doc: dict) -> str:
-    groups = defaultdict(list)
-    for c in doc.get("cells", []):
-        groups[(c["preset"], c["kind"], c["method"], c["k"], c["concurrency"])].append(c)
-    rows = []
-    for (preset, kind, method, k, conc), cs in groups.items():
-        measured = _median([c["speedup"] for c in cs])
-        predicted = _median([c.get("predicted_speedup") for c in cs])
-        miss = measured / predicted - 1 if measured and predicted else None
-        rows.append([preset, kind, method, k, conc,
-                     _f(_median([c["plain"]["tokens_per_s"] for c in cs]), ".1f"),
-                     _f(_median([c["spec"]["tokens_per_s"] for c in cs]), ".1f"),
-                     _f(measured), _f(predicted), _pct(miss),
-                     _f(_median([c["plain"]["aggregate_tokens_per_s"] for c in cs]), ".1f"),
-                     _f(_median([c["spec"]["aggregate_tokens_per_s"] for c in cs]), ".1f"),
-                     _f(_median([c["aggregate_speedup"] for c in cs])),
-                     _f(_median([c["spec"]["mean_acceptance_length"] for c in cs])),
-                     _f(_median([c["spec"]["alpha"] for c in cs])),
-                     _hist(cs[0]["spec"]["vllm_histogram"]),
-                     _f(_median([c.get("v_k_plus_1") for c in cs])),
-                     "yes" if all(c["outputs_equal"] for c in cs) else "NO",
-                     sum(c["spec"]["merged_chunks"] + c["plain"]["merged_chunks"] for c in cs), len(cs)])
+def _cells_row(cs: list[VllmCell]) -> list:
+    """One row of the cells table: the rounds of one (preset, kind, method, k, concurrency), by their medians."""
+    first = cs[0]
+    measured = _median([c.speedup for c in cs])
+    predicted = _median([c.predicted_speedup for c in cs])
+    miss = measured / predicted - 1 if measured and predicted else None
+    return [first.preset, first.kind, first.method, first.k, first.concurrency,
+            _f(_median([c.plain.tokens_per_s for c in cs]), ".1f"),
+            _f(_median([c.spec.tokens_per_s for c in cs]), ".1f"),
+            _f(measured), _f(predicted), _pct(miss),
+            _f(_median([c.plain.aggregate_tokens_per_s for c in cs]), ".1f"),
+            _f(_median([c.spec.aggregate_tokens_per_s for c in cs]), ".1f"),
+            _f(_median([c.aggregate_speedup for c in cs])),
+            _f(_median([c.spec.mean_acceptance_length for c in cs])),
+            _f(_median([c.spec.alpha for c in cs])),
+            _hist(first.spec.vllm_histogram),
+            _f(_median([c.v_k_plus_1 for c in cs])),
+            "yes" if all(c.outputs_equal for c in cs) else "NO",
+            sum(c.spec.merged_chunks + c.plain.merged_chunks for c in cs), len(cs)]
+
+
+def cells_table(doc: VllmSweepResult) -> str:
+    groups: dict[tuple, list[VllmCell]] = defaultdict(list)
+    for c in doc.cells:
+        groups[(c.preset, c.kind, c.method, c.k, c.concurrency)].append(c)
     head = ["preset", "kind", "method", "k", "conc", "plain tok/s", "spec tok/s", "measured x", "predicted x", "miss",
             "plain agg tok/s", "spec agg tok/s", "agg x", "accept len", "alpha", "histogram (0..k accepted)",
             "v(k+1)", "same output", "merged chunks", "rounds"]
-    return _table(head, rows)
+    return _table(head, [_cells_row(cs) for cs in groups.values()])
 
 
-def crosscheck_table(doc: dict) -> str:
+NOT_REPORTED = VllmReported(None, None, None, None, None)  # a response without speculative metrics
+
+
+def crosscheck_table(doc: VllmSweepResult) -> str:
     rows = []
-    for c in doc.get("cells", []):
-        x = c.get("crosscheck")
+    for c in doc.cells:
+        x = c.crosscheck
         if not x:
             continue
-        rep, ours, vl, loop = x["vllm_replayed"], x["our_lookup"], x["vllm_reported"] or {}, x.get("our_loop")
-        rows.append([c["preset"], x["k"], f"{x['prompt_lookup_min']}..{x['prompt_lookup_max']}",
-                     f"{vl.get('accepted')}/{vl.get('drafted')} in {vl.get('verify_steps')}",
-                     "yes" if rep["reproduces_vllm"] else f"no ({rep['check']})",
-                     f"{ours['accepted']}/{ours['drafted']} in {ours['verify_steps']}",
-                     _f(vl.get("mean_acceptance_length")), _f(ours["mean_acceptance_length"]),
-                     f"{x['contexts_proposing_differently']}/{x['contexts']}",
-                     "-" if not loop else f"{loop['accepted']}/{loop['drafted']} in {loop['verify_steps']}"
-                     + ("" if loop["same_output_as_vllm"] else " (other output)")])
+        rep, ours, loop = x.vllm_replayed, x.our_lookup, x.our_loop
+        vl = x.vllm_reported or NOT_REPORTED
+        rows.append([c.preset, x.k, f"{x.prompt_lookup_min}..{x.prompt_lookup_max}",
+                     f"{vl.accepted}/{vl.drafted} in {vl.verify_steps}",
+                     "yes" if rep.reproduces_vllm else f"no ({rep.check})",
+                     f"{ours.accepted}/{ours.drafted} in {ours.verify_steps}",
+                     _f(vl.mean_acceptance_length), _f(ours.mean_acceptance_length),
+                     f"{x.contexts_proposing_differently}/{x.contexts}",
+                     "-" if not loop else f"{loop.accepted}/{loop.drafted} in {loop.verify_steps}"
+                     + ("" if loop.same_output_as_vllm else " (other output)")])
     if not rows:
         return "(no n-gram cells)"
     return _table(["preset", "k", "n-gram", "vLLM accepted/drafted in steps", "replay reproduces vLLM",
@@ -129,7 +137,7 @@ NOTE = ("Per request: median decode tokens/s (prefill excluded). Aggregate: all 
         "predicted - 1. Histogram: vLLM's acceptance histograms summed over the batch's requests.")
 
 
-def report_text(doc: dict) -> str:
+def report_text(doc: VllmSweepResult) -> str:
     return "\n\n".join([
         "# vLLM sweep", setup_text(doc), "## Server startup", startup_table(doc),
         "## Plain against speculative vLLM (same concurrency, adjacent runs)",

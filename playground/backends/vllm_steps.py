@@ -23,12 +23,34 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN
 
 TARGET = "target"  # live only: the target's own token, whose role (correction, bonus or plain) the end tells
 NOT_AVAILABLE = "not available from vLLM"
+
+
+@dataclass(frozen=True)
+class VllmSpecMetrics:
+    """vLLM's `metrics.speculative_decoding` for one request, the fields the playground reads (None where vLLM
+    did not send one). The dict as sent stays on the ServedRequest (`spec`): its record shows all of it."""
+
+    num_spec_steps: int | None = None  # verify steps
+    num_draft_tokens: int | None = None
+    num_accepted_draft_tokens: int | None = None
+    mean_acceptance_length: float | None = None
+    draft_acceptance_rate: float | None = None
+    acceptance_histogram: list[int] | None = None  # verify steps by accepted drafts (index = accepted)
+    per_step_drafted: list[int] | None = None  # per verify step, in order
+    per_step_accepted: list[int] | None = None
+
+    @classmethod
+    def parse(cls, sent: dict | None) -> VllmSpecMetrics | None:
+        """The metrics as sent -> this; None for none (a plain server, or an empty object)."""
+        if not sent:
+            return None
+        return cls(**{f.name: sent[f.name] for f in fields(cls) if f.name in sent})
 
 
 @dataclass(frozen=True)
@@ -94,8 +116,12 @@ class ServedRequest:
     wall_s: float  # request sent -> last chunk
     decode_s: float  # first chunk -> last chunk (prefill excluded, as the playground's tokens/s)
     tokens_per_s: float | None  # (tokens - 1) / decode_s: the decode rate
-    spec: dict | None  # vLLM's metrics.speculative_decoding, as sent
+    spec: dict | None  # vLLM's metrics.speculative_decoding, as sent (spec_metrics: what the playground reads)
     server_metrics: dict  # vLLM's per-request timing metrics (time_to_first_token_ms, mean_itl_ms, ...)
+
+    @property
+    def spec_metrics(self) -> VllmSpecMetrics | None:
+        return VllmSpecMetrics.parse(self.spec)
 
     @property
     def completion_tokens(self) -> int:
@@ -115,7 +141,7 @@ class ServedRequest:
 
     @property
     def acceptance_histogram(self) -> dict[int, int]:
-        """Verify steps by accepted drafts, from our steps (vLLM's own: spec['acceptance_histogram'])."""
+        """Verify steps by accepted drafts, from our steps (vLLM's own: spec_metrics.acceptance_histogram)."""
         return dict(sorted(Counter(s.n_accepted for s in self.verify_steps).items()))
 
     @property
@@ -178,7 +204,7 @@ def live_step(chunk: Chunk, index: int, previous_s: float) -> ServedStep:
                       finished=chunk.finish_reason, provisional=True)
 
 
-def schedule_of(chunks: Sequence[Chunk], spec: dict | None, drafted_at: Sequence[bool] | None = None,
+def schedule_of(chunks: Sequence[Chunk], spec: VllmSpecMetrics | None, drafted_at: Sequence[bool] | None = None,
                 every_step_drafts: bool = False) -> tuple[list[tuple[int, int] | None], str]:
     """The decode steps in order: (drafted, accepted) for a verify step, None for a step without a draft;
     and how that order was found. The prompt pass is not in the list.
@@ -189,7 +215,7 @@ def schedule_of(chunks: Sequence[Chunk], spec: dict | None, drafted_at: Sequence
     inside it (an end-of-sequence token among the accepted drafts, max_tokens), by as many tokens as there may
     be steps without a draft."""
     n_tokens = sum(len(c.token_ids) for c in chunks)
-    entries = list(zip(spec.get("per_step_drafted") or [], spec.get("per_step_accepted") or [])) if spec else []
+    entries = list(zip(spec.per_step_drafted or [], spec.per_step_accepted or [])) if spec else []
     if not entries:
         return [None] * max(0, n_tokens - 1), "exact: no verify steps"
     if drafted_at is not None and sum(drafted_at) == len(entries):
@@ -219,7 +245,7 @@ def schedule_of(chunks: Sequence[Chunk], spec: dict | None, drafted_at: Sequence
     return entries + [None] * n_plain, "assumed: verify steps first (chunks were merged)"
 
 
-def reconstruct(chunks: Sequence[Chunk], spec: dict | None, drafted_at: Sequence[bool] | None = None,
+def reconstruct(chunks: Sequence[Chunk], spec: VllmSpecMetrics | None, drafted_at: Sequence[bool] | None = None,
                 every_step_drafts: bool = False) -> tuple[list[ServedStep], str, int]:
     """The final steps, the schedule note, and how many chunks held more than one step."""
     order, how = schedule_of(chunks, spec, drafted_at, every_step_drafts)
@@ -266,7 +292,7 @@ def reconstruct(chunks: Sequence[Chunk], spec: dict | None, drafted_at: Sequence
 def build_request(model: str, prompt_tokens: int, chunks: Sequence[Chunk], metrics: dict | None,
                   drafted_at: Sequence[bool] | None = None, every_step_drafts: bool = False) -> ServedRequest:
     spec = (metrics or {}).get("speculative_decoding")
-    steps, how, merged = reconstruct(chunks, spec, drafted_at, every_step_drafts)
+    steps, how, merged = reconstruct(chunks, VllmSpecMetrics.parse(spec), drafted_at, every_step_drafts)
     timing = {k: v for k, v in (metrics or {}).items() if k != "speculative_decoding"}
     ttft = chunks[0].arrived_s if chunks else 0.0
     wall = chunks[-1].arrived_s if chunks else 0.0

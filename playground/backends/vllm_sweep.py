@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .. import __version__
@@ -37,6 +37,16 @@ from ..core import cost
 from ..envinfo import cpu_name
 from ..errors import PlaygroundError
 from ..inputs.presets import Preset
+from ..results.vllm import (
+    ArmFigures,
+    ThreadBudget,
+    VllmCell,
+    VllmEnvironment,
+    VllmPlanRecord,
+    VllmPrediction,
+    VllmServerRecord,
+    VllmSweepResult,
+)
 from .vllm_client import VllmClient
 from .vllm_ngram import compare_lookup, run_our_loop
 from .vllm_server import SpecConfig, VllmServer, draft_model, installed_versions, ngram
@@ -60,6 +70,7 @@ class SweepPlan:
     lookup_max: int = 3
     draft: Path | None = None  # draft_model's draft (default: the model itself)
     enforce_eager: bool = True
+    venv: str | Path | None = None  # vLLM's venv (default: VllmServer's)
     server_options: dict = field(default_factory=dict)  # passed to VllmServer (kv_cache_gib, env, ...)
     # (plain URL, speculative URL, the latter's config): measure running servers (a GPU host, a Ray cluster)
     # instead of starting them; methods and ks are then the config's.
@@ -82,11 +93,21 @@ class SweepPlan:
             return ngram(k, self.lookup_min, self.lookup_max)
         return draft_model(k, self.draft or self.model)
 
-    def to_dict(self) -> dict:
-        return {"external": list(self.external[:2]) if self.external else None, "model": str(self.model), "presets": [p.name for p in self.presets], "ks": list(self.ks),
-                "concurrencies": list(self.concurrencies), "methods": list(self.methods), "rounds": self.rounds,
-                "max_new_tokens": self.max_new_tokens, "prompt_lookup": [self.lookup_min, self.lookup_max],
-                "draft": str(self.draft or self.model), "enforce_eager": self.enforce_eager}
+    def record(self) -> VllmPlanRecord:
+        return VllmPlanRecord(external=list(self.external[:2]) if self.external else None, model=str(self.model),
+                              presets=[p.name for p in self.presets], ks=list(self.ks),
+                              concurrencies=list(self.concurrencies), methods=list(self.methods), rounds=self.rounds,
+                              max_new_tokens=self.max_new_tokens, prompt_lookup=[self.lookup_min, self.lookup_max],
+                              draft=str(self.draft or self.model), enforce_eager=self.enforce_eager)
+
+
+@dataclass(frozen=True)
+class ServedBatch:
+    """`concurrency` identical requests sent at once: their ServedRequests, the batch's wall time, the load after."""
+
+    requests: list[ServedRequest]
+    wall_s: float
+    loadavg: list[float] | None
 
 
 def prompt_ids(client: VllmClient, preset: Preset) -> list[int]:
@@ -96,71 +117,73 @@ def prompt_ids(client: VllmClient, preset: Preset) -> list[int]:
     return client.tokenize(preset.prompt)
 
 
-def run_batch(client: VllmClient, ids: Sequence[int], concurrency: int, max_tokens: int) -> dict:
+def run_batch(client: VllmClient, ids: Sequence[int], concurrency: int, max_tokens: int) -> ServedBatch:
     """`concurrency` identical greedy requests at once; their ServedRequests and the batch's wall time."""
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = [pool.submit(client.run, list(ids), max_tokens=max_tokens) for _ in range(concurrency)]
         requests = [f.result() for f in futures]
     wall = time.perf_counter() - t0
-    return {"requests": requests, "wall_s": wall, "loadavg": _loadavg()}
+    return ServedBatch(requests, wall, _loadavg())
 
 
-def arm_figures(batch: dict) -> dict:
-    reqs: list[ServedRequest] = batch["requests"]
+def arm_figures(batch: ServedBatch) -> ArmFigures:
+    reqs = batch.requests
     rates = [r.tokens_per_s for r in reqs if r.tokens_per_s]
     tokens = sum(r.completion_tokens for r in reqs)
     verify_gaps = [g for r in reqs for g in r.step_seconds(verify=True)]
     other_gaps = [g for r in reqs for g in r.step_seconds(verify=False)]
-    spec = [r.spec for r in reqs if r.spec]
+    spec = [m for r in reqs if (m := r.spec_metrics)]
     hist: list[int] = []
     for s in spec:
-        h = s.get("acceptance_histogram") or []
+        h = s.acceptance_histogram or []
         hist = [a + b for a, b in zip(hist + [0] * (len(h) - len(hist)), h + [0] * (len(hist) - len(h)))]
     first = reqs[0]
-    return {"tokens_per_s": _median(rates), "tokens_per_s_all": rates, "aggregate_tokens_per_s": tokens / batch["wall_s"],
-            "completion_tokens": [r.completion_tokens for r in reqs], "wall_s": batch["wall_s"],
-            "ttft_s": _median([r.ttft_s for r in reqs]), "step_s": _median(verify_gaps + other_gaps),
-            "verify_step_s": _median(verify_gaps), "plain_step_s": _median(other_gaps),
-            "verify_share": (sum(len(r.verify_steps) for r in reqs) / max(1, sum(len(r.steps) - 1 for r in reqs))),
-            "merged_chunks": sum(r.merged_chunks for r in reqs), "chunks": sum(r.chunks for r in reqs),
-            "schedule": sorted({r.schedule for r in reqs}), "vllm_histogram": hist or None,
-            "mean_acceptance_length": _mean([s["mean_acceptance_length"] for s in spec if s.get("num_spec_steps")]),
-            "alpha": _mean([r.alpha for r in reqs if r.alpha is not None]),
-            "draft_acceptance_rate": _mean([s["draft_acceptance_rate"] for s in spec if s.get("num_draft_tokens")]),
-            "per_position_acceptance": list(first.per_position_acceptance),
-            "accepted_match_vllm": all(r.accepted == (r.spec or {}).get("num_accepted_draft_tokens", 0) for r in reqs),
-            "vllm_mean_itl_ms": _median([r.server_metrics.get("mean_itl_ms") for r in reqs
-                                         if r.server_metrics.get("mean_itl_ms") is not None]),
-            "loadavg": batch["loadavg"], "text": first.text, "token_ids": list(first.token_ids)}
+    return ArmFigures(
+        tokens_per_s=_median(rates), tokens_per_s_all=rates, aggregate_tokens_per_s=tokens / batch.wall_s,
+        completion_tokens=[r.completion_tokens for r in reqs], wall_s=batch.wall_s,
+        ttft_s=_median([r.ttft_s for r in reqs]), step_s=_median(verify_gaps + other_gaps),
+        verify_step_s=_median(verify_gaps), plain_step_s=_median(other_gaps),
+        verify_share=sum(len(r.verify_steps) for r in reqs) / max(1, sum(len(r.steps) - 1 for r in reqs)),
+        merged_chunks=sum(r.merged_chunks for r in reqs), chunks=sum(r.chunks for r in reqs),
+        schedule=sorted({r.schedule for r in reqs}), vllm_histogram=hist or None,
+        mean_acceptance_length=_mean([s.mean_acceptance_length for s in spec if s.num_spec_steps]),
+        alpha=_mean([r.alpha for r in reqs if r.alpha is not None]),
+        draft_acceptance_rate=_mean([s.draft_acceptance_rate for s in spec if s.num_draft_tokens]),
+        per_position_acceptance=list(first.per_position_acceptance),
+        accepted_match_vllm=all(r.accepted == (m.num_accepted_draft_tokens if (m := r.spec_metrics) else 0)
+                                for r in reqs),
+        vllm_mean_itl_ms=_median([r.server_metrics.get("mean_itl_ms") for r in reqs]),
+        loadavg=batch.loadavg, text=first.text, token_ids=list(first.token_ids))
 
 
-def predict(k: int, plain: dict, spec: dict) -> dict:
+def predict(k: int, plain: ArmFigures, spec: ArmFigures) -> VllmPrediction:
     """The cost model's speed-up from the engine's own step times (module docstring)."""
-    u, verify, other = plain["step_s"], spec["verify_step_s"], spec["plain_step_s"]
-    positions = [p for p in spec["per_position_acceptance"] if p is not None]
-    f = spec["verify_share"]
+    u, verify, other = plain.step_s, spec.verify_step_s, spec.plain_step_s
+    positions = [p for p in spec.per_position_acceptance if p is not None]
+    f = spec.verify_share
     if not u or not positions or verify is None:
-        return {"predicted_speedup": None, "why": "no verify steps or no step times"}
+        return VllmPrediction(predicted_speedup=None, why="no verify steps or no step times")
     v_k = verify / u
     v_1 = (other / u) if other else 1.0
     e = cost.expected_tokens_empirical(positions, min(k, len(positions)))
     step_cost = f * cost.iteration_cost(min(k, len(positions)), c=0.0, v={min(k, len(positions)) + 1: v_k}) \
         + (1 - f) * v_1
-    return {"predicted_speedup": (f * e + (1 - f)) / step_cost, "v_k_plus_1": v_k, "v_1": v_1, "expected_tokens": e,
-            "verify_share": f, "c": 0.0}
+    return VllmPrediction(predicted_speedup=(f * e + (1 - f)) / step_cost, v_k_plus_1=v_k, v_1=v_1,
+                          expected_tokens=e, verify_share=f, c=0.0)
 
 
-def run_sweep(plan: SweepPlan, progress: Progress = None, log: Callable[[str], None] = print, our_pair=None) -> dict:
-    """The sweep's result dict (JSON-ready). `our_pair`: a loaded ModelPair of the same model, to run our own loop
+def run_sweep(plan: SweepPlan, progress: Progress = None, log: Callable[[str], None] = print,
+              our_pair=None) -> VllmSweepResult:
+    """The sweep's result. `our_pair`: a loaded ModelPair of the same model, to run our own loop
     with our lookup on each n-gram cross-check's prompt as well (vllm_ngram.run_our_loop)."""
     plan.check()
     started, environment = time.strftime("%Y-%m-%dT%H:%M:%S%z"), _environment(plan)
     arms = [plan.external[2]] if plan.external else [plan.spec(m, k) for m in plan.methods for k in plan.ks]
     units = len(arms) * len(plan.presets) * len(plan.concurrencies) * plan.rounds
     done = [0]
-    servers: list[dict] = []
-    cells: list[dict] = []
+    servers: list[VllmServerRecord] = []
+    cells: list[VllmCell] = []
 
     def tick(message: str) -> None:
         if progress is not None:
@@ -184,70 +207,75 @@ def run_sweep(plan: SweepPlan, progress: Progress = None, log: Callable[[str], N
                     for c in plan.concurrencies:
                         for r in range(plan.rounds):
                             tick(f"{preset.name} {spec_cfg.label} c={c} round {r + 1}")
-                            order = (("plain", plain), ("spec", spec)) if r % 2 == 0 else (("spec", spec), ("plain", plain))
-                            batches = {name: run_batch(cl, ids, c, max_new) for name, cl in order}
+                            order = (plain, spec) if r % 2 == 0 else (spec, plain)  # alternate who goes first
+                            batches = {cl: run_batch(cl, ids, c, max_new) for cl in order}
                             check = r == 0 and c == min(plan.concurrencies)
-                            cells.append(_cell(preset, spec_cfg, c, r, ids, batches, order[0][0],
+                            cells.append(_cell(preset, spec_cfg, c, r, ids, (batches[plain], batches[spec]),
                                                our_pair if check else False))
                             done[0] += 1
     tick("done")
-    return {"experiment": "vllm-sweep", "started": started, "plan": plan.to_dict(), "servers": servers,
-            "environment": {**environment, "loadavg_at_end": _loadavg()}, "cells": cells}
+    return VllmSweepResult(started=started, plan=plan.record(), servers=servers,
+                           environment=replace(environment, loadavg_at_end=_loadavg()), cells=cells)
 
 
 @contextmanager
-def _serving(plan: SweepPlan, spec_cfg: SpecConfig | None, servers: list[dict], log) -> Iterator[str]:
+def _serving(plan: SweepPlan, spec_cfg: SpecConfig | None, servers: list[VllmServerRecord], log) -> Iterator[str]:
     """The URL of a server for `spec_cfg`: one started here (and stopped after), or the one given (external)."""
     label = spec_cfg.label if spec_cfg else "plain server"
     if plan.external:
         url = plan.external[1] if spec_cfg else plan.external[0]
         VllmClient(url, timeout=30).check()  # reachable and serving something, or a clear error now
-        servers.append({"url": url, "external": True, "spec": spec_cfg.to_dict() if spec_cfg else None,
-                        "startup_s": None, "thread_budget": None})
+        servers.append(VllmServerRecord(url=url, external=True, spec=spec_cfg.to_dict() if spec_cfg else None))
         log(f"# {label}: the running server at {url}")
         yield url
         return
-    with VllmServer(plan.model, spec_cfg, **dict(plan.server_options, enforce_eager=plan.enforce_eager)) as server:
-        servers.append(server.describe())
-        log(f"# {label}: {server.startup_s:.1f} s to start, threads {_budget(server)}")
+    with VllmServer(plan.model, spec_cfg, venv=plan.venv,
+                    **dict(plan.server_options, enforce_eager=plan.enforce_eager)) as server:
+        record = _server_record(server)
+        servers.append(record)
+        b = record.thread_budget
+        log(f"# {label}: {server.startup_s:.1f} s to start, threads worker cores {b.worker_cores}, front end "
+            f"{b.reserved_cpus}, torch threads {b.torch_threads} (VLLM_CPU_OMP_THREADS_BIND={b.omp_bind})")
         yield server.url
 
 
-def _cell(preset: Preset, spec_cfg: SpecConfig, c: int, r: int, ids: Sequence[int], batches: dict, first: str,
-          crosscheck) -> dict:
-    """One cell; `crosscheck`: False, or None / a pair (also our own loop on the pair) to cross-check n-gram."""
-    plain, spec = arm_figures(batches["plain"]), arm_figures(batches["spec"])
-    cell = {"preset": preset.name, "kind": preset.kind, "method": spec_cfg.method, "k": spec_cfg.k,
-            "spec_config": spec_cfg.to_dict(), "concurrency": c, "round": r, "first_arm": first,
-            "prompt_tokens": len(ids), "plain": plain, "spec": spec,
-            "outputs_equal": plain["token_ids"] == spec["token_ids"],
-            "speedup": _ratio(spec["tokens_per_s"], plain["tokens_per_s"]),
-            "aggregate_speedup": _ratio(spec["aggregate_tokens_per_s"], plain["aggregate_tokens_per_s"])}
-    cell.update(predict(spec_cfg.k, plain, spec))
-    p = cell.get("predicted_speedup")
-    cell["miss"] = (cell["speedup"] / p - 1) if p and cell["speedup"] else None
+def _server_record(server: VllmServer) -> VllmServerRecord:
+    return VllmServerRecord(url=server.url, pid=server.pid, model=str(server.model),
+                            served_model_name=server.name, spec=server.spec.to_dict() if server.spec else None,
+                            enforce_eager=server.enforce_eager, dtype=server.dtype,
+                            max_model_len=server.max_model_len, kv_cache_gib=server.kv_cache_gib,
+                            startup_s=server.startup_s, thread_budget=ThreadBudget(**server.thread_budget),
+                            log=str(server.log_path))
+
+
+def _cell(preset: Preset, spec_cfg: SpecConfig, c: int, r: int, ids: Sequence[int],
+          batches: tuple[ServedBatch, ServedBatch], crosscheck) -> VllmCell:
+    """One cell from its (plain, speculative) batches, plain first in even rounds; `crosscheck`: False, or None / a
+    pair (also our own loop on the pair) to cross-check n-gram."""
+    plain, spec = arm_figures(batches[0]), arm_figures(batches[1])
+    speedup = _ratio(spec.tokens_per_s, plain.tokens_per_s)
+    prediction = predict(spec_cfg.k, plain, spec)
+    p = prediction.predicted_speedup
+    x = None
     if spec_cfg.method == "ngram" and crosscheck is not False:  # our lookup against vLLM's n-gram, same output
-        req = batches["spec"]["requests"][0]
+        req = batches[1].requests[0]
         lo, hi = spec_cfg.prompt_lookup_min, spec_cfg.prompt_lookup_max
-        x = compare_lookup(ids, list(req.token_ids), spec_cfg.k, lo, hi, req.spec, stop_ids=EOS_IDS)
+        x = compare_lookup(ids, list(req.token_ids), spec_cfg.k, lo, hi, req.spec_metrics, stop_ids=EOS_IDS)
         if crosscheck is not None:
             loop = run_our_loop(crosscheck, ids, spec_cfg.k, lo, hi, req.completion_tokens)
-            x["our_loop"] = {**{k: v for k, v in loop.items() if k != "output"},
-                             "same_output_as_vllm": loop["output"] == list(req.token_ids)}
-        cell["crosscheck"] = x
-    return cell
+            x = replace(x, our_loop=loop.beside(req.token_ids))
+    return VllmCell(preset=preset.name, kind=preset.kind, method=spec_cfg.method, k=spec_cfg.k,
+                    spec_config=spec_cfg.to_dict(), concurrency=c, round=r,
+                    first_arm="plain" if r % 2 == 0 else "spec", prompt_tokens=len(ids),
+                    plain=plain, spec=spec, outputs_equal=plain.token_ids == spec.token_ids, speedup=speedup,
+                    aggregate_speedup=_ratio(spec.aggregate_tokens_per_s, plain.aggregate_tokens_per_s),
+                    **asdict(prediction), miss=(speedup / p - 1) if p and speedup else None, crosscheck=x)
 
 
-def _budget(server: VllmServer) -> str:
-    b = server.thread_budget
-    return (f"worker cores {b['worker_cores']}, front end {b['reserved_cpus']}, torch threads {b['torch_threads']} "
-            f"(VLLM_CPU_OMP_THREADS_BIND={b['omp_bind']})")
-
-
-def _environment(plan: SweepPlan) -> dict:
-    vllm = "the running servers' (external)" if plan.external else installed_versions(plan.server_options.get("venv"))
-    return {"playground": __version__, "vllm": vllm, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
-            "loadavg_at_start": _loadavg()}
+def _environment(plan: SweepPlan) -> VllmEnvironment:
+    vllm = "the running servers' (external)" if plan.external else installed_versions(plan.venv)
+    return VllmEnvironment(playground=__version__, vllm=vllm, cpu=cpu_name(), cpu_count=os.cpu_count(),
+                           loadavg_at_start=_loadavg())
 
 
 def _loadavg() -> list[float] | None:

@@ -111,12 +111,12 @@ def calibrate_all(pair, turns, drafters, max_ngram: int, how: str, progress, sam
 def cmd_report(args: argparse.Namespace) -> int:
     """`report FILE...`: a replay result's tables (replay_table), a vLLM sweep's (as `vllm-report` prints them),
     any other result as playground.lab.report prints it."""
-    from ..backends.vllm_report import report_text  # light (json and statistics); imported where it is used
+    from ..backends.vllm_report import load_sweep, report_text  # light (no torch); imported where it is used
 
     for i, path in enumerate(args.files):
         doc = read_document(path)
         kind = doc.get("experiment")
         text = (replay_table(from_document(doc, str(path))) if kind == ReplayResult.experiment
-                else report_text(doc) if kind == "vllm-sweep" else report(path))
+                else report_text(load_sweep(path)) if kind == "vllm-sweep" else report(path))
         print(("\n" if i else "") + text)
     return 0

@@ -166,11 +166,11 @@ def _sweep(args: argparse.Namespace) -> int:
 
         our_pair = load_pair(str(plan.model), None, device="cpu", dtype="float32", progress=None)
     result = run_sweep(plan, progress=_progress(), log=lambda m: print(m, file=sys.stderr), our_pair=our_pair)
-    result["command"] = "python -m playground " + shlex.join(args.argv)
+    result.command = "python -m playground " + shlex.join(args.argv)
     text = report_text(result)
     print(text)
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
+        result.save(args.out)
         print(f"wrote {args.out}", file=sys.stderr)
     if args.markdown:
         Path(args.markdown).write_text(text)

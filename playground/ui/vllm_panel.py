@@ -34,14 +34,14 @@ from .vllm_view import (
     SWEEP_COLUMNS,
     StepRenderer,
     VllmSettings,
-    counters_html,
     header_markdown,
     histogram_figure,
-    legend_html,
     metrics_markdown,
     request_html,
     server_info,
     sweep_row,
+    vllm_counters_html,
+    vllm_legend_html,
 )
 from .wiring import _guarded, _skip
 
@@ -53,6 +53,17 @@ SWEEP_NOTE = ("The same prompt sent 1, 2 and 4 times at once to **this server on
               "(docs/vllm.md).")
 THROTTLE_S = 0.1  # at most ten token-view updates a second while streaming
 QUIET = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
+
+
+@dataclass(frozen=True)
+class VllmInputs:
+    """What the tab's inputs ask for: a preset, or a typed prompt (as one user turn when `chat`), and the max new
+    tokens (as the number box gives it: checked by `request_ids`)."""
+
+    prompt: str = ""
+    preset: str = ""
+    chat: bool = True
+    max_new_tokens: int | float | None = None
 
 
 @dataclass
@@ -73,34 +84,34 @@ def _whole(value, label: str) -> int:
     return value
 
 
-def request_ids(client, values: dict, limits: Limits) -> tuple[list[int], int, str]:
+def request_ids(client, values: VllmInputs, limits: Limits) -> tuple[list[int], int, str]:
     """The prompt as the server's tokenizer makes it (a preset's chat through the server's template), the max
     new tokens, and what was sent, in words."""
-    max_new = limits.check_max_new_tokens(_whole(values.get("max_new_tokens"), "max new tokens"))
-    name = values.get("preset") or ""
+    max_new = limits.check_max_new_tokens(_whole(values.max_new_tokens, "max new tokens"))
+    name = values.preset or ""
     if name:
         preset = get_preset(name)
         ids, what = prompt_ids(client, preset), f"preset {preset.name}"
     else:
-        text = values.get("prompt") or ""
+        text = values.prompt or ""
         if not text.strip():
             raise PlaygroundError("type a prompt, or pick a preset")
         limits.check_prompt_chars(len(text))
-        chat = bool(values.get("chat"))
+        chat = bool(values.chat)
         ids = client.tokenize(messages=[{"role": "user", "content": text}]) if chat else client.tokenize(text)
         what = "your prompt" + (" as one user turn" if chat else "")
     limits.check_prompt_tokens(len(ids))
     return ids, max_new, what
 
 
-def run_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[VllmRunView]:
+def run_views(settings: VllmSettings, values: VllmInputs, limits: Limits) -> Iterator[VllmRunView]:
     """Stream one greedy request: live views (provisional roles), then the final view with the histogram."""
     client = settings.client()
     model = client.check(settings.model)
     ids, max_new, what = request_ids(client, values, limits)
     k = settings.spec.k if settings.spec else server_info(settings).k
     yield VllmRunView(f"Running: {what} ({len(ids)} prompt tokens) on `{model}` \u2026", EMPTY_TOKENS,
-                  counters_html([], max_new, k))
+                  vllm_counters_html([], max_new, k))
     live = StepRenderer(lambda t: client.detokenize(t, model=model))
     steps: list[ServedStep] = []
     shown = 0.0
@@ -116,7 +127,8 @@ def run_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[
             live.add(record)
             if records.empty() and time.perf_counter() - shown >= THROTTLE_S:
                 shown = time.perf_counter()
-                yield VllmRunView(f"Running: {len(steps)} steps \u2026", live.html(), counters_html(steps, max_new, k))
+                yield VllmRunView(f"Running: {len(steps)} steps \u2026", live.html(),
+                                  vllm_counters_html(steps, max_new, k))
     finally:
         stop.set()  # Stop (the generator closed): the reader closes the stream at its next chunk
     req = record
@@ -124,7 +136,7 @@ def run_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[
     status = (f"Done: {req.completion_tokens} tokens in {len(req.steps)} engine steps"
               + (f", \u03b1 {req.alpha:.2f}, mean acceptance length {mal:.2f}" if mal else ", no verify steps")
               + (f", {req.tokens_per_s:.1f} tokens/s" if req.tokens_per_s else "") + f" \u00b7 {req.schedule}")
-    yield VllmRunView(status, request_html(req, live.detok), counters_html(req.steps, max_new, k, req),
+    yield VllmRunView(status, request_html(req, live.detok), vllm_counters_html(req.steps, max_new, k, req),
                   histogram_figure(req), metrics_markdown(req), jsonable(req.to_dict()))
 
 
@@ -146,7 +158,7 @@ def _pump(stream, records: queue.Queue, stop: threading.Event) -> None:
         records.put(PlaygroundError("the vLLM stream ended without its final record"))
 
 
-def sweep_views(settings: VllmSettings, values: dict, limits: Limits) -> Iterator[tuple[str, list]]:
+def sweep_views(settings: VllmSettings, values: VllmInputs, limits: Limits) -> Iterator[tuple[str, list]]:
     """(status, table rows) after each concurrency of 1, 2, 4 identical greedy requests at once."""
     client = settings.client()
     client.check(settings.model)
@@ -204,11 +216,11 @@ def vllm_tab(ui, settings: VllmSettings, preset_list, limits: Limits) -> None:
                 ui.vllm_stop_btn = gr.Button("Stop", variant="stop", elem_id="vllm-stop-btn", min_width=70)
     ui.vllm_preset_note = gr.Markdown("", elem_id="vllm-preset-note")
     ui.vllm_status = gr.Markdown("Ready: press **Run on vLLM**.", elem_id="vllm-status")
-    gr.HTML(legend_html(), elem_id="vllm-legend")
+    gr.HTML(vllm_legend_html(), elem_id="vllm-legend")
     ui.vllm_tokens = gr.HTML(EMPTY_TOKENS, elem_id="vllm-tokens", padding=False, js_on_load=TOKEN_DETAILS,
                              html_template='<div class="token-box">${value}</div>'
                                            '<div class="tok-detail" aria-live="polite"></div>')
-    ui.vllm_counters = gr.HTML(counters_html([], 0, None), elem_id="vllm-counters")
+    ui.vllm_counters = gr.HTML(vllm_counters_html([], 0, None), elem_id="vllm-counters")
     ui.vllm_hist = gr.Plot(histogram_figure(None), show_label=False, elem_id="vllm-hist")
     with gr.Accordion("vLLM's metrics for this request", open=False):
         ui.vllm_metrics = gr.Markdown("", elem_id="vllm-metrics")
@@ -237,14 +249,14 @@ def wire_vllm(ui, settings: VllmSettings, limits: Limits) -> None:
     def vllm_run(prompt: str, preset: str, chat: bool, max_new_tokens: int):
         """Stream one greedy request from the operator's vLLM server: the coloured steps, counters, and at the end
         the acceptance histogram, vLLM's metrics and the request record."""
-        values = {"prompt": prompt, "preset": preset, "chat": chat, "max_new_tokens": max_new_tokens}
+        values = VllmInputs(prompt, preset, chat, max_new_tokens)
         yield from _guarded(run_views(settings, values, limits),
                             lambda v: (v.status, v.tokens, v.counters, _skip(v.figure), _skip(v.metrics),
                                        _skip(v.doc)), 6)
 
     def vllm_concurrency(prompt: str, preset: str, chat: bool, max_new_tokens: int):
         """The same prompt at concurrency 1, 2, 4 on the server: aggregate tokens/s and mean acceptance length."""
-        values = {"prompt": prompt, "preset": preset, "chat": chat, "max_new_tokens": max_new_tokens}
+        values = VllmInputs(prompt, preset, chat, max_new_tokens)
         yield from _guarded(sweep_views(settings, values, limits), lambda v: (v[0], v[1] or gr.skip()), 2)
 
     inputs = [ui.vllm_prompt, ui.vllm_preset, ui.vllm_chat, ui.vllm_max_new]
@@ -258,5 +270,5 @@ def wire_vllm(ui, settings: VllmSettings, limits: Limits) -> None:
     ui.vllm_stop_btn.click(None, None, None, cancels=[run_ev, sweep_ev], queue=False)
 
 
-__all__ = ["HIST_TITLE", "VllmSettings", "info_markdown", "preset_fill", "run_views", "sweep_views", "vllm_tab",
-           "wire_vllm"]
+__all__ = ["HIST_TITLE", "VllmInputs", "VllmSettings", "info_markdown", "preset_fill", "run_views", "sweep_views",
+           "vllm_tab", "wire_vllm"]

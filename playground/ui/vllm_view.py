@@ -24,6 +24,7 @@ from ..backends import ServedRequest, ServedStep, SpecConfig, VllmClient, parse_
 from ..backends.vllm_steps import NOT_AVAILABLE, TARGET
 from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN
 from ..envinfo import redact
+from ..results.vllm import ArmFigures
 from . import charts
 from .render import ROLE_CLASS, ROLE_HELP, ROLE_LABEL, escape_piece
 
@@ -77,8 +78,8 @@ def server_info(settings: VllmSettings) -> ServerInfo:
     client.check(settings.model)
     models = tuple(client.models())
     counters = client.spec_counters()
-    k = settings.spec.k if settings.spec else (len(counters.get("accepted_per_pos") or {}) or None)
-    return ServerInfo(models, bool(counters), k)
+    k = settings.spec.k if settings.spec else ((len(counters.accepted_per_pos) if counters else 0) or None)
+    return ServerInfo(models, counters is not None, k)
 
 
 def header_markdown(settings: VllmSettings, info: ServerInfo | None = None, error: str | None = None) -> str:
@@ -201,7 +202,7 @@ def request_html(req: ServedRequest, detok: Callable | None = None) -> str:
     return r.html()
 
 
-def legend_html() -> str:
+def vllm_legend_html() -> str:
     chips = "".join(f'<span class="tok {ROLE_CLASS[r]}" title="{html.escape(ROLE_HELP[r], quote=True)}">'
                     f"{html.escape(ROLE_LABEL[r])}</span>" for r in (ACCEPTED, CORRECTION, BONUS, PLAIN))
     return (f'<div class="legend">{chips}<span class="legend-note"><span class="it even">engine</span>'
@@ -223,7 +224,8 @@ def live_alpha(steps: Sequence[ServedStep], k: int | None) -> float | None:
     return accepted / (accepted + rejected) if accepted + rejected else None
 
 
-def counters_html(steps: Sequence[ServedStep], max_new: int, k: int | None, req: ServedRequest | None = None) -> str:
+def vllm_counters_html(steps: Sequence[ServedStep], max_new: int, k: int | None,
+                       req: ServedRequest | None = None) -> str:
     tokens = sum(len(s.emitted) for s in steps)
     if req is not None:
         alpha, alpha_tip = req.alpha, "accepted / (accepted + rejected) drafts, from vLLM's per-step metrics"
@@ -261,7 +263,7 @@ def _num(x, digits: int) -> str:
 
 def histogram(req: ServedRequest) -> list[int]:
     """Verify steps by accepted drafts (index = accepted): vLLM's own, else rebuilt from the steps."""
-    sent = (req.spec or {}).get("acceptance_histogram")
+    sent = req.spec_metrics.acceptance_histogram if req.spec_metrics else None
     if sent:
         return [int(n) for n in sent]
     h = req.acceptance_histogram
@@ -275,7 +277,7 @@ def histogram_figure(req: ServedRequest | None):
         return charts.empty_figure(HIST_TITLE, why)
     x = list(range(len(hist)))
     total = sum(hist)
-    data = [{"type": "bar", "x": x, "y": hist, "marker": {"color": charts.COLOURS["accepted"]},
+    data = [{"type": "bar", "x": x, "y": hist, "marker": {"color": charts.COLOURS[ACCEPTED]},
              "text": [f"{n}" if n else "" for n in hist], "textposition": "outside", "cliponaxis": False,
              "textfont": {"size": 9}, "customdata": [n / total for n in hist],
              "hovertemplate": "%{x} drafts accepted<br>%{y} verify steps (%{customdata:.0%})<extra></extra>"}]
@@ -305,10 +307,10 @@ def _cell(v) -> str:
     return "\u2013" if v is None else str(v).replace("|", "\\|")
 
 
-def sweep_row(concurrency: int, figures: dict) -> list:
+def sweep_row(concurrency: int, figures: ArmFigures) -> list:
     """One row of the concurrency table, from vllm_sweep.arm_figures."""
-    mal = figures.get("mean_acceptance_length")
-    rate = figures.get("tokens_per_s")
-    return [concurrency, len(figures["completion_tokens"]), round(figures["aggregate_tokens_per_s"], 1),
+    mal = figures.mean_acceptance_length
+    rate = figures.tokens_per_s
+    return [concurrency, len(figures.completion_tokens), round(figures.aggregate_tokens_per_s, 1),
             None if rate is None else round(rate, 1), None if mal is None else round(mal, 2),
-            round(figures["wall_s"], 2), figures["merged_chunks"]]
+            round(figures.wall_s, 2), figures.merged_chunks]
