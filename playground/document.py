@@ -19,6 +19,7 @@ from .core.sampling import SamplingConfig
 from .envinfo import redact
 from .inputs.presets import OutputCheck
 from .lab.calibration import Timing
+from .results.environment import Environment
 
 KIND = "speculative-playground run"
 
@@ -68,7 +69,7 @@ class RunOutcome:
     the seconds between the two, and the calibration behind the prediction."""
 
     records: Sequence[Record]
-    environment: dict
+    environment: Environment | dict
     text: str
     summary: RunSummary | None = None
     setup: str | None = None

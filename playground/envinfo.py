@@ -8,6 +8,7 @@ messages, logs, exported JSON).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import sys
@@ -16,6 +17,7 @@ import torch
 import transformers
 
 from . import __version__
+from .results.environment import Environment, PairRecord
 
 SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL")
 # Variables that change what a measurement means (threads, devices, the playground's own settings).
@@ -75,7 +77,7 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def environment(pair=None) -> dict:
+def environment(pair=None) -> Environment:
     env = {
         "playground": __version__,
         "python": sys.version.split()[0],
@@ -89,15 +91,13 @@ def environment(pair=None) -> dict:
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "variables": recorded_variables(),
     }
-    if pair is not None:
-        env["pair"] = pair.describe()
-    return redact(env)
+    pair_record = redact(dataclasses.asdict(pair.describe())) if pair is not None else None
+    return Environment(**redact(env), pair=PairRecord(**pair_record) if pair_record is not None else None)
 
 
 def describe_setup(pair) -> str:
     """One line that goes with every printed figure: threads, dtype and device."""
     d = pair.describe()
     where = torch.cuda.get_device_name(pair.device) if pair.device.type == "cuda" else cpu_name()
-    kernels = (d.get("kernels") or {}).get("target", {}).get("kernels")
-    named = {"onednn": ", oneDNN kernels", "blas": ", BLAS kernels"}.get(kernels, "")
-    return f"{d['device']} ({where}), {d['dtype']}, {torch.get_num_threads()} torch threads{named}"
+    named = {"onednn": ", oneDNN kernels", "blas": ", BLAS kernels"}.get(d.target_kernels(), "")
+    return f"{d.device} ({where}), {d.dtype}, {torch.get_num_threads()} torch threads{named}"

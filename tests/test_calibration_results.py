@@ -3,6 +3,7 @@ loads back equal, and a file saved before results were typed (today's keys) stil
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from playground.results.calibration import (
     TimingResult,
     TimingSamples,
 )
+from playground.results.environment import Environment
 from playground.results.quality import (
     AcceptanceResult,
     DistributionContext,
@@ -54,7 +56,7 @@ def test_a_timing_result_saves_todays_keys_and_loads_back_equal(tmp_path):
                         rows=[BatchRow(batch=b, step_s=0.01 * b, step_per_sequence_s=0.01, v={1: 1.0, 2: 1.1, 3: 1.2},
                                        free_up_to_k=2, spread={1: Spread.of([0.01, 0.011])}) for b in (1, 4)],
                         predictions=BatchPredictions(alpha=0.8, c=t.c, by_batch={1: {1: 1.2, 2: 1.3}, 4: {1: 1.1}}))
-    result = t.record(TimingResult, environment={"cpu": "x"}, memory={"target_bytes": 1}, batch=batch)
+    result = t.record(TimingResult, environment=Environment(cpu="x"), memory={"target_bytes": 1}, batch=batch)
     doc = saved(result, tmp_path / "t.json")
     assert doc["experiment"] == "timing" and doc["c"] == t.c and doc["v"]["1"] == t.v[1]
     assert doc["trust"]["headline"] == t.trust.headline() and doc["raw"]["pass_ratio"]["2"] == t.raw.pass_ratio[2]
@@ -89,7 +91,7 @@ def test_a_whatif_and_the_committed_quality_and_forwards_files_load():
 def distribution_doc() -> dict:
     """A distribution file as saved before results were typed."""
     rule = {"tests": 1, "below_0.01": 0, "below_0.05": 0, "min_p": 0.4}
-    return {"experiment": "distribution", "environment": {}, "sampling": "sample T=1", "draws": 200, "seeds": [0],
+    return {"experiment": "distribution", "environment": dataclasses.asdict(Environment(cpu="x")), "sampling": "sample T=1", "draws": 200, "seeds": [0],
             "min_tv": 0.3, "contexts": {"a": {"position": 0, "tv_distance_p_q": 0.4, "context_tokens": 3,
                                               "power": False}},
             "results": [{"prompt": "a", "seed": 0, "rule": r, "p_value": 0.4, "tv_distance_p_q": 0.4, "draws": 200}

@@ -427,10 +427,10 @@ def assert_clean(text: str):
 
 def test_environment_records_never_hold_a_secret(secret_env, word_pair):
     env = environment(word_pair)
-    assert "HF_TOKEN" not in env["variables"] and "MY_API_KEY" not in env["variables"]
-    assert env["variables"]["PLAYGROUND_TARGET_NOTE"] == "https://user:<redacted>@example.invalid/model"
-    assert env["pair"]["target"].startswith("https://user:<redacted>@")
-    assert_clean(json.dumps(env))
+    assert "HF_TOKEN" not in env.variables and "MY_API_KEY" not in env.variables
+    assert env.variables["PLAYGROUND_TARGET_NOTE"] == "https://user:<redacted>@example.invalid/model"
+    assert env.pair.target.startswith("https://user:<redacted>@")
+    assert_clean(json.dumps(env.to_dict()))
     assert "HF_TOKEN" not in recorded_variables()
     assert redact({"a": [f"x{SECRET}y", 3]}) == {"a": ["x<redacted>y", 3]}
 

@@ -145,7 +145,7 @@ def test_embedded_target_on_either_kernels_is_exact_and_says_which(embedded_both
     ids = encode_prompt(embedded_both["blas"].tokenizer, "Write a JSON object with the keys name and age.")
     logits = {}
     for name, pair in embedded_both.items():
-        assert pair.describe()["kernels"]["target"]["kernels"] == name
+        assert pair.describe().target_kernels() == name
         assert ("oneDNN kernels" if name == "onednn" else "BLAS kernels") in describe_setup(pair)
         with torch.inference_mode():
             logits[name] = pair.target(torch.tensor([ids])).logits[0, -1]

@@ -38,7 +38,7 @@ def test_load_local_pair_and_run(tmp_path):
                                             max_new_tokens=12) if isinstance(r, Iteration) for t in r.emitted]
     assert spec == plain
     desc = pair.describe()
-    assert desc["target"] == str(t) and desc["draft"] == str(d) and desc["dtype"] == "float32"
+    assert desc.target == str(t) and desc.draft == str(d) and desc.dtype == "float32"
     mem = pair.memory_report()
     assert mem["target_bytes"] > 0 and mem["draft_bytes"] > 0 and mem["process_rss_bytes"] > 0
 
@@ -140,7 +140,7 @@ SHAPES = {
 @pytest.mark.slow
 def test_embedded_pair_loads_from_the_cache(embedded):
     d = embedded.describe()
-    assert d["vocab_size"] == 49152 and d["dtype"] == "float32" and d["target_params"] > 100e6
+    assert d.vocab_size == 49152 and d.dtype == "float32" and d.target_params > 100e6
     assert embedded.eos_ids == {embedded.tokenizer.convert_tokens_to_ids("<|im_end|>")}
     assert (models.embedded_cache_dir() / "model.safetensors").is_file()
     assert json.loads((models.embedded_cache_dir() / "config.json").read_text()).get("quantization_config") is None

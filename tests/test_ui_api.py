@@ -105,7 +105,7 @@ def test_whatif_through_the_api_is_the_cost_models_and_refuses_bad_numbers(clien
 
     doc = client.predict(c=0.38, alpha=0.85, api_name="/whatif")  # no model runs
     assert round(doc["rows"][3]["speedup"], 2) == 1.47  # the seed's figure, through the what-if path
-    assert [r["speedup"] for r in doc["rows"]] == [r["speedup"] for r in whatif(0.38, alpha=0.85)["rows"]]
+    assert [r["speedup"] for r in doc["rows"]] == [r.speedup for r in whatif(0.38, alpha=0.85).rows]
     per_position = client.predict(c=0.3, positions="0.95, 0.9, 0.8", v="1:1.0,4:1.6", overhead=0.05,
                                   api_name="/whatif")
     assert per_position["alpha"] is None and per_position["positions"] == [0.95, 0.9, 0.8]

@@ -51,5 +51,5 @@ def cmd_info(args: argparse.Namespace) -> int:
     from .load import pair_from_args  # on use, as in cmd_pairs
 
     pair = pair_from_args(args)
-    print(json.dumps({"environment": environment(pair), "memory": pair.memory_report()}, indent=2))
+    print(json.dumps({"environment": environment(pair).to_dict(), "memory": pair.memory_report()}, indent=2))
     return 0

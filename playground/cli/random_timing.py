@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                            repeats=args.repeats, progress=_progress_bar())
     ratios = pair_ratios(target, draft) if draft else None
     env = environment()
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else env.get("cpu")
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else env.cpu
     chosen = {k.kernels for k in kernels.values()}
     named = f", {'/'.join(sorted(chosen))} kernels" if chosen else ""
     dtype_name = str(dtype).replace("torch.", "")

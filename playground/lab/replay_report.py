@@ -19,15 +19,14 @@ def _table(head, rows) -> str:
 
 def header(result: ReplayResult) -> str:
     """The line that goes with every figure: the pair, the CPU and the thread budget, the decoding and the mode."""
-    env = result.environment  # playground.envinfo's document
-    pair = env.get("pair") or {}
+    env, pair = result.environment, result.environment.pair
     turns = result.turns
     exact = sum(1 for t in turns if t.exact)
-    where = env.get("gpu") or env.get("cpu")
-    cores = f"{env['cpu_count']} cores" if env.get("cpu_count") else None
-    threads = f"{env['torch_threads']} torch threads (llama.cpp gets the same)" if env.get("torch_threads") else None
+    cores = f"{env.cpu_count} cores" if env.cpu_count else None
+    threads = f"{env.torch_threads} torch threads (llama.cpp gets the same)" if env.torch_threads else None
     stop = result.min_confidence
-    bits = [pair.get("target"), where, cores, threads, pair.get("device"), pair.get("dtype"), result.sampling,
+    bits = [pair and pair.target, env.gpu or env.cpu, cores, threads, pair and pair.device, pair and pair.dtype,
+            result.sampling,
             f"{result.feeding} feeding", f"draft confidence stop {stop:g}" if stop is not None else None,
             f"{len(turns)} turns ({exact} exact, {len(turns) - exact} estimates)",
             f"{len(result.errors)} errors" if result.errors else None]

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pydantic import TypeAdapter
 
 from ..core.records import describe_choices
 from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, TimeSplit, median_shares, percent, within_limits
 from ..errors import PlaygroundError
-from ..results import KINDS, Result, from_document, read_document
+from ..results import Result, from_document, read_document
 from ..results.calibration import TimingRecord, TimingResult
+from ..results.environment import Environment
 from ..results.quality import AcceptanceResult, DistributionResult, DivergenceResult
 from ..results.speed import PeersResult, SpeedResult, SpeedRun, SweepResult
 from .batch import batch_table
@@ -35,17 +35,14 @@ from .misses import (
 from .schedules import schedules_lines
 
 
-def _setup_line(doc: Result | dict) -> str:
-    if isinstance(doc, Result):  # every result records its environment; not every kind names a drafter
-        env, drafter = getattr(doc, "environment", None) or {}, getattr(doc, "drafter", None)
-    else:
-        env, drafter = doc.get("environment", {}), doc.get("drafter")
-    pair = env.get("pair") or {}
-    bits = [pair.get("target"), f"drafter: {drafter}" if drafter else None,
-            env.get("gpu") or env.get("cpu"), pair.get("device"), pair.get("dtype"),
-            f"{env.get('torch_threads')} torch threads" if env.get("torch_threads") else None,
-            f"torch {env.get('torch')}" if env.get("torch") else None,
-            f"llama-cpp-python {env['llama_cpp']}" if env.get("llama_cpp") else None]
+def _setup_line(doc: Result) -> str:
+    """Every result records its environment; not every kind names a drafter."""
+    env, drafter = getattr(doc, "environment", None) or Environment(), getattr(doc, "drafter", None)
+    pair = env.pair
+    bits = [pair and pair.target, f"drafter: {drafter}" if drafter else None, env.gpu or env.cpu,
+            pair and pair.device, pair and pair.dtype,
+            f"{env.torch_threads} torch threads" if env.torch_threads else None,
+            f"torch {env.torch}" if env.torch else None]
     return ", ".join(str(b) for b in bits if b)
 
 
@@ -69,7 +66,7 @@ def speed_markdown(doc: SpeedResult, kinds: dict[str, str] | None = None) -> str
     result has it: `speed_caption`); then best fixed k, adaptive and heuristic beside it, end to end at the best k,
     and alpha."""
     if not isinstance(doc, SpeedResult):
-        raise PlaygroundError(f"a speed or sweep result is needed, this is {_experiment(doc)!r}")
+        raise PlaygroundError(f"a speed or sweep result is needed, this is {getattr(doc, 'experiment', None)!r}")
     fixed = [k for k in doc.ks if isinstance(k, int)]
     schedules = [k for k in doc.ks if not isinstance(k, int)]
     by, prompts = result_cells(doc)
@@ -307,14 +304,10 @@ TABLES = {"forwards": forwards_text, "timing": timing_table, "acceptance": accep
           "distribution": distribution_table, "peers": peers_table}
 
 
-def _experiment(doc: Result | dict) -> str | None:
-    return doc.experiment if isinstance(doc, Result) else doc.get("experiment")
-
-
-def experiment_text(doc: Result | dict[str, Any], setup: str | None = None, kinds: dict[str, str] | None = None) -> str:
+def experiment_text(doc: Result, setup: str | None = None, kinds: dict[str, str] | None = None) -> str:
     """The text a lab command prints for its result. `setup`: the line that goes with every figure
     (default: the one the result's environment records); `kinds`: prompt name -> preset kind (speed)."""
-    experiment = _experiment(doc)
+    experiment = doc.experiment
     setup = setup or _setup_line(doc)
     if isinstance(doc, SpeedResult):
         return speed_table(doc, setup, kinds)
@@ -326,12 +319,10 @@ def experiment_text(doc: Result | dict[str, Any], setup: str | None = None, kind
 def report(path: str | Path) -> str:
     """A saved result as Markdown. speed / sweep: the prompt x k table and how far the prediction missed;
     timing: its step costs in one line; every other experiment: the table its command printed."""
-    document = read_document(path)
-    # A kind this playground has typed loads as its dataclass; the others' tables still read the document.
-    doc = from_document(document, str(path)) if document["experiment"] in KINDS else document
+    doc = from_document(read_document(path), str(path))
     if isinstance(doc, SpeedResult):
         return _speed_report(doc)
-    if _experiment(doc) != "timing":
+    if doc.experiment != "timing":
         return experiment_text(doc)
     return "\n".join([f"timing \u2014 {_setup_line(doc)}", timing_line(doc)])
 

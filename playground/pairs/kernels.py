@@ -9,7 +9,7 @@ v(n) was not monotone. oneDNN's inner product on the same weights: 26 ms a one-t
 tokens. The logits differ by about 1e-4 (another summation order), as they do between batch shapes anyway.
 
 Plain and speculative runs use the same kernels (they share the model), so every ratio stays like for like; the
-choice and the probe's timings travel with every result (`ModelPair.describe()["kernels"]`).
+choice and the probe's timings travel with every result (`ModelPair.describe().kernels`).
 """
 
 from __future__ import annotations

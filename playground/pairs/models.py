@@ -16,6 +16,7 @@ import psutil
 import torch
 
 from ..errors import PlaygroundError
+from ..results.environment import PairRecord
 from .kernels import onednn_weights
 
 EMBEDDED = "embedded"
@@ -67,18 +68,12 @@ class ModelPair:
         if not self.eos_ids:
             self.eos_ids = frozenset(_eos_ids(self.target, self.tokenizer))
 
-    def describe(self) -> dict:
-        return {
-            "target": self.target_name,
-            "draft": self.draft_name,
-            "device": str(self.device),
-            "dtype": str(self.dtype).replace("torch.", ""),
-            "vocab_size": self.vocab_size,
-            "max_context": self.max_context,
-            "target_params": _param_count(self.target),
-            "draft_params": _param_count(self.draft) if self.draft is not None else None,
-            "kernels": dict(self.kernels),
-        }
+    def describe(self) -> PairRecord:
+        return PairRecord(target=self.target_name, draft=self.draft_name, device=str(self.device),
+                          dtype=str(self.dtype).replace("torch.", ""), vocab_size=self.vocab_size,
+                          max_context=self.max_context, target_params=_param_count(self.target),
+                          draft_params=_param_count(self.draft) if self.draft is not None else None,
+                          kernels=dict(self.kernels))
 
     def memory_report(self) -> dict:
         return memory_report(self)

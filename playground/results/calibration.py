@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import Result, result_kind
+from .environment import Environment
 from .trust import Verdict
 
 
@@ -111,7 +112,7 @@ class BatchPredictions:
 @dataclass(kw_only=True)
 class BatchResult(Result):
     experiment = "batch"
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment = field(default_factory=Environment)
     context_tokens: int
     batches: list[int]
     n_max: int
@@ -129,7 +130,7 @@ class TimingResult(TimingRecord, Result):
     timing beside it."""
 
     experiment = "timing"
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment = field(default_factory=Environment)
     memory: dict[str, Any] = field(default_factory=dict)
     batch: BatchResult | None = None
     drafter: str | None = None
@@ -245,7 +246,7 @@ class ForwardsResult(Result):
     draft: str | None = None
     device: str | None = None
     dtype: str | None = None
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment = field(default_factory=Environment)
     kernels: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> pairs.kernels.KernelChoice's dict
     shape: PairShape | None = None
     command: str | None = None

@@ -9,11 +9,12 @@ docs/results/acceptance-*.json among them).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import ConfigDict, Field, TypeAdapter
 
 from .base import Result, result_kind
+from .environment import Environment
 
 # --- acceptance -------------------------------------------------------------------------------------------
 
@@ -48,7 +49,7 @@ class AcceptanceResult(Result):
     """`acceptance`: every prompt at every k, and the same pooled by kind (from the pooled iteration records)."""
 
     experiment = "acceptance"
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment = field(default_factory=Environment)
     ks: list[int]
     sampling: str = "greedy"
     rows: list[AcceptanceRow]
@@ -84,7 +85,7 @@ class DivergenceCase:
 @dataclass(kw_only=True)
 class DivergenceResult(Result):
     experiment = "divergence"
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment = field(default_factory=Environment)
     runs: int
     diverged: int
     cases: list[DivergenceCase]
@@ -152,7 +153,7 @@ class DistributionSummary:
 @dataclass(kw_only=True)
 class DistributionResult(Result):
     experiment = "distribution"
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment = field(default_factory=Environment)
     sampling: str
     draws: int
     seeds: list[int]

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from ..core.records import Iteration
 from .base import Result, result_kind
+from .environment import Environment
 
 OMITTED = Field(exclude_if=lambda v: v is None)
 """A field's key is written only where it has a value (records "none", a greedy turn that is exact...)."""
@@ -237,7 +238,7 @@ class ReplayResult(Result):
     documents); calibration: "once" or "bucket" from the command line, the tab's `CalibrationUse`."""
 
     experiment: ClassVar[str] = "replay"
-    environment: dict[str, Any]
+    environment: Environment
     sampling: str
     feeding: str
     ks: list[int]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import Result, result_kind
+from .environment import Environment
 from .trust import MachineLoad, Verdict
 
 IterationRow = list[int | float | str | None]
@@ -165,7 +166,7 @@ class SpeedResult(Result):
     machine: MachineLoad | None = None
     recommended_k: int | str | None = None  # None: withheld (a failed verdict), or no verdict at all
     withheld: str | None = None
-    environment: dict[str, Any] = field(default_factory=dict)  # envinfo.environment's record
+    environment: Environment = field(default_factory=Environment)
     ks: list[int | str]
     rounds: int
     max_new_tokens: int | dict[str, int]  # one limit, or each prompt's own
@@ -241,7 +242,7 @@ class PeersResult(Result):
     experiment = "peers"
     trust: Verdict | None = None
     machine: MachineLoad | None = None
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment = field(default_factory=Environment)
     k: int
     rounds: int
     ours_vs_hf_assisted: Spread | None = None  # both drafting all k
