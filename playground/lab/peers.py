@@ -17,7 +17,8 @@ from ..drafters.proposers import DraftModelProposer, PromptLookupProposer
 from ..drafters.registry import make_proposer
 from ..envinfo import environment
 from ..pairs.models import EMBEDDED_NAME, ModelPair
-from ..results.speed import PeersResult, PeersRow, PeersRun, Spread
+from ..results.calibration import Spread
+from ..results.speed import PeersResult, PeersRow, PeersRun
 from ..results.trust import Verdict
 from .common import Progress, rotated, tick
 from .trust import MachineMonitor, check_drift, check_rounds, check_spread

@@ -9,12 +9,11 @@ fixed k, the choices of a schedule, a sweep's break-even alpha)."""
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .base import Result, result_kind
+from .calibration import Spread
 from .environment import Environment
 from .trust import MachineLoad, Verdict
 
@@ -220,17 +219,6 @@ class PeersRow:
     outputs_equal: int
     n: int
 
-
-@dataclass(kw_only=True)
-class Spread:
-    median: float
-    min: float
-    max: float
-    n: int
-
-    @classmethod
-    def of(cls, xs: Sequence[float]) -> Spread:
-        return cls(median=statistics.median(xs), min=min(xs), max=max(xs), n=len(xs))
 
 
 @result_kind
