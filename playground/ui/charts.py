@@ -27,16 +27,23 @@ from ..results.calibration import WhatifResult
 from ..results.speed import SweepResult
 from .sweep_words import PREDICTIONS, recommendation
 
-COLOURS = {
-    "draft": "#6366f1",  # indigo
-    "verify": "#f59e0b",  # amber
-    "rollback": "#ef4444",  # red
-    "accepted": "#16a34a",
-    "measured": "#0f766e",
-    "iid": "#6366f1",
-    "empirical": "#db2777",
-    "local": "#ca8a04",  # the per-position prediction at the loop's costs (lab.fit.predict_from_neighbours)
-}
+
+@dataclass(frozen=True)
+class Palette:
+    """The charts' colours, one per thing drawn (the time split's buckets, accepted tokens, the measured line and
+    the predictions)."""
+
+    draft: str = "#6366f1"  # indigo
+    verify: str = "#f59e0b"  # amber
+    rollback: str = "#ef4444"  # red
+    accepted: str = "#16a34a"
+    measured: str = "#0f766e"
+    iid: str = "#6366f1"
+    empirical: str = "#db2777"
+    local: str = "#ca8a04"  # the per-position prediction at the loop's costs (lab.fit.predict_from_neighbours)
+
+
+COLOURS = Palette()
 HEIGHT = 260
 EMPTY_HEIGHT = 110
 LABEL_PX = 15  # the height of a margin label: two labels closer than this are pushed apart
@@ -135,8 +142,8 @@ def time_split_figure(iterations: Sequence[Iteration]) -> go.Figure:
     data = [
         {"type": "bar", "x": x, "y": [1000 * getattr(it, attr) for it in shown], "name": name,
          "marker": {"color": colour}, "hovertemplate": f"iteration %{{x}}<br>{name} %{{y:.1f}} ms<extra></extra>"}
-        for name, attr, colour in (("draft", "draft_s", COLOURS["draft"]), ("verify", "verify_s", COLOURS["verify"]),
-                                   ("rollback", "rollback_s", COLOURS["rollback"]))
+        for name, attr, colour in (("draft", "draft_s", COLOURS.draft), ("verify", "verify_s", COLOURS.verify),
+                                   ("rollback", "rollback_s", COLOURS.rollback))
     ]
     if len(shown) < len(iterations):
         title += f" \u2014 last {len(shown)} of {len(iterations)}"
@@ -153,7 +160,7 @@ def acceptance_by_position_figure(summary: RunSummary | None) -> go.Figure:
     reached = list(summary.per_position_reached)
     x = list(range(1, len(rates) + 1))
     data = [{"type": "bar", "x": x, "y": list(rates), "name": "P(accept | reached)",  # None: never reached, no bar
-             "marker": {"color": COLOURS["accepted"]}, "customdata": reached,
+             "marker": {"color": COLOURS.accepted}, "customdata": reached,
              "text": [f"n={n}" if n else "not reached" for n in reached], "textposition": "outside",
              "textfont": {"size": 9},
              "cliponaxis": False,
@@ -185,7 +192,7 @@ def alpha_figure(iterations: Sequence[Iteration]) -> go.Figure:
          "marker": {"size": 5, "color": "#9ca3af"},
          "hovertemplate": "iteration %{x}<br>accepted / evaluated %{y:.2f}<extra></extra>"},
         {"type": "scatter", "x": x, "y": running, "mode": "lines", "name": "running \u03b1",
-         "line": {"color": COLOURS["accepted"], "width": 2.5},
+         "line": {"color": COLOURS.accepted, "width": 2.5},
          "hovertemplate": "iteration %{x}<br>running \u03b1 %{y:.3f}<extra></extra>"},
     ]
     return _figure(data, title, Axes("iteration", "\u03b1", _integer_ticks(x), {"range": [-0.05, 1.05]}))
@@ -218,17 +225,17 @@ def sweep_figure(result: SweepResult | None, batch: dict[int, dict[int, float]] 
     ks = [r.k for r in rows]
     data = [{
         "type": "scatter", "x": ks, "y": [r.median_ratio for r in rows], "mode": "lines+markers",
-        "name": "measured (median)", "line": {"color": COLOURS["measured"], "width": 2.5}, "marker": {"size": 8},
+        "name": "measured (median)", "line": {"color": COLOURS.measured, "width": 2.5}, "marker": {"size": 8},
         "error_y": {"type": "data", "symmetric": False, "array": [r.max_ratio - r.median_ratio for r in rows],
                     "arrayminus": [r.median_ratio - r.min_ratio for r in rows], "thickness": 1.2, "width": 4,
-                    "color": COLOURS["measured"]},
+                    "color": COLOURS.measured},
         "hovertemplate": "k=%{x}<br>measured %{y:.2f}\u00d7<extra></extra>",
     }]
     # The predictions are often within a few percent of each other: drawn a little apart, in different
     # dashes and markers, so each stays visible (the hover text gives the k each point belongs to).
-    for curve, colour, dash, symbol, dx in (("iid \u03b1", COLOURS["iid"], "dot", "circle-open", -0.12),
-                                             ("per position", COLOURS["empirical"], "dash", "diamond", 0.12),
-                                             ("loop costs", COLOURS["local"], "longdash", "square-open", 0.24)):
+    for curve, colour, dash, symbol, dx in (("iid \u03b1", COLOURS.iid, "dot", "circle-open", -0.12),
+                                             ("per position", COLOURS.empirical, "dash", "diamond", 0.12),
+                                             ("loop costs", COLOURS.local, "longdash", "square-open", 0.24)):
         name, predicted = f"predicted ({curve})", PREDICTIONS[curve]
         pts = [(r.k, predicted(r)) for r in rows if predicted(r) is not None]
         if pts:
@@ -266,9 +273,9 @@ def sweep_figure(result: SweepResult | None, batch: dict[int, dict[int, float]] 
     best, _ = recommendation(result)
     if best is not None:
         shapes.append({"type": "line", "xref": "x", "x0": best, "x1": best, "yref": "paper", "y0": 0, "y1": 1,
-                       "line": {"color": COLOURS["measured"], "width": 1.5, "dash": "dash"}, "opacity": 0.6})
+                       "line": {"color": COLOURS.measured, "width": 1.5, "dash": "dash"}, "opacity": 0.6})
         notes.append(_note(f"recommended k = {best}", best, 1.0, xref="x", yref="paper", xanchor="center",
-                           yanchor="bottom", yshift=2, font={"size": 10.5, "color": COLOURS["measured"]}))
+                           yanchor="bottom", yshift=2, font={"size": 10.5, "color": COLOURS.measured}))
     else:
         title += " \u2014 no recommended k (see the verdict)"
     axes = Axes("k (proposals per iteration)", "speed-up (\u00d7)",
@@ -298,7 +305,7 @@ def whatif_figure(result: WhatifResult, mark: RunPoint | None = None) -> go.Figu
     iid = result.alpha is not None
     name = f"predicted, iid \u03b1 = {result.alpha:.2f}" if iid else "predicted, per-position acceptance"
     never = ["never pays" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}" for r in rows]
-    colour = COLOURS["iid"] if iid else COLOURS["empirical"]
+    colour = COLOURS.iid if iid else COLOURS.empirical
     data = [{"type": "scatter", "x": ks, "y": ys, "mode": "lines+markers", "name": name, "customdata": never,
              "line": {"color": colour, "width": 2.2}, "marker": {"size": 6, "color": colour},
              "hovertemplate": "k=%{x}<br>predicted %{y:.2f}\u00d7<br>break-even \u03b1 %{customdata}<extra></extra>"}]
@@ -314,7 +321,7 @@ def whatif_figure(result: WhatifResult, mark: RunPoint | None = None) -> go.Figu
         if mark.measured:
             data.append({"type": "scatter", "x": [mark.k], "y": [mark.measured], "mode": "markers",
                          "name": "your last run, measured (Compare)",
-                         "marker": {"size": 10, "symbol": "diamond", "color": COLOURS["measured"]},
+                         "marker": {"size": 10, "symbol": "diamond", "color": COLOURS.measured},
                          "hovertemplate": "your last run, k=%{x}<br>measured %{y:.2f}\u00d7<extra></extra>"})
             values.append(mark.measured)
     lo, hi = min(0.0, min(values)), max(values) * 1.15

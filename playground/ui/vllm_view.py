@@ -277,7 +277,7 @@ def histogram_figure(req: ServedRequest | None):
         return charts.empty_figure(HIST_TITLE, why)
     x = list(range(len(hist)))
     total = sum(hist)
-    data = [{"type": "bar", "x": x, "y": hist, "marker": {"color": charts.COLOURS[ACCEPTED]},
+    data = [{"type": "bar", "x": x, "y": hist, "marker": {"color": charts.COLOURS.accepted},
              "text": [f"{n}" if n else "" for n in hist], "textposition": "outside", "cliponaxis": False,
              "textfont": {"size": 9}, "customdata": [n / total for n in hist],
              "hovertemplate": "%{x} drafts accepted<br>%{y} verify steps (%{customdata:.0%})<extra></extra>"}]
