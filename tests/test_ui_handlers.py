@@ -949,8 +949,8 @@ def test_the_page_opens_on_an_example_ready_to_run_and_the_k_slider_follows_the_
 
     demo = build_ui(serving.PairProvider(pair=word_pair))
     by_id = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
-    assert by_id["prompt"].value == SHOW_ME["prompt"] and by_id["drafter"].value == "hybrid"
-    assert by_id["k"].value == SHOW_ME["k"] and by_id["decoding"].value == "greedy"
+    assert by_id["prompt"].value == SHOW_ME.prompt and by_id["drafter"].value == "hybrid"
+    assert by_id["k"].value == SHOW_ME.k and by_id["decoding"].value == "greedy"
     assert by_id["max-new"].precision is None  # 2.5 reaches the check instead of being rounded
     fns = {fn.name: fn for fn in demo.fns.values()}
     k_control = fns["k_control"].fn
@@ -958,6 +958,6 @@ def test_the_page_opens_on_an_example_ready_to_run_and_the_k_slider_follows_the_
     nothing = fns["nothing_yet"].fn
     assert nothing(None).startswith("Nothing to download yet: press **Run** first")
     # the example runs on this pair as it is (hybrid: lookup, else the draft model)
-    req = parse_request({**CONTROLS, **{k: v for k, v in SHOW_ME.items() if k != "prompt"},
-                         "prompt": PROMPT}, serving.PairProvider(pair=word_pair).drafter_names())
+    shown = {k: v for k, v in dataclasses.asdict(SHOW_ME).items() if v is not None and k != "prompt"}
+    req = parse_request({**CONTROLS, **shown, "prompt": PROMPT}, serving.PairProvider(pair=word_pair).drafter_names())
     assert req.drafter == "hybrid" and req.k == 4 and req.sampling.greedy

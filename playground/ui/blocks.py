@@ -39,9 +39,9 @@ def _controls(ui, preset_list):
             ui.preset = gr.Dropdown(preset_list, value="", label="Preset", elem_id="preset", scale=3, min_width=160)
             ui.show_btn = gr.Button("Show me", elem_id="show-btn", size="md", scale=0, min_width=96)
         ui.preset_info = gr.Markdown(SHOW_ME_NOTE, elem_id="preset-info")
-        ui.prompt = gr.Textbox(SHOW_ME["prompt"], label="Prompt", lines=4, max_lines=12, elem_id="prompt",
+        ui.prompt = gr.Textbox(SHOW_ME.prompt, label="Prompt", lines=4, max_lines=12, elem_id="prompt",
                                placeholder="Paste anything, or pick a preset above")
-        ui.chat = gr.Checkbox(value=SHOW_ME["chat"], label="Wrap in the chat template (as one user turn)",
+        ui.chat = gr.Checkbox(value=SHOW_ME.chat, label="Wrap in the chat template (as one user turn)",
                               elem_id="chat")
         with gr.Row(elem_id="run-row"):
             ui.run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", scale=2, size="md", min_width=100)
@@ -56,14 +56,14 @@ def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, defau
     with gr.Column(elem_id="settings", min_width=300):
         ui.drafter = gr.Radio(drafter_choices, value=default_drafter, label="Drafter", info=AUTO_HELP,
                               elem_id="drafter")
-        ui.k = gr.Slider(1, 16, value=SHOW_ME["k"], step=1, label="k (proposals per iteration)", elem_id="k",
+        ui.k = gr.Slider(1, 16, value=SHOW_ME.k, step=1, label="k (proposals per iteration)", elem_id="k",
                          info=K_HELP)
         # The number boxes name their range but leave checking it to the events (session.parse_request): Gradio's
         # own check raises before an event's code runs, so its message would never reach the status line.
-        ui.max_new = gr.Number(value=min(SHOW_ME["max_new_tokens"], limits.max_new_tokens), label="Max new tokens",
+        ui.max_new = gr.Number(value=min(SHOW_ME.max_new_tokens, limits.max_new_tokens), label="Max new tokens",
                                elem_id="max-new", info=f"1 to {limits.max_new_tokens}")
         ui.k_mode = gr.Radio([("fixed k", "fixed"), ("adaptive", "adaptive"), ("transformers' heuristic", "heuristic")],
-                             value=SHOW_ME["k_mode"], label="k per iteration", elem_id="k-mode",
+                             value=SHOW_ME.k_mode, label="k per iteration", elem_id="k-mode",
                              info="adaptive: the cost model picks k (0-16) each iteration from the acceptance so far "
                                   "(its first use on a pair and context length calibrates; the status line says how "
                                   "long that takes); heuristic: +2 after a fully accepted iteration, -1 otherwise")
@@ -71,7 +71,7 @@ def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, defau
                                       elem_id="min-confidence", info=STOP_HELP)
         ui.careful = gr.Checkbox(value=False, label=CAREFUL_LABEL, elem_id="careful")
         with gr.Accordion("Decoding", open=False, elem_id="decoding-box"):
-            ui.decoding = gr.Radio([("greedy", "greedy"), ("sampling", "sample")], value=SHOW_ME["decoding"],
+            ui.decoding = gr.Radio([("greedy", "greedy"), ("sampling", "sample")], value=SHOW_ME.decoding,
                                    label="Decoding", elem_id="decoding")
             with gr.Row(elem_id="sampling-row"):
                 ui.temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", interactive=False,
@@ -150,7 +150,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
     preset_list, preset_errors = handlers.preset_choices(presets_dir)
     drafter_choices = provider.drafter_choices()
     names = [name for _, name in drafter_choices]
-    default_drafter = SHOW_ME["drafter"] if SHOW_ME["drafter"] in names else names[0]
+    default_drafter = SHOW_ME.drafter if SHOW_ME.drafter in names else names[0]
     ui = SimpleNamespace()
 
     with gr.Blocks(title=TITLE, analytics_enabled=False) as demo:

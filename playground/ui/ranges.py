@@ -15,6 +15,7 @@ import math
 import gradio as gr
 
 from ..errors import PlaygroundError
+from .form import Controls
 from .panels import READY
 
 # The status-line label of each slider -> the name of its value in an event's controls.
@@ -82,8 +83,9 @@ def refuse_moved(moved: dict | None, values: dict, ignore: tuple = ()) -> None:
     the slider's value."""
     if not moved:
         return
-    sampling = values.get("decoding") == "sample"
-    fixed_k = (values.get("k_mode") or "fixed") == "fixed"
+    controls = Controls.of(values)
+    sampling = controls.decoding == "sample"
+    fixed_k = (controls.k_mode or "fixed") == "fixed"
     for label, name in SLIDERS.items():
         if label not in moved or name not in values or label in ignore:
             continue

@@ -106,7 +106,7 @@ def drafter_choices(provider: PairProvider) -> list[tuple[str, str]]:
 
 def replay_default_drafter(choices) -> str:
     names = [name for _, name in choices]
-    return SHOW_ME["drafter"] if SHOW_ME["drafter"] in names else names[0]
+    return SHOW_ME.drafter if SHOW_ME.drafter in names else names[0]
 
 
 # --- the work ------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
 from ..lab.replay_options import check_confidence
 from ..limits import ENV_VARS, Limits
+from .form import Controls
 from .session import _integer, parse_request
 
 SOURCES = {"sample": "the sample trace", "file": "an uploaded trace file", "presets": "presets"}
@@ -91,17 +92,18 @@ def check_upload(path, limits: Limits) -> str:
 def parse_replay(values: Mapping, drafters, limits: Limits) -> ReplayRequest:
     """The tab's controls (source, trace_file, presets, drafter, ks, controllers, calibration, and the Run tab's
     decoding, temperature, top_k, top_p, seed and min_confidence) -> a ReplayRequest."""
-    source = values.get("source")
+    values = Controls.of(values)
+    source = values.source
     if source not in SOURCES:
         raise PlaygroundError(f"replay what? choose one of {', '.join(SOURCES)}, got {source!r}")
-    drafter = values.get("drafter")
+    drafter = values.drafter
     if drafter not in drafters:
         raise PlaygroundError(f"unknown drafter {drafter!r} for a replay on this pair; choose one of "
                               f"{', '.join(drafters)}")
-    path = check_upload(values.get("trace_file"), limits) if source == "file" else None
+    path = check_upload(values.trace_file, limits) if source == "file" else None
     presets: tuple[str, ...] = ()
     if source == "presets":
-        names = values.get("presets") or []
+        names = values.presets or []
         names = [names] if isinstance(names, str) else list(names)
         if not names:
             raise PlaygroundError("no preset chosen: pick one or more presets to replay")
@@ -109,20 +111,20 @@ def parse_replay(values: Mapping, drafters, limits: Limits) -> ReplayRequest:
             raise PlaygroundError(f"{len(names)} presets; a replay takes at most {limits.max_replay_turns} turns "
                                   f"({ENV_VARS['max_replay_turns']})")
         presets = tuple(get_preset(n).name for n in names)  # an unknown name: the presets' own message
-    controllers = values.get("controllers") or []
+    controllers = values.controllers or []
     bad = [c for c in controllers if c not in CONTROLLERS]
     if bad:
         raise PlaygroundError(f"unknown controller {bad[0]!r}; choose from {', '.join(CONTROLLERS)}")
-    calibration = values.get("calibration") or "once"
+    calibration = values.calibration or "once"
     if calibration not in CALIBRATIONS:
         raise PlaygroundError(f"calibration must be 'once' or 'bucket', got {calibration!r}")
     # the decoding settings through the Run tab's parser, the one place they are read (prompt and k: fillers)
-    run = parse_request({**values, "prompt": "replay", "preset": "", "chat": False, "drafter": drafter, "k": 1,
-                         "max_new_tokens": 1}, [drafter], limits)
+    run = parse_request(values.but(prompt="replay", preset="", chat=False, drafter=drafter, k=1, max_new_tokens=1),
+                        [drafter], limits)
     check_confidence(run.min_confidence, run.sampling, "auto")  # greedy only: said before the pair loads
-    return ReplayRequest(source, path, presets, drafter, parse_ks(values.get("ks")),
+    return ReplayRequest(source, path, presets, drafter, parse_ks(values.ks),
                          tuple(c for c in CONTROLLERS if c in controllers), calibration, run.sampling,
-                         run.min_confidence, _first_turns(values.get("first_turns"), limits))
+                         run.min_confidence, _first_turns(values.first_turns, limits))
 
 
 def _first_turns(value, limits: Limits) -> int | None:

@@ -35,6 +35,7 @@ from ..limits import Limits
 from ..pairs.registry import PairChoice
 from ..results.calibration import BatchResult
 from ..results.speed import SweepResult
+from .form import Controls
 
 DECODINGS = ("greedy", "sample")
 K_MODES = {"fixed": "the k above, every iteration", "adaptive": "chosen per iteration by the cost model",
@@ -45,11 +46,11 @@ SWEEP_ROUNDS_MAX = 20
 # The example the page opens on. Greedy, so the same tokens every time: on the embedded pair the hybrid drafter
 # (prompt lookup where the last tokens occurred before, llama.cpp otherwise) copies list items from the prompt,
 # has some of them corrected, and gets bonus tokens: every role shows in one run of a few seconds.
-SHOW_ME = {
-    "prompt": ("Here is a to-do list: call the bank, buy milk, email Sara, fix the bike, book the dentist. Repeat "
-               "the list in the same order, then add one more task."),
-    "chat": True, "drafter": "hybrid", "k": 4, "k_mode": "fixed", "decoding": "greedy", "max_new_tokens": 60,
-}
+SHOW_ME = Controls(
+    prompt=("Here is a to-do list: call the bank, buy milk, email Sara, fix the bike, book the dentist. Repeat "
+            "the list in the same order, then add one more task."),
+    chat=True, drafter="hybrid", k=4, k_mode="fixed", decoding="greedy", max_new_tokens=60,
+)
 SHOW_ME_NOTE = ("**Example** (**Show me** brings it back and runs it): a list copied from the prompt and extended, with the hybrid "
                 "drafter at k = 4, greedy: copied, accepted, corrected and bonus tokens all show. Press **Run**, or "
                 "pick a preset: it fills the prompt with the exact text the model sees.")
@@ -109,39 +110,39 @@ def _number(value, what: str) -> float:
     return x
 
 
-def parse_request(controls: Mapping[str, Any], drafters: Sequence[str] | None = None,
+def parse_request(controls: Controls | Mapping[str, Any], drafters: Sequence[str] | None = None,
                   limits: Limits | None = None) -> RunRequest:
     """The controls' raw values, by name (prompt, preset, chat, drafter, k, decoding, temperature, top_k,
     top_p, max_new_tokens, seed, k_mode: "fixed" when missing, min_confidence: 0 or missing for none) -> a
     RunRequest; raises PlaygroundError with what to fix. `drafters`: the names this pair offers (default: every
     drafter). `limits` (a playground.limits.Limits) default to the environment's, read now."""
-    c = controls
+    c = Controls.of(controls)
     limits = limits or Limits.from_env()
-    prompt, preset = c.get("prompt"), c.get("preset")
+    prompt, preset = c.prompt, c.preset
     check_prompt_text(prompt, limits.max_prompt_chars)
     if preset is not None and not isinstance(preset, str):
         raise PlaygroundError(f"the preset must be a preset name, got {preset!r}")
     known = list(drafters) if drafters is not None else drafter_names()
-    drafter = c.get("drafter")
+    drafter = c.drafter
     if drafter not in known:
         raise PlaygroundError(f"unknown drafter {drafter!r}; choose one of {', '.join(known)}")
-    k = check_k(_integer(c.get("k"), "k"))
-    k_mode = c.get("k_mode") or "fixed"
+    k = check_k(_integer(c.k, "k"))
+    k_mode = c.k_mode or "fixed"
     if k_mode not in K_MODES:
         raise PlaygroundError(f"k per iteration must be one of {', '.join(K_MODES)}, got {k_mode!r}")
-    decoding = c.get("decoding")
+    decoding = c.decoding
     if decoding not in DECODINGS:
         raise PlaygroundError(f"decoding must be 'greedy' or 'sample', got {decoding!r}")
-    max_new = limits.check_max_new_tokens(_integer(c.get("max_new_tokens"), "max new tokens"))
-    seed = _integer(c.get("seed"), "seed")
+    max_new = limits.check_max_new_tokens(_integer(c.max_new_tokens, "max new tokens"))
+    seed = _integer(c.seed, "seed")
     sample = decoding == "sample"
     sampling = SamplingConfig(do_sample=sample,
-                              temperature=_number(c.get("temperature"), "temperature") if sample else 1.0,
-                              top_k=_integer(c.get("top_k"), "top-k") if sample else 0,
-                              top_p=_number(c.get("top_p"), "top-p") if sample else 1.0, seed=seed)
-    return RunRequest(prompt=prompt, preset=preset or None, chat=bool(c.get("chat")), drafter=drafter, k=k,
+                              temperature=_number(c.temperature, "temperature") if sample else 1.0,
+                              top_k=_integer(c.top_k, "top-k") if sample else 0,
+                              top_p=_number(c.top_p, "top-p") if sample else 1.0, seed=seed)
+    return RunRequest(prompt=prompt, preset=preset or None, chat=bool(c.chat), drafter=drafter, k=k,
                       max_new_tokens=max_new, sampling=sampling, k_mode=k_mode,
-                      min_confidence=_confidence_stop(c.get("min_confidence")))
+                      min_confidence=_confidence_stop(c.min_confidence))
 
 
 def _confidence_stop(value) -> float | None:
@@ -168,18 +169,19 @@ def without_idle_stop(request: RunRequest, proposer) -> RunRequest:
     return replace(request, min_confidence=None)
 
 
-def parse_sweep(controls: Mapping[str, Any], drafters: Sequence[str] | None = None,
+def parse_sweep(controls: Controls | Mapping[str, Any], drafters: Sequence[str] | None = None,
                 limits: Limits | None = None) -> SweepRequest:
     """The sweep's controls (the run's but k and k_mode, plus k_max and rounds) -> a SweepRequest."""
-    k_max = _integer(controls.get("k_max"), "largest k")
+    controls = Controls.of(controls)
+    k_max = _integer(controls.k_max, "largest k")
     if not 1 <= k_max <= SWEEP_K_MAX:
         raise PlaygroundError(f"the largest k to sweep must be from 1 to {SWEEP_K_MAX}, got {k_max}")
-    rounds = _integer(controls.get("rounds"), "rounds")
+    rounds = _integer(controls.rounds, "rounds")
     if not 1 <= rounds <= SWEEP_ROUNDS_MAX:
         raise PlaygroundError(f"rounds must be from 1 to {SWEEP_ROUNDS_MAX}, got {rounds}")
     limits = limits or Limits.from_env()
     limits.check_sweep(k_max, rounds)
-    run = parse_request({**controls, "k": 1, "k_mode": "fixed"}, drafters, limits)
+    run = parse_request(controls.but(k=1, k_mode="fixed"), drafters, limits)
     return SweepRequest(run=run, k_max=k_max, rounds=rounds)
 
 

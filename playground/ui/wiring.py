@@ -221,7 +221,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
 
         def to_outputs(v):
             names = [name for _, name in v.drafters]
-            chosen = SHOW_ME["drafter"] if SHOW_ME["drafter"] in names else names[0]
+            chosen = SHOW_ME.drafter if SHOW_ME.drafter in names else names[0]
             return gr.update(choices=v.drafters, value=chosen), v.info, v.session
 
         yield from _guarded(views(), to_outputs, 3, status_first=False)
@@ -273,9 +273,9 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
 
     def show_me():
         """The example the page opens on: every token role in one run."""
-        drafter = SHOW_ME["drafter"] if SHOW_ME["drafter"] in names else names[0]
-        return (SHOW_ME["prompt"], SHOW_ME["chat"], drafter, SHOW_ME["k"], SHOW_ME["k_mode"], 0.0,
-                SHOW_ME["decoding"], min(SHOW_ME["max_new_tokens"], limits.max_new_tokens), "", SHOW_ME_NOTE)
+        drafter = SHOW_ME.drafter if SHOW_ME.drafter in names else names[0]
+        return (SHOW_ME.prompt, SHOW_ME.chat, drafter, SHOW_ME.k, SHOW_ME.k_mode, 0.0,
+                SHOW_ME.decoding, min(SHOW_ME.max_new_tokens, limits.max_new_tokens), "", SHOW_ME_NOTE)
 
     show_ev = ui.show_btn.click(show_me, None, example, queue=False, api_visibility="private").then(
         run_event, run_inputs, run_outputs, api_visibility="private", **on_status, **device_events)
