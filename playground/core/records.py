@@ -143,11 +143,10 @@ class RunSummary:
     median_iteration_s: float | None = None
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["accepted_length_histogram"] = {str(k): v for k, v in self.accepted_length_histogram.items()}
-        d["k_values"] = {str(k): v for k, v in self.k_values.items()}
-        d["drafted_values"] = {str(k): v for k, v in self.drafted_values.items()}
-        return d
+        return {**dataclasses.asdict(self),  # JSON's keys are strings: the count maps' int keys, written as such
+                "accepted_length_histogram": {str(k): v for k, v in self.accepted_length_histogram.items()},
+                "k_values": {str(k): v for k, v in self.k_values.items()},
+                "drafted_values": {str(k): v for k, v in self.drafted_values.items()}}
 
 
 def alpha_of(iterations: Iterable[Iteration]) -> float | None:
@@ -262,9 +261,7 @@ def summarize(records: Iterable[Record]) -> RunSummary:
 
 
 def record_to_dict(record: Record) -> dict:
-    d = dataclasses.asdict(record)
-    d["type"] = type(record).__name__
-    return d
+    return {**dataclasses.asdict(record), "type": type(record).__name__}
 
 
 def record_from_dict(d: dict) -> Record:

@@ -36,11 +36,9 @@ def download_document(run: RunResult, timing=None, trust=None) -> dict:
     doc = run_document(config, RunOutcome(run.records, run.environment, run.text, summary=run.summary,
                                           setup=run.setup, check=run.check, plain_summary=run.plain,
                                           plain_gap_s=run.plain_gap_s, calibration=timing))
-    if trust is not None:
-        doc["trust"] = jsonable(trust.to_dict())
-    doc["machine"] = {name: load.to_dict() for name, load in (("speculative", run.machine),
-                                                              ("plain", run.plain_machine)) if load is not None}
-    return doc
+    machine = {name: load.to_dict() for name, load in (("speculative", run.machine), ("plain", run.plain_machine))
+               if load is not None}
+    return {**doc, **({"trust": jsonable(trust.to_dict())} if trust is not None else {}), "machine": machine}
 
 
 def save_document(doc: dict, stem: str = "run") -> str:
