@@ -30,7 +30,8 @@ from playground.core.engine import LoopOptions, plain_generate, speculative_gene
 from playground.core.proposal import RunContext
 from playground.core.records import Iteration, summarize
 from playground.core.sampling import GREEDY, SamplingConfig, probabilities
-from playground.drafters.llamacpp import LlamaCppProposer, llama_cpp_available
+from playground.drafters.llamacpp import LlamaCppProposer
+from playground.drafters.llamacpp_runtime import llama_cpp_available
 from playground.drafters.proposers import HybridProposer
 from playground.errors import PlaygroundError
 from playground.pairs.loading import load_pair
@@ -254,7 +255,8 @@ STRESS = textwrap.dedent(
     else:
         import llama_cpp
         import torch
-    from playground.drafters.llamacpp import LlamaCppProposer, openmp_runtimes
+    from playground.drafters.llamacpp import LlamaCppProposer
+    from playground.drafters.llamacpp_runtime import openmp_runtimes
     from playground.core.proposal import RunContext
     from playground.core.sampling import GREEDY, SamplingConfig
 

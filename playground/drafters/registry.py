@@ -220,7 +220,7 @@ def shared_llama_cpp(pair, **_options) -> Proposer:
 
 
 def _llama_cpp_installed() -> tuple[bool, str]:
-    from .llamacpp import llama_cpp_available  # imports torch and numpy: on use (the module docstring)
+    from .llamacpp_runtime import llama_cpp_available  # imports torch: on use (the module docstring)
 
     return llama_cpp_available()
 
