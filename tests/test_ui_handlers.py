@@ -923,7 +923,7 @@ def test_a_slow_load_reports_what_it_loads_and_for_how_long():
 
 
 def test_typed_values_out_of_range_get_a_message_not_a_silent_clamp():
-    from playground.ui.wiring import range_check
+    from playground.ui.ranges import range_check
 
     k = range_check("k", 1, 16, slider=True)
     assert k(100, "Ready") == "\u26a0 k must be from 1 to 16, got 100; the slider moved to 16"
