@@ -135,7 +135,7 @@ class Chromium:
         _, self.url, _ = launch(self.demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
                                 quiet=True)
         self._playwright = sync_playwright().start()
-        self._browser = chromium.launch(self._playwright)
+        self._browser = chromium.launch_chromium(self._playwright)
         self.page = page = self._browser.new_page(viewport={"width": 1440, "height": 1000})
         page.set_default_timeout(600_000)
         page.goto(self.url)

@@ -560,17 +560,17 @@ def test_sweep_rejects_bad_settings(provider):
 
 
 def test_presets_fill_the_prompt_or_say_why_not(provider):
-    own = handlers.load_preset(provider, "", "typed text")
+    own = handlers.load_preset_view(provider, "", "typed text")
     assert own.prompt == "typed text" and own.chat and own.max_new_tokens is None
     # the tiny tokenizer has no chat template: a chat preset cannot be shown, and says so
     with pytest.raises(PlaygroundError, match="no chat template"):
-        handlers.load_preset(provider, "tool_call")
-    raw = handlers.load_preset(provider, "story")
+        handlers.load_preset_view(provider, "tool_call")
+    raw = handlers.load_preset_view(provider, "story")
     story = get_preset("story")
     assert raw.prompt == story.prompt and raw.max_new_tokens == story.max_new_tokens and not raw.chat
     assert story.kind in raw.info
     with pytest.raises(PlaygroundError, match="unknown preset"):
-        handlers.load_preset(provider, "nope")
+        handlers.load_preset_view(provider, "nope")
     choices, errors = handlers.preset_choices()
     assert choices[0][1] == "" and ("tool_call" in {v for _, v in choices}) and errors == []
 

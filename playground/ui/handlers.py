@@ -334,7 +334,8 @@ def preset_choices(directory=None) -> tuple[list[tuple[str, str]], list[str]]:
     return choices, [str(e) for e in errors]
 
 
-def load_preset(provider: PairProvider, name, current_prompt: str = "", session: Session | None = None) -> PresetView:
+def load_preset_view(provider: PairProvider, name, current_prompt: str = "",
+                     session: Session | None = None) -> PresetView:
     """Fill the prompt box with the exact text the model sees for a preset (with the tokenizer of the pair the
     tab chose), and its max new tokens."""
     provider = provider.for_session(session)

@@ -303,7 +303,7 @@ def _wire_preset_and_pair(w: _Wiring) -> None:
                 yield gr.skip(), gr.skip(), gr.skip(), loading
 
         def views():
-            yield handlers.load_preset(provider, preset, prompt, session=session)
+            yield handlers.load_preset_view(provider, preset, prompt, session=session)
 
         def to_outputs(v):  # a preset's length, within this app's limit
             n = None if v.max_new_tokens is None else min(v.max_new_tokens, limits.max_new_tokens)
