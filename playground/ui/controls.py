@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import handlers, scripts
-from .panels import READY, fold
+from . import handlers, javascript
+from .markup import READY, fold
 from .ranges import SLIDERS, range_check, remember_moves
 
 
@@ -44,7 +44,7 @@ def wire_controls(ui, limits) -> None:
                          else f"not used: {mode} k chooses k per iteration")
 
     ui.k_mode.change(k_control, [ui.k_mode], [ui.k], **quiet)
-    clear = scripts.clear_stale_error(READY)
+    clear = javascript.clear_stale_error(READY)
     for comp in (ui.prompt, ui.chat, ui.drafter, ui.k_mode, ui.min_confidence, ui.decoding, ui.preset):
         comp.input(None, [ui.status], [ui.status], js=clear, **quiet)
 

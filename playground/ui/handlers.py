@@ -30,7 +30,7 @@ from ..lab.calibration import SHORT_CALIBRATION, calibrated_timing
 from ..lab.trust import MachineMonitor
 from ..limits import Limits
 from ..pairs.registry import PAIRS, ModelPolicy
-from . import panels, serving, verdicts
+from . import markup, serving, verdicts
 from .downloads import download_document, save_document
 from .measure import stream_calibrate, stream_sweep  # noqa: F401 - re-exported: the lab events' first home
 from .progress import Tracker, clock_text, eta_text, load_with_progress, loading_message, mapped, phase, ticker
@@ -129,8 +129,8 @@ def stopped_view(session: Session | None) -> StoppedView:
         s = summarize(run.records)
         return StoppedView(f"Stopped after {s.new_tokens} new tokens in {s.target_passes} iterations; the partial "
                            f"run stays on the page (it is not saved for Compare or Download).{again}",
-                           panels.counters_html(s, run.request.max_new_tokens, running=False),
-                           panels.figures(run.records, s), tokens=None if run.streamed else run.tokens_html or "")
+                           markup.counters_html(s, run.request.max_new_tokens, running=False),
+                           markup.figures(run.records, s), tokens=None if run.streamed else run.tokens_html or "")
     if what == "compare":
         return StoppedView("Stopped the plain run: no measured speed-up this time." + again)
     if what == "calibrate":
@@ -164,11 +164,11 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     tokenizer = pair.tokenizer
     special = getattr(tokenizer, "all_special_ids", []) if tokenizer is not None else []
     renderer = TokenRenderer(tokenizer, greedy=request.sampling.greedy, special_ids=special)
-    head = (f"Running: drafter {run.drafter}, k = {panels.k_text(request)}, {request.sampling.describe()}, "
+    head = (f"Running: drafter {run.drafter}, k = {markup.k_text(request)}, {request.sampling.describe()}, "
             f"{len(ids)} prompt tokens, up to {request.max_new_tokens} new \u00b7 {run.setup}")
     yield RunView(session, f"{head} \u2014 prefill \u2026", tokens="",
-                  counters=panels.counters_html(None, request.max_new_tokens, True), figures=panels.figures([], None),
-                  check=panels.check_html(preset_obj, None),
+                  counters=markup.counters_html(None, request.max_new_tokens, True), figures=markup.figures([], None),
+                  check=markup.check_html(preset_obj, None),
                   prediction=verdicts.prediction_markdown(session))
     tracker = Tracker(head, started, "prefill")
     work = _run_work(provider, session, pair, proposer, run)
@@ -236,7 +236,7 @@ def _run_progress(bg: Background, session: Session, run: RunResult, tracker: Tra
             summary = summarize(run.records)
             yield RunView(session, f"{head} \u2014 iteration {summary.target_passes} \u00b7 {clock} (charts "
                                    "when it ends)", tokens=renderer.html(),
-                          counters=panels.counters_html(summary, run.request.max_new_tokens, True))
+                          counters=markup.counters_html(summary, run.request.max_new_tokens, True))
             last_yield, dirty = now, False
         elif tracker.phase and (tracker.ticked or now - last_yield >= serving.HEARTBEAT_S):
             yield RunView(session, tracker.line())  # calibrating for adaptive k
@@ -261,13 +261,13 @@ def _run_done(provider: PairProvider, session: Session, run: RunResult, tokenize
     run.finished = True
     doc = document(provider, session)
     done = (f"Done: {summary.new_tokens} new tokens in {summary.target_passes} target passes, finished by "
-            f"{summary.finished} \u00b7 drafter {run.drafter}, k = {panels.k_text(request, summary)}, "
+            f"{summary.finished} \u00b7 drafter {run.drafter}, k = {markup.k_text(request, summary)}, "
             f"{request.sampling.describe()} \u00b7 {run.setup} \u00b7 {clock_text(time.monotonic() - started)}"
             + (verdicts.run_load_note(run) if run.streamed else "")
             + (f" \u00b7 {session.suffix.describe()}" if remembers(request.drafter) else ""))
     return RunView(session, done, tokens=renderer.html(),
-                   counters=panels.counters_html(summary, request.max_new_tokens, False),
-                   figures=panels.figures(run.records, summary), check=panels.check_html(run.preset, run.check),
+                   counters=markup.counters_html(summary, request.max_new_tokens, False),
+                   figures=markup.figures(run.records, summary), check=markup.check_html(run.preset, run.check),
                    prediction=verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)),
                    doc=doc, download=save_document(doc))
 
@@ -379,14 +379,14 @@ def select_pair(provider: PairProvider, session: Session | None, value) -> PairV
     if provider.fixed:
         if value != provider.get().target_name:
             raise PlaygroundError(f"this app serves one pair, {provider.get().target_name!r}")
-        return PairView(session, provider.drafter_choices(), panels.pair_info(provider))
+        return PairView(session, provider.drafter_choices(), markup.pair_info(provider))
     choice = provider.choice_for(value)
     session.pair = None if serving.same_pair(choice, provider.choice) else choice
     session.timings.clear()  # calibrations, runs and sweeps belong to the pair that made them
     session.run = session.sweep = session.calibration = session.sweep_status = None
     session.batch = session.batch_status = session.whatif_from = session.suffix = None  # token ids of another pair
     chosen = provider.for_session(session)
-    return PairView(session, chosen.drafter_choices(), panels.pair_info(chosen))
+    return PairView(session, chosen.drafter_choices(), markup.pair_info(chosen))
 
 
 def forget_runs(session: Session | None) -> tuple[str, Session]:

@@ -9,7 +9,7 @@ whose engine thread stops at its next record), and every event has a stable `api
 /compare, /calibrate, /sweep, /load_preset, /select_pair, and whatif_panel's /time_batches and /whatif (an API
 client stops a job with `job.cancel()`).
 
-What the status line says is always the present: a click says at once that the event is starting (scripts.py;
+What the status line says is always the present: a click says at once that the event is starting (javascript.py;
 a queued one shows its place in line), the event's own lines follow, and `_after` (chained after every model
 event) says what happened when the event was stopped, refused before it began, or ran on another tab (a sweep).
 A control typed out of its range says so instead of being clamped in silence (controls.py).
@@ -29,9 +29,9 @@ import gradio as gr
 from ..envinfo import redact
 from ..errors import PlaygroundError
 from ..limits import Limits
-from . import handlers, measure, scripts
+from . import handlers, javascript, measure
 from .controls import wire_controls
-from .panels import fold
+from .markup import fold
 from .ranges import refuse_moved
 from .serving import PairProvider
 from .session import SHOW_ME, SHOW_ME_NOTE, parse_request, parse_sweep
@@ -144,7 +144,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
     """Every event of the playground's components (`ui`: blocks.py's namespace of components)."""
     group = f"device:{provider.device}"  # one run at a time per device, whatever the event
     # Gradio's tracker (its queue position and timer) draws in the hidden #activity only; the status line says
-    # what happens, and scripts.HEAD shows the place in line.
+    # what happens, and javascript.HEAD shows the place in line.
     w = _Wiring(ui, provider, limits, device_events={"concurrency_limit": 1, "concurrency_id": group},
                 on_status={"show_progress": "minimal", "show_progress_on": [ui.activity]})
     _wire_starting(ui)
@@ -173,9 +173,9 @@ def _wire_starting(ui) -> None:
     """A click says at once that its event is starting (before the queue has it)."""
     starting = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
     for btn in (ui.run_btn, ui.compare_btn, ui.calibrate_btn):
-        btn.click(None, None, [ui.status], js=scripts.starting(STARTING), **starting)
-    ui.show_btn.click(None, None, [ui.status], js=scripts.starting(SHOW_STARTING), **starting)
-    ui.sweep_btn.click(None, None, [ui.status], js=scripts.starting(SWEEP_STARTING, "#sweep-status"), **starting)
+        btn.click(None, None, [ui.status], js=javascript.starting(STARTING), **starting)
+    ui.show_btn.click(None, None, [ui.status], js=javascript.starting(SHOW_STARTING), **starting)
+    ui.sweep_btn.click(None, None, [ui.status], js=javascript.starting(SWEEP_STARTING, "#sweep-status"), **starting)
 
 
 def _wire_run(w: _Wiring):
