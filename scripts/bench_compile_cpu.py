@@ -18,7 +18,7 @@ import torch
 
 from playground.core import static
 from playground.inputs.presets import get_preset
-from playground.pairs.registry import choose_pair, load_choice
+from playground.pairs.registry import Placement, choose_pair, load_choice
 
 
 def feed_ms(pair, ids, forward, steps: int, n: int) -> float:
@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=16)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    pair = load_choice(choose_pair(pair="embedded", kernels=args.kernels))
+    pair = load_choice(choose_pair(pair="embedded", placement=Placement(kernels=args.kernels)))
     ids = get_preset("tool_call").prompt_ids(pair.tokenizer)
     eager = static.StaticLM._sliced
     compiled = torch.compile(eager, dynamic=True)

@@ -2,7 +2,7 @@
 costs a run, on the embedded pair with the llama.cpp drafter at k = 4 (issue 14).
 
 Two arms, alternating A B A B in one process, on each preset (tool_call, prose, code) in every round:
-  A  headless: `list(speculative_generate(...))`, record_probs=False, as the lab runs it;
+  A  headless: `list(speculative_generate(...))`, options=HEADLESS, as the lab runs it;
   B  the browser's Run event, with no server: the app's real Blocks (playground.ui.build_ui around the same loaded
      pair) and its "run" event driven through Gradio's own `Blocks.process_api`, update after update, as Gradio's
      queue drives it: the wiring's event function (ui/wiring.py), ui.handlers.stream_run with the engine in its
@@ -44,7 +44,7 @@ import psutil
 import torch
 
 from playground.backends.vllm_server import free_port
-from playground.core.engine import speculative_generate
+from playground.core.engine import HEADLESS, speculative_generate
 from playground.core.records import summarize
 from playground.core.timesplit import BUCKETS, OUTSIDE_LIMIT, ROLLBACK_LIMIT, iteration_splits, median_shares, percent
 from playground.drafters.registry import make_proposer
@@ -64,7 +64,7 @@ RUN_CONTROLS = {"prompt": None, "preset": None, "chat": False, "drafter": "llama
 def headless(pair, ids, k: int, max_new: int) -> list:
     """Arm A: the engine's records, as the lab collects them."""
     return list(speculative_generate(pair, ids, proposer=make_proposer(pair, "llama.cpp"), k=k,
-                                     max_new_tokens=max_new, record_probs=False))
+                                     max_new_tokens=max_new, options=HEADLESS))
 
 
 class Browser:
@@ -135,7 +135,7 @@ class Chromium:
         _, self.url, _ = launch(self.demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
                                 quiet=True)
         self._playwright = sync_playwright().start()
-        self._browser = chromium.launch(self._playwright)
+        self._browser = chromium.launch_chromium(self._playwright)
         self.page = page = self._browser.new_page(viewport={"width": 1440, "height": 1000})
         page.set_default_timeout(600_000)
         page.goto(self.url)

@@ -26,7 +26,7 @@ import statistics
 
 import torch
 
-from playground.core.engine import plain_generate, speculative_generate
+from playground.core.engine import LoopOptions, plain_generate, speculative_generate
 from playground.core.records import Prefill, summarize
 from playground.drafters.llamacpp import LlamaCppProposer
 from playground.drafters.registry import make_proposer
@@ -58,7 +58,8 @@ def run_spec(pair, ids, proposer, k, max_new, overlap, threads, share):
     drafter.share_kv = share
     try:
         records = list(speculative_generate(pair, ids, proposer=proposer, k=k, max_new_tokens=max_new,
-                                            record_probs=False, overlap_prefill=overlap, prefill_threads=threads))
+                                            options=LoopOptions(record_probs=False, overlap_prefill=overlap,
+                                                                prefill_threads=threads)))
     finally:
         drafter.share_kv = True
     if share and not records[0].draft_shared:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from playground.core.engine import speculative_generate
+from playground.core.engine import HEADLESS, speculative_generate
 from playground.core.proposal import EMPTY, Proposal
 from playground.core.records import Iteration, summarize
 from playground.drafters.proposers import PromptLookupProposer, lookup
@@ -74,7 +74,7 @@ def main() -> None:
         cells = []
         for name, make in SETTINGS.items():
             recs = list(speculative_generate(pair, ids, proposer=make(), k=args.k,
-                                             max_new_tokens=preset.max_new_tokens, record_probs=False))
+                                             max_new_tokens=preset.max_new_tokens, options=HEADLESS))
             s = summarize(recs)
             its = [r for r in recs if isinstance(r, Iteration)]
             share = sum(1 for r in its if r.proposed) / len(its)

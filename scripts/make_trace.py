@@ -27,7 +27,7 @@ import time
 import agent_tasks  # scripts/agent_tasks.py, beside this script (its folder is on sys.path when run)
 import torch
 
-from playground.core.engine import speculative_generate
+from playground.core.engine import HEADLESS, speculative_generate
 from playground.core.records import Iteration
 from playground.drafters.registry import make_proposer
 from playground.drafters.suffix_cache import SuffixCache
@@ -70,7 +70,7 @@ def _prompt_ids(tokenizer, messages) -> list[int]:
 def answer(pair, proposer, messages: list[dict], tokens: int) -> tuple[str, int, int]:
     """The target's greedy answer to `messages` (text, prompt tokens, answer tokens)."""
     ids = _prompt_ids(pair.tokenizer, messages)
-    records = speculative_generate(pair, ids, proposer=proposer, k=8, max_new_tokens=tokens, record_probs=False)
+    records = speculative_generate(pair, ids, proposer=proposer, k=8, max_new_tokens=tokens, options=HEADLESS)
     steps = [t for r in records if isinstance(r, Iteration) for t in r.emitted]
     text = pair.tokenizer.decode([s for s in steps if s not in pair.eos_ids], skip_special_tokens=True)
     return text, len(ids), len(steps)

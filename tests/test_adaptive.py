@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from playground import lab
-from playground.core.engine import K_MAX, FixedK, plain_generate, speculative_generate
+from playground.core.engine import K_MAX, FixedK, LoopOptions, plain_generate, speculative_generate
 from playground.core.records import Iteration, Step, summarize
 from playground.core.rules import accept_sample
 from playground.core.sampling import SamplingConfig
@@ -182,7 +182,8 @@ def test_sampling_with_a_varying_k_keeps_the_targets_distribution(pair8, name):
     for seed in range(6000):
         s = SamplingConfig(do_sample=True, seed=seed)
         recs = list(speculative_generate(pair8, prompt, proposer=DraftModelProposer(pair8.draft, "cpu", None),
-                                         k=controllers()[name](), sampling=s, max_new_tokens=3, rule=accept_sample))
+                                         k=controllers()[name](), sampling=s, max_new_tokens=3,
+                                         options=LoopOptions(rule=accept_sample)))
         toks = [t for r in recs if isinstance(r, Iteration) for t in r.emitted]
         ks_seen.update(r.k for r in recs if isinstance(r, Iteration))
         counts[toks[0], toks[1], toks[2]] += 1

@@ -15,7 +15,7 @@ from playground.core.sampling import SamplingConfig
 from playground.drafters.adaptive import AdaptiveK, AdaptiveSettings, CostCurve
 from playground.drafters.confidence import BINS, MEMORY_KEY, TIE, ConfidenceBins, confidence_bin, prior, sureness
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
-from playground.ui import panels
+from playground.ui import markup
 from tests.test_adaptive import GOLDEN_DEFAULT, PLAIN_STEP, SCRIPT_CURVE, it, scripted_choices
 from tests.test_ui_confidence import request
 
@@ -225,7 +225,7 @@ def test_a_run_says_how_many_proposals_it_drafted_under_its_caps(pair64):
     assert sum(s.drafted_values.values()) == len(its) and s.drafted_values != s.k_values
     assert sum(n * c for n, c in s.drafted_values.items()) == sum(len(r.proposed) for r in its)
     assert "; drafted " in describe_choices(s.k_values, s.drafted_values)
-    shown = panels.k_text(request(k_mode="adaptive"), s)  # the browser's status line and run panel
+    shown = markup.k_text(request(k_mode="adaptive"), s)  # the browser's status line and run panel
     assert shown.startswith("adaptive (chosen: ") and "; drafted " in shown
     assert describe_choices({16: 2, 0: 1}, {16: 2, 0: 1}) == describe_choices({0: 1, 16: 2}) == "0\u00d71 16\u00d72"
     assert describe_choices({16: 2}, {3: 1, 9: 1}) == "16\u00d72; drafted 3\u00d71 9\u00d71"

@@ -271,7 +271,7 @@ def loop_joint_counts(pair, prompt, sampling, runs, rule, k=2, n=2, judged=None)
         s = SamplingConfig(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k,
                            top_p=sampling.top_p, seed=seed)
         records = [r for r in speculative_generate(pair, prompt, proposer=proposer, k=k, sampling=s, max_new_tokens=n,
-                                                   rule=rule) if isinstance(r, Iteration)]
+                                                   options=engine.LoopOptions(rule=rule)) if isinstance(r, Iteration)]
         counts[tuple(tokens_of(records))] += 1
         if judged is not None:
             judged.update((len(r.proposed), r.n_accepted) for r in records)

@@ -26,11 +26,12 @@ except Exception as e:  # noqa: BLE001  not installed, or a build that does not 
         allow_module_level=True,
     )
 
-from playground.core.engine import plain_generate, speculative_generate
+from playground.core.engine import LoopOptions, plain_generate, speculative_generate
 from playground.core.proposal import RunContext
 from playground.core.records import Iteration, summarize
 from playground.core.sampling import GREEDY, SamplingConfig, probabilities
-from playground.drafters.llamacpp import LlamaCppProposer, llama_cpp_available
+from playground.drafters.llamacpp import LlamaCppProposer
+from playground.drafters.llamacpp_runtime import llama_cpp_available
 from playground.drafters.proposers import HybridProposer
 from playground.errors import PlaygroundError
 from playground.pairs.loading import load_pair
@@ -254,7 +255,8 @@ STRESS = textwrap.dedent(
     else:
         import llama_cpp
         import torch
-    from playground.drafters.llamacpp import LlamaCppProposer, openmp_runtimes
+    from playground.drafters.llamacpp import LlamaCppProposer
+    from playground.drafters.llamacpp_runtime import openmp_runtimes
     from playground.core.proposal import RunContext
     from playground.core.sampling import GREEDY, SamplingConfig
 
@@ -295,7 +297,7 @@ def test_propose_rollback_cycles_survive_either_import_order(order):
     assert proc.stdout.strip() == "ok 300"
 
 
-# --- the prefill beside the target's (engine.speculative_generate(overlap_prefill=...)) ----------------------
+# --- the prefill beside the target's (engine.LoopOptions(overlap_prefill=...)) ----------------------
 
 
 @pytest.mark.parametrize("text", PROMPTS)
@@ -308,7 +310,7 @@ def test_greedy_with_overlap_equals_plain_and_the_run_in_turn(pair, drafter, tex
         for overlap in (True, False):
             drafter.forget()  # a first call: the whole prompt prefilled, not the prefix kept from the last run
             records = list(speculative_generate(pair, ids, proposer=drafter, k=k, max_new_tokens=24,
-                                                overlap_prefill=overlap))
+                                                options=LoopOptions(overlap_prefill=overlap)))
             prefill = records[0]
             assert prefill.overlapped is overlap and drafter.kv_tokens[: len(ids) - 1] == ids[:-1]
             assert 0 <= prefill.draft_s <= prefill.draft_total_s
@@ -317,7 +319,7 @@ def test_greedy_with_overlap_equals_plain_and_the_run_in_turn(pair, drafter, tex
         assert runs[True] == runs[False] == plain, f"k={k}"
     drafter.forget()
     hybrid = list(speculative_generate(pair, ids, proposer=HybridProposer(drafter), k=8, max_new_tokens=24,
-                                       overlap_prefill=True))
+                                       options=LoopOptions(overlap_prefill=True)))
     assert hybrid[0].overlapped and tokens_of(hybrid) == plain
     assert not prefill_threads_alive()
 
@@ -335,8 +337,8 @@ def test_llama_cpp_prefills_with_its_share_and_drafts_with_the_whole_budget(pair
     drafter_threads = max(1, torch.get_num_threads())
     share = drafter_threads + 1  # anything but the whole budget, so that the two can be told apart
     drafter.forget()
-    records = list(speculative_generate(pair, ids, proposer=drafter, k=4, max_new_tokens=8, prefill_threads=share,
-                                        overlap_prefill=True))
+    records = list(speculative_generate(pair, ids, proposer=drafter, k=4, max_new_tokens=8, 
+                                        options=LoopOptions(prefill_threads=share, overlap_prefill=True)))
     assert records[0].overlapped
     assert seen[0] == share and seen[1:] and set(seen[1:]) == {drafter_threads}
     assert drafter.n_threads == drafter._threads_set == drafter_threads

@@ -29,7 +29,7 @@ from playground.pairs.models import ModelPair
 from playground.results import from_document
 from playground.results.calibration import WhatifResult, WhatifRow
 from playground.results.speed import SpeedRun
-from playground.ui import charts, chromium, handlers, panels, serving
+from playground.ui import charts, chromium, handlers, markup, serving
 from playground.ui.session import parse_request
 from tests.tiny import perturbed, tiny_model, tiny_pair, word_tokenizer
 
@@ -109,13 +109,13 @@ def test_the_speed_command_prints_the_time_split(target64, drafts64):
 
 
 def test_the_counters_show_the_time_split_in_seconds_and_shares():
-    c = panels.counters_html(summarize(RECORDS), 10, running=False)
+    c = markup.counters_html(summarize(RECORDS), 10, running=False)
     for bucket, text in (("draft", "draft 0.10 s (22%)"), ("verify", "verify 0.24 s (54%)"),
                          ("rollback", "rollback 0.01 s (1.3%)"), ("outside", "outside 0.10 s (22%)")):
         assert f'data-bucket="{bucket}"' in c and f"{text}</span>" in c
-    assert "time-split" not in panels.counters_html(None, 10, running=True)
+    assert "time-split" not in markup.counters_html(None, 10, running=True)
     plain = summarize([Prefill(3, 0.1), Step(0, 5, 0.1, 0.1, "length")])
-    assert "time-split" not in panels.counters_html(plain, 1, running=False)  # a plain run has one bucket
+    assert "time-split" not in markup.counters_html(plain, 1, running=False)  # a plain run has one bucket
 
 
 def as_validated(fig: go.Figure) -> dict:

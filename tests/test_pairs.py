@@ -16,6 +16,7 @@ from playground.pairs.registry import (
     PAIRS,
     ModelPolicy,
     PairChoice,
+    Placement,
     check_access,
     choose_pair,
     get_pair_spec,
@@ -67,7 +68,8 @@ def test_choose_pair_defaults_environment_and_overrides():
         "Qwen/Qwen2.5-7B-Instruct",
         "Qwen/Qwen2.5-0.5B-Instruct",
     )
-    lookup_only = choose_pair(pair="qwen2.5-7b", draft="none", device="cuda:1", dtype="float16", env={})
+    lookup_only = choose_pair(pair="qwen2.5-7b", draft="none", placement=Placement(device="cuda:1", dtype="float16"),
+                              env={})
     assert (lookup_only.draft, lookup_only.device, lookup_only.dtype, lookup_only.name) == (
         None,
         "cuda:1",
@@ -237,7 +239,7 @@ def test_load_choice_says_it_downloads_and_passes_the_placement(monkeypatch, no_
     monkeypatch.setattr(pairs, "offline", lambda: False)
     monkeypatch.setattr(pairs, "load_pair", lambda *a, **k: calls.append((a, k)) or "pair")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    choice = choose_pair(pair="qwen2.5-7b", device="cuda", device_map="auto", env={})
+    choice = choose_pair(pair="qwen2.5-7b", placement=Placement(device="cuda", device_map="auto"), env={})
     assert load_choice(choice, progress=said.append) == "pair"
     assert [m.split(" into ")[0] for m in said] == [
         "Downloading Qwen/Qwen2.5-7B-Instruct",
@@ -364,7 +366,7 @@ def test_a_gpu_pair_without_cuda_is_refused_before_anything_loads(monkeypatch, c
     assert time.perf_counter() - t0 < 10
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU host, but the CPU asked for
     with pytest.raises(PlaygroundError, match="the device asked for is the CPU"):
-        pairs.check_device(choose_pair(pair=name, device="cpu", env={}))
+        pairs.check_device(choose_pair(pair=name, placement=Placement(device="cpu"), env={}))
 
 
 def test_the_pairs_ratios_come_from_the_shipped_configs(capsys):

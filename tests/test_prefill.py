@@ -12,9 +12,10 @@ import time
 import pytest
 import torch
 
-from playground.core import engine
+from playground.core import engine, prefill
 from playground.core.cached import CachedLM
-from playground.core.engine import plain_generate, spare_prefill_threads, speculative_generate
+from playground.core.engine import LoopOptions, plain_generate, speculative_generate
+from playground.core.prefill import spare_prefill_threads
 from playground.core.proposal import RunContext
 from playground.core.records import Prefill, summarize
 from playground.core.sampling import GREEDY
@@ -66,7 +67,7 @@ def test_an_overlapping_proposer_begins_in_a_worker_and_the_output_is_unchanged(
     plain = tokens_of(plain_generate(pair64, PROMPT, max_new_tokens=12))
     proposer = Recording(overlaps=True)
     records = list(speculative_generate(pair64, PROMPT, proposer=proposer, k=3, max_new_tokens=12,
-                                        overlap_prefill=True))
+                                        options=LoopOptions(overlap_prefill=True)))
     assert proposer.begin_thread != threading.get_ident()
     assert proposer.threads_seen == max(1, torch.get_num_threads() // 2)  # the share asked for with no spare core
     assert proposer.ctx.prefill_threads is None  # reset once the prefill is over: drafting runs alone
@@ -80,8 +81,8 @@ def test_an_overlapping_proposer_begins_in_a_worker_and_the_output_is_unchanged(
 
 def test_prefill_threads_reach_the_proposer(pair64):
     proposer = Recording(overlaps=True)
-    list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=3, prefill_threads=3,
-                              overlap_prefill=True))
+    list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=3,
+                              options=LoopOptions(prefill_threads=3, overlap_prefill=True)))
     assert proposer.threads_seen == 3
 
 
@@ -98,9 +99,9 @@ def test_by_default_the_prefill_overlaps_only_on_spare_cores(pair64, spare):
 
 def test_the_spare_cores_are_those_torch_leaves_or_all_beside_an_accelerator(monkeypatch):
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(prefill.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert spare_prefill_threads("cpu") == 0
-    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    monkeypatch.setattr(prefill.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
     assert spare_prefill_threads("cpu") == 4
     assert spare_prefill_threads("cuda") == 2  # the target's prefill runs on the GPU: the CPU is the drafter's
 
@@ -109,26 +110,34 @@ def test_the_spare_cores_are_those_torch_leaves_or_all_beside_an_accelerator(mon
 def test_bad_prefill_threads_are_a_clear_error(pair64, bad):
     with pytest.raises(PlaygroundError, match="prefill threads"):
         list(speculative_generate(pair64, PROMPT, proposer=Recording(True), k=2, max_new_tokens=3,
-                                  prefill_threads=bad))
+                                  options=LoopOptions(prefill_threads=bad)))
 
 
 def test_an_exception_in_the_workers_begin_surfaces_in_the_caller(pair64):
     proposer = Recording(overlaps=True, fail=ValueError("boom in the drafter's prefill"))
     with pytest.raises(ValueError, match="boom in the drafter's prefill"):
-        list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=4, overlap_prefill=True))
+        list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=4,
+                                  options=LoopOptions(overlap_prefill=True)))
     assert proposer.begin_thread not in (None, threading.get_ident())  # it did fail in the worker
     assert not prefill_threads_alive()
 
 
 def test_a_failing_target_prefill_still_joins_the_worker(pair64, monkeypatch):
     """The target's exception propagates, but only after the drafter's begin (still running) has ended."""
-    def failing_feed(self, tokens, last_only=False):
+    def failing_feed(tokens, last_only=False):
         raise RuntimeError("target prefill failed")
 
-    monkeypatch.setattr(CachedLM, "feed", failing_feed)
+    def failing_target(pair, n_tokens):  # whichever forward the loop runs (core.static.target_lm)
+        lm = real_target_lm(pair, n_tokens)
+        lm.feed = failing_feed
+        return lm
+
+    real_target_lm = engine.target_lm
+    monkeypatch.setattr(engine, "target_lm", failing_target)
     proposer = Recording(overlaps=True, sleep_s=0.3)
     with pytest.raises(RuntimeError, match="target prefill failed"):
-        list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=4, overlap_prefill=True))
+        list(speculative_generate(pair64, PROMPT, proposer=proposer, k=2, max_new_tokens=4,
+                                  options=LoopOptions(overlap_prefill=True)))
     assert proposer.finished_begin
     assert not prefill_threads_alive()
 
@@ -156,13 +165,14 @@ def test_the_torch_draft_model_never_overlaps(pair64):
     records = list(speculative_generate(pair64, PROMPT, proposer=draft, k=3, max_new_tokens=6))
     assert seen == [threading.get_ident()] and not records[0].overlapped
     with pytest.raises(PlaygroundError, match="cannot prefill beside the target"):
-        list(speculative_generate(pair64, PROMPT, proposer=draft, k=3, max_new_tokens=6, overlap_prefill=True))
+        list(speculative_generate(pair64, PROMPT, proposer=draft, k=3, max_new_tokens=6,
+                                  options=LoopOptions(overlap_prefill=True)))
 
 
 def test_overlap_can_be_turned_off(pair64):
     proposer = Recording(overlaps=True)
     records = list(speculative_generate(pair64, PROMPT, proposer=proposer, k=3, max_new_tokens=6,
-                                        overlap_prefill=False))
+                                        options=LoopOptions(overlap_prefill=False)))
     assert proposer.begin_thread == threading.get_ident() and not records[0].overlapped
 
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from playground.core import engine, static
-from playground.core.engine import plain_generate, speculative_generate
+from playground.core.engine import LoopOptions, plain_generate, speculative_generate
 from playground.core.records import Iteration, Step
 from playground.core.sampling import SamplingConfig
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer, lookup
@@ -57,7 +57,7 @@ def run_checking_caches(pair, prompt, proposer, k, max_new, sampling, stop_ids):
     records = []
     with mock.patch.object(engine, "target_lm", Recorder.target_lm):
         for rec in speculative_generate(pair, prompt, proposer=proposer, k=k, sampling=sampling,
-                                        max_new_tokens=max_new, stop_ids=stop_ids):
+                                        max_new_tokens=max_new, options=LoopOptions(stop_ids=stop_ids)):
             records.append(rec)
             if not isinstance(rec, Iteration):
                 continue

@@ -40,9 +40,9 @@ def _toy() -> DrafterSpec:
 @pytest.fixture
 def toy():
     """The toy drafter, registered for one test and withdrawn after it, so that other tests never see it."""
-    spec = registry.register(_toy())
+    spec = registry.register_drafter(_toy())
     yield spec
-    registry.unregister(TOY)
+    registry.unregister_drafter(TOY)
 
 
 def _drafter_choices(command: str) -> list[str]:
@@ -76,11 +76,11 @@ def _accepted(name: str) -> bool:
 def test_every_reader_offers_a_registered_drafter_and_forgets_it_when_withdrawn(reader, pair64):
     builtin = READERS[reader](pair64)
     assert TOY not in builtin and "lookup" in builtin
-    registry.register(_toy())
+    registry.register_drafter(_toy())
     try:
         assert TOY in READERS[reader](pair64)
     finally:
-        registry.unregister(TOY)
+        registry.unregister_drafter(TOY)
     assert TOY not in READERS[reader](pair64)
 
 
@@ -100,7 +100,7 @@ def test_the_browser_shows_its_label_and_the_drafter_runs_in_the_lab_and_replay(
 
 
 def test_availability_is_declared_once_and_read_by_every_menu(toy, pair64):
-    needy = registry.register(DrafterSpec("needy", "needy", "needs the embedded target", lambda pair, **_: None,
+    needy = registry.register_drafter(DrafterSpec("needy", "needy", "needs the embedded target", lambda pair, **_: None,
                                           requires=lambda f: None if f.embedded_target else "embedded only"))
     try:
         assert needy.available(pair64) == (False, "embedded only")
@@ -110,7 +110,7 @@ def test_availability_is_declared_once_and_read_by_every_menu(toy, pair64):
         with pytest.raises(PlaygroundError, match="embedded only"):
             make_proposer(pair64, "needy")
     finally:
-        registry.unregister("needy")
+        registry.unregister_drafter("needy")
 
 
 def test_auto_and_hybrid_keep_their_meaning(toy, pair64):
@@ -123,8 +123,8 @@ def test_auto_and_hybrid_keep_their_meaning(toy, pair64):
 
 def test_a_name_is_declared_once():
     with pytest.raises(PlaygroundError, match="already registered"):
-        registry.register(DrafterSpec("lookup", "x", "x", lambda pair, **_: None))
+        registry.register_drafter(DrafterSpec("lookup", "x", "x", lambda pair, **_: None))
     with pytest.raises(PlaygroundError, match="cannot be named"):
-        registry.register(DrafterSpec("auto", "x", "x", lambda pair, **_: None))
+        registry.register_drafter(DrafterSpec("auto", "x", "x", lambda pair, **_: None))
     with pytest.raises(PlaygroundError, match="unknown drafter 'telepathy'; choose one of auto, llama.cpp"):
-        registry.get("telepathy")
+        registry.drafter_spec("telepathy")

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from playground.cli import main
-from playground.core.engine import speculative_generate
+from playground.core.engine import HEADLESS, speculative_generate
 from playground.core.records import Iteration
 from playground.drafters.adaptive import CostCurve, make_controller
 from playground.drafters.llamacpp import llama_cpp_available
@@ -122,7 +122,7 @@ def test_replaying_the_targets_greedy_output_reproduces_live_runs(embedded, turn
             live = [r for r in speculative_generate(embedded, list(turn.prompt_ids),
                                                     proposer=make_proposer(embedded, drafter),
                                                     k=make_controller(arm, curve, memory={}), max_new_tokens=turn.max_new,
-                                                    record_probs=False) if isinstance(r, Iteration)]
+                                                    options=HEADLESS) if isinstance(r, Iteration)]
             simulated = t.drafters[drafter].walks[label].records
             cells += 1
             if [_key(it) for it in live] != [_sim_key(r) for r in simulated]:
@@ -150,7 +150,7 @@ def test_a_confidence_stop_replays_as_live_runs_stop(embedded, turn_of, drafter,
             live = [r for r in speculative_generate(embedded, list(turn.prompt_ids),
                                                     proposer=make_proposer(embedded, drafter),
                                                     k=make_controller(arm, curve, memory={}), max_new_tokens=turn.max_new,
-                                                    record_probs=False, min_confidence=0.5) if isinstance(r, Iteration)]
+                                                    options=HEADLESS, min_confidence=0.5) if isinstance(r, Iteration)]
             simulated = walks[f"k={arm}" if isinstance(arm, int) else arm].records
             if [_key(it) for it in live] != [_sim_key(r) for r in simulated]:
                 notes.append(explain(embedded, turn, live, simulated, arm))

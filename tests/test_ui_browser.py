@@ -50,7 +50,7 @@ def browser():
         pytest.skip(f"{chromium.PATH} is missing: run scripts/install_browser.sh")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        b = chromium.launch(p)
+        b = chromium.launch_chromium(p)
         try:
             yield b
         finally:

@@ -16,7 +16,7 @@ from playground.lab.misses import prediction_lines
 from playground.lab.speed import SpeedRequest, speed
 from playground.limits import Limits
 from playground.pairs.models import ModelPair
-from playground.ui import handlers, measure, panels, replay_request, serving
+from playground.ui import handlers, markup, measure, replay_request, serving
 from playground.ui.session import Session, parse_request, parse_sweep
 from tests.test_replay import fake_timing
 from tests.test_ui_handlers import sweep_result
@@ -72,8 +72,8 @@ def test_the_stop_is_off_at_zero_or_empty_and_a_probability_otherwise():
                          (True, "must be a number"), (float("nan"), "finite")):
         with pytest.raises(PlaygroundError, match=message):
             request(min_confidence=bad)
-    assert "drafting stopped below confidence 0.4" in panels.k_text(request(min_confidence=0.4))
-    assert panels.k_text(request()) == "4"
+    assert "drafting stopped below confidence 0.4" in markup.k_text(request(min_confidence=0.4))
+    assert markup.k_text(request()) == "4"
 
 
 def test_a_run_with_the_stop_drafts_as_the_engine_does_with_it_and_says_so(provider, word_pair):

@@ -24,7 +24,7 @@ from playground.pairs.models import ModelPair
 from playground.pairs.registry import PairChoice
 from playground.results import from_document
 from playground.results.speed import SpeedRun, SweepResult
-from playground.ui import charts, handlers, measure, panels, render, serving, sweep_words, verdicts
+from playground.ui import charts, handlers, markup, measure, render, serving, sweep_words, verdicts
 from playground.ui.session import Session, parse_request, parse_sweep
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
@@ -560,31 +560,31 @@ def test_sweep_rejects_bad_settings(provider):
 
 
 def test_presets_fill_the_prompt_or_say_why_not(provider):
-    own = handlers.load_preset(provider, "", "typed text")
+    own = handlers.load_preset_view(provider, "", "typed text")
     assert own.prompt == "typed text" and own.chat and own.max_new_tokens is None
     # the tiny tokenizer has no chat template: a chat preset cannot be shown, and says so
     with pytest.raises(PlaygroundError, match="no chat template"):
-        handlers.load_preset(provider, "tool_call")
-    raw = handlers.load_preset(provider, "story")
+        handlers.load_preset_view(provider, "tool_call")
+    raw = handlers.load_preset_view(provider, "story")
     story = get_preset("story")
     assert raw.prompt == story.prompt and raw.max_new_tokens == story.max_new_tokens and not raw.chat
     assert story.kind in raw.info
     with pytest.raises(PlaygroundError, match="unknown preset"):
-        handlers.load_preset(provider, "nope")
+        handlers.load_preset_view(provider, "nope")
     choices, errors = handlers.preset_choices()
     assert choices[0][1] == "" and ("tool_call" in {v for _, v in choices}) and errors == []
 
 
 def test_output_check_and_counters_html():
     preset = get_preset("tool_call")
-    assert "waiting" in panels.check_html(preset, None)
-    ok = panels.check_html(preset, OutputCheck(True, True, None))
+    assert "waiting" in markup.check_html(preset, None)
+    ok = markup.check_html(preset, OutputCheck(True, True, None))
     assert "valid JSON" in ok and "valid against the schema" in ok and "badge bad" not in ok
-    bad = panels.check_html(preset, OutputCheck(True, False, "at $.name: 'x' is not one of <a>"))
+    bad = markup.check_html(preset, OutputCheck(True, False, "at $.name: 'x' is not one of <a>"))
     assert "not valid against the schema" in bad and "&lt;a&gt;" in bad
-    assert panels.check_html(get_preset("story"), None) == ""
+    assert markup.check_html(get_preset("story"), None) == ""
     s = summarize(RECORDS)
-    c = panels.counters_html(s, 10, running=False)
+    c = markup.counters_html(s, 10, running=False)
     for key, value in (("iterations", "3"), ("alpha", f"{s.alpha:.2f}"), ("tokens_per_pass", "2.00"),
                        ("new_tokens", "6 / 10")):
         assert f'data-counter="{key}"' in c and f'<div class="value">{value}</div>' in c
@@ -923,19 +923,19 @@ def test_a_slow_load_reports_what_it_loads_and_for_how_long():
 
 
 def test_typed_values_out_of_range_get_a_message_not_a_silent_clamp():
-    from playground.ui.wiring import range_check
+    from playground.ui.ranges import range_check
 
     k = range_check("k", 1, 16, slider=True)
     assert k(100, "Ready") == "\u26a0 k must be from 1 to 16, got 100; the slider moved to 16"
     assert k(0, "Ready") == "\u26a0 k must be from 1 to 16, got 0; the slider moved to 1"
     stale = "\u26a0 k must be from 1 to 16, got 100; the slider moved to 16"
     assert isinstance(k(16, stale), type(k(5, "Ready")))  # the clamp's own change keeps the message (a skip)
-    assert k(5, stale) == panels.READY  # fixed: the status line is current again
-    assert k(1, stale) == panels.READY  # the other bound is a value like any other, not the clamp's
+    assert k(5, stale) == markup.READY  # fixed: the status line is current again
+    assert k(1, stale) == markup.READY  # the other bound is a value like any other, not the clamp's
     stop = range_check("the draft confidence stop", 0.0, 1.0, whole=False, slider=True)
     moved = stop(1.5, "Ready")
     assert moved.endswith("the slider moved to 1") and isinstance(stop(1.0, moved), type(k(5, "Ready")))
-    assert stop(0.0, moved) == panels.READY  # 0 (off) after an out-of-range value clears the message
+    assert stop(0.0, moved) == markup.READY  # 0 (off) after an out-of-range value clears the message
     new = range_check("max new tokens", 1, 512)
     assert new(2.5, "Ready") == "\u26a0 max new tokens must be a whole number from 1 to 512, got 2.5"
     assert new(None, "Ready").startswith("\u26a0 max new tokens is empty")

@@ -146,7 +146,7 @@ def test_a_moved_value_the_event_does_not_read_is_no_reason_to_refuse():
 def test_a_long_status_line_shows_its_first_120_characters_and_folds_the_rest():
     import re
 
-    from playground.ui.panels import fold
+    from playground.ui.markup import fold
     from playground.ui.wiring import _guarded
 
     done = ("Done: 6 new tokens in 6 target passes, finished by length \u00b7 drafter hybrid: prompt lookup (n-gram 2..3) "

@@ -204,12 +204,12 @@ class OurLoopRun:
 def run_our_loop(pair, prompt: Sequence[int], k: int, min_n: int, max_n: int, max_new_tokens: int) -> OurLoopRun:
     """Our own loop (playground.core.engine) with our lookup on the same prompt, greedy: its output and acceptance,
     to set beside a vLLM request's (its output may differ from vLLM's at floating-point near-ties)."""
-    from ..core.engine import speculative_generate  # imports torch: only for this cross-check
+    from ..core.engine import HEADLESS, speculative_generate  # imports torch: only for this cross-check
     from ..core.records import Iteration, summarize  # as above
     from ..drafters.proposers import PromptLookupProposer  # as above
 
     records = list(speculative_generate(pair, list(prompt), proposer=PromptLookupProposer(max_n, min_n), k=k,
-                                        max_new_tokens=max_new_tokens, record_probs=False))
+                                        max_new_tokens=max_new_tokens, options=HEADLESS))
     s = summarize(records)
     output = [t for r in records if isinstance(r, Iteration) for t in r.emitted]
     return OurLoopRun(output=output, verify_steps=sum(1 for r in records if isinstance(r, Iteration) and r.proposed),

@@ -158,7 +158,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from . import replay  # on use (see the docstring)
 
         return replay.cmd_replay(args) if args.command == "replay" else replay.cmd_report(args)
-    experiment = experiments.get(args.command)
+    experiment = experiments.experiment_spec(args.command)
     if experiment is not None:
         return experiment.run(args)  # imports the lab on use (see the docstring)
     if args.command in VLLM_COMMANDS:

@@ -139,7 +139,7 @@ def _timing_run(args: argparse.Namespace) -> int:
     if args.random_weights:
         from . import random_timing  # imports torch: on use, so that the parser and --help load nothing heavy
 
-        return random_timing.run(args)
+        return random_timing.cmd_random_timing(args)
     return _on_lab(lambda lab: lab.timing_job, range(1, 9))(args)
 
 
@@ -217,6 +217,6 @@ def add_lab_parsers(sub, add_pair_args) -> None:
         add_pair_args(p)
 
 
-def get(name: str) -> Experiment | None:
+def experiment_spec(name: str) -> Experiment | None:
     """The experiment named `name`, or None (another command)."""
     return next((e for e in EXPERIMENTS if e.name == name), None)

@@ -11,7 +11,7 @@ import torch
 
 from ..errors import PlaygroundError
 from ..pairs.models import ModelPair
-from ..pairs.registry import choose_pair, load_choice
+from ..pairs.registry import Placement, choose_pair, load_choice
 
 
 def pair_from_args(args: argparse.Namespace, quiet: bool = False) -> ModelPair:
@@ -20,9 +20,10 @@ def pair_from_args(args: argparse.Namespace, quiet: bool = False) -> ModelPair:
         if args.threads < 1:
             raise PlaygroundError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    choice = choose_pair(pair=args.pair, target=args.target, draft=args.draft, device=args.device, dtype=args.dtype,
-                         device_map=args.device_map or os.environ.get("PLAYGROUND_DEVICE_MAP"),
-                         kernels=getattr(args, "kernels", None))
+    placement = Placement(device=args.device, dtype=args.dtype,
+                          device_map=args.device_map or os.environ.get("PLAYGROUND_DEVICE_MAP"),
+                          kernels=getattr(args, "kernels", None))
+    choice = choose_pair(pair=args.pair, target=args.target, draft=args.draft, placement=placement)
     say = (lambda m: print(m, file=sys.stderr)) if not quiet else None
     pair = load_choice(choice, progress=say)
     for warning in pair.memory_report().get("warnings", []):

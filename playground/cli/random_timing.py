@@ -59,7 +59,7 @@ def _n_max(ks: str | None) -> int:
     return max(values) + 1
 
 
-def run(args: argparse.Namespace) -> int:
+def cmd_random_timing(args: argparse.Namespace) -> int:
     """Build, time, print (and with --out save) the random-weight pair's step costs."""
     if args.threads is not None:
         if args.threads < 1:

@@ -12,10 +12,8 @@ holds a prefix of the committed tokens and catches up at its next propose.
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -23,6 +21,7 @@ import torch
 from ..errors import PlaygroundError
 from .cached import CachedLM
 from .clock import Clock
+from .prefill import check_overlap, prefill_in_turn, prefill_overlapped, spare_prefill_threads
 from .proposal import EMPTY, Proposal, Proposer, RunContext
 from .records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
 from .rules import Decision, SampleRule, accept_greedy, accept_sample
@@ -116,6 +115,32 @@ def _setup(pair, prompt_ids, max_new_tokens, sampling, stop_ids, clock):
     return clock, stops, generator, committed, target_lm(pair, len(committed) + max_new_tokens)
 
 
+@dataclass(frozen=True)
+class LoopOptions:
+    """speculative_generate's rarely-set arguments.
+
+    rule: the acceptance rule when sampling (the exact rule by default; the wrong ones exist for the
+    distribution test). stop_ids: the tokens that end a run (None: the pair's end-of-sequence ids).
+    clock: None: Clock.for_pair. record_probs: p(x) and q(x) of each proposal in its Iteration, for hover
+    text (headless runs skip reading them).
+    overlap_prefill: run the drafter's prompt prefill in a worker thread beside the target's (None: where the
+    proposer can, `Proposer.prefill_overlaps`, and cores are left for it, `spare_prefill_threads`);
+    prefill_threads: the threads the drafter's prefill uses meanwhile (default: the spare cores, else half of
+    torch's, at least one; torch keeps all of its own).
+    """
+
+    rule: SampleRule = accept_sample
+    stop_ids: Sequence[int] | None = None
+    clock: Clock | None = None
+    record_probs: bool = True
+    overlap_prefill: bool | None = None
+    prefill_threads: int | None = None
+
+
+DEFAULT_OPTIONS = LoopOptions()
+HEADLESS = LoopOptions(record_probs=False)  # what the lab and benchmarks run: no one reads hover text
+
+
 def speculative_generate(
     pair: ModelPair,
     prompt_ids: Sequence[int],
@@ -124,105 +149,135 @@ def speculative_generate(
     k: int | KController = 4,
     sampling: SamplingConfig = GREEDY,
     max_new_tokens: int = 64,
-    rule: SampleRule = accept_sample,
-    stop_ids: Sequence[int] | None = None,
-    clock: Clock | None = None,
-    record_probs: bool = True,
     min_confidence: float | None = None,
-    overlap_prefill: bool | None = None,
-    prefill_threads: int | None = None,
+    options: LoopOptions = DEFAULT_OPTIONS,
 ) -> Iterator[Prefill | Iteration]:
     """Speculative decoding of `prompt_ids` with `pair.target`, guesses from `proposer`.
 
     Greedy decoding uses the greedy rule (output equals plain greedy up to floating-point near-ties);
-    sampling uses `rule` (the exact rule by default; the wrong ones exist for the distribution test).
-    k is an int or a KController (adaptive.py). min_confidence: a model drafter stops early after a
-    token it gave less than this probability (k is then an upper bound).
-    overlap_prefill: run the drafter's prompt prefill in a worker thread beside the target's (None: where the
-    proposer can, `Proposer.prefill_overlaps`, and cores are left for it, `spare_prefill_threads`);
-    prefill_threads: the threads the drafter's prefill uses meanwhile (default: the spare cores, else half of
-    torch's, at least one; torch keeps all of its own).
+    sampling uses `options.rule`. k is an int or a KController (adaptive.py). min_confidence: a model drafter
+    stops early after a token it gave less than this probability (k is then an upper bound).
     """
     check_min_confidence(min_confidence)
     controller = k if hasattr(k, "next_k") else FixedK(check_k(k))
     if proposer.uses_draft_model and pair.draft is None:
         raise PlaygroundError(f"the {proposer.name} drafter needs a draft model, and this pair has none")
-    spare = spare_prefill_threads(pair.device)
-    overlap = _check_overlap(proposer, overlap_prefill, prefill_threads, spare)
-    clock, stops, generator, committed, target = _setup(pair, prompt_ids, max_new_tokens, sampling, stop_ids, clock)
-
-    # The drafter's share is read here, in the caller: torch's thread count is what the target's prefill uses.
-    threads = (prefill_threads or spare or max(1, torch.get_num_threads() // 2)) if overlap else None
-    ctx = RunContext(sampling, generator, stops, min_confidence, prefill_threads=threads)
-    if overlap:
-        prefill, start = _prefill_overlapped(clock, target, proposer, committed, ctx)
-        ctx.prefill_threads = None  # the prefill is over: from here on the drafter runs alone
-    else:
-        prefill, start = _prefill_in_turn(clock, target, proposer, committed, ctx)
+    run, prefill = _start(pair, prompt_ids, proposer, controller, sampling, max_new_tokens, min_confidence, options)
     yield prefill
     tell_controller(controller, proposer, sampling)
 
     produced, index = 0, 0
     while produced < max_new_tokens:
-        remaining = max_new_tokens - produced
-        # Proposals beyond remaining - 1 could never be emitted; k = 0 is a plain step.
-        # 1. propose (the drafting time includes choosing k, and the hybrid's lookup that says which
-        # source the proposal will come from; propose reuses that lookup)
-        t_a = clock.now()
-        source = proposer.next_source(committed) if remaining > 1 else None
-        k_i = max(0, min(int(controller.next_k(remaining=remaining, source=source)), remaining - 1))
-        ctx.go_on = drafting_rule(controller, source, k_i)
-        proposal = proposer.propose(committed, k_i) if k_i > 0 else EMPTY
-        proposal = _clip(proposal, k_i)
-        t_b = clock.now()
-
-        # 2. verify: one target pass over the pending token and the proposals -> k + 1 rows
-        logits = target.feed([committed[-1], *proposal.tokens])
-        p = None if sampling.greedy else probabilities(logits, sampling)
-        decision = _decide(proposal, logits, p, sampling, rule, generator)
-        t_c = clock.now()
-
-        # 3. accept: accepted proposals, then the target's correction or bonus token
-        n = decision.n_accepted
-        if not proposal.tokens:
-            last_role = PLAIN
-        else:
-            last_role = BONUS if decision.is_bonus(len(proposal)) else CORRECTION
-        emitted, roles, finished = _cut(
-            [*proposal.tokens[:n], decision.token], [ACCEPTED] * n + [last_role], stops, remaining
-        )
-        committed.extend(emitted)
-        produced += len(emitted)
-        if finished is None and produced >= max_new_tokens:
-            finished = "length"
-
-        # 4. roll back: the target keeps the accepted proposals (not its own token, still pending)
-        target.crop(len(committed) - 1)
-        proposer.rollback(committed)
-        t_d = clock.now()
-
-        probs = _display_probs(proposal, logits, p, sampling) if record_probs and proposal.tokens else (None, None)
-        iteration = Iteration(
-            index=index,
-            k=k_i,
-            proposed=proposal.tokens,
-            n_accepted=n,
-            emitted=tuple(emitted),
-            roles=tuple(roles),
-            draft_s=t_b - t_a,
-            verify_s=t_c - t_b,
-            rollback_s=t_d - t_c,
-            elapsed_s=clock.now() - start,
-            p=probs[0],
-            q=probs[1],
-            sources=proposal.sources,
-            finished=finished,
-        )
+        iteration = _iterate(run, index, max_new_tokens - produced)
+        produced += len(iteration.emitted)
         controller.observe(iteration)
         yield iteration
         index += 1
-        if finished:
+        if iteration.finished:
             return
+
+
+@dataclass
+class _Run:
+    """One speculative run's state between iterations."""
+
+    clock: Clock
+    target: CachedLM
+    proposer: Proposer
+    controller: KController
+    ctx: RunContext  # the sampling, generator and stop tokens, shared with the proposer
+    committed: list[int]
+    start: float  # where decoding's clock starts: the end of the prefill
+    rule: SampleRule
+    record_probs: bool
+
+
+def _start(pair, prompt_ids, proposer, controller, sampling, max_new_tokens, min_confidence, options: LoopOptions):
+    """The checked request, both prefills (overlapped or in turn) and the state decoding starts from."""
+    spare = spare_prefill_threads(pair.device)
+    overlap = check_overlap(proposer, options.overlap_prefill, options.prefill_threads, spare)
+    clock, stops, generator, committed, target = _setup(pair, prompt_ids, max_new_tokens, sampling, options.stop_ids,
+                                                        options.clock)
+
+    # The drafter's share is read here, in the caller: torch's thread count is what the target's prefill uses.
+    threads = (options.prefill_threads or spare or max(1, torch.get_num_threads() // 2)) if overlap else None
+    ctx = RunContext(sampling, generator, stops, min_confidence, prefill_threads=threads)
+    if overlap:
+        prefill, start = prefill_overlapped(clock, target, proposer, committed, ctx)
+        ctx.prefill_threads = None  # the prefill is over: from here on the drafter runs alone
+    else:
+        prefill, start = prefill_in_turn(clock, target, proposer, committed, ctx)
+    run = _Run(clock, target, proposer, controller, ctx, committed, start, options.rule, options.record_probs)
+    return run, prefill
+
+
+def _iterate(run: _Run, index: int, remaining: int) -> Iteration:
+    """One iteration: propose, verify in one target pass, accept, roll both caches back."""
+    clock, committed, sampling = run.clock, run.committed, run.ctx.sampling
+    t_a = clock.now()
+    proposal, k_i = _propose(run, remaining)
+    t_b = clock.now()
+
+    # 2. verify: one target pass over the pending token and the proposals -> k + 1 rows
+    logits = run.target.feed([committed[-1], *proposal.tokens])
+    p = None if sampling.greedy else probabilities(logits, sampling)
+    decision = _decide(proposal, logits, p, sampling, run.rule, run.ctx.generator)
+    t_c = clock.now()
+
+    # 3. accept: accepted proposals, then the target's correction or bonus token
+    emitted, roles, finished = _accept(proposal, decision, run.ctx.stop_ids, remaining)
+    committed.extend(emitted)
+
+    # 4. roll back: the target keeps the accepted proposals (not its own token, still pending)
+    run.target.crop(len(committed) - 1)
+    run.proposer.rollback(committed)
+    t_d = clock.now()
+
+    probs = (_display_probs(proposal, logits, p, sampling) if run.record_probs and proposal.tokens
+             else (None, None))
+    return Iteration(
+        index=index,
+        k=k_i,
+        proposed=proposal.tokens,
+        n_accepted=decision.n_accepted,
+        emitted=tuple(emitted),
+        roles=tuple(roles),
+        draft_s=t_b - t_a,
+        verify_s=t_c - t_b,
+        rollback_s=t_d - t_c,
+        elapsed_s=clock.now() - run.start,
+        p=probs[0],
+        q=probs[1],
+        sources=proposal.sources,
+        finished=finished,
+    )
+
+
+def _propose(run: _Run, remaining: int) -> tuple[Proposal, int]:
+    """1. propose: the controller's k, then the drafter's proposal (the drafting time includes choosing k, and
+    the hybrid's lookup that says which source the proposal will come from; propose reuses that lookup).
+    Proposals beyond remaining - 1 could never be emitted; k = 0 is a plain step."""
+    committed = run.committed
+    source = run.proposer.next_source(committed) if remaining > 1 else None
+    k_i = max(0, min(int(run.controller.next_k(remaining=remaining, source=source)), remaining - 1))
+    run.ctx.go_on = drafting_rule(run.controller, source, k_i)
+    proposal = run.proposer.propose(committed, k_i) if k_i > 0 else EMPTY
+    return _clip(proposal, k_i), k_i
+
+
+def _accept(proposal: Proposal, decision: Decision, stops: frozenset[int], remaining: int):
+    """The accepted proposals and the target's own token, with their roles, cut at a stop token or the length
+    limit; and why the run finished (None: it goes on)."""
+    n = decision.n_accepted
+    if not proposal.tokens:
+        last_role = PLAIN
+    else:
+        last_role = BONUS if decision.is_bonus(len(proposal)) else CORRECTION
+    emitted, roles, finished = _cut([*proposal.tokens[:n], decision.token], [ACCEPTED] * n + [last_role], stops,
+                                    remaining)
+    if finished is None and len(emitted) >= remaining:
+        finished = "length"
+    return emitted, roles, finished
 
 
 def tell_controller(controller, proposer: Proposer, sampling: SamplingConfig) -> None:
@@ -238,82 +293,6 @@ def drafting_rule(controller, source: str | None, k: int):
     """The controller's stop rule for this iteration's drafting (AdaptiveK.drafting_rule), if it has one."""
     rule = getattr(controller, "drafting_rule", None)
     return rule(source) if rule is not None and k > 0 else None
-
-
-def spare_prefill_threads(device) -> int:
-    """Cores a drafter's prefill can have beside the target's without taking any from it: all of torch's
-    threads when the target runs on an accelerator (its prefill leaves the CPU idle), else the usable cores
-    torch does not use (0 on a machine where torch has every core). On 2 cores beside a 2-thread target an
-    overlapped llama.cpp prefill measured no gain at 2 threads and lost 0.2 of end-to-end speed-up at 1
-    (scripts/bench_prefill.py, docs/results.md): two thread teams on the same cores only slow each other."""
-    threads = max(1, torch.get_num_threads())
-    if torch.device(device).type != "cpu":
-        return threads
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity call (macOS): every core counts
-        cores = os.cpu_count() or 1
-    return max(0, cores - threads)
-
-
-def _check_overlap(proposer: Proposer, overlap_prefill: bool | None, prefill_threads, spare: int) -> bool:
-    if prefill_threads is not None and (isinstance(prefill_threads, bool) or not isinstance(prefill_threads, int)
-                                        or prefill_threads < 1):
-        raise PlaygroundError(f"prefill threads must be a positive integer, got {prefill_threads!r}")
-    if overlap_prefill is None:  # a drafter that copies the target's KV needs it done: in turn
-        return proposer.prefill_overlaps and spare > 0 and not proposer.takes_target_kv
-    if overlap_prefill and not proposer.prefill_overlaps:
-        # A torch drafter in a second thread would share (and oversubscribe) torch's own thread pool.
-        raise PlaygroundError(f"the {proposer.name} drafter cannot prefill beside the target (only a drafter "
-                              "outside torch, such as llama.cpp, can)")
-    return bool(overlap_prefill)
-
-
-def _prefill_in_turn(clock: Clock, target: CachedLM, proposer: Proposer, committed, ctx: RunContext):
-    """The target's prefill, then the drafter's: each with the whole thread budget. Returns the record and
-    the time it ended (where decoding's clock starts)."""
-    t0 = clock.now()
-    target.feed(committed[:-1], last_only=True)
-    t1 = clock.now()
-    ctx.target_kv = target
-    try:
-        proposer.begin(committed, ctx)
-    finally:
-        ctx.target_kv = None  # the target's cache changes from here on
-    t2 = clock.now()
-    return Prefill(len(committed), target_s=t1 - t0, draft_s=t2 - t1, draft_total_s=t2 - t1, wall_s=t2 - t0,
-                   draft_shared=proposer.shared_kv), t2
-
-
-def _prefill_overlapped(clock: Clock, target: CachedLM, proposer: Proposer, committed, ctx: RunContext):
-    """The drafter's begin in a worker thread while the target prefills here; both finish before this returns
-    (what it returns: as _prefill_in_turn).
-
-    The worker reads `committed`, which nothing changes until it has been joined. Leaving the `with`
-    block joins the worker whatever happened (a failing target prefill waits for the drafter's to end);
-    `result()` re-raises an exception of the drafter's begin here, in the caller.
-    """
-    t0 = clock.now()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="draft-prefill") as pool:
-        worker = pool.submit(_timed_begin, proposer, committed, ctx)
-        target.feed(committed[:-1], last_only=True)
-        t1 = clock.now()
-        w0, w1 = worker.result()
-    t2 = clock.now()
-    # Not hidden: the part of the drafter's own interval [w0, w1] after the target finished (so it is
-    # never more than the drafter's own time, even when the thread started late); the thread's start
-    # and join show in wall_s only.
-    return Prefill(len(committed), target_s=t1 - t0, draft_s=max(0.0, w1 - max(w0, t1)), draft_total_s=w1 - w0,
-                   overlapped=True, wall_s=t2 - t0), t2
-
-
-def _timed_begin(proposer: Proposer, committed, ctx: RunContext) -> tuple[float, float]:
-    """Runs in the worker. A host clock without the device synchronisation Clock.now() does: an overlapping
-    begin leaves no device work queued, and a sync here would wait for the target's kernels instead.
-    time.perf_counter is Clock.now()'s own time base, so the two compare."""
-    w0 = time.perf_counter()
-    proposer.begin(committed, ctx)
-    return w0, time.perf_counter()
 
 
 def _clip(proposal: Proposal, k: int) -> Proposal:

@@ -13,8 +13,9 @@ path reads the last position's logits only, as a numpy view of llama.cpp's own b
 Threads and OpenMP. llama-cpp-python is built with OpenMP (scripts/install_llama_cpp.sh says why).
 torch's wheel bundles its own libgomp under the same soname, libgomp.so.1, so the dynamic loader
 binds torch and llama.cpp to ONE OpenMP runtime, the one loaded first (torch's, imported first here;
-tests/test_llamacpp.py runs both orders); `llama_cpp_available` refuses a process with two runtimes. Draft
-and target decode in turn, never at once, so each gets the whole thread budget (torch.get_num_threads()).
+tests/test_llamacpp.py runs both orders); `llamacpp_runtime.llama_cpp_available` refuses a process with two
+runtimes. Draft and target decode in turn, never at once, so each gets the whole thread budget
+(torch.get_num_threads()).
 
 The exception is a prefill beside torch's (`prefill_overlaps`: the ctypes calls release the GIL): it uses
 `ctx.prefill_threads` and restores the whole budget before returning.
@@ -22,9 +23,6 @@ The exception is a prefill beside torch's (`prefill_overlaps`: the ctypes calls 
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
-import logging
 import os
 import weakref
 from collections.abc import Sequence
@@ -39,90 +37,8 @@ from ..core.sampling import draw, probabilities
 from ..errors import PlaygroundError
 from ..pairs.loading import embedded_gguf_path
 from .llamacpp_kv import KvShare
+from .llamacpp_runtime import import_llama_cpp, llama_cpp_available
 from .vocab_check import check_tokenizer
-
-# The version scripts/install_llama_cpp.sh installs and this module was written and tested against.
-PINNED_VERSION = "0.3.36"
-INSTALL_HINT = "run `bash scripts/install_llama_cpp.sh` (builds llama-cpp-python from source, ~20 min on 2 cores)"
-
-_backend_ready = False
-
-
-def _import_llama_cpp():
-    """Import llama_cpp (after torch, imported at the top of this module: see the module docstring)."""
-    global _backend_ready
-    # The package's import installs a log callback that prints everything at INFO and above unless its
-    # logger says otherwise; the playground wants llama.cpp's errors only.
-    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
-    import llama_cpp  # optional: installed only by scripts/install_llama_cpp.sh, so imported where it is used
-
-    if not _backend_ready:
-        llama_cpp.llama_backend_init()
-        _backend_ready = True
-    return llama_cpp
-
-
-def llama_cpp_available() -> tuple[bool, str]:
-    """(True, what) when the llama.cpp drafter can be used; (False, why not) otherwise. Never raises."""
-    if importlib.util.find_spec("llama_cpp") is None:
-        return False, f"llama-cpp-python is not installed: {INSTALL_HINT}"
-    try:
-        llama_cpp = _import_llama_cpp()
-    except Exception as e:  # noqa: BLE001  a broken build: missing shared library, wrong glibc, ...
-        return False, f"llama-cpp-python is installed but does not load ({type(e).__name__}: {e}); {INSTALL_HINT}"
-    version = getattr(llama_cpp, "__version__", "?")
-    if not any(field[0] == "use_extra_bufts" for field in llama_cpp.llama_model_params._fields_):
-        return False, (
-            f"llama-cpp-python {version} has no use_extra_bufts model parameter (this drafter needs "
-            f"{PINNED_VERSION}): {INSTALL_HINT}"
-        )
-    try:
-        runtimes = openmp_runtimes()
-    except Exception:  # noqa: BLE001  a diagnostic only: never a reason to refuse
-        runtimes = {}
-    if runtimes.get("torch") and runtimes.get("llama.cpp") and runtimes["torch"] != runtimes["llama.cpp"]:
-        return False, (
-            f"torch and llama.cpp use two different OpenMP runtimes ({runtimes['torch']} and "
-            f"{runtimes['llama.cpp']}): their spinning thread pools would fight over the cores; rebuild "
-            "llama.cpp without OpenMP: `LLAMA_CPP_OPENMP=OFF bash scripts/install_llama_cpp.sh`"
-        )
-    return True, f"llama-cpp-python {version}"
-
-
-def openmp_runtimes() -> dict[str, str | None]:
-    """Which OpenMP runtime file torch's and llama.cpp's CPU libraries are bound to in this process
-    (None: that library uses no OpenMP). Linux only; {} elsewhere or when a library is not found.
-
-    Both link the soname libgomp.so.1 (torch's wheel bundles its own copy under that name), so the
-    dynamic loader gives them ONE runtime, whichever was loaded first; this is what tests check.
-    """
-    import llama_cpp  # optional and heavy: only where llama-cpp-python is installed (_import_llama_cpp has run)
-
-    libs = {
-        "torch": Path(torch.__file__).parent / "lib" / "libtorch_cpu.so",
-        "llama.cpp": Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so",
-    }
-    if not all(p.is_file() for p in libs.values()):
-        return {}
-    try:
-        with open("/proc/self/maps") as f:
-            maps = [line.split() for line in f]
-    except OSError:
-        return {}
-
-    def runtime_of(path: Path) -> str | None:
-        try:  # dlsym on a library's handle searches it and its dependencies: the runtime it is bound to
-            fn = ctypes.CDLL(str(path)).omp_get_max_threads
-        except (OSError, AttributeError):
-            return None
-        addr = ctypes.cast(fn, ctypes.c_void_p).value
-        for parts in maps:
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            if lo <= addr < hi and len(parts) >= 6:
-                return os.path.realpath(parts[5])
-        return None
-
-    return {name: runtime_of(path) for name, path in libs.items()}
 
 
 class LlamaCppProposer(Proposer):
@@ -155,25 +71,41 @@ class LlamaCppProposer(Proposer):
         ok, why = llama_cpp_available()
         if not ok:
             raise PlaygroundError(f"the llama.cpp drafter is not available: {why}")
-        self._ll = _import_llama_cpp()
-        ll = self._ll
-        if gguf_path is None:
-            gguf_path = embedded_gguf_path()
-        path = Path(gguf_path)
+        self._ll = import_llama_cpp()
+        path = Path(embedded_gguf_path() if gguf_path is None else gguf_path)
         if not path.is_file():
             raise PlaygroundError(f"no GGUF file at {str(path)!r}")
         self.gguf_path = path
+        model = self._load_model(path)
+        self._size(model, tokenizer, vocab_size, n_ctx, n_batch)
+        self.n_threads = max(1, torch.get_num_threads())  # the whole budget: what drafting uses
+        self._threads_set = self.n_threads  # what the context is set to now (less during an overlapped prefill)
+        self._make_context(model)
+        self._make_batch()
+        self.kv_tokens: list[int] = []
+        self.device = torch.device("cpu")
+        self.kv_share, self.kv_share_note = KvShare.check(self._ll, model, self._ctx, self._memory,
+                                                          lambda ids: self._eval(ids, logits=False), target_config)
+        self.kv_tokens = []
+        self.share_kv = True  # benchmarks turn it off to time the drafter's own prefill
+        self.shared_kv = 0  # prompt positions the last begin copied from the target
 
+    def _load_model(self, path: Path):
+        ll = self._ll
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = 0
         mparams.use_extra_bufts = False  # the AMX / repack buffer types: see the module docstring
         model = ll.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
             raise PlaygroundError(f"llama.cpp could not load {path.name} (is it a GGUF model file?)")
-        # Native handles are freed when the proposer is collected (or by close()), whatever happens below.
+        # Native handles are freed when the proposer is collected (or by close()), whatever happens after this.
         self._native = _Native(ll, model)
         self._finalizer = weakref.finalize(self, self._native.free)
+        return model
 
+    def _size(self, model, tokenizer, vocab_size: int | None, n_ctx: int | None, n_batch: int) -> None:
+        """The vocabulary (checked against the target's), the context length and the batch size."""
+        ll = self._ll
         self._vocab = ll.llama_model_get_vocab(model)
         self.n_vocab = int(ll.llama_vocab_n_tokens(self._vocab))
         n_train = int(ll.llama_model_n_ctx_train(model))
@@ -182,14 +114,14 @@ class LlamaCppProposer(Proposer):
         self.vocab_size = int(vocab_size if vocab_size is not None else (len(tokenizer) if tokenizer else self.n_vocab))
         if self.vocab_size > self.n_vocab:
             raise PlaygroundError(
-                f"{path.name} has {self.n_vocab} tokens but the target uses {self.vocab_size}; a drafter must "
-                "share the target's vocabulary"
+                f"{self.gguf_path.name} has {self.n_vocab} tokens but the target uses {self.vocab_size}; a drafter "
+                "must share the target's vocabulary"
             )
         if tokenizer is not None:
             check_tokenizer(self, tokenizer)
 
-        self.n_threads = max(1, torch.get_num_threads())  # the whole budget: what drafting uses
-        self._threads_set = self.n_threads  # what the context is set to now (less during an overlapped prefill)
+    def _make_context(self, model) -> None:
+        ll = self._ll
         cparams = ll.llama_context_default_params()
         cparams.n_ctx = self.n_ctx
         cparams.n_batch = self.n_batch
@@ -200,12 +132,14 @@ class LlamaCppProposer(Proposer):
         cparams.no_perf = True
         ctx = ll.llama_init_from_model(model, cparams)
         if not ctx:
-            raise PlaygroundError(f"llama.cpp could not create a context of {self.n_ctx} tokens for {path.name}")
+            raise PlaygroundError(f"llama.cpp could not create a context of {self.n_ctx} tokens for "
+                                  f"{self.gguf_path.name}")
         self._ctx = self._native.ctx = ctx
         self._memory = ll.llama_get_memory(ctx)
 
-        # One batch, reused: numpy views of its arrays make filling it a few vector assignments.
-        batch = ll.llama_batch_init(self.n_batch, 0, 1)
+    def _make_batch(self) -> None:
+        """One batch, reused: numpy views of its arrays make filling it a few vector assignments."""
+        batch = self._ll.llama_batch_init(self.n_batch, 0, 1)
         self._batch = self._native.batch = batch
         n = self.n_batch
         self._b_token = np.ctypeslib.as_array(batch.token, shape=(n,))
@@ -214,13 +148,6 @@ class LlamaCppProposer(Proposer):
         np.ctypeslib.as_array(batch.n_seq_id, shape=(n,))[:] = 1
         for i in range(n):  # one sequence (id 0) for every slot, set once
             batch.seq_id[i][0] = 0
-        self.kv_tokens: list[int] = []
-        self.device = torch.device("cpu")
-        self.kv_share, self.kv_share_note = KvShare.check(ll, model, ctx, self._memory,
-                                                          lambda ids: self._eval(ids, logits=False), target_config)
-        self.kv_tokens = []
-        self.share_kv = True  # benchmarks turn it off to time the drafter's own prefill
-        self.shared_kv = 0  # prompt positions the last begin copied from the target
 
     @property
     def takes_target_kv(self) -> bool:

@@ -150,27 +150,24 @@ def lookup(tokens: Sequence[int], k: int, max_ngram: int, min_ngram: int = 1) ->
     return []
 
 
-class HybridProposer(Proposer):
-    """Prompt lookup where it finds a match (free: no model runs), the model drafter otherwise.
+class FallbackProposer(Proposer):
+    """A free source (no model runs) where it has a proposal worth a target pass, a model drafter otherwise: the
+    shared part of the hybrids (HybridProposer: prompt lookup; suffix.SuffixHybridProposer: the suffix tree).
 
-    Agent output copies a lot (argument values from the prompt, keys of a schema it was shown) between
-    stretches of new text; lookup covers the first at no cost, the draft model the second. Each
-    proposal says where it came from (`sources`: "lookup" or "draft"), for the UI's colours and the
-    lab's per-source acceptance. The model drafter's cache lags while lookup proposes and catches up in
-    one batched pass at its next proposal.
+    Each proposal says where it came from (`sources`: the free source's name or "draft"), for the UI's colours
+    and the lab's per-source acceptance. The model drafter's cache lags while the free source proposes and
+    catches up in one batched pass at its next proposal. A subclass finds the free proposal (`_free_proposal`,
+    None to fall back on the model) and keeps its search in `_found`, reset at each begin.
     """
 
-    def __init__(self, model: Proposer, max_ngram: int = 3, min_ngram: int = 2, name: str | None = None):
-        if not 1 <= min_ngram <= max_ngram:
-            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+    def __init__(self, model: Proposer, name: str):
         self.model = model
-        self.max_ngram = max_ngram
-        self.min_ngram = min_ngram
         self.uses_draft_model = model.uses_draft_model
         self.confidence_stops = model.confidence_stops
-        # begin is lookup's nothing plus the model drafter's prefill, so it overlaps where that one does.
+        # begin is the free source's indexing (microseconds at most) plus the model drafter's prefill, so it
+        # overlaps where that one does.
         self.prefill_overlaps = model.prefill_overlaps
-        self.name = name or f"hybrid (lookup + {model.name})"
+        self.name = name
         self._found: tuple | None = None
 
     @property
@@ -181,13 +178,50 @@ class HybridProposer(Proposer):
     def shared_kv(self) -> int:
         return self.model.shared_kv
 
-    def describe(self) -> str:
-        return f"hybrid: prompt lookup (n-gram {self.min_ngram}..{self.max_ngram}) else {self.model.describe()}"
-
     def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         super().begin(prompt_ids, ctx)
         self._found = None
+        self._begin_free(prompt_ids, ctx)
         self.model.begin(prompt_ids, ctx)
+
+    def _begin_free(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
+        """Start the free source on a run (prompt lookup needs nothing)."""
+
+    def _free_proposal(self, tokens: Sequence[int], k: int) -> Proposal | None:
+        raise NotImplementedError
+
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+        found = self._free_proposal(tokens, k)
+        if found is not None:
+            return found
+        proposal = self.model.propose(tokens, k)
+        return Proposal(proposal.tokens, proposal.q, ("draft",) * len(proposal))
+
+    def _rollback_free(self, tokens: Sequence[int]) -> None:
+        """Tell the free source what was committed (prompt lookup reads `tokens` afresh each time)."""
+
+    def rollback(self, tokens: Sequence[int]) -> None:
+        self._rollback_free(tokens)
+        self.model.rollback(tokens)
+
+
+class HybridProposer(FallbackProposer):
+    """Prompt lookup where it finds a match (free: no model runs), the model drafter otherwise.
+
+    Agent output copies a lot (argument values from the prompt, keys of a schema it was shown) between
+    stretches of new text; lookup covers the first at no cost, the draft model the second. Sources are
+    "lookup" and "draft".
+    """
+
+    def __init__(self, model: Proposer, max_ngram: int = 3, min_ngram: int = 2, name: str | None = None):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        super().__init__(model, name or f"hybrid (lookup + {model.name})")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def describe(self) -> str:
+        return f"hybrid: prompt lookup (n-gram {self.min_ngram}..{self.max_ngram}) else {self.model.describe()}"
 
     def _lookup(self, tokens: Sequence[int]) -> list[int]:
         """The lookup continuation (up to K_MAX tokens), kept for the `tokens` it was found for, so that
@@ -207,16 +241,12 @@ class HybridProposer(Proposer):
         """A call that makes the free source's search after `prompt` once, as next_source does each iteration."""
         return lambda: lookup(prompt, LOOKUP_MAX, self.max_ngram, self.min_ngram)
 
-    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+    def _free_proposal(self, tokens: Sequence[int], k: int) -> Proposal | None:
         found = self._lookup(tokens)[:k]
-        if found:
-            for i, x in enumerate(found):
-                if x in self.ctx.stop_ids:
-                    found = found[: i + 1]
-                    break
-            return Proposal(tuple(found), sources=("lookup",) * len(found))
-        proposal = self.model.propose(tokens, k)
-        return Proposal(proposal.tokens, proposal.q, ("draft",) * len(proposal))
-
-    def rollback(self, tokens: Sequence[int]) -> None:
-        self.model.rollback(tokens)
+        if not found:
+            return None
+        for i, x in enumerate(found):
+            if x in self.ctx.stop_ids:
+                found = found[: i + 1]
+                break
+        return Proposal(tuple(found), sources=("lookup",) * len(found))

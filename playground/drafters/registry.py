@@ -2,12 +2,12 @@
 
 The CLI's --drafter choices (playground.cli), the browser's drafter menus (playground.ui.serving), replay
 (playground.lab.replay, replay_sampling, replay_walk) and the lab's commands (playground.cli.experiments) all read
-`drafters()` / `get(name)`; none keeps a list of its own. `make_proposer` builds one by name, "auto" picks the best
+`drafters()` / `drafter_spec(name)`; none keeps a list of its own. `make_proposer` builds one by name, "auto" picks the best
 this pair can run (`default_drafter`), and `available_drafters` says which a pair can run.
 
 Adding a drafter takes two things:
 1. a module beside this one with its proposer (a `playground.core.proposal.Proposer`: propose k tokens, roll back);
-2. one `register(DrafterSpec(...))` call at the end of this module, naming it, saying what it needs (a draft model,
+2. one `register_drafter(DrafterSpec(...))` call at the end of this module, naming it, saying what it needs (a draft model,
    a condition on the pair, an installed package), how replay walks it (`replay`: "live" for a model-free drafter)
    and how to build it: a function that imports the new module when called (the drafters' modules import torch,
    which listing the names, for the CLI's parser and --help, must not load).
@@ -112,7 +112,7 @@ _SPECS: dict[str, DrafterSpec] = {}
 _LOCK = threading.Lock()  # registration from a test or a plugin, while a tab reads the menu
 
 
-def register(spec: DrafterSpec) -> DrafterSpec:
+def register_drafter(spec: DrafterSpec) -> DrafterSpec:
     """Declare a drafter (see the module docstring); its name must be new. Returns the spec."""
     if spec.name == "auto" or not spec.name:
         raise PlaygroundError(f"a drafter cannot be named {spec.name!r}")
@@ -123,7 +123,7 @@ def register(spec: DrafterSpec) -> DrafterSpec:
     return spec
 
 
-def unregister(name: str) -> None:
+def unregister_drafter(name: str) -> None:
     """Withdraw a drafter (tests register toy drafters and withdraw them)."""
     with _LOCK:
         _SPECS.pop(name, None)
@@ -140,7 +140,7 @@ def names() -> list[str]:
     return [s.name for s in drafters()]
 
 
-def get(name: str) -> DrafterSpec:
+def drafter_spec(name: str) -> DrafterSpec:
     """The drafter named `name`; a PlaygroundError naming the choices otherwise."""
     with _LOCK:
         spec = _SPECS.get(name) if isinstance(name, str) else None
@@ -188,7 +188,7 @@ def make_proposer(pair, drafter: str = "draft", max_ngram: int = 3, **options) -
     (`shared_llama_cpp`)."""
     if drafter == "auto":
         drafter = default_drafter(pair)[0]
-    spec = get(drafter)
+    spec = drafter_spec(drafter)
     ok, why = spec.available(PairFacts.of(pair, check_installs=False))  # a missing package: its build says how
     if not ok:
         raise PlaygroundError(why)
@@ -220,7 +220,7 @@ def shared_llama_cpp(pair, **_options) -> Proposer:
 
 
 def _llama_cpp_installed() -> tuple[bool, str]:
-    from .llamacpp import llama_cpp_available  # imports torch and numpy: on use (the module docstring)
+    from .llamacpp_runtime import llama_cpp_available  # imports torch: on use (the module docstring)
 
     return llama_cpp_available()
 
@@ -272,17 +272,17 @@ def _build_hybrid(pair, max_ngram: int = 3, model: Proposer | None = None, **_op
     return HybridProposer(model, max_ngram=max_ngram)
 
 
-register(DrafterSpec(
+register_drafter(DrafterSpec(
     "llama.cpp", "llama.cpp", "the target's own GGUF run by llama.cpp (embedded target only; needs llama-cpp-python)",
     shared_llama_cpp, replay="pass", requires=_embedded_only, installed=_llama_cpp_installed,
     pass_exact=lambda pair: True, auto=True))  # 72 of 72 walks equal (playground.lab.replay's docstring)
-register(DrafterSpec(
+register_drafter(DrafterSpec(
     "draft", "draft model", "the pair's draft model (for the embedded target: an int8 copy of its weights)",
     _build_draft, replay="pass", draft_model=True, pass_exact=_draft_pass_exact, auto=True))
-register(DrafterSpec(
+register_drafter(DrafterSpec(
     "lookup", "prompt lookup", "prompt lookup: copy what followed the latest match of the last n tokens (no model)",
     _build_lookup, auto=True))
-register(DrafterSpec(
+register_drafter(DrafterSpec(
     "hybrid", "hybrid", "prompt lookup where the last tokens occurred before, else the best model drafter",
     _build_hybrid, replay="hybrid", requires=_needs_model_drafter, sources=("lookup", "draft")))
 
@@ -312,11 +312,11 @@ def _build_suffix_hybrid(pair, max_ngram: int = 3, model: Proposer | None = None
     return SuffixHybridProposer(model, SuffixProposer(suffix_cache))
 
 
-register(DrafterSpec(
+register_drafter(DrafterSpec(
     "suffix", "suffix decoding",
     "suffix decoding: the longest match in a suffix tree over this run and earlier ones (no model)",
     _build_suffix, installed=_suffix_installed, sources=("suffix",), remembers=True))
-register(DrafterSpec(
+register_drafter(DrafterSpec(
     "suffix-hybrid", "suffix hybrid",
     "suffix decoding where its match is worth verifying, else the best model drafter",
     _build_suffix_hybrid, replay="hybrid", requires=_needs_model_drafter, installed=_suffix_installed,

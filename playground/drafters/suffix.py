@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core.proposal import EMPTY, LOOKUP_MAX, Proposal, Proposer, RunContext
+from .proposers import FallbackProposer
 from .suffix_cache import NO_DRAFT, Draft, SuffixCache
 
 SOURCE = "suffix"
@@ -81,45 +82,28 @@ class SuffixProposer(Proposer):
         self._sync(tokens)
 
 
-class SuffixHybridProposer(Proposer):
+class SuffixHybridProposer(FallbackProposer):
     """The suffix tree where it has a match worth its verification, the model drafter otherwise.
 
     Worth it: the tree's path (up to K_MAX tokens) is expected to yield at least `min_score` accepted tokens
     (the sum of its probabilities, SuffixDecoding's score). Below that, a target pass spent on its guess
     would be better spent on the model's. Sources are "suffix" and "draft", as the lookup hybrid's are
-    "lookup" and "draft"; the model drafter's cache lags while the tree proposes and catches up at its next
-    proposal.
+    "lookup" and "draft".
     """
 
     def __init__(self, model: Proposer, suffix: SuffixProposer | None = None, min_score: float = 1.0,
                  name: str | None = None):
         if min_score < 0:
             raise ValueError(f"need min_score >= 0, got {min_score}")
-        self.model = model
+        super().__init__(model, name or f"suffix hybrid (suffix + {model.name})")
         self.suffix = suffix if suffix is not None else SuffixProposer()
         self.min_score = min_score
-        self.uses_draft_model = model.uses_draft_model
-        self.confidence_stops = model.confidence_stops
-        self.prefill_overlaps = model.prefill_overlaps  # the tree's begin is a few microseconds of indexing
-        self.name = name or f"suffix hybrid (suffix + {model.name})"
-        self._found: tuple | None = None
-
-    @property
-    def takes_target_kv(self) -> bool:
-        return self.model.takes_target_kv
-
-    @property
-    def shared_kv(self) -> int:
-        return self.model.shared_kv
 
     def describe(self) -> str:
         return f"hybrid: {self.suffix.describe()} where its score >= {self.min_score:g}, else {self.model.describe()}"
 
-    def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
-        super().begin(prompt_ids, ctx)
-        self._found = None
+    def _begin_free(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         self.suffix.begin(prompt_ids, ctx)
-        self.model.begin(prompt_ids, ctx)
 
     def _suffix_draft(self, tokens: Sequence[int]) -> Draft:
         """The tree's K_MAX-token path for `tokens`, kept so that next_source and the propose after it
@@ -140,13 +124,11 @@ class SuffixHybridProposer(Proposer):
         self.suffix.begin(prompt, ctx)
         return lambda: self.suffix.draft(prompt, LOOKUP_MAX)
 
-    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
-        if self.next_source(tokens) == SOURCE:
-            found = self._suffix_draft(tokens).tokens[:k]
-            return Proposal(found, sources=(SOURCE,) * len(found))
-        proposal = self.model.propose(tokens, k)
-        return Proposal(proposal.tokens, proposal.q, ("draft",) * len(proposal))
+    def _free_proposal(self, tokens: Sequence[int], k: int) -> Proposal | None:
+        if self.next_source(tokens) != SOURCE:
+            return None
+        found = self._suffix_draft(tokens).tokens[:k]
+        return Proposal(found, sources=(SOURCE,) * len(found))
 
-    def rollback(self, tokens: Sequence[int]) -> None:
+    def _rollback_free(self, tokens: Sequence[int]) -> None:
         self.suffix.rollback(tokens)
-        self.model.rollback(tokens)

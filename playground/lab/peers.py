@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import torch
 
 from ..core.clock import Clock
-from ..core.engine import plain_generate, speculative_generate
+from ..core.engine import HEADLESS, plain_generate, speculative_generate
 from ..core.lean import supports
 from ..core.records import Iteration, Step
 from ..drafters.llamacpp import llama_cpp_available
@@ -105,7 +105,7 @@ def _arms(pair: ModelPair, k: int, max_new_tokens: int, max_ngram: int) -> dict[
             recs = list(plain_generate(pair, ids, max_new_tokens=max_new_tokens))
             return [r.token for r in recs if isinstance(r, Step)]
         recs = list(speculative_generate(pair, ids, proposer=proposer, k=k, max_new_tokens=max_new_tokens,
-                                         record_probs=False, min_confidence=min_confidence))
+                                         options=HEADLESS, min_confidence=min_confidence))
         return [t for r in recs if isinstance(r, Iteration) for t in r.emitted]
 
     arms: dict[str, Callable] = {"hf plain": lambda ids: hf(ids)}

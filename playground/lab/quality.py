@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 
 from ..core import cost
 from ..core.cached import CachedLM
-from ..core.engine import plain_generate, speculative_generate
+from ..core.engine import HEADLESS, plain_generate, speculative_generate
 from ..core.proposal import RunContext
 from ..core.records import Iteration, Step, summarize
 from ..core.rules import SAMPLING_RULES, SampleRule
@@ -46,7 +46,7 @@ def acceptance(pair, prompts: dict[str, tuple[str, Sequence[int], int]], propose
     for name, (kind, ids, max_new) in prompts.items():
         for k in ks:
             recs = list(speculative_generate(pair, ids, proposer=proposer_factory(), k=k, sampling=sampling,
-                                             max_new_tokens=max_new, record_probs=False))
+                                             max_new_tokens=max_new, options=HEADLESS))
             its = [r for r in recs if isinstance(r, Iteration)]
             rows.append(AcceptanceRow(prompt=name, kind=kind, k=k, **_acceptance_stats(its, k)))
             by_kind.setdefault((kind, k), []).extend(its)
@@ -97,7 +97,7 @@ def divergence(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Se
         plain = [r.token for r in plain_generate(pair, ids, max_new_tokens=max_new_tokens) if isinstance(r, Step)]
         for k in ks:
             spec = [t for r in speculative_generate(pair, ids, proposer=proposer_factory(), k=k,
-                                                    max_new_tokens=max_new_tokens, record_probs=False)
+                                                    max_new_tokens=max_new_tokens, options=HEADLESS)
                     if isinstance(r, Iteration) for t in r.emitted]
             checked += 1
             done += 1

@@ -145,7 +145,7 @@ class _Proposers:
 
     def model_name(self, drafter: str) -> str | None:
         """The model drafter behind `drafter` (None for a model-free one, or a hybrid with none to wrap)."""
-        spec = registry.get(drafter)
+        spec = registry.drafter_spec(drafter)
         if spec.replay == "hybrid":
             return registry.model_drafter(self.pair)
         return drafter if spec.model else None
@@ -153,7 +153,7 @@ class _Proposers:
     def _model(self, name: str, live: bool = False):
         if name in self.shared and not live:
             return PassProposer(name, len(self.turn.prompt_ids), self.target, self.preds[name],
-                                uses_draft_model=registry.get(name).draft_model, conf=self.confs.get(name))
+                                uses_draft_model=registry.drafter_spec(name).draft_model, conf=self.confs.get(name))
         if name in self._drafts:
             return self._drafts[name]
         proposer = make_proposer(self.pair, name, max_ngram=self.max_ngram)
@@ -162,7 +162,7 @@ class _Proposers:
         return proposer
 
     def get(self, drafter: str, live: bool = False, cache=None):  # live: a model drafter fed live where walks share
-        spec = registry.get(drafter)  # a pass; cache: a remembering drafter's (replay_suffix.suffix_cache)
+        spec = registry.drafter_spec(drafter)  # a pass; cache: a remembering drafter's (replay_suffix.suffix_cache)
         if spec.replay == "live":
             return make_proposer(self.pair, drafter, max_ngram=self.max_ngram, suffix_cache=cache)
         if spec.replay == "hybrid":

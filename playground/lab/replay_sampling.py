@@ -97,7 +97,7 @@ def replay_sampled_turn(pair, turn: Turn, options: ReplayOptions, memory: TraceM
     completion = [int(t) for t in turn.completion_ids]
     length = min(turn.max_new, len(completion))
     stops = frozenset(pair.eos_ids)
-    kinds = {d: registry.get(d).replay for d in drafters}
+    kinds = {d: registry.drafter_spec(d).replay for d in drafters}
     inner = registry.model_drafter(pair)  # what a hybrid wraps
     models = sorted({d if kinds[d] == "pass" else inner for d in drafters if kinds[d] != "live"} - {None})
     prompt = prompt_cache(pair, turn.prompt_ids)  # what a live prefill leaves, for drafters that copy it

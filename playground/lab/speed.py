@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..core import cost
-from ..core.engine import K_MAX, plain_generate, speculative_generate
+from ..core.engine import HEADLESS, K_MAX, plain_generate, speculative_generate
 from ..core.proposal import Proposer
 from ..core.records import RunSummary, summarize
 from ..core.sampling import GREEDY, SamplingConfig
@@ -137,7 +137,7 @@ def _run_spec(request: SpeedRequest, prompt: Sequence[int], k: int | str, max_ne
     curve = CostCurve.from_timing(timing) if timing is not None else None
     controller = make_controller(k, curve, memory=memory)
     records = list(speculative_generate(request.pair, prompt, proposer=request.proposer_factory(), k=controller,
-                                        sampling=request.sampling, max_new_tokens=max_new, record_probs=False,
+                                        sampling=request.sampling, max_new_tokens=max_new, options=HEADLESS,
                                         min_confidence=request.min_confidence))
     return summarize(records), iteration_rows(records)
 

@@ -206,19 +206,27 @@ def _draft_value(draft) -> str | None:
     return None if draft is None or str(draft).strip().lower() in ("", "none") else str(draft).strip()
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where and how a chosen pair loads, each part overriding the named pair's (None: keep it)."""
+
+    device: str | None = None
+    dtype: str | None = None
+    device_map: str | None = None  # None: automatic (see models.resolve_device_map)
+    kernels: str | None = None  # None: $PLAYGROUND_KERNELS, else auto (see pairs.kernels)
+
+
 def choose_pair(
     pair: str | None = None,
     target: str | None = None,
     draft: str | None = None,
-    device: str | None = None,
-    dtype: str | None = None,
-    device_map: str | None = None,
+    placement: Placement = Placement(),
     env: Mapping[str, str] | None = None,
     policy: ModelPolicy | None = None,
     check: bool = True,
-    kernels: str | None = None,
 ) -> PairChoice:
-    """A named pair (`pair`, else PLAYGROUND_PAIR, else `embedded`) with its parts overridden by what is given.
+    """A named pair (`pair`, else PLAYGROUND_PAIR, else `embedded`) with its parts overridden by what is given
+    (`target`, `draft`, and where it loads: `placement`).
 
     With a `target` and no `pair`, the other parts default as before named pairs existed: the int8 copy as
     draft, device and dtype auto. `draft` "none" means no draft model. Both models are checked against the
@@ -239,11 +247,11 @@ def choose_pair(
     choice = PairChoice(
         target=t,
         draft=d,
-        device=device or b_device,
-        dtype=dtype or b_dtype,
-        device_map=device_map or None,
+        device=placement.device or b_device,
+        dtype=placement.dtype or b_dtype,
+        device_map=placement.device_map or None,
         name=name,
-        kernels=kernels or None,
+        kernels=placement.kernels or None,
     )
     if check:
         check_choice(choice, policy)
@@ -312,7 +320,7 @@ def load_named_pair(
     name: str, device: str | None = None, dtype: str | None = None, progress: Callable[[str], None] | None = print
 ):
     """Load a named pair (its own device and dtype unless given)."""
-    return load_choice(choose_pair(pair=name, device=device, dtype=dtype), progress)
+    return load_choice(choose_pair(pair=name, placement=Placement(device=device, dtype=dtype)), progress)
 
 
 def load_checked(target, draft, device="auto", dtype="auto", progress=print, device_map=None):

@@ -17,9 +17,9 @@ import gradio as gr
 
 from ..limits import Limits
 from . import charts, handlers, measure, replay_panel, verdicts, vllm_panel, whatif_panel
-from .panels import READY, counters_html, pair_info
+from .javascript import TOKEN_DETAILS
+from .markup import READY, counters_html, pair_info
 from .render import EMPTY_TOKENS, legend_html
-from .scripts import TOKEN_DETAILS
 from .serving import AUTO_HELP, PairProvider
 from .session import SHOW_ME, SHOW_ME_NOTE, Session
 from .wiring import _guarded, wire  # noqa: F401 - _guarded: its first home, where tests import it
@@ -168,7 +168,7 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                 with gr.Row(equal_height=True, elem_id="status-row"):
                     ui.status = gr.Markdown(f"{READY} It runs the example prompt; or pick a preset.",
                                             elem_id="status")
-                    # Gradio's status tracker of the model events draws here (hidden); scripts.HEAD shows a
+                    # Gradio's status tracker of the model events draws here (hidden); javascript.HEAD shows a
                     # queued event's place in line in the span.
                     ui.activity = gr.HTML('<span class="queue-note" role="status"></span>', elem_id="activity",
                                           min_width=10)

@@ -7,6 +7,6 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage")
 
 
-def launch(playwright):
+def launch_chromium(playwright):
     """A headless Chromium from a started sync Playwright."""
     return playwright.chromium.launch(executable_path=PATH, args=list(FLAGS))

@@ -30,7 +30,7 @@ from ..lab.calibration import SHORT_CALIBRATION, calibrated_timing
 from ..lab.trust import MachineMonitor
 from ..limits import Limits
 from ..pairs.registry import PAIRS, ModelPolicy
-from . import panels, serving, verdicts
+from . import markup, serving, verdicts
 from .downloads import download_document, save_document
 from .measure import stream_calibrate, stream_sweep  # noqa: F401 - re-exported: the lab events' first home
 from .progress import Tracker, clock_text, eta_text, load_with_progress, loading_message, mapped, phase, ticker
@@ -129,8 +129,8 @@ def stopped_view(session: Session | None) -> StoppedView:
         s = summarize(run.records)
         return StoppedView(f"Stopped after {s.new_tokens} new tokens in {s.target_passes} iterations; the partial "
                            f"run stays on the page (it is not saved for Compare or Download).{again}",
-                           panels.counters_html(s, run.request.max_new_tokens, running=False),
-                           panels.figures(run.records, s), tokens=None if run.streamed else run.tokens_html or "")
+                           markup.counters_html(s, run.request.max_new_tokens, running=False),
+                           markup.figures(run.records, s), tokens=None if run.streamed else run.tokens_html or "")
     if what == "compare":
         return StoppedView("Stopped the plain run: no measured speed-up this time." + again)
     if what == "calibrate":
@@ -157,37 +157,45 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     ids, preset_obj = encode_request(pair, request, request.max_new_tokens, limits)
     proposer = make_proposer(pair, request.drafter, suffix_cache=session.suffix_cache(request.drafter))
     request = without_idle_stop(request, proposer)
-    name, store = proposer.describe(), provider.calibrations
-    setup = describe_setup(pair)
-    sampling = request.sampling
-    run = RunResult(request=request, prompt_ids=ids, drafter=name, records=[], summary=None, text="",
-                    preset=preset_obj, check=None, setup=setup, environment=environment(pair), finished=False,
-                    streamed=stream_tokens)
+    run = RunResult(request=request, prompt_ids=ids, drafter=proposer.describe(), records=[], summary=None, text="",
+                    preset=preset_obj, check=None, setup=describe_setup(pair), environment=environment(pair),
+                    finished=False, streamed=stream_tokens)
     session.run = run  # the session keeps the partial run if the user stops it
     tokenizer = pair.tokenizer
     special = getattr(tokenizer, "all_special_ids", []) if tokenizer is not None else []
-    renderer = TokenRenderer(tokenizer, greedy=sampling.greedy, special_ids=special)
-    head = (f"Running: drafter {name}, k = {panels.k_text(request)}, {sampling.describe()}, "
-            f"{len(ids)} prompt tokens, up to {request.max_new_tokens} new \u00b7 {setup}")
+    renderer = TokenRenderer(tokenizer, greedy=request.sampling.greedy, special_ids=special)
+    head = (f"Running: drafter {run.drafter}, k = {markup.k_text(request)}, {request.sampling.describe()}, "
+            f"{len(ids)} prompt tokens, up to {request.max_new_tokens} new \u00b7 {run.setup}")
     yield RunView(session, f"{head} \u2014 prefill \u2026", tokens="",
-                  counters=panels.counters_html(None, request.max_new_tokens, True), figures=panels.figures([], None),
-                  check=panels.check_html(preset_obj, None),
+                  counters=markup.counters_html(None, request.max_new_tokens, True), figures=markup.figures([], None),
+                  check=markup.check_html(preset_obj, None),
                   prediction=verdicts.prediction_markdown(session))
     tracker = Tracker(head, started, "prefill")
+    work = _run_work(provider, session, pair, proposer, run)
+    with Background(work, "playground-run", serving.device_lock(pair.device)) as bg:
+        yield from _run_progress(bg, session, run, tracker, renderer, started)
+        bg.raise_error()
+    yield _run_done(provider, session, run, pair.tokenizer, renderer, started)
+
+
+def _run_work(provider: PairProvider, session: Session, pair, proposer, run: RunResult):
+    """The worker's job: calibrate first if adaptive k has no timing for this context, then the engine's loop,
+    each record emitted as it comes, the other processes' CPU use watched meanwhile."""
+    request, ids, name, store = run.request, run.prompt_ids, run.drafter, provider.calibrations
 
     def work(emit, stopped):
         timing = None
         if request.k_mode == "adaptive":
-            timing = find_timing(session, store, name, ids, K_MAX + 1, sampling)
+            timing = find_timing(session, store, name, ids, K_MAX + 1, request.sampling)
             if timing is None:
                 phase(emit, "calibrating for adaptive k (once per pair, drafter, context length and decoding)")
-                timing, _ = calibrated_timing(pair, ids, proposer, store, SHORT_CALIBRATION.under(sampling),
+                timing, _ = calibrated_timing(pair, ids, proposer, store, SHORT_CALIBRATION.under(request.sampling),
                                               progress=ticker(emit, stopped))
             session.timings[(name, prompt_key(ids))] = timing
             phase(emit, "")
         controller = k_controller(request, session, name, timing)
         monitor = MachineMonitor().__enter__()
-        gen = engine.speculative_generate(pair, ids, proposer=proposer, k=controller, sampling=sampling,
+        gen = engine.speculative_generate(pair, ids, proposer=proposer, k=controller, sampling=request.sampling,
                                           max_new_tokens=request.max_new_tokens, min_confidence=request.min_confidence)
         try:
             for rec in gen:
@@ -199,58 +207,69 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
             run.ended_at = time.perf_counter()
             run.machine = monitor.stop()
 
+    return work
+
+
+def _run_progress(bg: Background, session: Session, run: RunResult, tracker: Tracker, renderer: TokenRenderer,
+                  started: float) -> Iterator[RunView]:
+    """While the worker runs: the records into the session's run, and a status update now and then (tokens and
+    counters too when the run is streamed; a heartbeat when nothing came, so that Stop is never kept waiting)."""
+    head = tracker.what
     last_yield = 0.0
     dirty, n_iterations = False, 0
-    with Background(work, "playground-run", serving.device_lock(pair.device)) as bg:
-        while not bg.finished:
-            for rec in tracker.take(bg.poll(timeout=YIELD_EVERY_S)):
-                run.records.append(rec)
-                renderer.add(rec)
-                n_iterations += isinstance(rec, Iteration)
-                dirty = True
-            now = time.monotonic()
-            if bg.finished:
-                break
-            clock = clock_text(now - started)
-            if dirty and not stream_tokens and n_iterations and now - last_yield >= HEARTBEAT_QUIET_S:
-                run.tokens_html = renderer.html()  # drawn only if the run is stopped (stopped_view)
-                yield RunView(session, f"{head} \u2014 iteration {n_iterations} \u00b7 {clock} (tokens and charts "
-                                       "when it ends, so that drawing them does not slow what is compared)")
-                last_yield, dirty = now, False
-            elif dirty and stream_tokens and now - last_yield >= YIELD_EVERY_S:
-                summary = summarize(run.records)
-                yield RunView(session, f"{head} \u2014 iteration {summary.target_passes} \u00b7 {clock} (charts "
-                                       "when it ends)", tokens=renderer.html(),
-                              counters=panels.counters_html(summary, request.max_new_tokens, True))
-                last_yield, dirty = now, False
-            elif tracker.phase and (tracker.ticked or now - last_yield >= serving.HEARTBEAT_S):
-                yield RunView(session, tracker.line())  # calibrating for adaptive k
-                last_yield = now
-            elif now - last_yield >= serving.HEARTBEAT_S:
-                # Nothing new (the prefill, or a slow iteration): still hand control back to Gradio now and
-                # then, so that Stop can close this generator promptly.
-                what = "prefill" if len(run.records) == 0 else f"iteration {len(run.records)}"
-                yield RunView(session, f"{head} \u2014 {what} \u00b7 {clock} \u2026")
-                last_yield = now
-        bg.raise_error()
+    while not bg.finished:
+        for rec in tracker.take(bg.poll(timeout=YIELD_EVERY_S)):
+            run.records.append(rec)
+            renderer.add(rec)
+            n_iterations += isinstance(rec, Iteration)
+            dirty = True
+        now = time.monotonic()
+        if bg.finished:
+            break
+        clock = clock_text(now - started)
+        if dirty and not run.streamed and n_iterations and now - last_yield >= HEARTBEAT_QUIET_S:
+            run.tokens_html = renderer.html()  # drawn only if the run is stopped (stopped_view)
+            yield RunView(session, f"{head} \u2014 iteration {n_iterations} \u00b7 {clock} (tokens and charts "
+                                   "when it ends, so that drawing them does not slow what is compared)")
+            last_yield, dirty = now, False
+        elif dirty and run.streamed and now - last_yield >= YIELD_EVERY_S:
+            summary = summarize(run.records)
+            yield RunView(session, f"{head} \u2014 iteration {summary.target_passes} \u00b7 {clock} (charts "
+                                   "when it ends)", tokens=renderer.html(),
+                          counters=markup.counters_html(summary, run.request.max_new_tokens, True))
+            last_yield, dirty = now, False
+        elif tracker.phase and (tracker.ticked or now - last_yield >= serving.HEARTBEAT_S):
+            yield RunView(session, tracker.line())  # calibrating for adaptive k
+            last_yield = now
+        elif now - last_yield >= serving.HEARTBEAT_S:
+            # Nothing new (the prefill, or a slow iteration): still hand control back to Gradio now and
+            # then, so that Stop can close this generator promptly.
+            what = "prefill" if len(run.records) == 0 else f"iteration {len(run.records)}"
+            yield RunView(session, f"{head} \u2014 {what} \u00b7 {clock} \u2026")
+            last_yield = now
 
+
+def _run_done(provider: PairProvider, session: Session, run: RunResult, tokenizer, renderer: TokenRenderer,
+              started: float) -> RunView:
+    """The finished run: its text, output check and summary kept in the session; the page drawn whole."""
+    request = run.request
     summary = summarize(run.records)
     tokens = [t for r in run.records if isinstance(r, Iteration) for t in r.emitted]
     run.text = tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else ""
     run.summary = summary
-    run.check = check_output(preset_obj, run.text) if preset_obj is not None else None
+    run.check = check_output(run.preset, run.text) if run.preset is not None else None
     run.finished = True
     doc = document(provider, session)
     done = (f"Done: {summary.new_tokens} new tokens in {summary.target_passes} target passes, finished by "
-            f"{summary.finished} \u00b7 drafter {run.drafter}, k = {panels.k_text(request, summary)}, "
-            f"{sampling.describe()} \u00b7 {setup} \u00b7 {clock_text(time.monotonic() - started)}"
+            f"{summary.finished} \u00b7 drafter {run.drafter}, k = {markup.k_text(request, summary)}, "
+            f"{request.sampling.describe()} \u00b7 {run.setup} \u00b7 {clock_text(time.monotonic() - started)}"
             + (verdicts.run_load_note(run) if run.streamed else "")
             + (f" \u00b7 {session.suffix.describe()}" if remembers(request.drafter) else ""))
-    yield RunView(session, done, tokens=renderer.html(),
-                  counters=panels.counters_html(summary, request.max_new_tokens, False),
-                  figures=panels.figures(run.records, summary), check=panels.check_html(preset_obj, run.check),
-                  prediction=verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)), doc=doc,
-                  download=save_document(doc))
+    return RunView(session, done, tokens=renderer.html(),
+                   counters=markup.counters_html(summary, request.max_new_tokens, False),
+                   figures=markup.figures(run.records, summary), check=markup.check_html(run.preset, run.check),
+                   prediction=verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)),
+                   doc=doc, download=save_document(doc))
 
 
 @stoppable("compare")
@@ -315,7 +334,8 @@ def preset_choices(directory=None) -> tuple[list[tuple[str, str]], list[str]]:
     return choices, [str(e) for e in errors]
 
 
-def load_preset(provider: PairProvider, name, current_prompt: str = "", session: Session | None = None) -> PresetView:
+def load_preset_view(provider: PairProvider, name, current_prompt: str = "",
+                     session: Session | None = None) -> PresetView:
     """Fill the prompt box with the exact text the model sees for a preset (with the tokenizer of the pair the
     tab chose), and its max new tokens."""
     provider = provider.for_session(session)
@@ -359,14 +379,14 @@ def select_pair(provider: PairProvider, session: Session | None, value) -> PairV
     if provider.fixed:
         if value != provider.get().target_name:
             raise PlaygroundError(f"this app serves one pair, {provider.get().target_name!r}")
-        return PairView(session, provider.drafter_choices(), panels.pair_info(provider))
+        return PairView(session, provider.drafter_choices(), markup.pair_info(provider))
     choice = provider.choice_for(value)
     session.pair = None if serving.same_pair(choice, provider.choice) else choice
     session.timings.clear()  # calibrations, runs and sweeps belong to the pair that made them
     session.run = session.sweep = session.calibration = session.sweep_status = None
     session.batch = session.batch_status = session.whatif_from = session.suffix = None  # token ids of another pair
     chosen = provider.for_session(session)
-    return PairView(session, chosen.drafter_choices(), panels.pair_info(chosen))
+    return PairView(session, chosen.drafter_choices(), markup.pair_info(chosen))
 
 
 def forget_runs(session: Session | None) -> tuple[str, Session]:

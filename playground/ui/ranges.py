@@ -16,7 +16,7 @@ import gradio as gr
 
 from ..errors import PlaygroundError
 from .form import Controls
-from .panels import READY
+from .markup import READY
 
 # The status-line label of each slider -> the name of its value in an event's controls.
 SLIDERS = {"k": "k", "temperature": "temperature", "top-p": "top_p", "the draft confidence stop": "min_confidence",

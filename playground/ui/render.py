@@ -7,7 +7,7 @@ Each token span carries its role as a class (accepted draft token, the target's 
 bonus token, a plain step) and a hover text (its iteration, role, p(x), q(x) and the acceptance
 probability min(1, p/q) where known). Iterations alternate two underline colours and are separated
 by a thin bar, so iteration boundaries are visible in the text itself. The hover text is also what a tap on
-a token shows under the box (scripts.TOKEN_DETAILS), for touch screens.
+a token shows under the box (javascript.TOKEN_DETAILS), for touch screens.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def probe_seconds_per_token(pair, turn, chunk: int) -> float:
 
 
 def estimate_seconds(turns: Sequence, seconds_per_token: float, drafter: str) -> float:
-    spec = registry.get(drafter) if drafter in registry.names() else None
+    spec = registry.drafter_spec(drafter) if drafter in registry.names() else None
     model = spec is not None and spec.replay != "live"  # a model drafter's own pass over the text
     return tokens_of(turns) * seconds_per_token * (2.0 if model else 1.2)
 

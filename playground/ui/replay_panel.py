@@ -36,9 +36,9 @@ from ..lab.replay import calibration_contexts, preset_turns, replay_turns
 from ..lab.replay_options import ReplayOptions
 from ..limits import Limits
 from ..results.replay import CalibrationUse, LineError, ReplayResult
-from . import scripts, serving
+from . import javascript, serving
 from .downloads import jsonable
-from .panels import fold
+from .markup import fold
 from .progress import Tracker, clock_text, load_with_progress, mapped, phase, progress_lines, ticker
 from .ranges import refuse_moved
 from .render import legend_html
@@ -284,7 +284,7 @@ def replay_tab(ui, provider: PairProvider) -> None:
         ui.rp_arm = gr.Dropdown([], value=None, label="k", elem_id="replay-k", min_width=140, scale=1)
     ui.rp_turn_note = gr.Markdown("", elem_id="replay-turn-note")
     gr.HTML(legend_html(), elem_id="replay-legend")
-    ui.rp_tokens = gr.HTML(EMPTY_TOKENS, elem_id="replay-tokens", padding=False, js_on_load=scripts.TOKEN_DETAILS,
+    ui.rp_tokens = gr.HTML(EMPTY_TOKENS, elem_id="replay-tokens", padding=False, js_on_load=javascript.TOKEN_DETAILS,
                            html_template='<div class="token-box">${value}</div>'
                                          '<div class="tok-detail" aria-live="polite"></div>')
     with gr.Accordion("Replay result (JSON)", open=False):
@@ -335,7 +335,7 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
 
     event, inputs = _event(run_replay, ui.session, controls)
     ui.rp_btn.click(None, None, [ui.status], js=f"() => {json.dumps(STARTING)}", **QUIET)
-    ui.rp_btn.click(None, None, [ui.rp_status], js=scripts.starting(TAB_STARTING, "#replay-status"), **QUIET)
+    ui.rp_btn.click(None, None, [ui.rp_status], js=javascript.starting(TAB_STARTING, "#replay-status"), **QUIET)
     replay_ev = ui.rp_btn.click(event, inputs, outputs, api_name="replay", show_progress="minimal",
                                 show_progress_on=[ui.activity], **device_events)
     ui.stop_btn.click(None, None, None, cancels=[replay_ev], queue=False)

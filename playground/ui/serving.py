@@ -35,6 +35,7 @@ from ..pairs.registry import (
     PAIRS,
     ModelPolicy,
     PairChoice,
+    Placement,
     choose_pair,
     load_choice,
     pair_name_of,
@@ -65,9 +66,9 @@ def choice_from_env(env=None, pair: str | None = None, custom: tuple | None = No
     else:
         target, draft = custom if custom is not None else (None, None)
         draft = "none" if custom is not None and draft is None else draft
-    return choose_pair(pair=pair, target=target, draft=draft, device=env.get("PLAYGROUND_DEVICE") or None,
-                       dtype=env.get("PLAYGROUND_DTYPE") or None, device_map=env.get("PLAYGROUND_DEVICE_MAP") or None,
-                       env=env, check=False)
+    placement = Placement(device=env.get("PLAYGROUND_DEVICE") or None, dtype=env.get("PLAYGROUND_DTYPE") or None,
+                          device_map=env.get("PLAYGROUND_DEVICE_MAP") or None)
+    return choose_pair(pair=pair, target=target, draft=draft, placement=placement, env=env, check=False)
 
 
 def menu_value(choice: PairChoice) -> str:

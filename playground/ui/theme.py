@@ -1,12 +1,12 @@
 """How the app looks: its CSS and theme, and what `launch()` needs besides the app (Gradio 6 takes theme, css
-and head at launch, not in Blocks()). The classes are the ones render.py, panels.py and verdicts.py write; the
+and head at launch, not in Blocks()). The classes are the ones render.py, markup.py and verdicts.py write; the
 grid of `#main` is the layout blocks.py describes."""
 
 from __future__ import annotations
 
 import gradio as gr
 
-from .scripts import HEAD
+from .javascript import HEAD
 
 CSS = """
 .gradio-container { max-width: 1480px !important; }

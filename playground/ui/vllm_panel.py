@@ -26,7 +26,7 @@ from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
 from ..limits import Limits
 from .downloads import jsonable
-from .scripts import TOKEN_DETAILS
+from .javascript import TOKEN_DETAILS
 from .vllm_view import (
     CONCURRENCIES,
     EMPTY_TOKENS,

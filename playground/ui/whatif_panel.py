@@ -22,9 +22,9 @@ import gradio as gr
 
 from ..errors import PlaygroundError
 from ..lab.whatif import whatif
-from . import handlers, scripts
+from . import handlers, javascript
 from .batching import INTRO, batch_note, stream_batch
-from .panels import fold
+from .markup import fold
 from .session import Session, _number, parse_request
 from .verdicts import glossary_html
 from .whatif_view import (
@@ -182,7 +182,7 @@ def wire_batch(ui, provider, limits) -> None:
         yield from _guarded(views(), lambda v: (v.status, _skip(v.figure), _skip(v.note), v.session), 4)
 
     event, event_inputs = _event(time_batches, session, {"prompt": ui.prompt, "preset": ui.preset, "chat": ui.chat})
-    ui.batch_btn.click(None, None, [ui.status], js=scripts.starting(BATCH_STARTING, "#batch-status"), **QUIET)
+    ui.batch_btn.click(None, None, [ui.status], js=javascript.starting(BATCH_STARTING, "#batch-status"), **QUIET)
     batch_ev = ui.batch_btn.click(event, event_inputs, [ui.batch_status, ui.sweep_plot, ui.batch_note, session],
                                   api_name="time_batches", show_progress="minimal", show_progress_on=[ui.activity],
                                   **device_events)

@@ -27,7 +27,7 @@ from ..results.calibration import WhatifResult
 from . import charts
 from .batching import sweep_timing
 from .charts import RunPoint
-from .panels import fold
+from .markup import fold
 from .session import Session, _number, run_timing
 from .verdicts import GLOSSARY
 

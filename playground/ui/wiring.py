@@ -9,10 +9,10 @@ whose engine thread stops at its next record), and every event has a stable `api
 /compare, /calibrate, /sweep, /load_preset, /select_pair, and whatif_panel's /time_batches and /whatif (an API
 client stops a job with `job.cancel()`).
 
-What the status line says is always the present: a click says at once that the event is starting (scripts.py;
-a queued one shows its place in line), the event's own lines follow, and `after` (chained after every model
+What the status line says is always the present: a click says at once that the event is starting (javascript.py;
+a queued one shows its place in line), the event's own lines follow, and `_after` (chained after every model
 event) says what happened when the event was stopped, refused before it began, or ran on another tab (a sweep).
-A control typed out of its range says so (`range_check`) instead of being clamped in silence.
+A control typed out of its range says so instead of being clamped in silence (controls.py).
 """
 
 from __future__ import annotations
@@ -21,14 +21,20 @@ import html
 import inspect
 import logging
 import traceback
+from dataclasses import dataclass
+from types import SimpleNamespace
 
 import gradio as gr
 
 from ..envinfo import redact
 from ..errors import PlaygroundError
-from . import handlers, measure, scripts
-from .panels import READY, fold
-from .ranges import SLIDERS, range_check, refuse_moved, remember_moves
+from ..limits import Limits
+from . import handlers, javascript, measure
+from .controls import wire_controls
+from .form import Controls
+from .markup import fold
+from .ranges import refuse_moved
+from .serving import PairProvider
 from .session import SHOW_ME, SHOW_ME_NOTE, parse_request, parse_sweep
 
 log = logging.getLogger(__name__)
@@ -119,24 +125,65 @@ def on_failure(event, starting: str, what: str, status, tab_status=None) -> None
     event.failure(failed, inputs, outputs, queue=False, api_visibility="private", show_progress="hidden")
 
 
+@dataclass
+class _Wiring:
+    """What every model event is wired with: the components, the pair provider, the limits, and the device's
+    concurrency group and the status line's progress settings."""
+
+    ui: SimpleNamespace  # blocks.py's components
+    provider: PairProvider
+    limits: Limits
+    device_events: dict
+    on_status: dict
+
+    def drafters_of(self, session):
+        """What a request may name: the drafters of the pair this tab chose."""
+        return self.provider.for_session(session).drafter_names()
+
+
 def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = None) -> None:
     """Every event of the playground's components (`ui`: blocks.py's namespace of components)."""
     group = f"device:{provider.device}"  # one run at a time per device, whatever the event
-    device_events = {"concurrency_limit": 1, "concurrency_id": group}
-    session = ui.session
-    run_controls = {"prompt": ui.prompt, "preset": ui.preset, "chat": ui.chat, "drafter": ui.drafter, "k": ui.k,
-                    "decoding": ui.decoding, "temperature": ui.temperature, "top_k": ui.top_k, "top_p": ui.top_p,
-                    "max_new_tokens": ui.max_new, "seed": ui.seed}
-    sweep_controls = {**{n: run_controls[n] for n in ("prompt", "preset", "chat", "drafter", "decoding",
-                                                      "temperature", "top_k", "top_p", "seed")},
-                      "k_max": ui.k_max, "rounds": ui.rounds, "max_new_tokens": ui.sweep_new,
-                      "min_confidence": ui.min_confidence,  # last: API clients' positional calls keep working
-                      "moved": ui.moved}  # a gr.State: no API parameter
-    run_outputs = [ui.status, ui.tokens, ui.counters, ui.time_plot, ui.pos_plot, ui.alpha_plot, ui.check,
-                   ui.prediction, ui.run_json, ui.download, session]
+    # Gradio's tracker (its queue position and timer) draws in the hidden #activity only; the status line says
+    # what happens, and javascript.HEAD shows the place in line.
+    w = _Wiring(ui, provider, limits, device_events={"concurrency_limit": 1, "concurrency_id": group},
+                on_status={"show_progress": "minimal", "show_progress_on": [ui.activity]})
+    _wire_starting(ui)
+    run_ev, cmp_run_ev, cmp_ev, (run_event, run_inputs) = _wire_run(w)
+    cal_ev = _wire_calibrate(w, calibrate_repeats)
+    sweep_ev = _wire_sweep(w, sweep_fn)
+    show_ev = _wire_show_me(w, run_event, run_inputs)
+    _wire_preset_and_pair(w)
+    _wire_stop_and_after(ui, [(run_ev, "run"), (cmp_run_ev, "run"), (cmp_ev, "compare"), (cal_ev, "calibrate"),
+                              (sweep_ev, "sweep"), (show_ev, "run")])
+    wire_controls(ui, limits)
 
-    def drafters_of(session):  # what a request may name: the drafters of the pair this tab chose
-        return provider.for_session(session).drafter_names()
+
+def _run_controls(ui) -> dict:
+    return {"prompt": ui.prompt, "preset": ui.preset, "chat": ui.chat, "drafter": ui.drafter, "k": ui.k,
+            "decoding": ui.decoding, "temperature": ui.temperature, "top_k": ui.top_k, "top_p": ui.top_p,
+            "max_new_tokens": ui.max_new, "seed": ui.seed}
+
+
+def _run_outputs(ui) -> list:
+    return [ui.status, ui.tokens, ui.counters, ui.time_plot, ui.pos_plot, ui.alpha_plot, ui.check, ui.prediction,
+            ui.run_json, ui.download, ui.session]
+
+
+def _wire_starting(ui) -> None:
+    """A click says at once that its event is starting (before the queue has it)."""
+    starting = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
+    for btn in (ui.run_btn, ui.compare_btn, ui.calibrate_btn):
+        btn.click(None, None, [ui.status], js=javascript.starting(STARTING), **starting)
+    ui.show_btn.click(None, None, [ui.status], js=javascript.starting(SHOW_STARTING), **starting)
+    ui.sweep_btn.click(None, None, [ui.status], js=javascript.starting(SWEEP_STARTING, "#sweep-status"), **starting)
+
+
+def _wire_run(w: _Wiring):
+    """Run (/run), and Compare: its speculative run, then plain decoding (/compare). Returns the three events
+    and the run event's function and inputs (Show me runs it too)."""
+    ui, provider, limits = w.ui, w.provider, w.limits
+    run_outputs = _run_outputs(ui)
 
     def run_outputs_of(v):
         figs = v.figures or {}
@@ -151,7 +198,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
 
         def views():
             refuse_moved(values.pop("moved", None), values)
-            request = parse_request(values, drafters_of(session), limits)
+            request = parse_request(values, w.drafters_of(session), limits)
             yield from handlers.stream_run(provider, session, request, limits=limits, stream_tokens=stream_tokens)
 
         yield from _guarded(views(), run_outputs_of, len(run_outputs))
@@ -166,17 +213,47 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
         yield from _guarded(handlers.stream_compare(provider, session),
                             lambda v: (v.status, _skip(v.prediction), _skip(v.doc), _skip(v.download), v.session), 5)
 
+    speculative = {**_run_controls(ui), "k_mode": ui.k_mode, "min_confidence": ui.min_confidence, "moved": ui.moved}
+    run_event, run_inputs = _event(run, ui.session, speculative)
+    compare_run_event, _ = _event(run_to_compare, ui.session, speculative)
+    run_ev = ui.run_btn.click(run_event, run_inputs, run_outputs, api_name="run", **w.on_status, **w.device_events)
+    cmp_run_ev = ui.compare_btn.click(compare_run_event, run_inputs, run_outputs, api_visibility="private",
+                                      **w.on_status, **w.device_events)
+    cmp_ev = cmp_run_ev.success(compare, [ui.session], [ui.status, ui.prediction, ui.run_json, ui.download, ui.session],
+                                api_name="compare", **w.on_status, **w.device_events)
+    return run_ev, cmp_run_ev, cmp_ev, (run_event, run_inputs)
+
+
+def _wire_calibrate(w: _Wiring, repeats: int | None):
+    """Calibrate (/calibrate)."""
+    ui, provider, limits = w.ui, w.provider, w.limits
+
     def calibrate(session, values):
         """Time the target (v(n)) and the drafter (c) for the cost model, on this context length; reused by every
         tab on the pair. careful: measure.CAREFUL's timed cycles instead of SHORT's."""
 
         def views():
             refuse_moved(values.pop("moved", None), values, ignore=("k",))  # a calibration serves every k
-            request = parse_request(values, drafters_of(session), limits)
-            yield from measure.stream_calibrate(provider, session, request, careful=bool(values.get("careful")),
-                                                repeats=calibrate_repeats, limits=limits)
+            request = parse_request(values, w.drafters_of(session), limits)
+            yield from measure.stream_calibrate(provider, session, request, careful=bool(Controls.of(values).careful),
+                                                repeats=repeats, limits=limits)
 
         yield from _guarded(views(), lambda v: (v.status, _skip(v.prediction), v.session), 3)
+
+    event, inputs = _event(calibrate, ui.session, {**_run_controls(ui), "careful": ui.careful, "moved": ui.moved})
+    return ui.calibrate_btn.click(event, inputs, [ui.status, ui.prediction, ui.session], api_name="calibrate",
+                                  **w.on_status, **w.device_events)
+
+
+def _wire_sweep(w: _Wiring, sweep_fn):
+    """Sweep k (/sweep), its outcome on the 'k per output shape' tab."""
+    ui, provider, limits = w.ui, w.provider, w.limits
+    run_controls = _run_controls(ui)
+    sweep_controls = {**{n: run_controls[n] for n in ("prompt", "preset", "chat", "drafter", "decoding",
+                                                      "temperature", "top_k", "top_p", "seed")},
+                      "k_max": ui.k_max, "rounds": ui.rounds, "max_new_tokens": ui.sweep_new,
+                      "min_confidence": ui.min_confidence,  # last: API clients' positional calls keep working
+                      "moved": ui.moved}  # a gr.State: no API parameter
 
     def sweep(session, values):
         """Sweep k = 1..k_max on the current prompt: measured and predicted speed-up, the trust verdict, and a
@@ -184,18 +261,40 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
 
         def views():
             refuse_moved(values.pop("moved", None), values)
-            request = parse_sweep(values, drafters_of(session), limits)
+            request = parse_sweep(values, w.drafters_of(session), limits)
             yield from measure.stream_sweep(provider, session, request, sweep_fn=sweep_fn, limits=limits)
 
         yield from _guarded(views(), lambda v: (v.status, _skip(v.figure), _skip(v.table), _skip(v.summary),
                                                 _skip(v.doc), v.session), 6)
 
-    speculative = {**run_controls, "k_mode": ui.k_mode, "min_confidence": ui.min_confidence, "moved": ui.moved}
-    run_event, run_inputs = _event(run, session, speculative)
-    compare_run_event, _ = _event(run_to_compare, session, speculative)
-    calibrate_event, calibrate_inputs = _event(calibrate, session,
-                                               {**run_controls, "careful": ui.careful, "moved": ui.moved})
-    sweep_event, sweep_inputs = _event(sweep, session, sweep_controls)
+    event, inputs = _event(sweep, ui.session, sweep_controls)
+    sweep_ev = ui.sweep_btn.click(event, inputs, [ui.sweep_status, ui.sweep_plot, ui.sweep_table, ui.sweep_text,
+                                                  ui.sweep_json, ui.session],
+                                  api_name="sweep", **w.on_status, **w.device_events)
+    ui.sweep_event = sweep_ev  # whatif_panel chains the batch note after it
+    return sweep_ev
+
+
+def _wire_show_me(w: _Wiring, run_event, run_inputs):
+    """Show me: fill the controls with the example the page opens on, then run it."""
+    ui, limits = w.ui, w.limits
+    example = [ui.prompt, ui.chat, ui.drafter, ui.k, ui.k_mode, ui.min_confidence, ui.decoding, ui.max_new, ui.preset,
+               ui.preset_info]
+    names = w.provider.drafter_names()
+
+    def show_me():
+        """The example the page opens on: every token role in one run."""
+        drafter = SHOW_ME.drafter if SHOW_ME.drafter in names else names[0]
+        return (SHOW_ME.prompt, SHOW_ME.chat, drafter, SHOW_ME.k, SHOW_ME.k_mode, 0.0,
+                SHOW_ME.decoding, min(SHOW_ME.max_new_tokens, limits.max_new_tokens), "", SHOW_ME_NOTE)
+
+    return ui.show_btn.click(show_me, None, example, queue=False, api_visibility="private").then(
+        run_event, run_inputs, _run_outputs(ui), api_visibility="private", **w.on_status, **w.device_events)
+
+
+def _wire_preset_and_pair(w: _Wiring) -> None:
+    """The preset menu (/load_preset) and the pair menu (/select_pair)."""
+    ui, provider, limits = w.ui, w.provider, w.limits
 
     def load_preset(preset, prompt, session=None):
         """Fill the prompt box (and max new tokens) from a preset; describe it."""
@@ -205,7 +304,7 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
                 yield gr.skip(), gr.skip(), gr.skip(), loading
 
         def views():
-            yield handlers.load_preset(provider, preset, prompt, session=session)
+            yield handlers.load_preset_view(provider, preset, prompt, session=session)
 
         def to_outputs(v):  # a preset's length, within this app's limit
             n = None if v.max_new_tokens is None else min(v.max_new_tokens, limits.max_new_tokens)
@@ -226,123 +325,47 @@ def wire(ui, provider, limits, sweep_fn=None, calibrate_repeats: int | None = No
 
         yield from _guarded(views(), to_outputs, 3, status_first=False)
 
-    def after(kind: str):
-        def after_event(session, status):
-            """Runs after a model event (Gradio runs it once a cancellation is complete): says 'Stopped', or what
-            became of an event that never began (refused by a component's range check, or stopped in the queue),
-            or, for a sweep, its outcome on the status line above the tabs."""
-            v = handlers.stopped_view(session)
-            figs = v.figures or {}
-            line = v.status
-            if line is None and isinstance(status, str):
-                if kind == "sweep" and status.startswith(SWEEP_STARTING[:12]):
-                    line = (session.sweep_status if session is not None and session.sweep_status
-                            else "The sweep did not finish: its tab says why.")
-                elif status.startswith(STARTING[:9]):
-                    line = ("\u26a0 Not run: a value was refused before it began (the message says which); fix it "
-                            "and press the button again.")
-                elif status.startswith("Stopping"):
-                    line = "Stopped before it began. Press Run to start again."
-            return (_skip(fold(line)), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
-                    _skip(figs.get("alpha")), _skip(v.sweep_status), _skip(v.tokens))
-
-        return after_event
-
-    # Gradio's tracker (its queue position and timer) draws in the hidden #activity only; the status line says
-    # what happens, and scripts.HEAD shows the place in line.
-    on_status = {"show_progress": "minimal", "show_progress_on": [ui.activity]}
-    starting = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
-    for btn in (ui.run_btn, ui.compare_btn, ui.calibrate_btn):
-        btn.click(None, None, [ui.status], js=scripts.starting(STARTING), **starting)
-    ui.show_btn.click(None, None, [ui.status], js=scripts.starting(SHOW_STARTING), **starting)
-    ui.sweep_btn.click(None, None, [ui.status], js=scripts.starting(SWEEP_STARTING, "#sweep-status"), **starting)
-    run_ev = ui.run_btn.click(run_event, run_inputs, run_outputs, api_name="run", **on_status, **device_events)
-    cmp_run_ev = ui.compare_btn.click(compare_run_event, run_inputs, run_outputs, api_visibility="private", **on_status,
-                                      **device_events)
-    cmp_ev = cmp_run_ev.success(compare, [session], [ui.status, ui.prediction, ui.run_json, ui.download, session],
-                                api_name="compare", **on_status, **device_events)
-    cal_ev = ui.calibrate_btn.click(calibrate_event, calibrate_inputs, [ui.status, ui.prediction, session],
-                                    api_name="calibrate", **on_status, **device_events)
-    sweep_ev = ui.sweep_btn.click(sweep_event, sweep_inputs, [ui.sweep_status, ui.sweep_plot, ui.sweep_table,
-                                                              ui.sweep_text, ui.sweep_json, session],
-                                  api_name="sweep", **on_status, **device_events)
-    ui.sweep_event = sweep_ev  # whatif_panel chains the batch note after it
-    example = [ui.prompt, ui.chat, ui.drafter, ui.k, ui.k_mode, ui.min_confidence, ui.decoding, ui.max_new, ui.preset,
-               ui.preset_info]
-    names = provider.drafter_names()
-
-    def show_me():
-        """The example the page opens on: every token role in one run."""
-        drafter = SHOW_ME.drafter if SHOW_ME.drafter in names else names[0]
-        return (SHOW_ME.prompt, SHOW_ME.chat, drafter, SHOW_ME.k, SHOW_ME.k_mode, 0.0,
-                SHOW_ME.decoding, min(SHOW_ME.max_new_tokens, limits.max_new_tokens), "", SHOW_ME_NOTE)
-
-    show_ev = ui.show_btn.click(show_me, None, example, queue=False, api_visibility="private").then(
-        run_event, run_inputs, run_outputs, api_visibility="private", **on_status, **device_events)
-    ui.preset.input(load_preset, [ui.preset, ui.prompt, session], [ui.prompt, ui.max_new, ui.chat, ui.preset_info],
+    ui.preset.input(load_preset, [ui.preset, ui.prompt, ui.session], [ui.prompt, ui.max_new, ui.chat, ui.preset_info],
                     api_name="load_preset", show_progress="minimal", show_progress_on=[ui.preset_info],
                     concurrency_limit=4, concurrency_id="presets")
-    ui.pair_menu.input(select_pair, [session, ui.pair_menu], [ui.drafter, ui.pair_note, session],
+    ui.pair_menu.input(select_pair, [ui.session, ui.pair_menu], [ui.drafter, ui.pair_note, ui.session],
                        api_name="select_pair", show_progress="minimal", show_progress_on=[ui.pair_note],
                        concurrency_limit=4, concurrency_id="presets")
-    # Stop cancels whichever model event runs (or waits) for this tab; API clients use job.cancel().
-    device_evs = [run_ev, cmp_run_ev, cmp_ev, cal_ev, sweep_ev, show_ev]
-    ui.stop_btn.click(None, [ui.status], [ui.status], js=STOP_JS, cancels=device_evs, queue=False)
+
+
+def _after(kind: str):
+    def after_event(session, status):
+        """Runs after a model event (Gradio runs it once a cancellation is complete): says 'Stopped', or what
+        became of an event that never began (refused by a component's range check, or stopped in the queue),
+        or, for a sweep, its outcome on the status line above the tabs."""
+        v = handlers.stopped_view(session)
+        figs = v.figures or {}
+        line = v.status
+        if line is None and isinstance(status, str):
+            if kind == "sweep" and status.startswith(SWEEP_STARTING[:12]):
+                line = (session.sweep_status if session is not None and session.sweep_status
+                        else "The sweep did not finish: its tab says why.")
+            elif status.startswith(STARTING[:9]):
+                line = ("\u26a0 Not run: a value was refused before it began (the message says which); fix it "
+                        "and press the button again.")
+            elif status.startswith("Stopping"):
+                line = "Stopped before it began. Press Run to start again."
+        return (_skip(fold(line)), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
+                _skip(figs.get("alpha")), _skip(v.sweep_status), _skip(v.tokens))
+
+    return after_event
+
+
+def _wire_stop_and_after(ui, events: list) -> None:
+    """Stop cancels whichever model event runs (or waits) for this tab (API clients use job.cancel()); after
+    each model event, what became of it (`_after`, and `on_failure` for one that raised). `events`: (event,
+    kind) pairs."""
+    ui.stop_btn.click(None, [ui.status], [ui.status], js=STOP_JS, cancels=[ev for ev, _ in events], queue=False)
     after_outputs = [ui.status, ui.counters, ui.time_plot, ui.pos_plot, ui.alpha_plot, ui.sweep_status, ui.tokens]
-    for ev, kind in ((run_ev, "run"), (cmp_run_ev, "run"), (cmp_ev, "compare"), (cal_ev, "calibrate"),
-                     (sweep_ev, "sweep"), (show_ev, "run")):
-        ev.then(after(kind), [session, ui.status], after_outputs, api_visibility="private", queue=False,
+    for ev, kind in events:
+        ev.then(_after(kind), [ui.session, ui.status], after_outputs, api_visibility="private", queue=False,
                 show_progress="hidden")
         if kind == "sweep":
             on_failure(ev, SWEEP_STARTING, "Sweep k", ui.status, ui.sweep_status)
         else:
             on_failure(ev, STARTING, kind.capitalize(), ui.status)
-    _wire_controls(ui, limits)
-
-
-def _wire_controls(ui, limits) -> None:
-    """What the controls do by themselves: range checks, the sampling and k controls' state, stale errors."""
-    quiet = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
-    raw = {**quiet, "preprocess": False}
-    checks = [(ui.k, "k", 1, 16, True, True, ui.status), (ui.max_new, "max new tokens", 1, limits.max_new_tokens,
-                                                          True, False, ui.status),
-              (ui.top_k, "top-k", 0, None, True, False, ui.status), (ui.seed, "seed", 0, None, True, False, ui.status),
-              (ui.temperature, "temperature", 0.05, 2.0, False, True, ui.status),
-              (ui.top_p, "top-p", 0.05, 1.0, False, True, ui.status),
-              (ui.min_confidence, "the draft confidence stop", 0.0, 1.0, False, True, ui.status),
-              (ui.k_max, "the largest k", 1, 16, True, True, ui.sweep_status),
-              (ui.rounds, "rounds", 1, 5, True, True, ui.sweep_status),
-              (ui.sweep_new, "max new tokens per run", 1, limits.max_new_tokens, True, False, ui.sweep_status)]
-    for comp, label, lo, hi, whole, slider, where in checks:
-        check = range_check(label, lo, hi, whole, slider)
-        if label in SLIDERS:
-            comp.change(remember_moves(check, label, lo, hi), [comp, where, ui.moved], [where, ui.moved], **raw)
-        else:
-            comp.change(check, [comp, where], [where], **raw)
-
-    def sampling_controls(decoding):
-        on = decoding == "sample"
-        return gr.update(interactive=on), gr.update(interactive=on), gr.update(interactive=on)
-
-    ui.decoding.change(sampling_controls, [ui.decoding], [ui.temperature, ui.top_k, ui.top_p], **quiet)
-
-    def k_control(mode):
-        fixed = mode == "fixed"
-        return gr.update(interactive=fixed, info="fixed k only; adaptive and heuristic choose k themselves" if fixed
-                         else f"not used: {mode} k chooses k per iteration")
-
-    ui.k_mode.change(k_control, [ui.k_mode], [ui.k], **quiet)
-    clear = scripts.clear_stale_error(READY)
-    for comp in (ui.prompt, ui.chat, ui.drafter, ui.k_mode, ui.min_confidence, ui.decoding, ui.preset):
-        comp.input(None, [ui.status], [ui.status], js=clear, **quiet)
-
-    def nothing_yet(session):
-        """Say so when there is no finished run to download (the button has no file to give yet)."""
-        if session is None or session.run is None or not session.run.finished:
-            return fold("Nothing to download yet: press **Run** first \u00b7 the file holds the run's request, records, "
-                        "summary, environment and, after **Compare with plain**, the plain run and its verdict.")
-        return gr.skip()
-
-    ui.download.click(nothing_yet, [ui.session], [ui.status], **quiet)
-    # The suffix drafters' memory of this tab's runs: emptied on request (the Done line says what it holds).
-    ui.forget_btn.click(handlers.forget_runs, [ui.session], [ui.status, ui.session], **quiet)

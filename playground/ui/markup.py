@@ -1,4 +1,4 @@
-"""The panels' content, as HTML and Markdown strings (and the run's charts), built from records, summaries
+"""The Run tab's panels' content, as HTML and Markdown strings (and the run's charts), built from records, summaries
 and the session; no gradio here. Every piece of text from a model, a preset or a user is escaped. The trust
 verdicts, the prediction panel and the sweep's summary are in verdicts.py."""
 
