@@ -21,7 +21,7 @@ from playground.errors import PlaygroundError
 from playground.lab.replay import greedy_turn
 from playground.limits import Limits
 from playground.pairs.models import ModelPair
-from playground.results.replay import CalibrationUse, LineError, Recommendation, ShapeSummary
+from playground.results.replay import CalibrationUse, LineError, ShapeRecommendation, ShapeSummary
 from playground.ui import replay_panel, replay_request, replay_view, serving
 from tests.test_replay import fake_timing
 from tests.tiny import tiny_model, word_tokenizer
@@ -233,7 +233,7 @@ def test_the_chart_has_a_labelled_line_per_shape_and_the_recommended_k(provider,
 
 
 def test_a_slower_than_plain_best_k_is_not_recommended():
-    shape = ShapeSummary(turns=3, tokens=30, drafters={}, recommendation=Recommendation(
+    shape = ShapeSummary(turns=3, tokens=30, drafters={}, recommendation=ShapeRecommendation(
         drafter="draft", k=3, speedup=0.8, interval=None, recommended_k=3, withheld=None, estimate=False))
     k, why = replay_view.replay_recommendation(shape)
     assert k is None and "no k is predicted to beat plain decoding" in why

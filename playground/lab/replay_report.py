@@ -4,7 +4,7 @@ finishes and by `report FILE` for a saved result, from the same function."""
 
 from __future__ import annotations
 
-from ..results.replay import Recommendation, ReplayResult, ShapeSummary
+from ..results.replay import ReplayResult, ShapeRecommendation, ShapeSummary
 from .shapes import LABELS, SHAPES
 
 
@@ -37,7 +37,7 @@ def _interval(iv) -> str:
     return "-" if not iv else f"{iv[0]:.2f}-{iv[1]:.2f}"
 
 
-def _recommendation(rec: Recommendation) -> str:
+def _recommendation(rec: ShapeRecommendation) -> str:
     if rec.recommended_k is not None:
         what = f"{rec.drafter} k={rec.recommended_k}: {rec.speedup:.2f}x [{_interval(rec.interval)}]"
         return "recommended: " + what + (" (an estimate: not every turn replays exactly)" if rec.estimate else "")

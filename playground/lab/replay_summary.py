@@ -19,9 +19,9 @@ from scipy.stats import bootstrap
 
 from ..results.replay import (
     DrafterTrust,
-    Recommendation,
     ReplayedTurn,
     ReplaySummary,
+    ShapeRecommendation,
     ShapeRow,
     ShapeSummary,
     SkippedWalk,
@@ -108,7 +108,7 @@ def _shape_summary(all_turns: list[ReplayedTurn], arms: list[str], drafters: lis
     scored = [(d, r) for d, r in rows.items() if r.best_speedup is not None]
     best_d, best = max(scored, key=lambda dr: dr[1].best_speedup) if scored else (None, None)
     why = _withheld(trust, best_d, best) if turns else "no turn of this shape"
-    recommendation = Recommendation(
+    recommendation = ShapeRecommendation(
         drafter=best_d, k=best.best_k if best else None, speedup=best.best_speedup if best else None,
         interval=best.interval if best else None, recommended_k=None if why or best is None else best.best_k,
         withheld=why, estimate=bool(best) and best.exact_turns < best.turns)

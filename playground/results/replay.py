@@ -193,7 +193,7 @@ class ShapeRow:
 
 
 @dataclass
-class Recommendation:
+class ShapeRecommendation:
     """The best (drafter, k) of a shape, and the k recommended (None, with the reason withheld, where none is)."""
 
     drafter: str | None
@@ -210,7 +210,7 @@ class ShapeSummary:
     turns: int
     tokens: int
     drafters: dict[str, ShapeRow]
-    recommendation: Recommendation
+    recommendation: ShapeRecommendation
 
 
 @dataclass
