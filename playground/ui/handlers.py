@@ -74,7 +74,7 @@ class RunView:
     status: str
     tokens: str | None = None
     counters: str | None = None
-    figures: dict | None = None  # {"time": fig, "positions": fig, "alpha": fig}
+    figures: markup.RunFigures | None = None
     check: str | None = None
     prediction: str | None = None
     doc: dict | None = None
@@ -94,7 +94,7 @@ class CompareView:
 class StoppedView:
     status: str | None = None
     counters: str | None = None
-    figures: dict | None = None
+    figures: markup.RunFigures | None = None
     sweep_status: str | None = None
     tokens: str | None = None  # a stopped run that was not streamed: its tokens, drawn now
 

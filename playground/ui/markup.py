@@ -5,6 +5,9 @@ verdicts, the prediction panel and the sweep's summary are in verdicts.py."""
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
 
 from ..core.records import Iteration, describe_choices, prefill_note
 from ..core.timesplit import TimeSplit, percent
@@ -66,11 +69,20 @@ def k_text(req: RunRequest, summary=None) -> str:
     return f"{req.k_mode} (chosen: {describe_choices(summary.k_values, summary.drafted_values)}){stop}"
 
 
-def figures(records, summary) -> dict:
-    """The run tab's three charts: {"time": ..., "positions": ..., "alpha": ...}."""
+@dataclass(frozen=True)
+class RunFigures:
+    """The Run tab's three charts (plotly figures)."""
+
+    time: go.Figure  # where each iteration's time went
+    positions: go.Figure  # acceptance by position
+    alpha: go.Figure  # acceptance per iteration
+
+
+def figures(records, summary) -> RunFigures:
+    """The Run tab's three charts, drawn from a run's records and summary."""
     its = [r for r in records if isinstance(r, Iteration)]
-    return {"time": charts.time_split_figure(its), "positions": charts.acceptance_by_position_figure(summary),
-            "alpha": charts.alpha_figure(its)}
+    return RunFigures(time=charts.time_split_figure(its), positions=charts.acceptance_by_position_figure(summary),
+                      alpha=charts.alpha_figure(its))
 
 
 def counters_html(summary, max_new_tokens: int | None, running: bool, prefill_s: float | None = None) -> str:

@@ -32,7 +32,7 @@ from ..limits import Limits
 from . import handlers, javascript, measure
 from .controls import wire_controls
 from .form import Controls
-from .markup import fold
+from .markup import RunFigures, fold
 from .ranges import refuse_moved
 from .serving import PairProvider
 from .session import SHOW_ME, SHOW_ME_NOTE, parse_request, parse_sweep
@@ -53,6 +53,13 @@ def _error(e: Exception, visible: bool = True) -> gr.Error:
 
 def _skip(x):
     return gr.skip() if x is None else x
+
+
+def _figure_outputs(figures: RunFigures | None) -> tuple:
+    """The three chart outputs of a view: each figure, or unchanged."""
+    if figures is None:
+        return gr.skip(), gr.skip(), gr.skip()
+    return _skip(figures.time), _skip(figures.positions), _skip(figures.alpha)
 
 
 def _guarded(views, to_outputs, n_outputs: int, status_first: bool = True):
@@ -186,10 +193,8 @@ def _wire_run(w: _Wiring):
     run_outputs = _run_outputs(ui)
 
     def run_outputs_of(v):
-        figs = v.figures or {}
-        return (v.status, _skip(v.tokens), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
-                _skip(figs.get("alpha")), _skip(v.check), _skip(v.prediction), _skip(v.doc), _skip(v.download),
-                v.session)
+        return (v.status, _skip(v.tokens), _skip(v.counters), *_figure_outputs(v.figures), _skip(v.check),
+                _skip(v.prediction), _skip(v.doc), _skip(v.download), v.session)
 
     def run(session, values, stream_tokens: bool = True):
         """Speculative decoding of the prompt, streamed. Returns status, token HTML, counters, the three
@@ -339,7 +344,6 @@ def _after(kind: str):
         became of an event that never began (refused by a component's range check, or stopped in the queue),
         or, for a sweep, its outcome on the status line above the tabs."""
         v = handlers.stopped_view(session)
-        figs = v.figures or {}
         line = v.status
         if line is None and isinstance(status, str):
             if kind == "sweep" and status.startswith(SWEEP_STARTING[:12]):
@@ -350,8 +354,8 @@ def _after(kind: str):
                         "and press the button again.")
             elif status.startswith("Stopping"):
                 line = "Stopped before it began. Press Run to start again."
-        return (_skip(fold(line)), _skip(v.counters), _skip(figs.get("time")), _skip(figs.get("positions")),
-                _skip(figs.get("alpha")), _skip(v.sweep_status), _skip(v.tokens))
+        return (_skip(fold(line)), _skip(v.counters), *_figure_outputs(v.figures), _skip(v.sweep_status),
+                _skip(v.tokens))
 
     return after_event
 
