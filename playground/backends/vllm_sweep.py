@@ -38,7 +38,7 @@ from ..envinfo import cpu_name
 from ..errors import PlaygroundError
 from ..inputs.presets import Preset
 from ..results.vllm import (
-    ArmFigures,
+    ServedArmFigures,
     ThreadBudget,
     VllmCell,
     VllmEnvironment,
@@ -127,7 +127,7 @@ def run_batch(client: VllmClient, ids: Sequence[int], concurrency: int, max_toke
     return ServedBatch(requests, wall, _loadavg())
 
 
-def arm_figures(batch: ServedBatch) -> ArmFigures:
+def arm_figures(batch: ServedBatch) -> ServedArmFigures:
     reqs = batch.requests
     rates = [r.tokens_per_s for r in reqs if r.tokens_per_s]
     tokens = sum(r.completion_tokens for r in reqs)
@@ -139,7 +139,7 @@ def arm_figures(batch: ServedBatch) -> ArmFigures:
         h = s.acceptance_histogram or []
         hist = [a + b for a, b in zip(hist + [0] * (len(h) - len(hist)), h + [0] * (len(hist) - len(h)))]
     first = reqs[0]
-    return ArmFigures(
+    return ServedArmFigures(
         tokens_per_s=_median(rates), tokens_per_s_all=rates, aggregate_tokens_per_s=tokens / batch.wall_s,
         completion_tokens=[r.completion_tokens for r in reqs], wall_s=batch.wall_s,
         ttft_s=_median([r.ttft_s for r in reqs]), step_s=_median(verify_gaps + other_gaps),
@@ -157,7 +157,7 @@ def arm_figures(batch: ServedBatch) -> ArmFigures:
         loadavg=batch.loadavg, text=first.text, token_ids=list(first.token_ids))
 
 
-def predict(k: int, plain: ArmFigures, spec: ArmFigures) -> VllmPrediction:
+def predict(k: int, plain: ServedArmFigures, spec: ServedArmFigures) -> VllmPrediction:
     """The cost model's speed-up from the engine's own step times (module docstring)."""
     u, verify, other = plain.step_s, spec.verify_step_s, spec.plain_step_s
     positions = [p for p in spec.per_position_acceptance if p is not None]

@@ -17,7 +17,7 @@ import torch
 
 # The version scripts/install_llama_cpp.sh installs and the drafter was written and tested against.
 PINNED_VERSION = "0.3.36"
-INSTALL_HINT = "run `bash scripts/install_llama_cpp.sh` (builds llama-cpp-python from source, ~20 min on 2 cores)"
+LLAMA_CPP_INSTALL_HINT = "run `bash scripts/install_llama_cpp.sh` (builds llama-cpp-python from source, ~20 min on 2 cores)"
 
 _backend_ready = False
 
@@ -39,16 +39,16 @@ def import_llama_cpp():
 def llama_cpp_available() -> tuple[bool, str]:
     """(True, what) when the llama.cpp drafter can be used; (False, why not) otherwise. Never raises."""
     if importlib.util.find_spec("llama_cpp") is None:
-        return False, f"llama-cpp-python is not installed: {INSTALL_HINT}"
+        return False, f"llama-cpp-python is not installed: {LLAMA_CPP_INSTALL_HINT}"
     try:
         llama_cpp = import_llama_cpp()
     except Exception as e:  # noqa: BLE001  a broken build: missing shared library, wrong glibc, ...
-        return False, f"llama-cpp-python is installed but does not load ({type(e).__name__}: {e}); {INSTALL_HINT}"
+        return False, f"llama-cpp-python is installed but does not load ({type(e).__name__}: {e}); {LLAMA_CPP_INSTALL_HINT}"
     version = getattr(llama_cpp, "__version__", "?")
     if not any(field[0] == "use_extra_bufts" for field in llama_cpp.llama_model_params._fields_):
         return False, (
             f"llama-cpp-python {version} has no use_extra_bufts model parameter (this drafter needs "
-            f"{PINNED_VERSION}): {INSTALL_HINT}"
+            f"{PINNED_VERSION}): {LLAMA_CPP_INSTALL_HINT}"
         )
     try:
         runtimes = openmp_runtimes()

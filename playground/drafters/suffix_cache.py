@@ -24,18 +24,18 @@ from dataclasses import dataclass
 
 from ..errors import PlaygroundError
 
-INSTALL_HINT = "run `bash scripts/install_arctic_inference.sh .venv` (part of `make setup`)"
+ARCTIC_INSTALL_HINT = "run `bash scripts/install_arctic_inference.sh .venv` (part of `make setup`)"
 MAX_TREE_DEPTH = 64  # the longest match and continuation the trees index (Arctic Inference's default)
 
 
 def suffix_tree_available() -> tuple[bool, str]:
     """(True, what) when arctic-inference's suffix tree imports; (False, why not) otherwise. Never raises."""
     if importlib.util.find_spec("arctic_inference") is None:
-        return False, f"arctic-inference is not installed: {INSTALL_HINT}"
+        return False, f"arctic-inference is not installed: {ARCTIC_INSTALL_HINT}"
     try:
         _tree_module()
     except Exception as e:  # noqa: BLE001  a broken build: missing extension, wrong glibc, ...
-        return False, f"arctic-inference is installed but its suffix tree does not load ({type(e).__name__}: {e}); {INSTALL_HINT}"
+        return False, f"arctic-inference is installed but its suffix tree does not load ({type(e).__name__}: {e}); {ARCTIC_INSTALL_HINT}"
     return True, "arctic-inference's suffix tree"
 
 

@@ -71,7 +71,7 @@ class VllmEnvironment:
 
 
 @dataclass(frozen=True)
-class ArmFigures:
+class ServedArmFigures:
     """One arm (plain or speculative) of one batch of identical requests."""
 
     tokens_per_s: float | None  # per request, median decode rate (prefill excluded)
@@ -188,8 +188,8 @@ class VllmCell:
     round: int
     first_arm: str
     prompt_tokens: int
-    plain: ArmFigures
-    spec: ArmFigures
+    plain: ServedArmFigures
+    spec: ServedArmFigures
     outputs_equal: bool
     speedup: float | None
     aggregate_speedup: float | None

@@ -24,7 +24,7 @@ from ..backends import ServedRequest, ServedStep, SpecConfig, VllmClient, parse_
 from ..backends.vllm_steps import NOT_AVAILABLE, TARGET
 from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN
 from ..envinfo import redact
-from ..results.vllm import ArmFigures
+from ..results.vllm import ServedArmFigures
 from . import charts
 from .render import ROLE_CLASS, ROLE_HELP, ROLE_LABEL, escape_piece
 
@@ -307,7 +307,7 @@ def _cell(v) -> str:
     return "\u2013" if v is None else str(v).replace("|", "\\|")
 
 
-def sweep_row(concurrency: int, figures: ArmFigures) -> list:
+def sweep_row(concurrency: int, figures: ServedArmFigures) -> list:
     """One row of the concurrency table, from vllm_sweep.arm_figures."""
     mal = figures.mean_acceptance_length
     rate = figures.tokens_per_s
