@@ -241,9 +241,10 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
                                                                 k_mode="adaptive", max_new_tokens=6)))
     assert not calls and views[-1].status.startswith("Done")  # no calibration inside the run
     assert "the nearest calibrated length (128 tokens) stands in for this prompt's" in views[-1].prediction
-    cal = list(measure.stream_calibrate(provider, Session(), request(provider, prompt=long_prompt, drafter="lookup"),
+    cal = list(measure.stream_calibrate(provider, session, request(provider, prompt=long_prompt, drafter="lookup"),
                                         repeats=1, warmup=0))
     assert len(calls) == 1 and cal[-1].status.startswith("Calibrated")  # this length, not 'Already calibrated'
+    # (in the run's own session, as the page does: the run kept the stand-in under this prompt's key)
 
 
 def recorded_sweep(**changes):
