@@ -77,8 +77,12 @@ def seen(page, selector: str) -> list[str]:
 
 
 def calibrate(page) -> str:
+    """Click Calibrate and wait for its own answer: the status must change from what it said before the click,
+    since the previous calibration's line already matches (and Gradio prefixes a timer while it works)."""
+    before = page.locator("#status").inner_text()
     page.locator("#calibrate-btn").click()
-    page.wait_for_function("/^(Calibrated|Already calibrated)/.test(document.querySelector('#status').innerText)")
+    page.wait_for_function("before => { const t = document.querySelector('#status').innerText;"
+                           " return t !== before && /^(Calibrated|Already calibrated)/.test(t); }", arg=before)
     return status(page)
 
 
