@@ -14,13 +14,19 @@ Everything between the markers is replaced; everything outside them (the machine
 the figures say) is prose and is left alone. The text is what `python -m playground report FILE` prints for that
 file (a replay result's tables, a vLLM sweep's, any lab result's), and for a `whatif` result the table `whatif`
 prints, so a figure in the docs is re-read from the file that measured it, never copied by hand.
-A result JSON is small: an experiment's `--out` file, or its summary (see docs/results/README.md).
+A result JSON is small: an experiment's `--out` file, or that file slimmed by
+
+    python scripts/results_tables.py --slim RUN.json docs/results/NAME.json
+
+which drops each run's per-iteration rows and each calibration's raw samples (the summaries stay) and refuses when the table drawn from
+the slim file would differ from the one drawn from the full file.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -65,6 +71,21 @@ def render(path: Path) -> str:
     return report(path)
 
 
+def slim(full: Path, out: Path) -> None:
+    """Write `full` to `out` without the runs' per-iteration rows and the calibrations' raw samples (most of a lab
+    result's bytes), after checking that the table drawn from it is unchanged."""
+    doc = read_document(full)
+    for run in doc.get("runs", []):
+        run.pop("iterations", None)
+    for timing in [doc.get("timing"), *(doc.get("timing_by_prompt") or {}).values()]:
+        if isinstance(timing, dict):
+            timing.pop("raw", None)  # the calibration's every timed pass; its medians and spread stay
+    out.write_text(json.dumps(doc, indent=0))
+    if render(out) != render(full):
+        out.unlink()
+        raise SystemExit(f"results_tables: {full}'s table needs its per-iteration rows; commit it whole")
+
+
 def rebuild(text: str, results: Path = RESULTS) -> tuple[str, list[str]]:
     """`text` with every marked table redrawn from results/NAME.json, and the names of the tables that changed."""
     changed: list[str] = []
@@ -85,11 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a table differs from its JSON")
     ap.add_argument("--print", metavar="NAME", help="print the table drawn from docs/results/NAME.json")
+    ap.add_argument("--slim", nargs=2, type=Path, metavar=("RUN", "OUT"),
+                    help="write the result RUN to OUT without its runs' per-iteration rows (the table unchanged)")
     ap.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
     ap.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.print:
         print(render(args.results / f"{args.print}.json"))
+        return 0
+    if args.slim:
+        slim(*args.slim)
         return 0
     text = args.doc.read_text(encoding="utf-8")
     new, changed = rebuild(text, args.results)

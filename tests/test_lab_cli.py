@@ -273,3 +273,30 @@ def test_a_lab_job_gives_speed_each_prompts_own_length_and_the_others_the_longes
     job = Job(args=None, pair=None, ks=(1,), prompts={"sql": ("sql", [1], 16), "prose": ("prose", [2], 96)},
               progress=None, memory={})
     assert job.lengths == {"sql": 16, "prose": 96} and job.max_new == 96
+
+
+def _results_tables():
+    import importlib.util  # the script is not a package module: load it by path, as tests/test_results_doc.py does
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("results_tables", Path(__file__).parents[1] / "scripts" / "results_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_slimmed_result_draws_the_same_table_and_one_that_would_not_is_refused(dirs, tmp_path, monkeypatch):
+    run(dirs, tmp_path, "speed", "--ks", "1,2,adaptive", "--rounds", "2", "--max-new-tokens", "6")
+    tables = _results_tables()
+    full, slim = tmp_path / "result.json", tmp_path / "slim.json"
+    assert main(["report", str(full)]) == 0
+    tables.main(["--slim", str(full), str(slim)])
+    doc = json.loads(slim.read_text())
+    assert all("iterations" not in r for r in doc["runs"]) and "raw" not in doc["timing"]
+    assert slim.stat().st_size < full.stat().st_size / 2
+    assert tables.render(slim) == tables.render(full)
+    # a table that read the dropped rows: the slim file is refused and not left behind
+    monkeypatch.setattr(tables, "render", lambda p: str(sum(len(r.get("iterations", ())) for r in
+                                                                json.loads(p.read_text())["runs"])))
+    with pytest.raises(SystemExit, match="needs its per-iteration rows"):
+        tables.slim(full, tmp_path / "refused.json")
+    assert not (tmp_path / "refused.json").exists()
