@@ -11,9 +11,10 @@ A generated table sits between two marker comments in the Markdown:
     <!-- /table -->
 
 Everything between the markers is replaced; everything outside them (the machine, the date, the command, what
-the figures say) is prose and is left alone. The text is what `python -m playground report FILE` prints for that
-file (a replay result's tables, a vLLM sweep's, any lab result's), and for a `whatif` result the table `whatif`
-prints, so a figure in the docs is re-read from the file that measured it, never copied by hand.
+the figures say) is prose and is left alone. The text is what `python -m playground report --brief FILE` prints
+for that file (a replay result's tables, a vLLM sweep's, any lab result's; a speed or sweep grid in a page), and
+for a `whatif` result the table `whatif` prints, so a figure in the docs is re-read from the file that measured
+it, never copied by hand.
 A result JSON is small: an experiment's `--out` file, or that file slimmed by
 
     python scripts/results_tables.py --slim RUN.json docs/results/NAME.json
@@ -68,7 +69,7 @@ def render(path: Path) -> str:
         return replay_table(from_document(doc, str(path)))
     if kind == "vllm-sweep":
         return report_text(load_sweep(path))
-    return report(path)
+    return report(path, brief=True)
 
 
 def slim(full: Path, out: Path) -> None:

@@ -97,6 +97,8 @@ def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="Markdown tables from saved results (--out files: lab, replay, vllm-sweep)")
     rep.add_argument("files", nargs="+", metavar="FILE")
+    rep.add_argument("--brief", action="store_true",
+                     help="a speed or sweep grid in a page: one row per k over all prompts (what docs/results.md shows)")
     sub.add_parser("presets", help="list the presets")
     sub.add_parser("pairs", help="list the named model pairs (--pair NAME) and which other models may be loaded")
     info = sub.add_parser("info", help="load the pair and print what it is, its memory and the environment")

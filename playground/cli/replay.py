@@ -117,6 +117,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         doc = read_document(path)
         kind = doc.get("experiment")
         text = (replay_table(from_document(doc, str(path))) if kind == ReplayResult.experiment
-                else report_text(load_sweep(path)) if kind == "vllm-sweep" else report(path))
+                else report_text(load_sweep(path)) if kind == "vllm-sweep" else report(path, args.brief))
         print(("\n" if i else "") + text)
     return 0

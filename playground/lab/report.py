@@ -316,12 +316,13 @@ def experiment_text(doc: Result, setup: str | None = None, kinds: dict[str, str]
     return TABLES[experiment](doc, setup)
 
 
-def report(path: str | Path) -> str:
-    """A saved result as Markdown. speed / sweep: the prompt x k table and how far the prediction missed;
-    timing: its step costs in one line; every other experiment: the table its command printed."""
+def report(path: str | Path, brief: bool = False) -> str:
+    """A saved result as Markdown. speed / sweep: the prompt x k table and how far the prediction missed (brief:
+    one row per k over all prompts, the prediction's score and the schedules); timing: its step costs in one line;
+    every other experiment: the table its command printed."""
     doc = from_document(read_document(path), str(path))
     if isinstance(doc, SpeedResult):
-        return _speed_report(doc)
+        return _speed_brief(doc) if brief else _speed_report(doc)
     if doc.experiment != "timing":
         return experiment_text(doc)
     return "\n".join([f"timing \u2014 {_setup_line(doc)}", timing_line(doc)])
@@ -345,4 +346,17 @@ def _speed_report(doc: SpeedResult) -> str:
     flagged = [f"{n} ({d.spread:.0%})" for n, d in doc.drift.items() if d.flagged]
     if flagged:
         lines.append(f"\nplain speed drifted between rounds beyond the limit on: {', '.join(flagged)}")
+    return "\n".join(lines)
+
+
+def _speed_brief(doc: SpeedResult) -> str:
+    """A grid in a page: the per-k table over all prompts, the best k, how close the predictions came, the
+    schedules against the best fixed k, and the verdict (the per-prompt tables are in the full report)."""
+    lines = [f"{doc.experiment} \u2014 {_setup_line(doc)}; {doc.rounds} rounds, {len(doc.prompts)} prompt" + "s" * (len(doc.prompts) != 1)]
+    if doc.timing:
+        lines.append(timing_line(TypeAdapter(TimingRecord).validate_python(doc.timing)))
+    lines += ["", "medians over every prompt's rounds:", "", k_table(doc), "", f"best k measured: {doc.best_k}"]
+    lines += prediction_lines(doc)
+    lines += schedules_lines(doc.schedules)
+    lines += [""] + verdict_lines(doc) if doc.trust else []
     return "\n".join(lines)
