@@ -7,8 +7,11 @@ pass over n tokens in one-token passes of the same kernel: the verification cost
 ratio BLAS / oneDNN of the medians (above 1: oneDNN faster). The machine's other load over the run is printed
 with the trust verdict's own check: a figure measured beside other work is not one to rely on.
 
-    .venv/bin/python scripts/bench_kernels.py --threads 2 --rounds 15
+    .venv/bin/python scripts/bench_kernels.py --threads 2 --rounds 15 --out docs/results/NAME.json
     .venv/bin/python scripts/bench_kernels.py --rounds 2 --sizes 1,2           # a smoke run
+
+`--out` writes the summaries (per kernel and size: median, min, max, v(n)) with the setup, the environment and
+the machine's load; scripts/results_tables.py draws the table from it with `markdown`.
 """
 
 from __future__ import annotations
@@ -16,13 +19,31 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 
 import torch
 
-from playground.envinfo import cpu_name, environment
+from playground.envinfo import describe_setup, environment
 from playground.lab.trust import MachineMonitor, Verdict
 from playground.pairs.kernels import Swap, eligible, time_kernels
 from playground.pairs.loading import load_pair
+
+
+EXPERIMENT = "kernels-blas-onednn"
+
+
+def markdown(doc: dict) -> str:
+    """The table docs/results.md shows, drawn from the saved result alone (scripts/results_tables.py)."""
+    head = (f"{doc['date']}, {doc['setup']}; {doc['rounds']} rounds, {doc['context_tokens']}-token context; "
+            f"verdict: {doc['verdict']['headline']}")
+    rows = ["| n | BLAS ms [min-max] | v(n) BLAS | oneDNN ms [min-max] | v(n) oneDNN | BLAS / oneDNN |",
+            "|---|---|---|---|---|---|"]
+    b, o = doc["kernels"]["blas"], doc["kernels"]["onednn"]
+    for n in map(str, doc["sizes"]):
+        rows.append(f"| {n} | {b[n]['median_ms']:.1f} [{b[n]['min_ms']:.1f}-{b[n]['max_ms']:.1f}] | {b[n]['v']:.2f} "
+                    f"| {o[n]['median_ms']:.1f} [{o[n]['min_ms']:.1f}-{o[n]['max_ms']:.1f}] | {o[n]['v']:.2f} "
+                    f"| {b[n]['median_ms'] / o[n]['median_ms']:.2f} |")
+    return head + "\n\n" + "\n".join(rows)
 
 
 def main(argv=None) -> dict:
@@ -31,7 +52,7 @@ def main(argv=None) -> dict:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--sizes", default="1,2,3,4,5,6,8,9")
     p.add_argument("--context", type=int, default=128, help="prompt tokens in the cache before each timed pass")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--out", default=None, help="write the result (summaries, setup, machine load) as JSON here")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -40,29 +61,23 @@ def main(argv=None) -> dict:
     why_not = eligible(pair.target)
     if why_not:
         raise SystemExit(f"bench_kernels: {why_not}")
+    setup = describe_setup(pair).replace(", BLAS kernels", "")  # both kernels are timed
     swap = Swap(pair.target)
     with MachineMonitor() as mon:
         raw = time_kernels(pair.target, swap, sizes=sizes, rounds=args.rounds, context_tokens=args.context)
     swap.keep("blas", pair.target)
-    result = {"environment": environment(pair), "rounds": args.rounds, "context_tokens": args.context,
-              "machine": mon.load.to_dict(), "verdict": Verdict(tuple(mon.load.findings())).to_dict(), "kernels": {}}
+    result = {"experiment": EXPERIMENT, "date": time.strftime("%Y-%m-%d"), "setup": setup, "environment": environment(pair).to_dict(), "rounds": args.rounds,
+              "context_tokens": args.context, "sizes": sizes, "machine": mon.load.to_dict(),
+              "verdict": Verdict(tuple(mon.load.findings())).to_dict(), "kernels": {}}
     for kernels, per in raw.items():
         one = statistics.median(per[1])
         result["kernels"][kernels] = {
-            n: {"median_ms": statistics.median(xs) * 1e3, "min_ms": min(xs) * 1e3, "max_ms": max(xs) * 1e3,
-                "v": statistics.median(xs) / one} for n, xs in per.items()}
-    if args.json:
-        print(json.dumps(result, indent=1))
-        return result
-    print(f"{cpu_name()}, {torch.get_num_threads()} torch threads, {args.rounds} rounds, {args.context}-token context; "
-          f"verdict: {result['verdict']['headline']}")
-    print("| n | BLAS ms [min-max] | v(n) BLAS | oneDNN ms [min-max] | v(n) oneDNN | BLAS / oneDNN |")
-    print("|---|---|---|---|---|---|")
-    b, o = result["kernels"]["blas"], result["kernels"]["onednn"]
-    for n in sizes:
-        print(f"| {n} | {b[n]['median_ms']:.1f} [{b[n]['min_ms']:.1f}-{b[n]['max_ms']:.1f}] | {b[n]['v']:.2f} "
-              f"| {o[n]['median_ms']:.1f} [{o[n]['min_ms']:.1f}-{o[n]['max_ms']:.1f}] | {o[n]['v']:.2f} "
-              f"| {b[n]['median_ms'] / o[n]['median_ms']:.2f} |")
+            str(n): {"median_ms": statistics.median(xs) * 1e3, "min_ms": min(xs) * 1e3, "max_ms": max(xs) * 1e3,
+                     "v": statistics.median(xs) / one} for n, xs in per.items()}
+    print(markdown(result))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
     return result
 
 

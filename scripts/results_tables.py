@@ -46,7 +46,11 @@ BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /ta
 
 # Results written by a benchmark script rather than a playground command: experiment -> (script, its table function).
 SCRIPT_TABLES = {"static-forward": ("bench_static.py", "markdown"),
-                 "adaptive-rules": ("tune_adaptive.py", "rules_markdown")}
+                 "adaptive-rules": ("tune_adaptive.py", "rules_markdown"),
+                 "kernels-blas-onednn": ("bench_kernels.py", "markdown"),
+                 "prefill-kv": ("bench_prefill.py", "markdown"),
+                 "replay-misses": ("replay_misses.py", "markdown"),
+                 "overhead-streaming": ("bench_overhead.py", "markdown")}
 
 
 def _script_table(kind: str):
@@ -62,7 +66,12 @@ def render(path: Path) -> str:
     doc = read_document(path)
     kind = doc.get("experiment")
     if kind in SCRIPT_TABLES:
-        return _script_table(kind)(doc)
+        try:
+            return _script_table(kind)(doc)
+        except (KeyError, IndexError, TypeError) as e:  # a file written by another version of the script
+            script = SCRIPT_TABLES[kind][0]
+            raise SystemExit(f"results_tables: {path} (a {kind!r} result) lacks what scripts/{script}'s table needs "
+                             f"({type(e).__name__}: {e}); rerun the script with --out") from e
     if kind == "whatif":  # the typed result: the alpha x k map's keys are ints again
         return whatif_text(from_document(doc, str(path)))
     if kind == "replay":
