@@ -28,7 +28,6 @@ from playground.lab.trust import MachineMonitor, Verdict
 from playground.pairs.kernels import Swap, eligible, time_kernels
 from playground.pairs.loading import load_pair
 
-
 EXPERIMENT = "kernels-blas-onednn"
 
 

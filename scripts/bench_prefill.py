@@ -14,8 +14,12 @@ over "off" (median of the per-round differences of the end-to-end ratio), and th
 drafter total (its own prefill wall time, or the copy), drafter not hidden (what the run waited for after the
 target finished) and the phase's wall time.
 
-    .venv/bin/python scripts/bench_prefill.py --threads 2 --rounds 5
+    .venv/bin/python scripts/bench_prefill.py --threads 2 --rounds 5 --out docs/results/NAME.json
     .venv/bin/python scripts/bench_prefill.py --rounds 1 --max-new-tokens 8     # a smoke run
+
+`--out` writes the per-row summaries the table is drawn from (medians, min-max, n), with the setup, the
+environment and the machine's load; scripts/results_tables.py draws the table from it with `markdown`. `--runs`
+writes every run besides.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 
 import torch
 
@@ -73,15 +78,73 @@ def arm_settings(prefill_threads: list[int]) -> dict[str, tuple]:
             **{f"on, llama.cpp {t} thr": (True, t, False) for t in prefill_threads}}
 
 
-def med(xs) -> str:
+def spread(xs) -> dict | None:
+    """median, min, max and n of the figures that are there; None when none is."""
     xs = [x for x in xs if x is not None]
-    if not xs:
-        return "-"
-    return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)} if xs else None
 
 
-def ms(xs) -> str:
-    return f"{1000 * statistics.median(xs):.0f}" if xs else "-"
+def ms(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return 1000 * statistics.median(xs) if xs else None
+
+
+def summarize_rows(runs: list[dict], groups, arms) -> list[dict]:
+    """One row per preset, drafter and arm: the ratios' spreads, the gain over "off" and the median prefill ms."""
+    rows = []
+    for name, d in groups:
+        cell = [x for x in runs if x["preset"] == name and x["drafter"] == d]
+        off = {x["round"]: x["e2e_ratio"] for x in cell if x["arm"] == "off"}
+        for arm in arms:
+            xs = [x for x in cell if x["arm"] == arm]
+            spec = arm != "plain"
+            gain = (spread([x["e2e_ratio"] - off[x["round"]] for x in xs if x["e2e_ratio"] is not None
+                            and off.get(x["round"]) is not None]) if arm not in ("plain", "off") else None)
+            rows.append({"preset": name, "drafter": d, "arm": arm,
+                         "e2e_ratio": spread(x["e2e_ratio"] for x in xs) if spec else None,
+                         "decode_ratio": spread(x["decode_ratio"] for x in xs) if spec else None,
+                         "gain_vs_off": gain, "target_ms": ms([x["target_s"] for x in xs]),
+                         "drafter_total_ms": ms([x["draft_total_s"] for x in xs]) if spec else None,
+                         "drafter_not_hidden_ms": ms([x["draft_s"] for x in xs]) if spec else None,
+                         "wall_ms": ms([x["wall_s"] for x in xs]), "overlapped": any(x["overlapped"] for x in xs)})
+    return rows
+
+
+EXPERIMENT = "prefill-kv"
+
+
+def _label(arm: str) -> str:
+    if arm == "off":
+        return "prefilled, in turn (off)"
+    if arm == "shared":
+        return "copied from the target"
+    threads = arm.split()[2]  # "on, llama.cpp N thr"
+    return f"prefilled beside, {threads} thread{'' if threads == '1' else 's'}"
+
+
+def _cell(x: dict | None, sign: str = "") -> str:
+    return "-" if x is None else f"{x['median']:{sign}.2f} ({x['min']:.2f}-{x['max']:.2f})"
+
+
+def markdown(doc: dict) -> str:
+    """The table docs/results.md shows, drawn from the saved result alone (scripts/results_tables.py)."""
+    head = (f"{doc['date']}, {doc['setup']}; verdict: {doc['verdict']['headline']} (other processes "
+            f"{doc['machine']['other_cores']:.2f} cores); k = {doc['k']}, {doc['max_new_tokens']} new tokens, "
+            f"{doc['rounds']} rounds, greedy, a first call (drafter KV empty); median (min-max) of speculative / "
+            "plain of the same round; gain: median per-round difference to \"off\"; prefill: median ms")
+    lines = [("| preset (prompt tokens) | drafter | drafter's prompt | end to end | decode only | gain vs off | "
+              "target prefill | drafter prefill |"), "|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        if r["arm"] == "plain":
+            continue
+        e2e = _cell(r["e2e_ratio"])
+        drafter = f"{r['drafter_total_ms']:.0f} ms"
+        if r["overlapped"]:
+            drafter += f" ({r['drafter_not_hidden_ms']:.0f} not hidden)"
+        lines.append(f"| {r['preset']} ({doc['prompt_tokens'][r['preset']]}) | {r['drafter']} | {_label(r['arm'])} | "
+                     f"{f'**{e2e}**' if r['arm'] == 'shared' else e2e} | {_cell(r['decode_ratio'])} | "
+                     f"{_cell(r['gain_vs_off'], '+')} | {r['target_ms']:.0f} ms | {drafter} |")
+    return head + "\n\n" + "\n".join(lines)
 
 
 def main() -> int:
@@ -96,7 +159,8 @@ def main() -> int:
                     help="comma-separated llama.cpp threads beside the target's prefill, one overlap arm each "
                          "(default: 1,2 with 2 or more threads, else 1; the engine's default is threads // 2); "
                          "'none': no overlap arm")
-    ap.add_argument("--json", default=None, help="also write every run here")
+    ap.add_argument("--out", default=None, help="write the result (the table's summaries, setup, machine load) here")
+    ap.add_argument("--runs", default=None, help="also write every run here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.prefill_threads == "none":
@@ -147,31 +211,19 @@ def main() -> int:
                         print(f"round {r + 1}, {name}, {d}, {arm}: e2e {row['e2e_ratio']:.2f}x, decode "
                               f"{row['decode_ratio']:.2f}x, prefill {_prefill_line(pre)}", flush=True)
 
-    env = environment(pair)
-    tokens = ", ".join(f"{name} {len(ids)}" for name, ids in prompts.items())
-    print(f"\n# {describe_setup(pair)} | CPU: {env.get('cpu')} | prompt tokens: {tokens} | k={args.k} | "
-          f"{args.max_new_tokens} max new tokens | {args.rounds} rounds | greedy | a first call (drafter KV empty)")
-    print(f"machine: {Verdict.of(m.load.findings()).headline()} (other processes: {m.load.other_cores:.2f} cores)")
-    print("ratios: speculative / plain of the same round, median (min-max); gain: median per-round e2e(arm) - e2e(off); "
-          "prefill: median ms")
-    print("| preset | drafter | arm | e2e ratio | decode ratio | gain vs off | target prefill | drafter total | "
-          "drafter not hidden | prefill wall |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, d in groups:
-        cell = [x for x in runs if x["preset"] == name and x["drafter"] == d]
-        off = {x["round"]: x["e2e_ratio"] for x in cell if x["arm"] == "off"}
-        for arm in arms:
-            xs = [x for x in cell if x["arm"] == arm]
-            spec = arm != "plain"
-            gain = (med([x["e2e_ratio"] - off[x["round"]] for x in xs if x["e2e_ratio"] is not None
-                         and off.get(x["round"]) is not None]) if arm not in ("plain", "off") else "-")
-            print(f"| {name} | {d} | {arm} | {med(x['e2e_ratio'] for x in xs) if spec else '-'} | "
-                  f"{med(x['decode_ratio'] for x in xs) if spec else '-'} | {gain} | "
-                  f"{ms([x['target_s'] for x in xs])} | {ms([x['draft_total_s'] for x in xs]) if spec else '-'} | "
-                  f"{ms([x['draft_s'] for x in xs]) if spec else '-'} | {ms([x['wall_s'] for x in xs])} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "environment": env, "setup": describe_setup(pair), "runs": runs}, f, indent=1)
+    verdict = Verdict.of(m.load.findings())
+    result = {"experiment": EXPERIMENT, "date": time.strftime("%Y-%m-%d"), "setup": describe_setup(pair),
+              "environment": environment(pair).to_dict(), "k": args.k, "max_new_tokens": args.max_new_tokens,
+              "rounds": args.rounds, "prefill_threads": prefill_threads,
+              "prompt_tokens": {name: len(ids) for name, ids in prompts.items()},
+              "machine": m.load.to_dict(), "verdict": verdict.to_dict(), "rows": summarize_rows(runs, groups, arms)}
+    print("\n" + markdown(result))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    if args.runs:
+        with open(args.runs, "w") as f:
+            json.dump({"args": vars(args), "setup": result["setup"], "runs": runs}, f, indent=1)
     return 0
 
 
