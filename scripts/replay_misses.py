@@ -14,7 +14,12 @@ cell whose half-interval is wider than the tolerance cannot show a miss within i
 "step costs" part of the miss is lab.fit's: the prediction with the costs the loop itself paid (fitted from the
 live run's iterations) minus the prediction with the calibration's. Run it alone:
 
-    .venv/bin/python scripts/replay_misses.py --threads 2 --rounds 5 --out results/replay_misses.json
+    .venv/bin/python scripts/replay_misses.py --threads 2 --rounds 5 --out docs/results/NAME.json
+    .venv/bin/python scripts/replay_misses.py --rounds 1 --presets prose --repeats 1    # a smoke run
+
+`--out` writes every row (the predictions, the measured spread, the miss, the controllers) with each cell's speed
+table and verdict, the setup, the environment and the machine's load (no per-run records); scripts/results_tables.py
+draws the table from it with `markdown`.
 """
 
 from __future__ import annotations
@@ -31,13 +36,13 @@ import torch
 from scipy.stats import quantile_test
 
 from playground.drafters.registry import make_proposer
-from playground.envinfo import describe_setup
+from playground.envinfo import describe_setup, environment
 from playground.inputs.presets import get_preset, preset_names
 from playground.lab.calibration import CalibrationPlan, calibrate, pooled
-from playground.lab.common import markdown_table
 from playground.lab.replay import preset_turns, replay_turns
 from playground.lab.replay_options import ReplayOptions
 from playground.lab.speed import SpeedRequest, speed
+from playground.lab.trust import MachineMonitor, Verdict
 from playground.pairs.registry import load_named_pair
 from playground.results.replay import ReplayedTurn, SkippedWalk
 
@@ -63,6 +68,93 @@ def best_arm(turn: ReplayedTurn, drafter: str) -> tuple[int, float]:
     return max(fixed, key=lambda kv: (kv[1], -kv[0]))
 
 
+def measure_cell(pair, drafter: str, name: str, args) -> dict:
+    """One preset and drafter: calibrate, replay for the best k, run it live, and the row the table shows."""
+    preset = get_preset(name)
+    turn = preset_turns(pair, [name])[0]
+    proposer = make_proposer(pair, drafter)
+    first = calibrate(pair, turn.prompt_ids, proposer, CalibrationPlan(n_max=17))
+    timings = [first]
+
+    def replayed(timing):
+        options = ReplayOptions(drafters=[drafter], ks=range(1, 17), controllers=CONTROLLERS,
+                                timing_of=lambda d, ids: timing, records="none")
+        return replay_turns(pair, [turn], options).turns[0]
+
+    first_doc = replayed(first)
+    k, first_predicted = best_arm(first_doc, drafter)
+    live_timing = {name: first}
+
+    def recalibrate(_round):
+        timings.append(calibrate(pair, turn.prompt_ids, proposer,
+                                 CalibrationPlan(n_max=17, repeats=args.repeats, warmup=1)))
+        live_timing[name] = pooled(timings)
+
+    live = speed(SpeedRequest(pair, {name: list(turn.prompt_ids)}, lambda: make_proposer(pair, drafter),
+                              ks=(k, *CONTROLLERS), rounds=args.rounds, max_new_tokens=preset.max_new_tokens,
+                              timing=live_timing, memory="none"),
+                 between_rounds=recalibrate if args.spread_calibration else None).to_dict()
+    timing = live_timing[name]
+    tdoc = replayed(timing) if timing is not first else first_doc
+    walks = tdoc.drafters[drafter].walks
+    predicted = walks[f"k={k}"].predicted_speedup
+    cell = live["table"][0]
+    controllers = {c: {"predicted": None if isinstance(walks[c], SkippedWalk) else walks[c].predicted_speedup,
+                       "measured": row_c["median_ratio"], "min": row_c["min_ratio"], "max": row_c["max_ratio"]}
+                   for c, row_c in zip(CONTROLLERS, live["table"][1:])}
+    ratios = [x["ratio"] for x in live["runs"] if x["k"] == k and x["ratio"] is not None]
+    explained = cell.get("explained") or {}
+    return {"preset": name, "kind": preset.kind, "drafter": drafter, "k": k, "exact": tdoc.exact,
+            "replay_predicted": predicted, "first_predicted": first_predicted, "calibrations": len(timings),
+            "speed_predicted": cell.get("predicted_empirical"),
+            "measured": cell["median_ratio"], "min": cell["min_ratio"], "max": cell["max_ratio"],
+            "spread": cell["max_ratio"] - cell["min_ratio"], "ci": median_interval(ratios),
+            "miss": cell["median_ratio"] - predicted, "step_costs": explained.get("step_costs"),
+            "trusted": live["trust"]["trusted"], "trust": live["trust"]["headline"], "controllers": controllers,
+            "speed_table": [{k: v for k, v in x.items() if k != "trust"} for x in live["table"]]}  # trust: above
+
+
+EXPERIMENT = "replay-misses"
+
+
+def _controllers_line(rows: list[dict]) -> str:
+    """The controllers against the best fixed k and against each other, in the same rounds (min-max over cells)."""
+    def span(xs, fmt):
+        return f"{min(xs):{fmt}}-{max(xs):{fmt}}"
+    shares = {c: [r["controllers"][c]["measured"] / r["measured"] for r in rows] for c in CONTROLLERS}
+    pair = [r["controllers"]["adaptive"]["measured"] / r["controllers"]["heuristic"]["measured"] for r in rows]
+    return ("the controllers, in the same rounds: " + ", ".join(f"{c} {span(shares[c], '.0%')} of the best fixed k"
+                                                               for c in CONTROLLERS)
+            + f"; adaptive / heuristic {span(pair, '.2f')} per preset")
+
+
+def markdown(doc: dict) -> str:
+    """The table docs/results.md shows, drawn from the saved result alone (scripts/results_tables.py)."""
+    rows = doc["rows"]
+    drafters = sorted({r["drafter"] for r in rows})
+    pools = sorted({r["calibrations"] for r in rows})
+    head = (f"{doc['date']}, {doc['setup']}; drafter {', '.join(drafters)}, {doc['rounds']} rounds, calibrations "
+            f"pooled: {', '.join(map(str, pools))}; {sum(r['trusted'] for r in rows)} of {len(rows)} cells trusted; "
+            f"machine: {doc['verdict']['headline']} ({doc['elapsed_s']:.0f} s)")
+    lines = [(f"| preset (kind) | replay's k | predicted: first calibration | predicted: pooled ({pools[-1]}) | "
+             "measured median [min-max] | miss (pooled) | of the miss: step costs | verdict |"),
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        who = f" {r['drafter']}" if len(drafters) > 1 else ""
+        pooled_n = f" ({r['calibrations']})" if len(pools) > 1 else ""
+        lines.append(f"| {r['preset']} ({r['kind']}){who} | {r['k']}{'' if r['exact'] else ' (estimate)'} | "
+                     f"{r['first_predicted']:.2f} | {r['replay_predicted']:.2f}{pooled_n} | "
+                     f"{r['measured']:.2f} [{r['min']:.2f}-{r['max']:.2f}] | {r['miss']:+.2f} | "
+                     + (f"{r['step_costs']:+.2f}" if r["step_costs"] is not None else "-")
+                     + f" | {'trusted' if r['trusted'] else r['trust']} |")
+    judged = [r for r in rows if (r["ci"][1] - r["ci"][0]) / 2 <= TOLERANCE]
+    tail = (f"within {TOLERANCE}: {sum(abs(r['miss']) <= TOLERANCE for r in rows)} of {len(rows)} cells; of the "
+            f"{len(judged)} whose median is known to +-{TOLERANCE} (half its 90% interval), "
+            f"{sum(abs(r['miss']) <= TOLERANCE for r in judged)}; prediction inside the median's interval: "
+            f"{sum(r['ci'][0] <= r['replay_predicted'] <= r['ci'][1] for r in rows)} of {len(rows)}")
+    return head + "\n\n" + "\n".join(lines) + "\n\n" + tail + "\n\n" + _controllers_line(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
@@ -72,86 +164,29 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=4, help="repeats of each calibration made between rounds")
     ap.add_argument("--no-spread-calibration", dest="spread_calibration", action="store_false",
                     help="predict from the one calibration made before the rounds")
-    ap.add_argument("--out", default=None, help="write every row and the speed results as JSON")
+    ap.add_argument("--out", default=None, help="write the rows, each cell's speed table and the setup as JSON")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pair = load_named_pair("embedded", device="cpu", progress=None)
     names = args.presets.split(",") if args.presets else preset_names()
     print(f"# {describe_setup(pair)} | {args.rounds} rounds | presets: {', '.join(names)}", flush=True)
-    rows, docs, started = [], [], time.perf_counter()
-    for drafter in args.drafters.split(","):
-        for name in names:
-            preset = get_preset(name)
-            turn = preset_turns(pair, [name])[0]
-            proposer = make_proposer(pair, drafter)
-            first = calibrate(pair, turn.prompt_ids, proposer, CalibrationPlan(n_max=17))
-            timings = [first]
-
-            def replayed(timing, turn=turn, drafter=drafter):
-                options = ReplayOptions(drafters=[drafter], ks=range(1, 17), controllers=CONTROLLERS,
-                                        timing_of=lambda d, ids: timing, records="none")
-                return replay_turns(pair, [turn], options).turns[0]
-
-            first_doc = replayed(first)
-            k, first_predicted = best_arm(first_doc, drafter)
-            live_timing = {name: first}
-
-            def recalibrate(_round, turn=turn, proposer=proposer, live_timing=live_timing, timings=timings, name=name):
-                timings.append(calibrate(pair, turn.prompt_ids, proposer, CalibrationPlan(n_max=17, repeats=args.repeats, warmup=1)))
-                live_timing[name] = pooled(timings)
-
-            live = speed(SpeedRequest(pair, {name: list(turn.prompt_ids)}, lambda d=drafter: make_proposer(pair, d),
-                                      ks=(k, *CONTROLLERS), rounds=args.rounds, max_new_tokens=preset.max_new_tokens,
-                                      timing=live_timing, memory="none"),
-                         between_rounds=recalibrate if args.spread_calibration else None).to_dict()
-            timing = live_timing[name]
-            tdoc = replayed(timing) if timing is not first else first_doc
-            predicted = tdoc.drafters[drafter].walks[f"k={k}"].predicted_speedup
-            cell = live["table"][0]
-            walks = tdoc.drafters[drafter].walks
-            controllers = {c: {"predicted": None if isinstance(walks[c], SkippedWalk) else walks[c].predicted_speedup,
-                               "measured": row_c["median_ratio"],
-                               "min": row_c["min_ratio"], "max": row_c["max_ratio"]}
-                           for c, row_c in zip(CONTROLLERS, live["table"][1:])}
-            spread = cell["max_ratio"] - cell["min_ratio"]
-            ratios = [x["ratio"] for x in live["runs"] if x["k"] == k and x["ratio"] is not None]
-            explained = cell.get("explained") or {}
-            row = {"preset": name, "kind": preset.kind, "drafter": drafter, "k": k, "exact": tdoc.exact,
-                   "replay_predicted": predicted, "first_predicted": first_predicted, "calibrations": len(timings),
-                   "speed_predicted": cell.get("predicted_empirical"),
-                   "measured": cell["median_ratio"], "min": cell["min_ratio"], "max": cell["max_ratio"],
-                   "spread": spread, "ci": median_interval(ratios), "miss": cell["median_ratio"] - predicted,
-                   "step_costs": explained.get("step_costs"),
-                   "trusted": live["trust"]["trusted"], "trust": live["trust"]["headline"], "controllers": controllers}
-            rows.append(row)
-            docs.append({"row": row, "speed": live, "timing": timing.to_dict()})
-            print(f"{drafter} {name}: k={k} predicted {predicted:.2f}, measured {row['measured']:.2f} "
-                  f"[{row['min']:.2f}-{row['max']:.2f}] ({time.perf_counter() - started:.0f} s)",
-                  file=sys.stderr, flush=True)
-    head = ["preset (kind)", "drafter", "replay's k", "predicted: first calibration", "predicted: pooled",
-            "measured median [min-max]", "90% interval of the median", "miss", "of the miss: step costs", "trust"]
-    table = [[f"{r['preset']} ({r['kind']})", r["drafter"], str(r["k"]) + ("" if r["exact"] else " (estimate)"),
-              f"{r['first_predicted']:.2f}", f"{r['replay_predicted']:.2f} ({r['calibrations']})",
-              f"{r['measured']:.2f} [{r['min']:.2f}-{r['max']:.2f}]", f"{r['ci'][0]:.2f}-{r['ci'][1]:.2f}",
-              f"{r['miss']:+.2f}", f"{r['step_costs']:+.2f}" if r["step_costs"] is not None else "-",
-              "trusted" if r["trusted"] else r["trust"]] for r in rows]
-    print(markdown_table(head, table))
-    head2 = ["preset (kind)", "drafter", "best k: measured (replay predicted)",
-             *[f"{c}: measured [min-max] (replay predicted), share of best k" for c in CONTROLLERS]]
-    table2 = [[f"{r['preset']} ({r['kind']})", r["drafter"], f"k={r['k']}: {r['measured']:.2f} ({r['replay_predicted']:.2f})",
-               *[f"{x['measured']:.2f} [{x['min']:.2f}-{x['max']:.2f}] ({x['predicted']:.2f}), "
-                 f"{x['measured'] / r['measured']:.0%}" for x in (r["controllers"][c] for c in CONTROLLERS)]]
-              for r in rows]
-    print("\nthe controllers, measured in the same rounds:\n" + markdown_table(head2, table2))
-    judged = [r for r in rows if (r["ci"][1] - r["ci"][0]) / 2 <= TOLERANCE]
-    within = [r for r in judged if abs(r["miss"]) <= TOLERANCE]
-    print(f"\nwithin {TOLERANCE}: {len(within)} of {len(judged)} cells whose median is known to +-{TOLERANCE} "
-          f"(half its 90% interval; {len(rows) - len(judged)} wider); "
-          f"within {TOLERANCE} of all cells: {sum(abs(r['miss']) <= TOLERANCE for r in rows)} of {len(rows)}; "
-          f"prediction inside the median's interval: {sum(r['ci'][0] <= r['replay_predicted'] <= r['ci'][1] for r in rows)}"
-          f" of {len(rows)}")
+    rows, started = [], time.perf_counter()
+    with MachineMonitor() as monitor:
+        for drafter in args.drafters.split(","):
+            for name in names:
+                row = measure_cell(pair, drafter, name, args)
+                rows.append(row)
+                print(f"{drafter} {name}: k={row['k']} predicted {row['replay_predicted']:.2f}, measured "
+                      f"{row['measured']:.2f} [{row['min']:.2f}-{row['max']:.2f}] "
+                      f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    result = {"experiment": EXPERIMENT, "date": time.strftime("%Y-%m-%d"), "setup": describe_setup(pair),
+              "environment": environment(pair).to_dict(), "rounds": args.rounds, "repeats": args.repeats,
+              "spread_calibration": args.spread_calibration, "elapsed_s": time.perf_counter() - started,
+              "machine": monitor.load.to_dict(), "verdict": Verdict.of(monitor.load.findings()).to_dict(),
+              "rows": rows}
+    print(markdown(result))
     if args.out:
-        Path(args.out).write_text(json.dumps(docs, indent=1, default=str))
+        Path(args.out).write_text(json.dumps(result, indent=1, default=str))
     return 0
 
 
