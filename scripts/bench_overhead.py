@@ -24,8 +24,12 @@ time runs from the previous one's end), and B/A of decode tokens/s per adjacent 
 streaming cost (C / A too, with --chromium; C has no records, so no time split). Prefill is excluded everywhere.
 Run it on a quiet machine:
 
-    .venv/bin/python scripts/bench_overhead.py --threads 2 --rounds 5 --chromium
+    .venv/bin/python scripts/bench_overhead.py --threads 2 --rounds 5 --chromium --out docs/results/NAME.json
     .venv/bin/python scripts/bench_overhead.py --rounds 1 --max-new-tokens 8     # a smoke run
+
+`--out` writes the summaries (per arm and preset: decode tokens/s; per arm: the bucket shares; the adjacent-pair
+ratios; the verdict) with the setup, the environment and the machine's load; scripts/results_tables.py draws the
+table from it with `markdown`.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from playground.core.engine import HEADLESS, speculative_generate
 from playground.core.records import summarize
 from playground.core.timesplit import BUCKETS, OUTSIDE_LIMIT, ROLLBACK_LIMIT, iteration_splits, median_shares, percent
 from playground.drafters.registry import make_proposer
-from playground.envinfo import describe_setup
+from playground.envinfo import describe_setup, environment
 from playground.inputs.presets import get_preset
 from playground.lab.trust import MachineMonitor, Verdict
 from playground.pairs.registry import choose_pair, load_choice
@@ -204,10 +208,6 @@ def in_thread(run):
     return lambda name: fresh_thread(lambda: run(name))
 
 
-def _spread(xs: list[float], fmt: str = ".1f") -> str:
-    return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})"
-
-
 def measure(arms: dict, presets, rounds: int) -> tuple[dict, dict, dict]:
     """Every arm on every preset, adjacent, in each round: decode tokens/s per (arm, preset), the iterations'
     splits per arm, and what each arm's first run per preset emitted (its tokens; arm C: its counts of new tokens
@@ -238,10 +238,98 @@ def ratios(speeds: dict, presets, top: str, bottom: str) -> dict[str, list[float
             for n in presets}
 
 
-def ratio_line(label: str, by_preset: dict[str, list[float]]) -> str:
-    every = [x for xs in by_preset.values() for x in xs]
-    return (f"{label} decode tokens/s, adjacent pairs: " + "; ".join(f"{n} {_spread(xs, '.3f')}" for n, xs in
-                                                                     by_preset.items()) + f"; all {_spread(every, '.3f')}")
+def spread(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def summarize_arms(speeds: dict, splits: dict, presets, arms) -> dict:
+    """What the table needs: tokens/s per arm and preset, bucket shares per arm, and the adjacent-pair ratios."""
+    out = {"tokens_per_s": {a: {n: spread(speeds[(a, n)]) for n in presets} for a in arms},
+           "shares": {a: {"iterations": len(its), **median_shares(its)} for a, its in splits.items() if its},
+           "ratios": {}}
+    for top in arms[1:]:
+        by_preset = ratios(speeds, presets, top, arms[0])
+        out["ratios"][f"{top[0]} / {arms[0][0]}"] = {
+            **{n: spread(xs) for n, xs in by_preset.items()}, "all": spread([x for xs in by_preset.values() for x in xs])}
+    return out
+
+
+def verdict_lines(doc: dict) -> list[str]:
+    """The issue's limits, held or not: outside the buckets, rollback, and each streaming arm's cost."""
+    shares = doc["shares"].values()
+    outside = max(s["outside"] or 0.0 for s in shares)
+    rollback = max(s["rollback"] or 0.0 for s in shares)
+    held = {True: "held", False: "NOT held"}
+    lines = [(f"outside the buckets < {OUTSIDE_LIMIT:.0%} of an iteration: {held[outside < OUTSIDE_LIMIT]} "
+              f"({percent(outside)}, the larger arm median)"),
+             f"rollback < {ROLLBACK_LIMIT:.0%}: {held[rollback < ROLLBACK_LIMIT]} ({percent(rollback)})"]
+    for label, r in doc["ratios"].items():
+        cost = 1 - r["all"]["median"]
+        lines.append(f"{label}: cost < {STREAMING_LIMIT:.0%}: {held[cost < STREAMING_LIMIT]} ({100 * cost:+.1f}% of "
+                     f"the headless speed, median of {r['all']['n']} pairs)")
+    return lines
+
+
+EXPERIMENT = "overhead-streaming"
+
+
+def markdown(doc: dict) -> str:
+    """The table docs/results.md shows, drawn from the saved result alone (scripts/results_tables.py)."""
+    presets = doc["presets"]
+    head = (f"{doc['date']}, {doc['setup']}; drafter {doc['drafter']}, k = {doc['k']}, {doc['max_new_tokens']} new "
+            f"tokens, greedy, {doc['rounds']} rounds; machine: {doc['verdict']['headline']} (other processes "
+            f"{doc['other_cores']:.2f} cores" + (f", arm C's browser {doc['browser_cores']:.2f}" if
+                                                   doc["browser_cores"] is not None else "") + ")")
+    lines = ["| arm | decode tokens/s: " + " | ".join(presets) + " | " + " | ".join(BUCKETS) + " |",
+             "|---|" + "---|" * (len(presets) + len(BUCKETS))]
+    for arm, per in doc["tokens_per_s"].items():
+        rates = [f"{x['median']:.1f} ({x['min']:.1f}-{x['max']:.1f})" for x in (per[n] for n in presets)]
+        share = doc["shares"].get(arm)
+        split = [percent(share[b]) if share else "" for b in BUCKETS]
+        lines.append(f"| {ARM_LABELS.get(arm, arm)} | " + " | ".join(rates + split) + " |")
+    pairs = [f"- {label} over the {r['all']['n']} adjacent pairs: median {r['all']['median']:.3f} "
+             f"({r['all']['min']:.3f}-{r['all']['max']:.3f})" for label, r in doc["ratios"].items()]
+    return head + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(pairs)
+
+
+ARM_LABELS = {"A headless": "A headless", "B browser": "B Gradio's event, no browser",
+              "C Chromium": "C Chromium on the same cores"}
+
+
+def run_arms(args, pair, presets) -> tuple:
+    """Warm every arm up, then measure; the speeds, splits, outputs, machine load and the browser's cores."""
+    ids = {name: p.prompt_ids(pair.tokenizer) for name, p in presets.items()}
+    controls = {name: {**RUN_CONTROLS, "prompt": p.prompt_text(pair.tokenizer), "preset": name, "k": args.k,
+                       "max-new": args.max_new_tokens} for name, p in presets.items()}
+    browser = Browser(pair)
+    # B's event loop runs in a thread of its own: Playwright's sync API (arm C) keeps one in the main thread.
+    arms = {"A headless": in_thread(lambda name: headless(pair, ids[name], args.k, args.max_new_tokens)),
+            "B browser": lambda name: fresh_thread(lambda: browser.run(controls[name]))}
+    chrome = Chromium(pair, args.k, args.max_new_tokens) if args.chromium else None
+    if chrome is not None:
+        arms["C Chromium"] = lambda name: chrome.run(controls[name]["prompt"], controls[name]["chat"])
+    first = next(iter(presets))
+    for run in arms.values():  # warm-up, untimed: one run of each arm
+        run(first)
+    t0, browser_cpu0 = time.perf_counter(), Chromium.cpu_s()
+    with MachineMonitor() as monitor:
+        speeds, splits, outputs = measure(arms, presets, args.rounds)
+    # Arm C's browser is what it measures, not a disturbance: the verdict counts the other processes without it.
+    browser_cores = (Chromium.cpu_s() - browser_cpu0) / monitor.load.wall_s if chrome else None
+    print(f"\n{time.perf_counter() - t0:.0f} s | {browser.updates} Gradio updates over {browser.events} B events")
+    if chrome is not None:
+        chrome.close()
+    return list(arms), speeds, splits, outputs, monitor.load, browser_cores
+
+
+def check_outputs(arms, presets, outputs) -> dict:
+    """Whether the arms emitted the same (A, B: tokens; C: as many new tokens as A) on every preset."""
+    same = {"A B tokens": all(len({outputs[(a, n)] for a in arms if a != "C Chromium"}) == 1 for n in presets)}
+    if "C Chromium" in arms:  # C's page shows counts, not token ids
+        same["C new tokens"] = all(outputs[("C Chromium", n)][0] == len(outputs[("A headless", n)]) for n in presets)
+    for what, ok in same.items():
+        print(f"same {what} on every preset: {'yes' if ok else 'NO'}")
+    return same
 
 
 def main() -> int:
@@ -253,6 +341,7 @@ def main() -> int:
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets (default %(default)s)")
     ap.add_argument("--pair", default=None, help="a named pair (default: the embedded one)")
     ap.add_argument("--chromium", action="store_true", help=f"arm C too: the app in {chromium.PATH} on this machine")
+    ap.add_argument("--out", default=None, help="write the result (summaries, setup, machine load) as JSON here")
     args = ap.parse_args()
     if args.rounds < 1 or args.max_new_tokens < 1:
         ap.error("--rounds and --max-new-tokens must be at least 1")
@@ -261,77 +350,26 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     pair = fresh_thread(lambda: load_choice(choose_pair(pair=args.pair), progress=None))
     presets = {name: get_preset(name) for name in args.presets.split(",")}
-    ids = {name: p.prompt_ids(pair.tokenizer) for name, p in presets.items()}
-    controls = {name: {**RUN_CONTROLS, "prompt": p.prompt_text(pair.tokenizer), "preset": name, "k": args.k,
-                       "max-new": args.max_new_tokens} for name, p in presets.items()}
     drafter = fresh_thread(lambda: make_proposer(pair, "llama.cpp").describe())
     print(f"# {pair.target_name} | drafter: {drafter} | {describe_setup(pair)}")
     print(f"# k = {args.k}, {args.max_new_tokens} new tokens, greedy, {args.rounds} rounds of A (headless, a fresh "
           f"thread per run) and B (the browser's Run event through Gradio, no server), adjacent, on {', '.join(presets)}",
           flush=True)
-    browser = Browser(pair)
-    # B's event loop runs in a thread of its own: Playwright's sync API (arm C) keeps one in the main thread.
-    arms = {"A headless": in_thread(lambda name: headless(pair, ids[name], args.k, args.max_new_tokens)),
-            "B browser": lambda name: fresh_thread(lambda: browser.run(controls[name]))}
-    chrome = Chromium(pair, args.k, args.max_new_tokens) if args.chromium else None
-    if chrome is not None:
-        arms["C Chromium"] = lambda name: chrome.run(controls[name]["prompt"], controls[name]["chat"])
-    first = next(iter(presets))
-    for run in arms.values():  # warm-up, untimed: one run of each arm
-        run(first)
-
-    t0, browser_cpu0 = time.perf_counter(), Chromium.cpu_s()
-    with MachineMonitor() as monitor:
-        speeds, splits, outputs = measure(arms, presets, args.rounds)
-    # Arm C's browser is what it measures, not a disturbance: the verdict counts the other processes without it.
-    browser_cores = (Chromium.cpu_s() - browser_cpu0) / monitor.load.wall_s
-    others = dataclasses.replace(monitor.load, other_cores=max(0.0, monitor.load.other_cores - browser_cores))
-    load = Verdict.of(others.findings())
-    print(f"\nmachine: {load.headline()} (other processes: {others.other_cores:.2f} cores"
-          + (f"; arm C's browser: {browser_cores:.2f} cores over the whole run" if chrome else "")
-          + f") | {time.perf_counter() - t0:.0f} s | {browser.updates} Gradio updates over {browser.events} B events")
-    if chrome is not None:
-        chrome.close()
-    same = all(len({outputs[(a, n)] for a in arms if a != "C Chromium"}) == 1 for n in presets)
-    print(f"same tokens in arms A and B on every preset: {'yes' if same else 'NO'}")
-    if chrome is not None:  # C's page shows counts, not token ids
-        shown = {n: outputs[("C Chromium", n)] for n in presets}
-        same_c = all(shown[n][0] == len(outputs[("A headless", n)]) for n in presets)
-        print(f"arm C: as many new tokens as A on every preset: {'yes' if same_c else 'NO'} (new tokens, "
-              "iterations: " + ", ".join(f"{n} {c}" for n, c in shown.items()) + ")")
-    print()
-    print("| arm | preset | decode tokens/s, median (min-max) |\n|---|---|---|")
-    for (arm, name), xs in speeds.items():
-        print(f"| {arm} | {name} | {_spread(xs)} |")
-    print("\nper-iteration shares of wall time (medians over every iteration of the arm)\n")
-    print("| arm | iterations | " + " | ".join(BUCKETS) + " |\n|---|---|" + "---|" * len(BUCKETS))
-    shares = {}
-    for arm, its in splits.items():
-        if not its:  # arm C: no records
-            continue
-        shares[arm] = median_shares(its)
-        print(f"| {arm} | {len(its)} | " + " | ".join(percent(shares[arm][b]) for b in BUCKETS) + " |")
-    streaming = ratios(speeds, presets, "B browser", "A headless")
-    print("\n" + ratio_line("B / A", streaming))
-    if chrome is not None:
-        drawn = ratios(speeds, presets, "C Chromium", "A headless")
-        print(ratio_line("C / A", drawn))
-    cost = 1 - statistics.median(x for xs in streaming.values() for x in xs)
-    outside = max(s["outside"] or 0.0 for s in shares.values())
-    rollback = max(s["rollback"] or 0.0 for s in shares.values())
-    held = {True: "held", False: "NOT held"}
-    verdict = [
-        (f"outside the buckets < {OUTSIDE_LIMIT:.0%} of an iteration: {held[outside < OUTSIDE_LIMIT]} "
-         f"({percent(outside)}, the larger arm median)"),
-        f"rollback < {ROLLBACK_LIMIT:.0%}: {held[rollback < ROLLBACK_LIMIT]} ({percent(rollback)})",
-        (f"streaming cost < {STREAMING_LIMIT:.0%}: {held[cost < STREAMING_LIMIT]} ({100 * cost:+.1f}% of the "
-         f"headless speed, median of {args.rounds * len(presets)} pairs)"),
-    ]
-    if chrome is not None:
-        c_cost = 1 - statistics.median(x for xs in drawn.values() for x in xs)
-        verdict.append(f"with a browser on the same cores < {STREAMING_LIMIT:.0%}: {held[c_cost < STREAMING_LIMIT]} "
-                       f"({100 * c_cost:+.1f}%)")
-    print("\n" + "; ".join(verdict) + ("" if load.trusted else " -- NOT TO BE TRUSTED: the machine was busy"))
+    arms, speeds, splits, outputs, load, browser_cores = run_arms(args, pair, presets)
+    others = dataclasses.replace(load, other_cores=max(0.0, load.other_cores - (browser_cores or 0.0)))
+    verdict = Verdict.of(others.findings())
+    result = {"experiment": EXPERIMENT, "date": time.strftime("%Y-%m-%d"), "setup": describe_setup(pair),
+              "environment": environment(pair).to_dict(), "drafter": drafter, "k": args.k,
+              "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "presets": list(presets),
+              "machine": load.to_dict(), "other_cores": others.other_cores, "browser_cores": browser_cores,
+              "verdict": verdict.to_dict(), "same_output": check_outputs(arms, presets, outputs),
+              **summarize_arms(speeds, splits, presets, arms)}
+    result["limits"] = verdict_lines(result)
+    print("\n" + markdown(result) + "\n\n" + "; ".join(result["limits"])
+          + ("" if verdict.trusted else " -- NOT TO BE TRUSTED: the machine was busy"))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
     return 0
 
 
