@@ -55,8 +55,9 @@ SCRIPT_TABLES = {"static-forward": ("bench_static.py", "markdown"),
 
 def _script_table(kind: str):
     script, function = SCRIPT_TABLES[kind]
-    spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / "scripts" / script)
+    spec = importlib.util.spec_from_file_location(f"results_tables_{Path(script).stem}", ROOT / "scripts" / script)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a script's dataclasses look their module up there
     spec.loader.exec_module(module)
     return getattr(module, function)
 
