@@ -103,7 +103,7 @@ def main() -> None:
                     print(f"round {r} {name:10} {mode:11} " + "  ".join(f"{a} {got[a]:6.1f} tok/s" for a in ARMS)
                           + f"  static/transformers {ratios[mode][-1]:.3f}", flush=True)
     result = {
-        "experiment": EXPERIMENT, "setup": describe_setup(base), "environment": environment(base), "drafter": args.drafter, "k": args.k,
+        "experiment": EXPERIMENT, "setup": describe_setup(base), "environment": environment(base).to_dict(), "drafter": args.drafter, "k": args.k,
         "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "presets": list(PRESETS),
         "tokens_per_s": {f"{arm} {mode}": summary(xs) for (arm, mode), xs in rates.items()},
         "static_over_transformers": {mode: summary(xs) for mode, xs in ratios.items()},
