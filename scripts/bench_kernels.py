@@ -66,7 +66,8 @@ def main(argv=None) -> dict:
         raw = time_kernels(pair.target, swap, sizes=sizes, rounds=args.rounds, context_tokens=args.context)
     swap.keep("blas", pair.target)
     result = {"experiment": EXPERIMENT, "date": time.strftime("%Y-%m-%d"), "setup": setup,
-              "environment": environment(pair).to_dict(), "rounds": args.rounds, "context_tokens": args.context, "sizes": sizes, "machine": mon.load.to_dict(),
+              "environment": environment(pair).to_dict(), "rounds": args.rounds, "context_tokens": args.context,
+              "sizes": sizes, "machine": mon.load.to_dict(),
               "verdict": Verdict(tuple(mon.load.findings())).to_dict(), "kernels": {}}
     for kernels, per in raw.items():
         one = statistics.median(per[1])
