@@ -76,7 +76,7 @@ def answer(pair, proposer, messages: list[dict], tokens: int) -> tuple[str, int,
     return text, len(ids), len(steps)
 
 
-def follow_ups(pair, proposer, args, say) -> list[tuple[str, list[dict]]]:
+def follow_ups(pair, proposer, args, say) -> list[tuple[str, list[dict], int]]:
     """Conversations from the openings (bases), each going on with FOLLOW_UPS."""
     openings, out, written = bases(), [], 0
     per_conv = -(-args.turns // len(openings))  # ceil: every opening gets about as many turns
@@ -95,29 +95,32 @@ def follow_ups(pair, proposer, args, say) -> list[tuple[str, list[dict]]]:
             messages.append({"role": "assistant", "content": text})
             written += 1
             say(written, cid, n_prompt, n_new)
-        out.append((cid, messages))
+        out.append((cid, messages, 0))
     return out
 
 
-def agent_conversations(pair, proposer, args, say) -> list[tuple[str, list[dict]]]:
-    """Conversations of agent_tasks: similar tasks one after another, tool results quoted back, code edited twice."""
+def agent_conversations(pair, proposer, args, say) -> list[tuple[str, list[dict], int]]:
+    """Conversations of agent_tasks: similar tasks one after another, tool results quoted back, code edited twice;
+    (id, messages, context): the first `context` messages (system prompt, few-shot examples) are no turns."""
     out, written = [], 0
     for cid, system, steps in agent_tasks.tasks(max(args.conversations, 1)):
-        messages = [{"role": "system", "content": system}]
+        messages, context = [{"role": "system", "content": system}], None
         for role, text in steps:
             if written >= args.turns:
                 break
-            if role != "assistant":
+            if role != "assistant" or text is not None:  # a request, a tool's result, or a few-shot example
                 messages.append({"role": role, "content": text})
                 continue
+            if context is None:  # the messages before the first answer are the prompt: not turns (trace `context`)
+                context = len(messages)
             text, n_prompt, n_new = answer(pair, proposer(), messages, args.tokens)
             messages.append({"role": "assistant", "content": text or "(no answer)"})
             written += 1
             say(written, cid, n_prompt, n_new)
         while messages and messages[-1]["role"] != "assistant":  # a trace's conversation ends on the agent's turn
             messages.pop()
-        if messages:
-            out.append((cid, messages))
+        if messages and context is not None:
+            out.append((cid, messages, context))
         if written >= args.turns:
             break
     return out
@@ -152,8 +155,9 @@ def main() -> int:
 
     conversations = (agent_conversations if args.agent else follow_ups)(pair, proposer, args, say)
     with open(args.out, "w") as f:
-        f.writelines(json.dumps({"id": cid, "messages": m}, ensure_ascii=False) + "\n" for cid, m in conversations)
-    turns = sum(m["role"] == "assistant" for _, ms in conversations for m in ms)
+        f.writelines(json.dumps({"id": cid, **({"context": n} if n else {}), "messages": m}, ensure_ascii=False) + "\n"
+                     for cid, m, n in conversations)
+    turns = sum(m["role"] == "assistant" for _, ms, n in conversations for m in ms[n:])
     print(f"wrote {turns} turns in {len(conversations)} conversations to {args.out}", file=sys.stderr)
     return 0
 

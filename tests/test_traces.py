@@ -46,6 +46,21 @@ def test_smollm2s_template_ignores_tool_calls_so_they_are_rendered_as_json_text(
         '{"name": "g", "arguments": "{not json"}'
 
 
+def test_a_lines_context_messages_are_prompt_not_turns(tmp_path, tokenizer, eos):
+    shot = [{"role": "system", "content": "Reply with JSON."}, {"role": "user", "content": "Weather in Oslo?"},
+            {"role": "assistant", "content": '{"name": "get_weather"}'}]
+    live = [{"role": "user", "content": "Weather in Rome?"}, {"role": "assistant", "content": '{"name": "w"}'}]
+    lines = [{"id": "a", "context": 3, "messages": shot + live}, {"id": "b", "messages": shot + live},
+             {"id": "c", "context": 3, "messages": shot}, {"id": "d", "context": 9, "messages": shot},
+             {"id": "e", "context": "3", "messages": shot + live}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    trace = read_trace(path, tokenizer, eos)
+    assert [t.name for t in trace.turns] == ["a", "b turn 1", "b turn 2"]  # the example is no turn of a
+    assert trace.turns[0].prompt_ids == trace.turns[2].prompt_ids  # but it is still in the prompt
+    assert [(e.line, e.field) for e in trace.errors] == [(3, "messages"), (4, "context"), (5, "context")]
+
+
 def test_bad_lines_are_named_and_the_rest_is_read(tmp_path, tokenizer, eos):
     good = {"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi!"}]}
     lines = [

@@ -13,7 +13,9 @@ into its text: SmolLM2's template (and any template that reads only `content`) i
 content, so each call becomes the JSON text an agent emits, one object per line after the content:
 `{"name": NAME, "arguments": {...}}` (arguments parsed when they are a JSON string, kept as a string when they do
 not parse). Tool results are messages of role "tool", rendered by the template like any other. `id` (optional)
-names the conversation; other fields (OpenAI's "tools", "refusal", ...) are ignored.
+names the conversation. `context` (optional, an integer N) marks the first N messages as the prompt every turn
+starts from, not as turns: an agent's system prompt and its few-shot examples, whose assistant messages the agent
+did not write. Other fields (OpenAI's "tools", "refusal", ...) are ignored.
 
 A raw {"prompt", "completion"} line is tokenized as is (special tokens parsed; no chat template): the prompt,
 then the completion as the continuation of the same text.
@@ -274,9 +276,13 @@ def _line_turns(obj, number: int, source: str, tokenizer, stops, limits: Limits,
     try:
         if "messages" in obj:
             messages = render_messages(obj["messages"])
-            pieces = [(f"messages[{i}]", p, c) for i, p, c in chat_turns(messages, tokenizer, stops)]
+            context = obj.get("context", 0)
+            if isinstance(context, bool) or not isinstance(context, int) or not 0 <= context <= len(messages):
+                raise _Bad("context", f"the number of leading messages that are not turns, 0 to {len(messages)}")
+            pieces = [(f"messages[{i}]", p, c) for i, p, c in chat_turns(messages, tokenizer, stops) if i >= context]
             if not pieces:
-                raise _Bad("messages", "no assistant message after the first message: nothing to replay")
+                raise _Bad("messages", "no assistant message after the first message (and the context): nothing "
+                                       "to replay")
         elif "prompt" in obj or "completion" in obj:
             for name in ("prompt", "completion"):
                 if not isinstance(obj.get(name), str) or not obj[name]:
