@@ -50,7 +50,8 @@ SCRIPT_TABLES = {"static-forward": ("bench_static.py", "markdown"),
                  "kernels-blas-onednn": ("bench_kernels.py", "markdown"),
                  "prefill-kv": ("bench_prefill.py", "markdown"),
                  "replay-misses": ("replay_misses.py", "markdown"),
-                 "overhead-streaming": ("bench_overhead.py", "markdown")}
+                 "overhead-streaming": ("bench_overhead.py", "markdown"),
+                 "suffix-history": ("suffix_history.py", "markdown")}
 
 
 def _script_table(kind: str):

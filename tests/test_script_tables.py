@@ -74,6 +74,18 @@ def overhead() -> dict:
                        "C / A": {"prose": _spread(0.897, 0.807, 0.952, 15), "all": _spread(0.897, 0.807, 0.952, 15)}}}
 
 
+def suffix_history() -> dict:
+    def row(tpp, speedup):
+        arms = ("k=4", "k=16")
+        return {"tokens_per_pass": dict(zip(arms, tpp)), "speedup": dict(zip(arms, speedup)), "best_k": 16,
+                "best_speedup": speedup[1], "interval": [speedup[1] - 0.3, speedup[1] + 0.3]}
+    rows = {"suffix": row((4.0, 7.0), (2.5, 4.2)), "suffix (no cache)": row((3.5, 6.25), (2.4, 3.9)),
+            "lookup": row((3.9, 8.0), (2.5, 4.7))}
+    return {"experiment": "suffix-history", "date": "2026-12-06", "source": "replay.json", "header": "replay (test)",
+            "command": None, "arms": ["k=4", "k=16"], "trust": {"suffix": "trusted"},
+            "groups": {"json": {"label": "tool call / JSON", "turns": 52, "tokens": 3092, "rows": rows}}}
+
+
 def _render(tmp_path, doc: dict) -> str:
     path = tmp_path / f"{doc['experiment']}.json"
     path.write_text(json.dumps(doc))
@@ -87,7 +99,7 @@ def _row(text: str, start: str) -> list[str]:
 
 
 def test_every_script_experiment_is_registered():
-    for kind in ("kernels-blas-onednn", "prefill-kv", "replay-misses", "overhead-streaming"):
+    for kind in ("kernels-blas-onednn", "prefill-kv", "replay-misses", "overhead-streaming", "suffix-history"):
         assert kind in results_tables.SCRIPT_TABLES
         script, _ = results_tables.SCRIPT_TABLES[kind]
         assert (ROOT / "scripts" / script).is_file()
@@ -128,8 +140,16 @@ def test_overhead_table(tmp_path):
     assert "C / A over the 15 adjacent pairs: median 0.897 (0.807-0.952)" in text
 
 
+def test_suffix_history_table(tmp_path):
+    text = _render(tmp_path, suffix_history())
+    assert _row(text, "tool call / JSON (52) | suffix |") == [
+        "tool call / JSON (52)", "suffix", "4.00 / 7.00", "2.50 / 4.20", "k=16: 4.20x"]
+    assert "tokens per pass, k = 4 / 16" in text and "calibration of suffix: trusted" in text
+    assert "at k=16: tool call / JSON: suffix +12%" in text  # 7.00 / 6.25, the cache of earlier responses
+
+
 @pytest.mark.parametrize("make, field", [(kernels, "sizes"), (prefill, "prompt_tokens"), (replay, "elapsed_s"),
-                                         (overhead, "shares")])
+                                         (overhead, "shares"), (suffix_history, "arms")])
 def test_a_result_missing_a_field_fails_naming_it(tmp_path, make, field):
     doc = make()
     del doc[field]

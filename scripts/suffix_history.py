@@ -1,0 +1,118 @@
+"""What an agent's own history is worth to suffix decoding, per output shape, from a replay of a multi-turn trace.
+
+A replay result (`replay FILE --out`) holds every walk of every turn, megabytes for a 100-turn trace. This keeps
+what the docs' table needs, per output shape (the replay summary's turn selection: a turn counts for a shape when
+at least `min_shape_tokens` of its tokens have it) and per drafter: accepted tokens per target pass (the turns'
+tokens over their passes; counts, so the machine's load does not move them), the predicted speed-up of each k
+from the calibration (the replay summary's), the best k, and what the cache of earlier responses added (a
+drafter against its `(no cache)` walk).
+
+    .venv/bin/python -m playground replay docs/results/agent-trace-100.jsonl --drafter suffix --drafter lookup \\
+        --drafter suffix-hybrid --drafter hybrid --drafter llama.cpp --ks 4,8,16 --controllers "" --threads 2 \\
+        --records none --out results/replay-agent100.json
+    .venv/bin/python scripts/suffix_history.py results/replay-agent100.json --out docs/results/suffix-history-epyc.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+
+from playground.lab.replay_report import header
+from playground.lab.shapes import LABELS, SHAPES
+from playground.results import load_result
+from playground.results.replay import ReplayResult, SimulatedWalk
+
+EXPERIMENT = "suffix-history"
+NO_CACHE = " (no cache)"
+
+
+def _selected(result: ReplayResult, shape: str | None) -> list:
+    least = result.summary.min_shape_tokens
+    return [t for t in result.turns if shape is None or t.shapes.tokens.get(shape, 0) >= least]
+
+
+def tokens_per_pass(turns: list, drafter: str, arm: str) -> float | None:
+    """Pooled over `turns`: the tokens `drafter`'s walk `arm` emitted over the target passes it took."""
+    walks = [w for t in turns if (e := t.drafters.get(drafter)) is not None
+             and isinstance(w := e.walks.get(arm), SimulatedWalk)]
+    passes = sum(w.iterations for w in walks)
+    return sum(w.new_tokens for w in walks) / passes if passes else None
+
+
+def _group(result: ReplayResult, shape: str | None, summary) -> dict:
+    turns = _selected(result, shape)
+    arms = [a for a in result.arms if a.startswith("k=")]
+    rows = {}
+    for drafter, row in summary.drafters.items():
+        rows[drafter] = {"tokens_per_pass": {a: tokens_per_pass(turns, drafter, a) for a in arms},
+                         "speedup": {a: row.speedup.get(a) for a in arms},
+                         "best_k": row.best_k, "best_speedup": row.best_speedup, "interval": row.interval}
+    return {"label": LABELS[shape] if shape else "all turns", "turns": summary.turns, "tokens": summary.tokens,
+            "rows": rows}
+
+
+def summarize(result: ReplayResult, source: str) -> dict:
+    """The small result docs/results keeps (see the module docstring)."""
+    groups = {s: _group(result, s, result.summary.shapes[s]) for s in SHAPES if result.summary.shapes[s].turns}
+    groups["overall"] = _group(result, None, result.summary.overall)
+    return {"experiment": EXPERIMENT, "date": datetime.date.today().isoformat(), "source": source,
+            "header": header(result), "command": result.command, "arms": [a for a in result.arms if a.startswith("k=")],
+            "groups": groups, "trust": {d: t.headline for d, t in result.trust.items()}}
+
+
+def _cells(values: dict, arms: list[str]) -> str:
+    return " / ".join("-" if values.get(a) is None else f"{values[a]:.2f}" for a in arms)
+
+
+def _history(doc: dict, group: dict) -> str:
+    """What the cache of earlier responses added to each drafter that has a `(no cache)` walk, at the largest k."""
+    arm, out = doc["arms"][-1], []
+    for drafter, row in group["rows"].items():
+        alone = group["rows"].get(drafter + NO_CACHE)
+        if drafter.endswith(NO_CACHE) or alone is None:
+            continue
+        with_, without = row["tokens_per_pass"][arm], alone["tokens_per_pass"][arm]
+        if with_ and without:
+            out.append(f"{drafter} {with_ / without - 1:+.0%}")
+    return ", ".join(out) or "-"
+
+
+def markdown(doc: dict) -> str:
+    """One row per shape and drafter: tokens per pass and predicted speed-up at each k, the best k; then what the
+    history added per shape, and the calibrations' verdicts."""
+    arms = doc["arms"]
+    ks = " / ".join(a[2:] for a in arms)
+    head = (f"| shape (turns) | drafter | tokens per pass, k = {ks} | predicted speed-up, k = {ks} | best k |\n"
+            "|---|---|---|---|---|")
+    lines, history = [doc["header"], "", head], []
+    for group in doc["groups"].values():
+        for drafter, row in group["rows"].items():
+            best = "-" if row["best_k"] is None else f"k={row['best_k']}: {row['best_speedup']:.2f}x"
+            lines.append(f"| {group['label']} ({group['turns']}) | {drafter} | {_cells(row['tokens_per_pass'], arms)} | "
+                         f"{_cells(row['speedup'], arms)} | {best} |")
+        history.append(f"{group['label']}: {_history(doc, group)}")
+    lines += ["", f"what the cache of earlier responses added to tokens per pass at {arms[-1]}: " + "; ".join(history)]
+    lines += [f"calibration of {d}: {h}" for d, h in doc["trust"].items()]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("replay", help="a replay result (replay FILE --out)")
+    ap.add_argument("--out", required=True, help="the small result to write")
+    args = ap.parse_args()
+    result = load_result(args.replay)
+    if not isinstance(result, ReplayResult):
+        raise SystemExit(f"suffix_history: {args.replay} is a {result.experiment} result, not a replay")
+    doc = summarize(result, args.replay)
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(markdown(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
