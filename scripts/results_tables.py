@@ -19,8 +19,9 @@ A result JSON is small: an experiment's `--out` file, or that file slimmed by
 
     python scripts/results_tables.py --slim RUN.json docs/results/NAME.json
 
-which drops each run's per-iteration rows and each calibration's raw samples (the summaries stay) and refuses when the table drawn from
-the slim file would differ from the one drawn from the full file.
+which cuts each run to its place and ratio, drops each calibration's raw samples and rounds floats to 6
+significant digits (the cells' summaries stay), and refuses when the table drawn from the slim file would differ
+from the one drawn from the full file.
 """
 
 from __future__ import annotations
@@ -83,19 +84,33 @@ def render(path: Path) -> str:
     return report(path, brief=True)
 
 
+RUN_KEYS = ("round", "prompt", "k", "ratio", "e2e_ratio")
+
+
+def _rounded(x):
+    """Floats to 6 significant digits, far below what any table prints (the check below would catch a change)."""
+    if isinstance(x, float):
+        return float(f"{x:.6g}")
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    return [_rounded(v) for v in x] if isinstance(x, list) else x
+
+
 def slim(full: Path, out: Path) -> None:
-    """Write `full` to `out` without the runs' per-iteration rows and the calibrations' raw samples (most of a lab
-    result's bytes), after checking that the table drawn from it is unchanged."""
+    """Write `full` to `out` with each run cut to RUN_KEYS and without the calibrations' raw samples (most of a
+    lab result's bytes: a grid of 400 runs is 1.5 MB), after checking that the table drawn from it is unchanged."""
     doc = read_document(full)
-    for run in doc.get("runs", []):
-        run.pop("iterations", None)
+    # a run keeps what places it and its ratio (the noise bound reads their scatter); the grid's cells (table,
+    # by_prompt) and the schedules summarize the rest
+    doc["runs"] = [{key: run[key] for key in RUN_KEYS if key in run} for run in doc.get("runs", [])]
+    doc.pop("plain_runs", None)
     for timing in [doc.get("timing"), *(doc.get("timing_by_prompt") or {}).values()]:
         if isinstance(timing, dict):
             timing.pop("raw", None)  # the calibration's every timed pass; its medians and spread stay
-    out.write_text(json.dumps(doc, indent=0))
+    out.write_text(json.dumps(_rounded(doc), indent=0))
     if render(out) != render(full):
         out.unlink()
-        raise SystemExit(f"results_tables: {full}'s table needs its per-iteration rows; commit it whole")
+        raise SystemExit(f"results_tables: {full}'s table needs its runs; commit it whole")
 
 
 def rebuild(text: str, results: Path = RESULTS) -> tuple[str, list[str]]:
@@ -119,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a table differs from its JSON")
     ap.add_argument("--print", metavar="NAME", help="print the table drawn from docs/results/NAME.json")
     ap.add_argument("--slim", nargs=2, type=Path, metavar=("RUN", "OUT"),
-                    help="write the result RUN to OUT without its runs' per-iteration rows (the table unchanged)")
+                    help="write the result RUN to OUT with its runs cut to their ratios (the table unchanged)")
     ap.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
     ap.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
