@@ -325,7 +325,8 @@ def report(path: str | Path, brief: bool = False) -> str:
         return _speed_brief(doc) if brief else _speed_report(doc)
     if doc.experiment != "timing":
         return experiment_text(doc)
-    return "\n".join([f"timing \u2014 {_setup_line(doc)}", timing_line(doc)])
+    lines = [f"timing \u2014 {_setup_line(doc)}", timing_line(doc)]
+    return "\n".join(lines + (["", batch_table(doc.batch, _setup_line(doc))] if doc.batch is not None else []))
 
 
 def _speed_report(doc: SpeedResult) -> str:
