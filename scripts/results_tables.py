@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 
 from playground.backends.vllm_report import load_sweep, report_text
+from playground.errors import PlaygroundError
 from playground.lab.replay_report import replay_table
 from playground.lab.report import report
 from playground.lab.whatif import whatif_text
@@ -102,15 +103,20 @@ def slim(full: Path, out: Path) -> None:
     doc = read_document(full)
     # a run keeps what places it and its ratio (the noise bound reads their scatter); the grid's cells (table,
     # by_prompt) and the schedules summarize the rest
-    doc["runs"] = [{key: run[key] for key in RUN_KEYS if key in run} for run in doc.get("runs", [])]
-    doc.pop("plain_runs", None)
+    if doc["experiment"] in ("speed", "sweep"):
+        doc["runs"] = [{key: run[key] for key in RUN_KEYS if key in run} for run in doc.get("runs", [])]
+        doc.pop("plain_runs", None)
     for timing in [doc.get("timing"), *(doc.get("timing_by_prompt") or {}).values()]:
         if isinstance(timing, dict):
             timing.pop("raw", None)  # the calibration's every timed pass; its medians and spread stay
     out.write_text(json.dumps(_rounded(doc), indent=0))
-    if render(out) != render(full):
+    try:
+        same = render(out) == render(full)
+    except PlaygroundError as e:
+        same = f"({e})"
+    if same is not True:
         out.unlink()
-        raise SystemExit(f"results_tables: {full}'s table needs its runs; commit it whole")
+        raise SystemExit(f"results_tables: {full}'s table needs what --slim drops; commit it whole {same or ''}")
 
 
 def rebuild(text: str, results: Path = RESULTS) -> tuple[str, list[str]]:

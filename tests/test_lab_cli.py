@@ -300,6 +300,6 @@ def test_a_slimmed_result_draws_the_same_table_and_one_that_would_not_is_refused
     # a table that read what was dropped: the slim file is refused and not left behind
     monkeypatch.setattr(tables, "render", lambda p: str(sum(len(r.get("iterations", ())) for r in
                                                                 json.loads(p.read_text())["runs"])))
-    with pytest.raises(SystemExit, match="needs its runs"):
+    with pytest.raises(SystemExit, match="needs what --slim drops"):
         tables.slim(full, tmp_path / "refused.json")
     assert not (tmp_path / "refused.json").exists()
