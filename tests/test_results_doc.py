@@ -71,3 +71,10 @@ def test_a_marked_table_without_its_json_is_named(tmp_path):
     doc.write_text("<!-- table: nowhere -->\n| a |\n<!-- /table -->\n")
     with pytest.raises(SystemExit, match="nowhere"):
         results_tables.main(["--check", "--doc", str(doc), "--results", str(tmp_path)])
+
+
+def test_every_table_in_the_results_doc_is_drawn_from_a_json():
+    """A Markdown table outside the markers would be a figure copied by hand: none may be left."""
+    outside = results_tables.BLOCK.sub("", DOC.read_text(encoding="utf-8"))
+    hand = [line for line in outside.splitlines() if line.startswith("|---")]
+    assert hand == [], f"docs/results.md has {len(hand)} table(s) outside <!-- table: NAME --> markers"
