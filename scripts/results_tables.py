@@ -1,6 +1,7 @@
-"""Rebuild the generated tables of docs/results.md from the result JSONs committed under docs/results/.
+"""Rebuild the generated tables of docs/*.md (docs/results.md's, and those of a reference page) from the result
+JSONs committed under docs/results/.
 
-    python scripts/results_tables.py            # rewrite every generated table in docs/results.md
+    python scripts/results_tables.py            # rewrite every generated table in docs/*.md
     python scripts/results_tables.py --check    # exit 1, naming each table that differs from its JSON
     python scripts/results_tables.py --print NAME   # one table's text, as it would be written
 
@@ -41,7 +42,9 @@ from playground.lab.whatif import whatif_text
 from playground.results import from_document, read_document
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "results.md"
+DOCS = ROOT / "docs"
+"""Every page here may hold marked tables: results.md the current figures, a reference page (drafters.md,
+measuring.md, gpu.md) the measurement its text stands on."""
 RESULTS = ROOT / "docs" / "results"
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.DOTALL)
 
@@ -141,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--print", metavar="NAME", help="print the table drawn from docs/results/NAME.json")
     ap.add_argument("--slim", nargs=2, type=Path, metavar=("RUN", "OUT"),
                     help="write the result RUN to OUT with its runs cut to their ratios (the table unchanged)")
-    ap.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
+    ap.add_argument("--doc", type=Path, action="append", help=argparse.SUPPRESS)
     ap.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.print:
@@ -150,16 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.slim:
         slim(*args.slim)
         return 0
-    text = args.doc.read_text(encoding="utf-8")
-    new, changed = rebuild(text, args.results)
+    tables, redrawn = 0, []
+    for doc in args.doc or sorted(DOCS.glob("*.md")):
+        text = doc.read_text(encoding="utf-8")
+        new, changed = rebuild(text, args.results)
+        tables += len(BLOCK.findall(text))
+        redrawn += [f"{doc.name}: {name}" for name in changed]
+        if new != text and not args.check:
+            doc.write_text(new, encoding="utf-8")
     if args.check:
-        for name in changed:
-            print(f"{args.doc.name}: table {name!r} differs from {name}.json "
-                  "(run python scripts/results_tables.py)", file=sys.stderr)
-        return 1 if changed else 0
-    if new != text:
-        args.doc.write_text(new, encoding="utf-8")
-    print(f"{len(BLOCK.findall(text))} tables, {len(changed)} redrawn: {', '.join(changed) or 'none'}")
+        for name in redrawn:
+            print(f"{name} differs from its JSON (run python scripts/results_tables.py)", file=sys.stderr)
+        return 1 if redrawn else 0
+    print(f"{tables} tables, {len(redrawn)} redrawn: {', '.join(redrawn) or 'none'}")
     return 0
 
 
