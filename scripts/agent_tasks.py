@@ -140,10 +140,11 @@ def sql(i: int) -> tuple[str, list]:
 FAMILIES = (weather, orders, code, sql)
 
 
-def tasks(conversations: int) -> list[tuple[str, str, list]]:
-    """(id, system prompt, steps) for `conversations` conversations, the families taking turns."""
+def tasks(conversations: int, first: int = 0) -> list[tuple[str, str, list]]:
+    """(id, system prompt, steps) for `conversations` conversations, the families taking turns, starting at task
+    `first`: two traces whose ranges do not overlap hold different tasks (a tuning trace and a held-out one)."""
     out = []
-    for c in range(conversations):
+    for c in range(first, first + conversations):
         family = FAMILIES[c % len(FAMILIES)]
         system, steps = family(c // len(FAMILIES))
         out.append((f"{family.__name__}-{c // len(FAMILIES)}", system, steps))

@@ -103,7 +103,7 @@ def agent_conversations(pair, proposer, args, say) -> list[tuple[str, list[dict]
     """Conversations of agent_tasks: similar tasks one after another, tool results quoted back, code edited twice;
     (id, messages, context): the first `context` messages (system prompt, few-shot examples) are no turns."""
     out, written = [], 0
-    for cid, system, steps in agent_tasks.tasks(max(args.conversations, 1)):
+    for cid, system, steps in agent_tasks.tasks(max(args.conversations, 1), args.first_task):
         messages, context = [{"role": "system", "content": system}], None
         for role, text in steps:
             if written >= args.turns:
@@ -132,6 +132,9 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=200, help="max new tokens per turn (default 200)")
     ap.add_argument("--agent", action="store_true",
                     help="agent tasks (scripts/agent_tasks.py) instead of the presets and sample openings")
+    ap.add_argument("--first-task", type=int, default=0,
+                    help="--agent: the task to start from (default 0); a trace from --first-task 30 shares no task "
+                         "with one of --conversations 30 from 0, so one can tune on it and the other holds out")
     ap.add_argument("--conversations", type=int, default=30,
                     help="--agent: conversations, the task families taking turns (default 30; 4 or 3 turns each)")
     ap.add_argument("--drafter", default="llama.cpp",

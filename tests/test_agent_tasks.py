@@ -31,3 +31,11 @@ def test_tool_families_declare_json_tools_and_open_with_a_worked_call():
         assert [r for r, _ in steps[:generated[0]]] == ["user", "assistant", "tool", "assistant", "user",
                                                         "assistant", "user"]
         assert sum(r == "tool" for r, _ in steps[generated[0]:]) == 2  # two results the target must quote
+
+
+def test_a_later_first_task_starts_a_trace_that_shares_no_task_with_the_earlier_one():
+    early, late = agent_tasks.tasks(8), agent_tasks.tasks(8, first=8)
+    assert [cid for cid, _, _ in late][:2] == ["weather-2", "orders-2"]  # the families keep their turns
+    assert not {cid for cid, _, _ in early} & {cid for cid, _, _ in late}
+    assert all(e[2] != l[2] for e, l in zip(early, late))  # other cities, orders, functions' requests
+    assert agent_tasks.tasks(4, first=2)[0][0] == "code-0"
