@@ -142,7 +142,8 @@ FAMILIES = (weather, orders, code, sql)
 
 def tasks(conversations: int, first: int = 0) -> list[tuple[str, str, list]]:
     """(id, system prompt, steps) for `conversations` conversations, the families taking turns, starting at task
-    `first`: two traces whose ranges do not overlap hold different tasks (a tuning trace and a held-out one)."""
+    `first`: two traces whose ranges do not overlap hold different tasks (a tuning trace and a held-out one),
+    up to each family's cycle of parameters (12 cities, 4 order statuses, 4 functions)."""
     out = []
     for c in range(first, first + conversations):
         family = FAMILIES[c % len(FAMILIES)]

@@ -133,8 +133,8 @@ def main() -> int:
     ap.add_argument("--agent", action="store_true",
                     help="agent tasks (scripts/agent_tasks.py) instead of the presets and sample openings")
     ap.add_argument("--first-task", type=int, default=0,
-                    help="--agent: the task to start from (default 0); a trace from --first-task 30 shares no task "
-                         "with one of --conversations 30 from 0, so one can tune on it and the other holds out")
+                    help="--agent: the task to start from (default 0), for a trace of other tasks than one from 0 "
+                         "(other ids, cities, orders and numbers; the four functions of the code family recur)")
     ap.add_argument("--conversations", type=int, default=30,
                     help="--agent: conversations, the task families taking turns (default 30; 4 or 3 turns each)")
     ap.add_argument("--drafter", default="llama.cpp",
