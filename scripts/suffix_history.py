@@ -1,15 +1,14 @@
 """What an agent's own history is worth to suffix decoding, per output shape, from a replay of a multi-turn trace.
 
 A replay result (`replay FILE --out`) holds every walk of every turn, megabytes for a 100-turn trace. This keeps
-what the docs' table needs, per output shape (the replay summary's turn selection: a turn counts for a shape when
-at least `min_shape_tokens` of its tokens have it) and per drafter: accepted tokens per target pass (the turns'
-tokens over their passes; counts, so the machine's load does not move them), the predicted speed-up of each k
+what the docs' table needs, per output shape (the replay summary's turn selection, `turns_of`) and per drafter:
+accepted tokens per target pass (the turns' tokens over their passes; counts, so the machine's load does not move them), the predicted speed-up of each k
 from the calibration (the replay summary's), the best k, and what the cache of earlier responses added (a
 drafter against its `(no cache)` walk).
 
     .venv/bin/python -m playground replay docs/results/agent-trace-100.jsonl --drafter suffix --drafter lookup \\
-        --drafter suffix-hybrid --drafter hybrid --drafter llama.cpp --ks 4,8,16 --controllers "" --threads 2 \\
-        --records none --out results/replay-agent100.json
+        --drafter suffix-hybrid --drafter hybrid --drafter llama.cpp --drafter draft --ks 4,8,16 --controllers "" \\
+        --threads 2 --records none --out results/replay-agent100.json
     .venv/bin/python scripts/suffix_history.py results/replay-agent100.json --out docs/results/suffix-history-epyc.json
 """
 
@@ -21,17 +20,13 @@ import json
 import sys
 
 from playground.lab.replay_report import header
+from playground.lab.replay_summary import turns_of
 from playground.lab.shapes import LABELS, SHAPES
 from playground.results import load_result
 from playground.results.replay import ReplayResult, SimulatedWalk
 
 EXPERIMENT = "suffix-history"
 NO_CACHE = " (no cache)"
-
-
-def _selected(result: ReplayResult, shape: str | None) -> list:
-    least = result.summary.min_shape_tokens
-    return [t for t in result.turns if shape is None or t.shapes.tokens.get(shape, 0) >= least]
 
 
 def tokens_per_pass(turns: list, drafter: str, arm: str) -> float | None:
@@ -42,9 +37,8 @@ def tokens_per_pass(turns: list, drafter: str, arm: str) -> float | None:
     return sum(w.new_tokens for w in walks) / passes if passes else None
 
 
-def _group(result: ReplayResult, shape: str | None, summary) -> dict:
-    turns = _selected(result, shape)
-    arms = [a for a in result.arms if a.startswith("k=")]
+def _group(result: ReplayResult, shape: str | None, summary, arms: list[str]) -> dict:
+    turns = turns_of(result.turns, shape)  # the turns the summary's speed-ups of this shape pool
     rows = {}
     for drafter, row in summary.drafters.items():
         rows[drafter] = {"tokens_per_pass": {a: tokens_per_pass(turns, drafter, a) for a in arms},
@@ -56,11 +50,13 @@ def _group(result: ReplayResult, shape: str | None, summary) -> dict:
 
 def summarize(result: ReplayResult, source: str) -> dict:
     """The small result docs/results keeps (see the module docstring)."""
-    groups = {s: _group(result, s, result.summary.shapes[s]) for s in SHAPES if result.summary.shapes[s].turns}
-    groups["overall"] = _group(result, None, result.summary.overall)
+    arms = [a for a in result.arms if a.startswith("k=")]
+    summary = result.summary
+    groups = {s: _group(result, s, summary.shapes[s], arms) for s in SHAPES if summary.shapes[s].turns}
+    groups["overall"] = _group(result, None, summary.overall, arms)
     return {"experiment": EXPERIMENT, "date": datetime.date.today().isoformat(), "source": source,
-            "header": header(result), "command": result.command, "arms": [a for a in result.arms if a.startswith("k=")],
-            "groups": groups, "trust": {d: t.headline for d, t in result.trust.items()}}
+            "header": header(result), "command": result.command, "arms": arms, "groups": groups,
+            "trust": {d: t.headline for d, t in result.trust.items()}}
 
 
 def _cells(values: dict, arms: list[str]) -> str:

@@ -51,7 +51,8 @@ def interval(tokens, costs, seed: int = 0) -> list[float] | None:
     return [float(res.confidence_interval.low), float(res.confidence_interval.high)]
 
 
-def _turns_of(turns: list[ReplayedTurn], shape: str | None) -> list[ReplayedTurn]:
+def turns_of(turns: list[ReplayedTurn], shape: str | None) -> list[ReplayedTurn]:
+    """The turns a shape's figures pool: those with at least MIN_SHAPE_TOKENS tokens of it (None: every turn)."""
     if shape is None:
         return list(turns)
     return [t for t in turns if t.shapes.tokens.get(shape, 0) >= MIN_SHAPE_TOKENS]
@@ -100,7 +101,7 @@ def _withheld(trust: dict[str, DrafterTrust], drafter: str | None, row: ShapeRow
 
 def _shape_summary(all_turns: list[ReplayedTurn], arms: list[str], drafters: list[str],
                    trust: dict[str, DrafterTrust], shape: str | None) -> ShapeSummary:
-    turns = _turns_of(all_turns, shape)
+    turns = turns_of(all_turns, shape)
     rows = {d: _drafter_row(turns, arms, d, shape) for d in drafters}
     for d, row in rows.items():
         why = _withheld(trust, d, row)
