@@ -76,14 +76,21 @@ def seen(page, selector: str) -> list[str]:
     return page.evaluate("sel => window.seen[sel]", selector)
 
 
+STATUS_TEXT = """() => { const c = document.querySelector('#status').cloneNode(true);
+    c.querySelectorAll('summary').forEach(s => s.replaceWith(' '));
+    return c.textContent.replace(/\\s+/g, ' ').trim(); }"""
+
+
 def calibrate(page) -> str:
-    """Click Calibrate and wait for its own answer: the status must change from what it said before the click,
-    since the previous calibration's line already matches (and Gradio prefixes a timer while it works)."""
-    before = page.locator("#status").inner_text()
+    """Click Calibrate and return its own answer, read as status() reads it: the status must change from what it
+    said before the click (the previous calibration's line already matches) and start with the answer (not
+    Gradio's '0.0s' timer, which comes and goes while the event ends)."""
+    before = page.evaluate(STATUS_TEXT)
     page.locator("#calibrate-btn").click()
-    page.wait_for_function("before => { const t = document.querySelector('#status').innerText;"
-                           " return t !== before && /^(Calibrated|Already calibrated)/.test(t); }", arg=before)
-    return status(page)
+    matched = page.wait_for_function(f"before => {{ const t = ({STATUS_TEXT})();"
+                                     " return t !== before && /^(Calibrated|Already calibrated)/.test(t) && t; }",
+                                     arg=before)
+    return matched.json_value()  # the line that matched: a second read can catch Gradio's timer again
 
 
 def run(page) -> str:
