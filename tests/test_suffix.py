@@ -33,7 +33,7 @@ def started(proposer, prompt, stop=()):
 
 # -- the tree's proposals --------------------------------------------------------------------------------------
 def test_it_proposes_what_followed_the_match_in_the_prompt_as_long_as_the_match():
-    p = started(SuffixProposer(), [1, 2, 3, 4, 5, 6, 7, 9, 1, 2, 3])
+    p = started(SuffixProposer(max_spec_factor=1.0), [1, 2, 3, 4, 5, 6, 7, 9, 1, 2, 3])
     prop = p.propose([1, 2, 3, 4, 5, 6, 7, 9, 1, 2, 3], 8)
     assert prop.tokens == (4, 5, 6)  # match "1 2 3" (3 tokens): at most 1.0 x 3 proposed
     assert prop.sources == ("suffix",) * 3
