@@ -150,6 +150,13 @@ def _acceptance_args(p: argparse.ArgumentParser) -> None:
 
 
 def _speed_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("a recorded trace's turns instead of presets (lab/trace_runs.py)")
+    g.add_argument("--trace", metavar="FILE", help="run the turns of this JSONL trace (as `replay` reads it), each "
+                   "to its recorded length; the suffix drafters hold the responses before each turn")
+    # lab.shapes.SHAPES, spelled out: the parser imports nothing that loads torch
+    g.add_argument("--shape", choices=("json", "code", "copied", "prose"),
+                   help="only the turns with 4 or more tokens of this output shape")
+    g.add_argument("--turns", type=int, metavar="N", help="only the last N turns chosen (the most history)")
     _ks(p, _SCHEDULES)
     _rounds(p)
     _stop_and_plain(p)

@@ -27,6 +27,7 @@ from ..lab.calibration import CalibrationPlan, pooled
 from ..lab.quality import DistributionPlan
 from ..lab.report import experiment_text
 from ..lab.speed import SpeedRequest
+from ..lab.trace_runs import TraceTurns, trace_turns
 from ..pairs.models import ModelPair
 from ..results import Result
 from ..results.calibration import BatchPredictions, TimingResult
@@ -45,10 +46,16 @@ class Job:
     prompts: dict[str, tuple[str, list[int], int]]
     progress: Callable[[float, str], None]
     memory: dict
+    trace: TraceTurns | None = None  # --trace: the turns' histories
 
-    def proposer(self):
-        """A new proposer of the drafter asked for (each run starts its own)."""
-        return make_proposer(self.pair, self.args.drafter, max_ngram=self.args.max_ngram)
+    def proposer(self, name: str | None = None):
+        """A new proposer of the drafter asked for (each run starts its own); for a trace's turn `name`, one that
+        remembers holds the responses before it."""
+        made = self.trace.factory(self.args.drafter, self._make, name) if self.trace and name else None
+        return made() if made is not None else self._make()
+
+    def _make(self, **options):
+        return make_proposer(self.pair, self.args.drafter, max_ngram=self.args.max_ngram, **options)
 
     @property
     def ids(self) -> dict[str, list[int]]:
@@ -104,7 +111,7 @@ def _calibrations(job: Job, names: list[str]) -> dict:
     n_max = (K_MAX if job.args.command == "sweep" or "adaptive" in job.ks else max(job.fixed_ks)) + 1
     share = 0.3 / len(names)
     plan = CalibrationPlan(n_max=n_max, repeats=8, sampling=_sampling(job.args))
-    timings = {name: calibrate(job.pair, job.ids[name], job.proposer(), plan,
+    timings = {name: calibrate(job.pair, job.ids[name], job.proposer(name), plan,
                                progress=lambda f, m, i=i, name=name: job.progress(share * (i + f), f"{name}: {m}"))
                for i, name in enumerate(names)}
     if any(t.c > 1 for t in timings.values()):
@@ -136,7 +143,7 @@ def _spread(job: Job, timings: dict) -> Callable[[int], None] | None:
 
     def recalibrate(_round: int) -> None:
         for name, ids in job.ids.items():
-            made[name].append(calibrate(job.pair, ids, job.proposer(),
+            made[name].append(calibrate(job.pair, ids, job.proposer(name),
                                         CalibrationPlan(n_max=n_max, repeats=4, warmup=1, sampling=_sampling(job.args))))
             timings[name] = pooled(made[name])
     return recalibrate
@@ -147,7 +154,8 @@ def speed_job(job: Job) -> SpeedResult:
     request = SpeedRequest(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds,
                            max_new_tokens=job.lengths, sampling=_sampling(job.args), timing=timings,
                            min_confidence=job.args.min_confidence, memory=job.args.memory,
-                           plain_every=job.args.plain_every)
+                           plain_every=job.args.plain_every,
+                           proposers=job.trace.proposers(job.args.drafter, job._make) if job.trace else None)
     return speed(request, progress=_rest_of_bar(job), between_rounds=_spread(job, timings))
 
 
@@ -192,15 +200,17 @@ def cmd_lab(args: argparse.Namespace, run: Callable[[Job], Result | dict], defau
     ks = _parse_ks(args.ks, default_ks)
     if not schedules and not all(isinstance(k, int) for k in ks):
         raise PlaygroundError(f"{args.command} takes fixed k values only; adaptive and heuristic run in speed and sweep")
+    _check_trace_args(args)
     pair = pair_from_args(args)
     drafter = make_proposer(pair, args.drafter, max_ngram=args.max_ngram).describe()  # a bad drafter fails here
-    prompts = _lab_prompts(pair, args)
+    trace = _trace(pair, args)
+    prompts = trace.prompts if trace is not None else _lab_prompts(pair, args)
     setup = describe_setup(pair)
     memory = pair.memory_report()
     print(redact(f"# {pair.target_name} | drafter: {drafter} | {setup}"), file=sys.stderr)
     print("# memory: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in memory.items()
                                     if isinstance(v, int)), file=sys.stderr)
-    job = Job(args=args, pair=pair, ks=ks, prompts=prompts, progress=_progress_bar(), memory=memory)
+    job = Job(args=args, pair=pair, ks=ks, prompts=prompts, progress=_progress_bar(), memory=memory, trace=trace)
     result = run(job)
     print(experiment_text(result, setup, kinds={name: kind for name, (kind, _, _) in prompts.items() if kind != name}))
     if args.out:
@@ -217,6 +227,28 @@ def _saved(result: Result | dict, drafter: str, command: str) -> dict:
         if doc.get(key) is None:
             doc[key] = value
     return doc
+
+
+def _check_trace_args(args: argparse.Namespace) -> None:
+    """--trace takes the place of the presets and their lengths; --shape and --turns choose among its turns."""
+    if getattr(args, "trace", None) is None:
+        if getattr(args, "shape", None) is not None or getattr(args, "turns", None) is not None:
+            raise PlaygroundError("--shape and --turns choose among the turns of a --trace FILE: give one")
+    elif args.preset or args.prompt is not None or args.max_new_tokens is not None:
+        raise PlaygroundError("--trace runs the trace's turns, each to its recorded length: leave out --preset, "
+                              "--prompt and --max-new-tokens")
+
+
+def _trace(pair: ModelPair, args: argparse.Namespace) -> TraceTurns | None:
+    """speed --trace FILE: the turns chosen (--shape, --turns), each to run with the history before it."""
+    if getattr(args, "trace", None) is None:
+        return None
+    trace = trace_turns(pair, args.trace, args.shape, args.turns)
+    for warning in trace.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"# {len(trace.prompts)} turns of {args.trace}" + (f" with {args.shape}" if args.shape else ""),
+          file=sys.stderr)
+    return trace
 
 
 def _lab_prompts(pair: ModelPair, args: argparse.Namespace) -> dict[str, tuple[str, list[int], int]]:

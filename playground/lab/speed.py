@@ -92,7 +92,8 @@ class SpeedRequest:
     "prompt" from one round to the next of the same prompt only (a figure per output shape, whatever the order);
     "none": every run a first call, as replay predicts it. `plain_every`: a plain run before every that many
     speculative runs of a prompt and after the last (`bracketed`). `drift_warning`: how far a prompt's plain
-    speed may move between rounds ((max - min) / median) before the verdict fails."""
+    speed may move between rounds ((max - min) / median) before the verdict fails. `proposers`: a prompt's own
+    factory, where its proposers differ (a trace's turn, with the history before it: lab/trace_runs.py)."""
 
     pair: ModelPair
     prompts: Mapping[str, Sequence[int]]
@@ -106,6 +107,11 @@ class SpeedRequest:
     memory: str = "conversation"
     plain_every: int = PLAIN_EVERY
     drift_warning: float = 0.15
+    proposers: Mapping[str, Callable[[], Proposer]] | None = None
+
+    def proposer(self, name: str) -> Proposer:
+        """A new proposer for a run of prompt `name`."""
+        return ((self.proposers or {}).get(name) or self.proposer_factory)()
 
     def timing_of(self, name: str) -> Timing | None:
         return self.timing.get(name) if isinstance(self.timing, Mapping) else self.timing
@@ -129,16 +135,16 @@ def _run_plain(request: SpeedRequest, prompt: Sequence[int], max_new: int) -> Ru
     return summarize(plain_generate(request.pair, prompt, sampling=request.sampling, max_new_tokens=max_new))
 
 
-def _run_spec(request: SpeedRequest, prompt: Sequence[int], k: int | str, max_new: int, timing: Timing | None,
+def _run_spec(request: SpeedRequest, name: str, k: int | str, max_new: int, timing: Timing | None,
               memory: dict) -> tuple[RunSummary, list]:
     """The run's summary and its iterations as compact rows (k, accepted, emitted, draft_s, verify_s,
     rollback_s, drafted, source): what lab.fit needs to fit the step costs the loop really paid, and
     lab.schedules to cost the run's decisions."""
     curve = CostCurve.from_timing(timing) if timing is not None else None
     controller = make_controller(k, curve, memory=memory)
-    records = list(speculative_generate(request.pair, prompt, proposer=request.proposer_factory(), k=controller,
-                                        sampling=request.sampling, max_new_tokens=max_new, options=HEADLESS,
-                                        min_confidence=request.min_confidence))
+    records = list(speculative_generate(request.pair, request.prompts[name], proposer=request.proposer(name),
+                                        k=controller, sampling=request.sampling, max_new_tokens=max_new,
+                                        options=HEADLESS, min_confidence=request.min_confidence))
     return summarize(records), iteration_rows(records)
 
 
@@ -200,7 +206,7 @@ def _prompt_round(request: SpeedRequest, r: int, name: str, order: list[str], le
             plain_runs.append(PlainRun(round=r, prompt=name, tokens_per_s=summary.tokens_per_s))
         else:
             setting = arm[2:]
-            summary, iterations[arm] = _run_spec(request, prompt, int(setting) if setting.isdigit() else setting,
+            summary, iterations[arm] = _run_spec(request, name, int(setting) if setting.isdigit() else setting,
                                                  length, request.timing_of(name), memories.of(arm, name))
             results[arm] = (summary, (start + time.perf_counter()) / 2)
         ran(r, name, arm)
@@ -305,7 +311,7 @@ def sweep(request: SpeedRequest, adaptive: bool = True, progress: Progress = Non
     cal_passes = 0 if timing is not None else 2 * (3 + 12) * len(pass_lengths(n_max))
     share = cal_passes / (cal_passes + request.rounds * len(bracketed(arms, request.plain_every)) * max_new)
     if timing is None:
-        timing = calibrate(request.pair, prompt_ids, request.proposer_factory(),
+        timing = calibrate(request.pair, prompt_ids, request.proposer(name),
                            CalibrationPlan(n_max=n_max, sampling=request.sampling),
                            progress=(lambda f, m: tick(progress, share * f, m)) if progress else None)
     result = speed(replace(request, ks=arms, timing=timing),

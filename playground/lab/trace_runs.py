@@ -1,0 +1,97 @@
+"""A recorded trace's turns as the prompts of a live lab command (`speed --trace FILE`), each with the history
+an agent had when it made that call.
+
+A live agent's suffix cache holds the responses it wrote before the call at hand. So in every run of a turn, a
+drafter that remembers (suffix, suffix-hybrid) gets a new cache holding the trace's earlier turns' recorded
+responses in the file's order (every turn before it, whichever turns the selection keeps), and not the turn's
+own. That is the history replay grows turn by turn (lab/replay_suffix.py), so a live run measures what replay
+predicts. A new cache per run, since a run adds its own response to its cache: the next round of the same turn
+must not find its answer there.
+
+Only the responses enter the history: a run's prompt goes to its own tree, which the cache drops when the next
+run starts (suffix_cache.py), so an earlier turn's prompt never reaches a later run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..drafters.registry import remembers
+from ..drafters.suffix_cache import SuffixCache
+from ..errors import PlaygroundError
+from ..inputs.traces import Turn, read_trace
+from ..limits import Limits
+from .replay_summary import MIN_SHAPE_TOKENS
+from .shapes import SHAPES, segment
+
+
+@dataclass(frozen=True)
+class TraceTurns:
+    """The turns chosen from a trace: name -> (main output shape, prompt ids, max new tokens), in file order,
+    and name -> the recorded responses of every turn before it."""
+
+    prompts: dict[str, tuple[str, list[int], int]]
+    earlier: dict[str, tuple[tuple[int, ...], ...]]
+    warnings: tuple[str, ...] = ()
+
+    def history(self, name: str) -> SuffixCache:
+        """A new suffix cache holding the responses before turn `name` (what the agent had written by then)."""
+        cache = SuffixCache()
+        for response in self.earlier[name]:
+            cache.add_response((), response)
+        return cache
+
+    def factory(self, drafter: str, make: Callable[..., object], name: str) -> Callable[[], object] | None:
+        """New proposers of `drafter` for turn `name`: `make(suffix_cache=...)` with the turn's history for a
+        drafter that remembers; None for the others, which need no history."""
+        if not remembers(drafter) or name not in self.prompts:
+            return None
+        return lambda: make(suffix_cache=self.history(name))
+
+    def proposers(self, drafter: str, make: Callable[..., object]) -> dict[str, Callable[[], object]]:
+        """`factory` of every turn that has one."""
+        made = {name: self.factory(drafter, make, name) for name in self.prompts}
+        return {name: f for name, f in made.items() if f is not None}
+
+
+def trace_turns(pair, path: str | Path, shape: str | None = None, last: int | None = None,
+                limits: Limits | None = None) -> TraceTurns:
+    """The turns of the trace at `path` to run live: those with at least MIN_SHAPE_TOKENS tokens of `shape`
+    (None: every turn), the `last` of them (None: all; the last ones have the most history before them)."""
+    if shape is not None and shape not in SHAPES:
+        raise PlaygroundError(f"unknown output shape {shape!r}: one of {', '.join(SHAPES)}")
+    if last is not None and last < 1:
+        raise PlaygroundError(f"--turns must be >= 1, got {last}")
+    trace = read_trace(path, pair.tokenizer, pair.eos_ids, limits, pair.max_context)
+    warnings = tuple(f"{Path(path).name}: {e}" for e in trace.errors)
+    if not trace.turns:
+        raise PlaygroundError(f"{Path(path).name} has no turn to run" + (f" ({warnings[0]})" if warnings else ""))
+    shapes = {t.name: _main_shapes(pair, t) for t in trace.turns}
+    chosen = [t for t in trace.turns if shape is None or shapes[t.name][shape] >= MIN_SHAPE_TOKENS]
+    if not chosen:
+        raise PlaygroundError(f"no turn of {Path(path).name} has {MIN_SHAPE_TOKENS} or more tokens of {shape} "
+                              f"(its {len(trace.turns)} turns' shapes: {_shape_counts(shapes.values())})")
+    chosen = chosen[-last:] if last is not None else chosen
+    if len({t.name for t in trace.turns}) != len(trace.turns):
+        raise PlaygroundError(f"{Path(path).name} names two turns alike: give each line its own \"id\"")
+    earlier, seen = {}, []
+    keep = {t.name for t in chosen}
+    for t in trace.turns:
+        if t.name in keep:
+            earlier[t.name] = tuple(seen)
+        seen.append(t.completion_ids)
+    prompts = {t.name: (shapes[t.name].most_common(1)[0][0], list(t.prompt_ids), t.max_new) for t in chosen}
+    return TraceTurns(prompts, earlier, warnings)
+
+
+def _main_shapes(pair, turn: Turn) -> Counter:
+    return Counter(segment(pair.tokenizer, turn.prompt_ids, turn.completion_ids, pair.eos_ids))
+
+
+def _shape_counts(counters: Iterable[Counter]) -> str:
+    """How many turns have MIN_SHAPE_TOKENS or more tokens of each shape, for the error above."""
+    counters = list(counters)
+    return ", ".join(f"{s} {sum(c[s] >= MIN_SHAPE_TOKENS for c in counters)}" for s in SHAPES)
