@@ -122,12 +122,25 @@ def run_prediction(run: SpeedRun, timing: Timing | None) -> float | None:
                           limit=stop_limit(run))
 
 
+def _round_medians(runs: list[SpeedRun]) -> list[float]:
+    """What repeats from round to round in a figure over several prompts: each round's median over its prompts.
+    The prompts' own speed-ups differ (a tool call against prose: 2x against 10x on an agent's trace), which is
+    no noise, so the spread of every run pooled would fail a steady measurement; one prompt: its runs."""
+    by_round: dict[int, list[float]] = {}
+    for x in runs:
+        if x.ratio is not None:
+            by_round.setdefault(x.round, []).append(x.ratio)
+    if len({x.prompt for x in runs}) <= 1:
+        return [r for rs in by_round.values() for r in rs]
+    return [statistics.median(rs) for rs in by_round.values()]
+
+
 def judge(row: SpeedRow, runs: list[SpeedRun], overall: Verdict) -> None:
     """The cell's verdict (its spread, on top of what holds for the whole experiment) and, for a fixed k,
     its miss split into step costs, acceptance model and overhead (lab.fit)."""
-    ratios = [x.ratio for x in runs if x.ratio is not None]
     label = f"k={row.k}" + (f" on {row.prompt}" if row.prompt else "")
     row.spread = (row.max_ratio - row.min_ratio) if runs else None
+    ratios = _round_medians(runs) if row.prompt is None else [x.ratio for x in runs if x.ratio is not None]
     missed = []
     if isinstance(row.k, int):
         paired = [(x, x.predicted_empirical) for x in runs if x.predicted_empirical is not None]
