@@ -56,7 +56,10 @@ SCRIPT_TABLES = {"static-forward": ("bench_static.py", "markdown"),
                  "prefill-kv": ("bench_prefill.py", "markdown"),
                  "replay-misses": ("replay_misses.py", "markdown"),
                  "overhead-streaming": ("bench_overhead.py", "markdown"),
-                 "suffix-history": ("suffix_history.py", "markdown")}
+                 "suffix-history": ("suffix_history.py", "markdown"),
+                 "suffix-factor": ("suffix_factor.py", "markdown"),
+                 "suffix-bound": ("suffix_bound.py", "markdown"),
+                 "trace-speed": ("trace_speed.py", "markdown")}
 
 
 def _script_table(kind: str):
@@ -84,7 +87,7 @@ def render(path: Path) -> str:
     if kind == "replay":
         return replay_table(from_document(doc, str(path)))
     if kind == "vllm-sweep":
-        return report_text(load_sweep(path))
+        return report_text(load_sweep(path)).rstrip("\n")  # the report ends in a blank line; a table does not
     return report(path, brief=True)
 
 

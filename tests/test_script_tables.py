@@ -86,6 +86,35 @@ def suffix_history() -> dict:
             "groups": {"json": {"label": "tool call / JSON", "turns": 52, "tokens": 3092, "rows": rows}}}
 
 
+def suffix_factor() -> dict:
+    def cells(tpp, best):
+        return {"tokens_per_pass": {"k=4": tpp[0], "k=16": tpp[1]}, "best_k": 16, "best_speedup": best}
+    rows = [{"factor": f, "trust": {"suffix": "trusted", "suffix (no cache)": "UNTRUSTWORTHY: x"},
+             "drafters": {"suffix": {"json": cells((4.1, t), b), "overall": cells((3.3, t - 2), b - 1)},
+                          "lookup": {"json": cells((3.9, 7.9), 5.6), "overall": cells((2.9, 4.3), 3.2)}}}
+            for f, t, b in ((1.0, 7.2, 4.7), (4.0, 8.8, 6.1))]
+    return {"experiment": "suffix-factor", "date": "2026-12-06", "sources": [], "header": "replay (test)",
+            "arms": ["k=4", "k=16"], "commands": [], "rows": rows}
+
+
+def suffix_bound() -> dict:
+    arms = {"lookup": {"8": 5.0, "16": 8.0}, "suffix": {"8": 6.0, "16": 9.0},
+            "better of the two (oracle)": {"8": 6.5, "16": 10.0}}
+    return {"experiment": "suffix-bound", "date": "2026-12-06", "trace": "t.jsonl", "ks": [8, 16], "turns": 3,
+            "groups": {"json": {"label": "tool call / JSON", "turns": 2, "tokens_per_pass": arms},
+                       "code": {"label": "code", "turns": 0, "tokens_per_pass": {}}}}
+
+
+def trace_speed() -> dict:
+    row = {"drafter": "suffix", "description": "suffix (suffix tree)", "k": 16, "turns": 16, "runs": 48, "median": 5.1, "min": 3.9, "max": 6.3,
+           "predicted": 5.0, "costed": 5.2, "tokens_per_pass": 9.4, "c": 0.004, "plain_tokens_per_s": 36.0,
+           "trust": "trusted"}
+    return {"experiment": "trace-speed", "date": "2026-12-06", "sources": [], "machine": "SmolLM2, Test CPU",
+            "turns": ["a turn 1", "z turn 3"], "commands": [],
+            "rows": [row, {**row, "drafter": "llama.cpp", "description": "llama.cpp (gguf)", "median": 2.3, "min": 2.0, "max": 2.5, "predicted": None,
+                           "c": 0.2512, "trust": "UNTRUSTWORTHY: drift"}]}
+
+
 def _render(tmp_path, doc: dict) -> str:
     path = tmp_path / f"{doc['experiment']}.json"
     path.write_text(json.dumps(doc))
@@ -99,7 +128,8 @@ def _row(text: str, start: str) -> list[str]:
 
 
 def test_every_script_experiment_is_registered():
-    for kind in ("kernels-blas-onednn", "prefill-kv", "replay-misses", "overhead-streaming", "suffix-history"):
+    for kind in ("kernels-blas-onednn", "prefill-kv", "replay-misses", "overhead-streaming", "suffix-history",
+                 "suffix-factor", "suffix-bound", "trace-speed"):
         assert kind in results_tables.SCRIPT_TABLES
         script, _ = results_tables.SCRIPT_TABLES[kind]
         assert (ROOT / "scripts" / script).is_file()
@@ -148,8 +178,33 @@ def test_suffix_history_table(tmp_path):
     assert "at k=16: tool call / JSON: suffix +12%" in text  # 7.00 / 6.25, the cache of earlier responses
 
 
+def test_suffix_factor_table(tmp_path):
+    text = _render(tmp_path, suffix_factor())
+    assert _row(text, "4 | suffix |") == ["4", "suffix", "4.10 / 8.80; 6.10x (k=16)", "3.30 / 6.80; 5.10x (k=16)"]
+    assert _row(text, "1 | suffix |")[2] == "4.10 / 7.20; 4.70x (k=16)"
+    assert _row(text, "- | lookup")[1:] == ["lookup (replayed beside factor 1)", "3.90 / 7.90; 5.60x (k=16)",
+                                            "2.90 / 4.30; 3.20x (k=16)"]
+    assert "calibrations at factor 4: suffix trusted" in text and "no cache" not in text
+
+
+def test_suffix_bound_table(tmp_path):
+    text = _render(tmp_path, suffix_bound())
+    assert _row(text, "tool call / JSON (2)") == ["tool call / JSON (2)", "5.00 / 8.00", "6.00 / 9.00", "6.50 / 10.00",
+                                                  "1.25x"]
+    assert "| code" not in text and "oracle / lookup, k = 16" in text
+
+
+def test_trace_speed_table(tmp_path):
+    text = _render(tmp_path, trace_speed())
+    assert text.startswith("SmolLM2, Test CPU; 2 turns, from a turn 1 to z turn 3")
+    assert _row(text, "suffix") == ["suffix", "16", "5.10x (3.90-6.30)", "5.00", "5.20", "9.40", "0.004"]
+    assert _row(text, "llama.cpp")[2:4] == ["2.30x (2.00-2.50)", "-"]
+    assert "llama.cpp: llama.cpp (gguf); trust: UNTRUSTWORTHY: drift" in text
+
+
 @pytest.mark.parametrize("make, field", [(kernels, "sizes"), (prefill, "prompt_tokens"), (replay, "elapsed_s"),
-                                         (overhead, "shares"), (suffix_history, "arms")])
+                                         (overhead, "shares"), (suffix_history, "arms"), (suffix_factor, "rows"),
+                                         (suffix_bound, "ks"), (trace_speed, "turns")])
 def test_a_result_missing_a_field_fails_naming_it(tmp_path, make, field):
     doc = make()
     del doc[field]

@@ -6,11 +6,9 @@ Its length follows the match: at most `max_spec_factor` * match length + `max_sp
 tree gives less than `min_token_prob`, and never more than the loop's k (fixed or adaptive). The loop verifies
 a chain, so the drafter takes the tree's most probable path, not a tree of paths.
 
-The factor is 4, not vLLM's 1: on a tuning trace of agent tasks (`scripts/make_trace.py --agent --first-task
-30`, which the results in the docs do not use), replayed on the AMD EPYC VM at k = 4, 8 and 16, factors 1, 2, 4
-and 8 gave 7.2, 8.1, 8.8 and 8.9 accepted tokens per target pass on tool-call turns at k = 16 and predicted
-speed-ups over all turns of 3.31, 3.78, 4.07 and 3.92: a short match that the tree has seen whole is worth a
-long draft, and its verification costs the target little more than one token's.
+The factor is 4, not vLLM's 1, tuned on a trace of other agent tasks than the one the docs report on
+(scripts/suffix_factor.py; its table is in docs/drafters.md): after a short match the tree has seen whole,
+a long draft is accepted often enough to pay for the wider verification.
 
 `SuffixHybridProposer`: the suffix tree where its match is worth verifying (its expected accepted tokens,
 the sum of its path's probabilities, reach `min_score`), a model drafter otherwise.
@@ -36,8 +34,10 @@ class SuffixProposer(Proposer):
     whole response is in the cache for the runs after it.
     """
 
-    def __init__(self, cache: SuffixCache | None = None, max_spec_factor: float = MAX_SPEC_FACTOR,
+    def __init__(self, cache: SuffixCache | None = None, max_spec_factor: float | None = None,
                  max_spec_offset: float = 0.0, min_token_prob: float = 0.1, name: str = "suffix"):
+        # None: MAX_SPEC_FACTOR as it is now (scripts/suffix_factor.py sets it for the replays that tune it)
+        max_spec_factor = MAX_SPEC_FACTOR if max_spec_factor is None else max_spec_factor
         if max_spec_factor <= 0 or not 0.0 <= min_token_prob <= 1.0:
             raise ValueError(f"need max_spec_factor > 0 and 0 <= min_token_prob <= 1, "
                              f"got {max_spec_factor}, {min_token_prob}")
