@@ -18,6 +18,8 @@ if [ "${PLAYGROUND_SKIP_VLLM:-0}" = "1" ]; then
 fi
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$TORCH_PIN $VLLM_PIN" ]; then
   echo "setup_vllm: $VENV_VLLM already has $VLLM_PIN"
+  # vLLM's `suffix` method needs Arctic Inference's suffix tree (idempotent; the wheel is built once, cached)
+  bash scripts/install_arctic_inference.sh "$VENV_VLLM"
   exit 0
 fi
 if [ ! -x "$VENV_VLLM/bin/python" ]; then
@@ -33,5 +35,6 @@ fi
 "$VENV_VLLM/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
 # Import check (fails the setup loudly rather than the first server start).
 "$VENV_VLLM/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null
+bash scripts/install_arctic_inference.sh "$VENV_VLLM"
 echo "$TORCH_PIN $VLLM_PIN" > "$STAMP"
 echo "setup_vllm: done ($("$VENV_VLLM/bin/python" -c 'import torch, vllm; print("torch", torch.__version__, "vllm", vllm.__version__)'))"

@@ -78,7 +78,7 @@ def vllm_model_dir():
 
 @pytest.fixture(scope="session")
 def vllm_servers(vllm_model_dir, tmp_path_factory):
-    """{"plain", "ngram", "bare"}: VllmServers (tests/vllm_servers.py), started on first use, stopped at the end."""
+    """{"plain", "ngram", "suffix", "bare"}: VllmServers (tests/vllm_servers.py), started on first use, stopped at the end."""
     from tests.vllm_servers import start_servers  # only for the vLLM tests: keeps conftest light
 
     yield from start_servers(vllm_model_dir, tmp_path_factory.mktemp("vllm"))

@@ -1,8 +1,8 @@
 """The vLLM servers the tests share (tests/conftest.py starts them once per session, on first use): what they
 are, and the constants both tests/test_vllm.py and tests/test_ui_vllm.py use.
 
-Three servers, side by side (an idle vLLM server takes no CPU): plain, n-gram k=4 (both with the metrics flags
-the client needs), and a bare n-gram server without them (the bad-input case). Skipped, saying why, only where
+Four servers, side by side (an idle vLLM server takes no CPU): plain, n-gram k=4 and suffix decoding k=8 (all
+with the metrics flags the client needs), and a bare n-gram server without them (the bad-input case). Skipped, saying why, only where
 scripts/setup_vllm.sh has not run (PLAYGROUND_SKIP_VLLM=1).
 """
 
@@ -13,13 +13,14 @@ import threading
 import pytest
 
 from playground.backends import VllmServer, vllm_available
-from playground.backends.vllm_server import ngram
+from playground.backends.vllm_server import ngram, suffix
 
 AVAILABLE, WHY = vllm_available()
 needs_vllm = pytest.mark.skipif(not AVAILABLE, reason=f"vLLM is not set up: {WHY}")
 COPY = ("Repeat exactly: The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. "
         "Repeat:")
 NGRAM = ngram(4, 1, 3)
+SUFFIX = suffix(8, 4.0)  # the playground's own suffix drafter's factor
 
 
 def start_servers(model_dir, logs):
@@ -28,6 +29,7 @@ def start_servers(model_dir, logs):
         pytest.skip(f"vLLM is not set up: {WHY}")
     made = {"plain": VllmServer(model_dir, None, kv_cache_gib=1, log_path=logs / "plain.log"),
             "ngram": VllmServer(model_dir, NGRAM, kv_cache_gib=1, log_path=logs / "ngram.log"),
+            "suffix": VllmServer(model_dir, SUFFIX, kv_cache_gib=1, log_path=logs / "suffix.log"),
             # Neither metrics flag: what the client must refuse with a message.
             "bare": VllmServer(model_dir, ngram(2), kv_cache_gib=1, log_path=logs / "bare.log", metrics_flags=False)}
     errors = []

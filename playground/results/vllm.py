@@ -29,6 +29,7 @@ class VllmPlanRecord:
     prompt_lookup: list[int]  # n-gram's [prompt_lookup_min, prompt_lookup_max]
     draft: str
     enforce_eager: bool
+    suffix_factor: float | None = None  # suffix's suffix_decoding_max_spec_factor; None: vLLM's default (1)
 
 
 @dataclass(frozen=True)
