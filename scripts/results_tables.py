@@ -71,6 +71,14 @@ def _script_table(kind: str):
     return getattr(module, function)
 
 
+def save(doc: dict, out: str | Path, markdown) -> int:
+    """What a script's --out does: write its small result `doc` as JSON and print the table `markdown` draws from
+    it (the one results_tables draws in the docs); the exit status."""
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(markdown(doc))
+    return 0
+
+
 def render(path: Path) -> str:
     """A result file as the Markdown its command prints: the same dispatch as `python -m playground report`."""
     doc = read_document(path)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 
 from playground.core.proposal import RunContext
@@ -102,10 +101,9 @@ def main() -> int:
     args = ap.parse_args()
     ks = [int(x) for x in args.ks.split(",")]
     doc = measure(load_named_pair("embedded", device="cpu", progress=None), args.trace, ks)
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)
-    print(markdown(doc))
-    return 0
+    from results_tables import save  # scripts/results_tables.py, beside this one
+
+    return save(doc, args.out, markdown)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import re
 import sys
 
@@ -108,10 +107,9 @@ def _table(paths: list[str], out: str) -> int:
     doc = {"experiment": EXPERIMENT, "date": datetime.date.today().isoformat(), "sources": paths,
            "header": first["header"], "arms": first["arms"], "commands": [d["command"] for _, d in docs],
            "rows": [row_of(f, d) for f, d in docs]}
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=1)
-    print(markdown(doc))
-    return 0
+    from results_tables import save  # scripts/results_tables.py, beside this one
+
+    return save(doc, out, markdown)
 
 
 def main() -> int:

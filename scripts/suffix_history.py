@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 
 from playground.lab.replay_report import header
@@ -104,10 +103,9 @@ def main() -> int:
     if not isinstance(result, ReplayResult):
         raise SystemExit(f"suffix_history: {args.replay} is a {result.experiment} result, not a replay")
     doc = summarize(result, args.replay)
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)
-    print(markdown(doc))
-    return 0
+    from results_tables import save  # scripts/results_tables.py, beside this one
+
+    return save(doc, args.out, markdown)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import sys
 
@@ -99,10 +98,9 @@ def main() -> int:
         if not isinstance(r, SpeedResult):
             raise SystemExit(f"trace_speed: {path} is a {r.experiment} result, not speed")
     doc = summarize(results, args.results)
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)
-    print(markdown(doc))
-    return 0
+    from results_tables import save  # scripts/results_tables.py, beside this one
+
+    return save(doc, args.out, markdown)
 
 
 if __name__ == "__main__":
