@@ -40,14 +40,19 @@ def _kept(proposal, completion, i: int) -> int:
     return min(a + 1, len(completion) - i)
 
 
-def walk(turn, k: int, suffix: SuffixProposer, ctx: RunContext, oracle: bool, use_suffix: bool) -> int:
-    """The target passes one drafter (lookup, suffix or the oracle) takes over the turn's completion."""
+def walk(turn, k: int, suffix: SuffixProposer, ctx: RunContext, arm: str) -> int:
+    """The target passes one arm (ARMS: lookup, suffix or the oracle) takes over the turn's completion. Every arm
+    grows its suffix cache with the committed tokens (rollback), so the lookup arm's cache is the others'."""
     completion, tokens, i, passes = list(turn.completion_ids), list(turn.prompt_ids), 0, 0
     suffix.begin(tokens, ctx)
     while i < len(completion):
         kk = min(k, len(completion) - i - 1)
-        found = [list(lookup(tokens, kk, 3)) if kk else [], list(suffix.propose(tokens, kk).tokens) if kk else []]
-        n = max(_kept(p, completion, i) for p in found) if oracle else _kept(found[use_suffix], completion, i)
+        kept = []
+        if kk and arm != "suffix":
+            kept.append(_kept(lookup(tokens, kk, 3), completion, i))
+        if kk and arm != "lookup":
+            kept.append(_kept(suffix.propose(tokens, kk).tokens, completion, i))
+        n = max(kept, default=1)  # no proposal (the last token): a plain step
         tokens += completion[i:i + n]
         i, passes = i + n, passes + 1
         suffix.rollback(tokens)
@@ -60,10 +65,9 @@ def measure(pair, path: str, ks: list[int]) -> dict:
     ctx = RunContext(GREEDY, GREEDY.generator("cpu"), pair.eos_ids)
     passes = {}  # (arm, k) -> passes per turn
     for k in ks:
-        for arm_index, arm in enumerate(ARMS):
+        for arm in ARMS:
             cache = SuffixCache()  # one per arm and k, grown in the file's order
-            passes[(arm, k)] = [walk(t, k, SuffixProposer(cache), ctx, arm_index == 2, arm_index == 1)
-                                for t in trace.turns]
+            passes[(arm, k)] = [walk(t, k, SuffixProposer(cache), ctx, arm) for t in trace.turns]
     groups = {}
     for shape in (*SHAPES, None):
         chosen = [j for j, s in enumerate(shapes) if shape is None or s.count(shape) >= MIN_SHAPE_TOKENS]

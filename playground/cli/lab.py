@@ -12,6 +12,7 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from ..core.engine import K_MAX
 from ..core.sampling import SamplingConfig
@@ -155,7 +156,7 @@ def speed_job(job: Job) -> SpeedResult:
                            max_new_tokens=job.lengths, sampling=_sampling(job.args), timing=timings,
                            min_confidence=job.args.min_confidence, memory=job.args.memory,
                            plain_every=job.args.plain_every,
-                           proposers=job.trace.proposers(job.args.drafter, job._make) if job.trace else None)
+                           proposers={n: partial(job.proposer, n) for n in job.ids} if job.trace else None)
     return speed(request, progress=_rest_of_bar(job), between_rounds=_spread(job, timings))
 
 

@@ -140,7 +140,7 @@ def judge(row: SpeedRow, runs: list[SpeedRun], overall: Verdict) -> None:
     its miss split into step costs, acceptance model and overhead (lab.fit)."""
     label = f"k={row.k}" + (f" on {row.prompt}" if row.prompt else "")
     row.spread = (row.max_ratio - row.min_ratio) if runs else None
-    ratios = _round_medians(runs) if row.prompt is None else [x.ratio for x in runs if x.ratio is not None]
+    ratios = _round_medians(runs)  # a prompt's own row: its runs
     missed = []
     if isinstance(row.k, int):
         paired = [(x, x.predicted_empirical) for x in runs if x.predicted_empirical is not None]

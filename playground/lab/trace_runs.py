@@ -51,11 +51,6 @@ class TraceTurns:
             return None
         return lambda: make(suffix_cache=self.history(name))
 
-    def proposers(self, drafter: str, make: Callable[..., object]) -> dict[str, Callable[[], object]]:
-        """`factory` of every turn that has one."""
-        made = {name: self.factory(drafter, make, name) for name in self.prompts}
-        return {name: f for name, f in made.items() if f is not None}
-
 
 def trace_turns(pair, path: str | Path, shape: str | None = None, last: int | None = None,
                 limits: Limits | None = None) -> TraceTurns:
@@ -69,14 +64,14 @@ def trace_turns(pair, path: str | Path, shape: str | None = None, last: int | No
     warnings = tuple(f"{Path(path).name}: {e}" for e in trace.errors)
     if not trace.turns:
         raise PlaygroundError(f"{Path(path).name} has no turn to run" + (f" ({warnings[0]})" if warnings else ""))
+    if len({t.name for t in trace.turns}) != len(trace.turns):
+        raise PlaygroundError(f"{Path(path).name} names two turns alike: give each line its own \"id\"")
     shapes = {t.name: _main_shapes(pair, t) for t in trace.turns}
     chosen = [t for t in trace.turns if shape is None or shapes[t.name][shape] >= MIN_SHAPE_TOKENS]
     if not chosen:
         raise PlaygroundError(f"no turn of {Path(path).name} has {MIN_SHAPE_TOKENS} or more tokens of {shape} "
                               f"(its {len(trace.turns)} turns' shapes: {_shape_counts(shapes.values())})")
     chosen = chosen[-last:] if last is not None else chosen
-    if len({t.name for t in trace.turns}) != len(trace.turns):
-        raise PlaygroundError(f"{Path(path).name} names two turns alike: give each line its own \"id\"")
     earlier, seen = {}, []
     keep = {t.name for t in chosen}
     for t in trace.turns:
