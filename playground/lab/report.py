@@ -184,7 +184,18 @@ def speed_table(doc: SpeedResult, setup: str, kinds: dict[str, str] | None = Non
         lines.append("")
     lines += [f"note: plain speed on {name} moved {100 * d.spread:.0f}% between rounds (machine drift)"
               for name, d in drifted]
+    lines += host_level_lines(doc)
     return "\n".join(lines)
+
+
+def host_level_lines(doc: SpeedResult) -> list[str]:
+    """The whole run's plain level per round (from 3 prompts: what judges the figures over every prompt)."""
+    host = doc.host_drift
+    if host is None:
+        return []
+    levels = ", ".join(f"{x:.2f}" for x in host.plain_tokens_per_s)
+    return [f"plain level over the {len(doc.prompts)} prompts, by round (each prompt against its own median): "
+            f"{levels}; moved {host.spread:.0%}" + (" (past the limit)" if host.flagged else "")]
 
 
 # --- timing ----------------------------------------------------------------------------------------------
@@ -347,6 +358,7 @@ def _speed_report(doc: SpeedResult) -> str:
     flagged = [f"{n} ({d.spread:.0%})" for n, d in doc.drift.items() if d.flagged]
     if flagged:
         lines.append(f"\nplain speed drifted between rounds beyond the limit on: {', '.join(flagged)}")
+    lines += host_level_lines(doc)
     return "\n".join(lines)
 
 

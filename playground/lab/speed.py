@@ -22,7 +22,7 @@ from ..results.trust import MachineLoad, Verdict
 from .calibration import CalibrationPlan, Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
 from .schedules import compare, iteration_rows
-from .speed_cells import best_fixed, drift_by_prompt, judge, overall_verdict, predict_runs, speed_row
+from .speed_cells import best_fixed, drift_by_prompt, host_level, judge, predict_runs, speed_row, verdicts
 from .trust import MachineMonitor, recommend
 
 # --- speed: plain against speculative, in adjacent runs ----------------------------------------------
@@ -156,9 +156,10 @@ def speed(request: SpeedRequest, progress: Progress = None,
     with a plain run before every `plain_every` of them and after the last (`bracketed`); each speculative run is
     divided by plain decoding interpolated to its moment between the plain runs around it (`_plain_at`).
     Quoted: the median ratio over rounds (and prompts). A prompt whose plain speed (the median of a round's plain
-    runs) moved by more than `drift_warning` between rounds ((max - min) / median) fails the verdict: its ratios
-    are still adjacent, but the machine changed under them. `between_rounds(r)` runs after round r but the last
-    (a calibration to pool, say). See SpeedRequest for the rest.
+    runs) moved by more than `drift_warning` between rounds ((max - min) / median) fails its figures: its ratios
+    are still adjacent, but the machine changed under them. From 3 prompts on, the figures over every prompt fail
+    when the host's level moved so (speed_cells.host_level), and one prompt's drift only warns them.
+    `between_rounds(r)` runs after round r but the last (a calibration to pool, say). See SpeedRequest for the rest.
     """
     lengths = _lengths(request.prompts, request.max_new_tokens)
     memories = _Memories(request.memory)
@@ -240,9 +241,11 @@ def _result(request: SpeedRequest, lengths: dict[str, int], runs: list[SpeedRun]
     by_prompt = [speed_row(k, [x for x in runs if x.k == k and x.prompt == name], model_of, prompt=name)
                  for name in prompts for k in ks]
     drift = drift_by_prompt(request, plain_runs)
-    overall = overall_verdict(request, drift, load)
+    host = host_level(request, drift)
+    overall, own = verdicts(request, drift, host, load)
     for row in table + by_prompt:
-        judge(row, [x for x in runs if x.k == row.k and row.prompt in (None, x.prompt)], overall)
+        judge(row, [x for x in runs if x.k == row.k and row.prompt in (None, x.prompt)],
+              overall if row.prompt is None else own[row.prompt])
     best = best_fixed(table)
     advice = recommend(best.k, Verdict.of(overall, best.trust))
     first = request.timing_of(prompts[0])
@@ -253,7 +256,7 @@ def _result(request: SpeedRequest, lengths: dict[str, int], runs: list[SpeedRun]
         sampling=request.sampling.describe(), prompts=prompts, min_confidence=request.min_confidence,
         memory=request.memory, table=table, best_k=best.k, by_prompt=by_prompt,
         best_k_by_prompt={name: best_fixed([r for r in by_prompt if r.prompt == name]).k for name in prompts},
-        drift=drift, schedules=compare(runs, prompts, ks), runs=runs, plain_runs=plain_runs,
+        drift=drift, host_drift=host, schedules=compare(runs, prompts, ks), runs=runs, plain_runs=plain_runs,
         plain_every=request.plain_every, timing=first.to_dict() if first else None,
         timing_by_prompt={n: request.timing[n].to_dict() for n in prompts if n in request.timing}
         if isinstance(request.timing, Mapping) else None)

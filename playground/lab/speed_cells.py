@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 
 from ..drafters.adaptive import CostCurve
 from ..results.speed import Drift, PlainRun, SpeedRow, SpeedRun
-from ..results.trust import MachineLoad, TrustLimits, Verdict
+from ..results.trust import WARN, Finding, MachineLoad, TrustLimits, Verdict
 from .calibration import Timing
 from .fit import explain_cell, predict_from_neighbours, reached, stop_limit
 from .schedules import costed_ratio
 from .trust import (
     check_calibration,
     check_drift,
+    check_host_level,
     check_local_prediction,
     check_prediction,
     check_rounds,
@@ -51,14 +52,44 @@ def drift_by_prompt(request: SpeedRequest, plain_runs: list[PlainRun]) -> dict[s
     return drift
 
 
-def overall_verdict(request: SpeedRequest, drift: dict[str, Drift], load: MachineLoad) -> Verdict:
-    """What holds for every figure: the rounds, the machine, each prompt's plain drift, the calibrations."""
+POOLED_FROM = 3  # prompts from which the figure over every prompt is judged by the host's level, not each prompt
+
+
+def host_level(request: SpeedRequest, drift: dict[str, Drift]) -> Drift | None:
+    """The plain level of the whole run in each round: the median over prompts of each prompt's plain speed
+    relative to its own median. The figure over many prompts is a median over them, and each ratio divides
+    adjacent runs, so what moves it is the host changing under every prompt at once, not one short prompt whose
+    plain runs wobbled (an agent's trace: 16 turns of a second or two each, where any one turn moving 16% failed
+    the whole run). None: fewer than POOLED_FROM prompts, where a median cannot outvote one."""
+    if len(drift) < POOLED_FROM:
+        return None
+    levels = []
+    for r in range(request.rounds):
+        rel = [d.plain_tokens_per_s[r] / statistics.median(d.plain_tokens_per_s) for d in drift.values()]
+        levels.append(statistics.median(rel))
+    moved = relative_spread(levels)
+    return Drift(plain_tokens_per_s=levels, spread=moved, flagged=moved > request.drift_warning)
+
+
+def verdicts(request: SpeedRequest, drift: dict[str, Drift], host: Drift | None,
+             load: MachineLoad) -> tuple[Verdict, dict[str, Verdict]]:
+    """The verdict on the figures over every prompt, and each prompt's own: the rounds, the machine and the
+    calibrations hold for all. A prompt whose plain speed moved fails its own figures; it fails the figures over
+    every prompt too unless the run judges them by the host's level (`host`), where it only warns."""
     limits = TrustLimits(drift=request.drift_warning)
     timings = [t for name in request.prompts if (t := request.timing_of(name)) is not None]
-    return Verdict.of(check_rounds(request.rounds), load.findings(),
-                      *(check_drift(name, d.plain_tokens_per_s, limits, load) for name, d in drift.items()),
-                      *(check_calibration(t) for t in timings),
-                      *(check_sampling(t, request.sampling.timing_label()) for t in timings))
+    head = (check_rounds(request.rounds), load.findings())
+    tail = (*(check_calibration(t) for t in timings),
+            *(check_sampling(t, request.sampling.timing_label()) for t in timings))
+    own = {name: check_drift(name, d.plain_tokens_per_s, limits, load) for name, d in drift.items()}
+    pooled = (own.values() if host is None else
+              (check_host_level(host.plain_tokens_per_s, len(drift), limits, load),
+               [_warning(f) for fs in own.values() for f in fs]))
+    return Verdict.of(*head, *pooled, *tail), {name: Verdict.of(*head, fs, *tail) for name, fs in own.items()}
+
+
+def _warning(finding: Finding) -> Finding:
+    return Finding(finding.check, WARN, finding.message + " (one prompt; the host's level held)", finding.fix)
 
 
 def best_fixed(rows: list[SpeedRow]) -> SpeedRow:

@@ -49,13 +49,30 @@ def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustL
     moved = relative_spread(plain_tokens_per_s)
     if moved <= limits.drift:
         return []
-    fix = "measure on a quiet machine, with more rounds"
-    if load is not None and load.other_cores <= limits.other_cores / 2 and load.steal <= limits.steal:
-        fix = (f"nothing else on this machine was busy ({load.other_cores:.2f} cores) and steal was "
-               f"{load.steal:.0%}, so the host under it changed speed: run more rounds, or measure on a dedicated host")
     return [Finding("drift", FAIL, f"plain decoding of {prompt} moved {moved:.0%} between rounds "
                     f"({min(plain_tokens_per_s):.1f}-{max(plain_tokens_per_s):.1f} tokens/s), more than "
-                    f"{limits.drift:.0%}", fix)]
+                    f"{limits.drift:.0%}", _drift_fix(limits, load))]
+
+
+def check_host_level(levels: Sequence[float], prompts: int, limits: TrustLimits = LIMITS,
+                     load: MachineLoad | None = None) -> list[Finding]:
+    """The host's plain level over every prompt (lab.speed_cells.host_level: each round's median of the prompts'
+    plain speeds, each relative to its own median) that moved between rounds: the machine changed under all of
+    them, so every figure over them fails."""
+    moved = relative_spread(levels)
+    if moved <= limits.drift:
+        return []
+    return [Finding("drift", FAIL, f"plain decoding of the {prompts} prompts moved {moved:.0%} between rounds "
+                    f"(their median against each prompt's own: {min(levels):.2f}-{max(levels):.2f}), more than "
+                    f"{limits.drift:.0%}", _drift_fix(limits, load))]
+
+
+def _drift_fix(limits: TrustLimits, load: MachineLoad | None) -> str:
+    if load is not None and load.other_cores <= limits.other_cores / 2 and load.steal <= limits.steal:
+        return (f"nothing else on this machine was busy ({load.other_cores:.2f} cores) and steal was "
+                f"{load.steal:.0%}, so the host under it changed speed: run more rounds, or measure on a dedicated "
+                "host")
+    return "measure on a quiet machine, with more rounds"
 
 
 def check_spread(label: str, ratios: Sequence[float], limits: TrustLimits = LIMITS) -> list[Finding]:

@@ -178,6 +178,7 @@ class SpeedResult(Result):
     by_prompt: list[SpeedRow] = field(default_factory=list)
     best_k_by_prompt: dict[str, int | str] = field(default_factory=dict)
     drift: dict[str, Drift] = field(default_factory=dict)  # by prompt
+    host_drift: Drift | None = None  # every prompt's plain level per round, relative (lab.speed_cells.host_level)
     schedules: list[ScheduleEntry] = field(default_factory=list)
     runs: list[SpeedRun] = field(default_factory=list)
     plain_runs: list[PlainRun] = field(default_factory=list)
