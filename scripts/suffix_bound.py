@@ -1,12 +1,15 @@
 """How far any choice between suffix decoding and prompt lookup could go on a trace: accepted tokens per target
-pass of each, and of an oracle that takes, at every pass, whichever of the two proposals the target keeps more of.
+pass of each, of an oracle that takes, at every pass, whichever of the two proposals the target keeps more of,
+and of an oracle that copies, at every pass, the longest stretch of what comes next that the trace holds
+anywhere before it (earlier turns' prompts and responses, this turn's prompt and output so far).
 
-The oracle knows the answer, so no drafter can be it: it bounds what a rule that picks between the two (a
-hybrid of model-free drafters, a better score) could gain over prompt lookup. Counts only, greedy: a pass
-keeps the longest prefix of the proposal that equals the recorded completion there, plus the target's own
-token, so the figures do not depend on the machine. The recorded completion stands for the target's output
-(replay reports how many turns are exactly that); the suffix cache grows turn by turn in the file's order,
-as replay grows it.
+The oracles know the answer, so no drafter can be either: the first bounds what a rule that picks between the
+two (a hybrid of model-free drafters, a better score) could gain over prompt lookup; the second bounds every
+drafter that proposes a copy of text the trace showed it (lookup, a suffix tree over any history, any mix of
+them). Counts only, greedy: a pass keeps the longest prefix of the proposal that equals the recorded
+completion there, plus the target's own token, so the figures do not depend on the machine. The recorded
+completion stands for the target's output (replay reports how many turns are exactly that); the suffix cache
+grows turn by turn in the file's order, as replay grows it.
 
     .venv/bin/python scripts/suffix_bound.py docs/results/agent-trace-100.jsonl --out docs/results/suffix-bound.json
     .venv/bin/python scripts/suffix_bound.py playground/traces/agent_sample.jsonl --out docs/results/suffix-bound-sample.json
@@ -29,7 +32,8 @@ from playground.lab.shapes import LABELS, SHAPES, segment
 from playground.pairs.registry import load_named_pair
 
 EXPERIMENT = "suffix-bound"
-ARMS = ("lookup", "suffix", "better of the two (oracle)")
+ARMS = ("lookup", "suffix", "better of the two (oracle)", "longest copy (oracle)")
+GAP = chr(1)  # between the texts copy_walk searches, so that no copy runs from one into the next
 
 
 def _kept(proposal, completion, i: int) -> int:
@@ -59,15 +63,51 @@ def walk(turn, k: int, suffix: SuffixProposer, ctx: RunContext, arm: str) -> int
     return passes
 
 
+def _text(ids) -> str:
+    """Token ids as one character each (ids + 256 stay below the surrogates for any vocabulary under 55,000), so
+    that str.find, in C, finds token sequences and never a match that starts inside a token."""
+    return "".join(chr(t + 256) for t in ids)
+
+
+def copy_walk(turn, k: int, earlier: str) -> int:
+    """The target passes the copying oracle takes over the turn: at every pass, the longest prefix (up to k) of
+    the rest of the completion found in `earlier` (the trace's texts before this turn) or in this turn's
+    tokens so far, then the target's own token. Binary search on the length: a stretch found, its prefixes are."""
+    completion, i, passes = list(turn.completion_ids), 0, 0
+    own = list(turn.prompt_ids)
+    while i < len(completion):
+        haystack = earlier + GAP + _text(own)
+        lo, hi = 0, min(k, len(completion) - i - 1)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if _text(completion[i:i + mid]) in haystack:
+                lo = mid
+            else:
+                hi = mid - 1
+        own += completion[i:i + lo + 1]
+        i, passes = i + lo + 1, passes + 1
+    return passes
+
+
+def copy_passes(turns, k: int) -> list[int]:
+    """copy_walk over every turn, each seeing the prompts and completions of the turns before it in the file."""
+    out, earlier = [], ""
+    for t in turns:
+        out.append(copy_walk(t, k, earlier))
+        earlier += GAP + _text(t.prompt_ids) + GAP + _text(t.completion_ids)
+    return out
+
+
 def measure(pair, path: str, ks: list[int]) -> dict:
     trace = read_trace(path, pair.tokenizer, pair.eos_ids, None, pair.max_context)
     shapes = [segment(pair.tokenizer, t.prompt_ids, t.completion_ids, pair.eos_ids) for t in trace.turns]
     ctx = RunContext(GREEDY, GREEDY.generator("cpu"), pair.eos_ids)
     passes = {}  # (arm, k) -> passes per turn
     for k in ks:
-        for arm in ARMS:
+        for arm in ARMS[:3]:
             cache = SuffixCache()  # one per arm and k, grown in the file's order
             passes[(arm, k)] = [walk(t, k, SuffixProposer(cache), ctx, arm) for t in trace.turns]
+        passes[(ARMS[3], k)] = copy_passes(trace.turns, k)
     groups = {}
     for shape in (*SHAPES, None):
         chosen = [j for j, s in enumerate(shapes) if shape is None or s.count(shape) >= MIN_SHAPE_TOKENS]
@@ -81,19 +121,19 @@ def measure(pair, path: str, ks: list[int]) -> dict:
 
 
 def markdown(doc: dict) -> str:
-    """Per shape: tokens per pass of lookup, suffix and the oracle at each k, and the oracle's gain over lookup."""
-    ks = " / ".join(str(k) for k in doc["ks"])
-    head = (f"| shape (turns) | lookup, k = {ks} | suffix | better of the two (oracle) | oracle / lookup, k = "
-            f"{doc['ks'][-1]} |")
+    """Per shape: tokens per pass of each arm at each k, and each oracle's gain over lookup at the largest k."""
+    ks, last = " / ".join(str(k) for k in doc["ks"]), str(doc["ks"][-1])
+    head = (f"| shape (turns) | lookup, k = {ks} | {' | '.join(ARMS[1:])} | "
+            + " | ".join(f"{arm.split(' (')[0]} / lookup, k = {last}" for arm in ARMS[2:]) + " |")
     lines = [f"{doc['trace']}: {doc['turns']} turns, counts (greedy; the recorded completions)", "", head,
-             "|---|---|---|---|---|"]
+             "|---" * (2 * len(ARMS) - 1) + "|"]
     for g in doc["groups"].values():
         if not g["turns"]:
             continue
-        cells = [" / ".join(f"{g['tokens_per_pass'][arm][str(k)]:.2f}" for k in doc["ks"]) for arm in ARMS]
-        last = str(doc["ks"][-1])
-        gain = g["tokens_per_pass"][ARMS[2]][last] / g["tokens_per_pass"]["lookup"][last]
-        lines.append(f"| {g['label']} ({g['turns']}) | {' | '.join(cells)} | {gain:.2f}x |")
+        per_pass = g["tokens_per_pass"]
+        cells = [" / ".join(f"{per_pass[arm][str(k)]:.2f}" for k in doc["ks"]) for arm in ARMS]
+        gains = [f"{per_pass[arm][last] / per_pass['lookup'][last]:.2f}x" for arm in ARMS[2:]]
+        lines.append(f"| {g['label']} ({g['turns']}) | {' | '.join(cells + gains)} |")
     return "\n".join(lines)
 
 

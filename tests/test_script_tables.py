@@ -99,7 +99,7 @@ def suffix_factor() -> dict:
 
 def suffix_bound() -> dict:
     arms = {"lookup": {"8": 5.0, "16": 8.0}, "suffix": {"8": 6.0, "16": 9.0},
-            "better of the two (oracle)": {"8": 6.5, "16": 10.0}}
+            "better of the two (oracle)": {"8": 6.5, "16": 10.0}, "longest copy (oracle)": {"8": 7.0, "16": 12.0}}
     return {"experiment": "suffix-bound", "date": "2026-12-06", "trace": "t.jsonl", "ks": [8, 16], "turns": 3,
             "groups": {"json": {"label": "tool call / JSON", "turns": 2, "tokens_per_pass": arms},
                        "code": {"label": "code", "turns": 0, "tokens_per_pass": {}}}}
@@ -190,8 +190,8 @@ def test_suffix_factor_table(tmp_path):
 def test_suffix_bound_table(tmp_path):
     text = _render(tmp_path, suffix_bound())
     assert _row(text, "tool call / JSON (2)") == ["tool call / JSON (2)", "5.00 / 8.00", "6.00 / 9.00", "6.50 / 10.00",
-                                                  "1.25x"]
-    assert "| code" not in text and "oracle / lookup, k = 16" in text
+                                                  "7.00 / 12.00", "1.25x", "1.50x"]
+    assert "| code" not in text and "longest copy / lookup, k = 16" in text
 
 
 def test_trace_speed_table(tmp_path):
