@@ -65,7 +65,8 @@ def summarize(results: list[SpeedResult], sources: list[str]) -> dict:
                          "--shape and --turns")
     return {"experiment": EXPERIMENT, "date": datetime.date.today().isoformat(), "sources": sources,
             "machine": machine_line(results[0]), "turns": list(next(iter(prompts))),
-            "commands": [r.command for r in results], "rows": [row for r in results for row in rows_of(r)]}
+            "commands": [r.command for r in results], "rows": [row for r in results for row in rows_of(r)],
+            "trace_note": next((r.trace_note for r in results if r.trace_note), None)}
 
 
 def _f(x, fmt: str = ".2f") -> str:
@@ -73,7 +74,7 @@ def _f(x, fmt: str = ".2f") -> str:
 
 
 def markdown(doc: dict) -> str:
-    """One row per drafter and k; then each result's trust verdict."""
+    """One row per drafter and k; then each result's trust verdict, and whether the turns are the target's own."""
     lines = [f"{doc['machine']}; {len(doc['turns'])} turns, from {doc['turns'][0]} to {doc['turns'][-1]}", "",
              "| drafter | k | measured speed-up, median (range) | predicted | costed | tokens per pass | c |",
              "|---|---|---|---|---|---|---|"]
@@ -85,6 +86,8 @@ def markdown(doc: dict) -> str:
     for r in doc["rows"]:
         seen.setdefault(r["drafter"], (r.get("description", r["drafter"]), r["trust"]))
     lines += [f"{d}: {what}; trust: {t}" for d, (what, t) in seen.items()]
+    if doc.get("trace_note"):  # results saved before speed checked the recording have none
+        lines.append(f"trace: {doc['trace_note']}")
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ responses before it, in file order, never its own), so a suffix drafter's live r
 import json
 
 import pytest
+import torch
 
 from playground.cli import main
 from playground.core.proposal import RunContext
@@ -12,7 +13,7 @@ from playground.drafters.suffix import SuffixProposer
 from playground.drafters.suffix_cache import suffix_tree_available
 from playground.errors import PlaygroundError
 from playground.lab.speed import SpeedRequest, speed
-from playground.lab.trace_runs import trace_turns
+from playground.lab.trace_runs import TraceTurns, own_writing, trace_turns, writing_note
 from playground.pairs.loading import load_pair
 from tests.test_lab_cli import dirs  # noqa: F401  the tiny local pair, saved once per module
 from tests.tiny import tiny_pair
@@ -68,6 +69,34 @@ def test_the_turns_chosen_by_shape_and_count_keep_the_whole_history(pair, tmp_pa
     assert prompt == pair.tokenizer("w2 w1")["input_ids"]
 
 
+def _greedy(pair, prompt: list[int], n: int) -> list[int]:
+    """The target's greedy continuation, one full forward per token (no cache: nothing the check itself uses)."""
+    ids = list(prompt)
+    with torch.inference_mode():
+        for _ in range(n):
+            ids.append(int(pair.target(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def test_own_writing_finds_where_a_recording_leaves_the_targets_greedy_output(pair):
+    prompt = pair.tokenizer("w1 w2 w3")["input_ids"]
+    own = _greedy(pair, prompt, 8)
+    edited = [*own[:3], (own[3] + 1) % pair.vocab_size, *own[4:]]  # another writer from token 3 on
+    trace = TraceTurns({n: ("prose", prompt, 8) for n in ("own", "edited")}, {"own": (), "edited": ()},
+                       completions={"own": tuple(own), "edited": tuple(edited)})
+    assert own_writing(pair, trace, chunk=3) == {"own": None, "edited": 3}
+
+
+def test_the_note_says_how_many_turns_are_the_targets_and_warns_when_most_are_not():
+    half = writing_note({"a": None, "b": 3})
+    assert half == ("1 of 2 turns run are the target's own greedy writing; the recording differs from what it "
+                    "writes in the others (b from token 3)")
+    most = writing_note({"a": None, "b": 3, "c": 0, "d": 9, "e": 1})
+    assert most.startswith("1 of 5 turns") and "(c from token 0, e from token 1, b from token 3, ...)" in most
+    assert "another writer's" in most and "scripts/make_trace.py" in most
+    assert writing_note({"a": None}) == "1 of 1 turns run are the target's own greedy writing"
+
+
 def test_bad_trace_selections_say_what_is_wrong(pair, tmp_path):
     path = write(tmp_path, LINES)
     with pytest.raises(PlaygroundError, match=r"no turn of trace.jsonl has 4 or more tokens of json .*prose"):
@@ -115,7 +144,10 @@ def test_speed_trace_end_to_end_and_its_bad_arguments(dirs, tmp_path, capsys):  
     assert main([*base, "--trace", path, "--turns", "2", "--ks", "4", "--rounds", "1", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["prompts"] == ["b", "c"] and doc["max_new_tokens"] == {"b": 3, "c": 8}  # each its recorded length
-    assert "2 turns of" in capsys.readouterr().err
+    # the random tiny target writes none of these answers: the result says so, and why it matters
+    assert doc["trace_note"].startswith("0 of 2 turns run are the target's own") and "another writer's" in doc["trace_note"]
+    captured = capsys.readouterr()
+    assert "2 turns of" in captured.err and f"trace: {doc['trace_note']}" in captured.out
     assert main([*base, "--trace", path, "--preset", "chat"]) == 2
     assert "leave out --preset, --prompt and --max-new-tokens" in capsys.readouterr().err
     assert main([*base, "--prompt", "w1", "--turns", "2"]) == 2

@@ -11,7 +11,7 @@ import json
 import shlex
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from ..core.engine import K_MAX
@@ -28,7 +28,7 @@ from ..lab.calibration import CalibrationPlan, pooled
 from ..lab.quality import DistributionPlan
 from ..lab.report import experiment_text
 from ..lab.speed import SpeedRequest
-from ..lab.trace_runs import TraceTurns, trace_turns
+from ..lab.trace_runs import TraceTurns, own_writing, trace_turns, writing_note
 from ..pairs.models import ModelPair
 from ..results import Result
 from ..results.calibration import BatchPredictions, TimingResult
@@ -157,7 +157,8 @@ def speed_job(job: Job) -> SpeedResult:
                            min_confidence=job.args.min_confidence, memory=job.args.memory,
                            plain_every=job.args.plain_every,
                            proposers={n: partial(job.proposer, n) for n in job.ids} if job.trace else None)
-    return speed(request, progress=_rest_of_bar(job), between_rounds=_spread(job, timings))
+    result = speed(request, progress=_rest_of_bar(job), between_rounds=_spread(job, timings))
+    return replace(result, trace_note=job.trace.note) if job.trace else result
 
 
 def sweep_job(job: Job) -> SweepResult:
@@ -249,6 +250,9 @@ def _trace(pair: ModelPair, args: argparse.Namespace) -> TraceTurns | None:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"# {len(trace.prompts)} turns of {args.trace}" + (f" with {args.shape}" if args.shape else ""),
           file=sys.stderr)
+    if not args.sample:  # sampled, no recording is the target's one output: nothing to check
+        trace = replace(trace, note=writing_note(own_writing(pair, trace)))
+        print(f"# {trace.note}", file=sys.stderr)
     return trace
 
 

@@ -184,7 +184,7 @@ def speed_table(doc: SpeedResult, setup: str, kinds: dict[str, str] | None = Non
         lines.append("")
     lines += [f"note: plain speed on {name} moved {100 * d.spread:.0f}% between rounds (machine drift)"
               for name, d in drifted]
-    lines += host_level_lines(doc)
+    lines += host_level_lines(doc) + trace_lines(doc)
     return "\n".join(lines)
 
 
@@ -196,6 +196,11 @@ def host_level_lines(doc: SpeedResult) -> list[str]:
     levels = ", ".join(f"{x:.2f}" for x in host.plain_tokens_per_s)
     return [f"plain level over the {len(doc.prompts)} prompts, by round (each prompt against its own median): "
             f"{levels}; moved {host.spread:.0%}" + (" (past the limit)" if host.flagged else "")]
+
+
+def trace_lines(doc: SpeedResult) -> list[str]:
+    """speed --trace: whether the trace's responses are the target's own writing (lab.trace_runs.writing_note)."""
+    return [f"trace: {doc.trace_note}"] if doc.trace_note else []
 
 
 # --- timing ----------------------------------------------------------------------------------------------
@@ -358,7 +363,7 @@ def _speed_report(doc: SpeedResult) -> str:
     flagged = [f"{n} ({d.spread:.0%})" for n, d in doc.drift.items() if d.flagged]
     if flagged:
         lines.append(f"\nplain speed drifted between rounds beyond the limit on: {', '.join(flagged)}")
-    lines += host_level_lines(doc)
+    lines += host_level_lines(doc) + trace_lines(doc)
     return "\n".join(lines)
 
 

@@ -10,6 +10,11 @@ must not find its answer there.
 
 Only the responses enter the history: a run's prompt goes to its own tree, which the cache drops when the next
 run starts (suffix_cache.py), so an earlier turn's prompt never reaches a later run.
+
+That history stands for the agent's only where the recording is the target's own writing: a trace recorded from
+another model (or written by hand) hands the suffix drafter responses this target does not repeat, and its figure
+then says what someone else's history is worth. `own_writing` checks the turns run, greedy, the way replay does
+(the target's teacher-forced arg-max against every recorded token), and `writing_note` says what it found.
 """
 
 from __future__ import annotations
@@ -19,12 +24,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from ..drafters.registry import remembers
 from ..drafters.suffix_cache import SuffixCache
 from ..errors import PlaygroundError
 from ..inputs.traces import Turn, read_trace
 from ..limits import Limits
 from .replay_summary import MIN_SHAPE_TOKENS
+from .replay_walk import target_chunks
 from .shapes import SHAPES, segment
 
 
@@ -36,6 +44,8 @@ class TraceTurns:
     prompts: dict[str, tuple[str, list[int], int]]
     earlier: dict[str, tuple[tuple[int, ...], ...]]
     warnings: tuple[str, ...] = ()
+    completions: dict[str, tuple[int, ...]] | None = None  # name -> the recorded response of a chosen turn
+    note: str | None = None  # writing_note, where decoding is greedy
 
     def history(self, name: str) -> SuffixCache:
         """A new suffix cache holding the responses before turn `name` (what the agent had written by then)."""
@@ -79,7 +89,35 @@ def trace_turns(pair, path: str | Path, shape: str | None = None, last: int | No
             earlier[t.name] = tuple(seen)
         seen.append(t.completion_ids)
     prompts = {t.name: (shapes[t.name].most_common(1)[0][0], list(t.prompt_ids), t.max_new) for t in chosen}
-    return TraceTurns(prompts, earlier, warnings)
+    return TraceTurns(prompts, earlier, warnings, {t.name: tuple(t.completion_ids) for t in chosen})
+
+
+def own_writing(pair, trace: TraceTurns, chunk: int = 64) -> dict[str, int | None]:
+    """For every turn run: None where its recorded response is what the target writes greedily after its prompt,
+    else the first position where the target's teacher-forced arg-max differs from the recording."""
+    first = {}
+    for name, (_, prompt, _) in trace.prompts.items():
+        recorded, argmax = trace.completions[name], []
+        with torch.inference_mode():
+            for _, logits in target_chunks(pair, prompt, recorded, chunk):
+                argmax += logits.argmax(dim=-1).tolist()
+        first[name] = next((i for i, (a, r) in enumerate(zip(argmax, recorded)) if a != r), None)
+    return first
+
+
+def writing_note(first: dict[str, int | None]) -> str:
+    """One sentence on `own_writing`'s findings, with what to do where the recording is mostly another writer's."""
+    own = sum(1 for p in first.values() if p is None)
+    text = f"{own} of {len(first)} turns run are the target's own greedy writing"
+    differ = sorted((p, n) for n, p in first.items() if p is not None)
+    if differ:
+        shown = ", ".join(f"{n} from token {p}" for p, n in differ[:3]) + (", ..." if len(differ) > 3 else "")
+        text += f"; the recording differs from what it writes in the others ({shown})"
+    if 2 * own < len(first):
+        text += (": the trace's responses are another writer's, so a drafter that remembers (suffix, suffix-hybrid) "
+                 "is measured on a history this target does not repeat; record the trace with the target you "
+                 "deploy (scripts/make_trace.py records the embedded one) for what its own history is worth")
+    return text
 
 
 def _main_shapes(pair, turn: Turn) -> Counter:
