@@ -46,12 +46,8 @@ def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustL
     """A plain run that moved between rounds. With the `load` it was measured under: when nothing else on the
     machine was busy and the hypervisor took nothing, the fix says so, since "a quiet machine" is then no advice
     (on a shared host the machine under the VM changes speed on its own: docs/results.md, on an AMD EPYC)."""
-    moved = relative_spread(plain_tokens_per_s)
-    if moved <= limits.drift:
-        return []
-    return [Finding("drift", FAIL, f"plain decoding of {prompt} moved {moved:.0%} between rounds "
-                    f"({min(plain_tokens_per_s):.1f}-{max(plain_tokens_per_s):.1f} tokens/s), more than "
-                    f"{limits.drift:.0%}", _drift_fix(limits, load))]
+    return _moved(plain_tokens_per_s, prompt, f"{min(plain_tokens_per_s):.1f}-{max(plain_tokens_per_s):.1f} tokens/s",
+                  limits, load)
 
 
 def check_host_level(levels: Sequence[float], prompts: int, limits: TrustLimits = LIMITS,
@@ -59,11 +55,16 @@ def check_host_level(levels: Sequence[float], prompts: int, limits: TrustLimits 
     """The host's plain level over every prompt (lab.speed_cells.host_level: each round's median of the prompts'
     plain speeds, each relative to its own median) that moved between rounds: the machine changed under all of
     them, so every figure over them fails."""
-    moved = relative_spread(levels)
+    return _moved(levels, f"the {prompts} prompts",
+                  f"their median against each prompt's own: {min(levels):.2f}-{max(levels):.2f}", limits, load)
+
+
+def _moved(values: Sequence[float], what: str, span: str, limits: TrustLimits, load: MachineLoad | None) -> list[Finding]:
+    """The drift finding where plain speeds (or levels) `values` of `what` moved past the limit; `span` shows them."""
+    moved = relative_spread(values)
     if moved <= limits.drift:
         return []
-    return [Finding("drift", FAIL, f"plain decoding of the {prompts} prompts moved {moved:.0%} between rounds "
-                    f"(their median against each prompt's own: {min(levels):.2f}-{max(levels):.2f}), more than "
+    return [Finding("drift", FAIL, f"plain decoding of {what} moved {moved:.0%} between rounds ({span}), more than "
                     f"{limits.drift:.0%}", _drift_fix(limits, load))]
 
 
