@@ -32,7 +32,8 @@ from playground.lab.shapes import LABELS, SHAPES, segment
 from playground.pairs.registry import load_named_pair
 
 EXPERIMENT = "suffix-bound"
-ARMS = ("lookup", "suffix", "better of the two (oracle)", "longest copy (oracle)")
+COPY = "longest copy (oracle)"  # walked by copy_passes; the other arms by walk
+ARMS = ("lookup", "suffix", "better of the two (oracle)", COPY)
 GAP = chr(1)  # between the texts copy_walk searches, so that no copy runs from one into the next
 
 
@@ -73,18 +74,17 @@ def copy_walk(turn, k: int, earlier: str) -> int:
     """The target passes the copying oracle takes over the turn: at every pass, the longest prefix (up to k) of
     the rest of the completion found in `earlier` (the trace's texts before this turn) or in this turn's
     tokens so far, then the target's own token. Binary search on the length: a stretch found, its prefixes are."""
-    completion, i, passes = list(turn.completion_ids), 0, 0
-    own = list(turn.prompt_ids)
-    while i < len(completion):
-        haystack = earlier + GAP + _text(own)
-        lo, hi = 0, min(k, len(completion) - i - 1)
+    answer, n = _text(turn.completion_ids), len(turn.completion_ids)
+    haystack, i, passes = earlier + GAP + _text(turn.prompt_ids), 0, 0
+    while i < n:
+        lo, hi = 0, min(k, n - i - 1)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if _text(completion[i:i + mid]) in haystack:
+            if answer[i:i + mid] in haystack:  # one character a token: the text's slice is the tokens'
                 lo = mid
             else:
                 hi = mid - 1
-        own += completion[i:i + lo + 1]
+        haystack += answer[i:i + lo + 1]  # what this pass wrote is there for the next
         i, passes = i + lo + 1, passes + 1
     return passes
 
@@ -104,10 +104,10 @@ def measure(pair, path: str, ks: list[int]) -> dict:
     ctx = RunContext(GREEDY, GREEDY.generator("cpu"), pair.eos_ids)
     passes = {}  # (arm, k) -> passes per turn
     for k in ks:
-        for arm in ARMS[:3]:
+        for arm in ARMS:
             cache = SuffixCache()  # one per arm and k, grown in the file's order
-            passes[(arm, k)] = [walk(t, k, SuffixProposer(cache), ctx, arm) for t in trace.turns]
-        passes[(ARMS[3], k)] = copy_passes(trace.turns, k)
+            passes[(arm, k)] = (copy_passes(trace.turns, k) if arm == COPY else
+                                [walk(t, k, SuffixProposer(cache), ctx, arm) for t in trace.turns])
     groups = {}
     for shape in (*SHAPES, None):
         chosen = [j for j, s in enumerate(shapes) if shape is None or s.count(shape) >= MIN_SHAPE_TOKENS]

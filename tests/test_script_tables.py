@@ -200,7 +200,7 @@ def test_trace_speed_table(tmp_path):
     assert _row(text, "suffix") == ["suffix", "16", "5.10x (3.90-6.30)", "5.00", "5.20", "9.40", "0.004"]
     assert _row(text, "llama.cpp")[2:4] == ["2.30x (2.00-2.50)", "-"]
     assert "llama.cpp: llama.cpp (gguf); trust: UNTRUSTWORTHY: drift" in text and "trace:" not in text
-    assert _render(tmp_path, {**trace_speed(), "trace_note": "3 of 2 turns"}).endswith("\ntrace: 3 of 2 turns")
+    assert _render(tmp_path, {**trace_speed(), "trace_note": "2 of 2 turns"}).endswith("\ntrace: 2 of 2 turns")
 
 
 @pytest.mark.parametrize("make, field", [(kernels, "sizes"), (prefill, "prompt_tokens"), (replay, "elapsed_s"),

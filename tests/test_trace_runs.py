@@ -12,6 +12,7 @@ from playground.core.sampling import GREEDY
 from playground.drafters.suffix import SuffixProposer
 from playground.drafters.suffix_cache import suffix_tree_available
 from playground.errors import PlaygroundError
+from playground.inputs.traces import Turn
 from playground.lab.speed import SpeedRequest, speed
 from playground.lab.trace_runs import TraceTurns, own_writing, trace_turns, writing_note
 from playground.pairs.loading import load_pair
@@ -82,8 +83,8 @@ def test_own_writing_finds_where_a_recording_leaves_the_targets_greedy_output(pa
     prompt = pair.tokenizer("w1 w2 w3")["input_ids"]
     own = _greedy(pair, prompt, 8)
     edited = [*own[:3], (own[3] + 1) % pair.vocab_size, *own[4:]]  # another writer from token 3 on
-    trace = TraceTurns({n: ("prose", prompt, 8) for n in ("own", "edited")}, {"own": (), "edited": ()},
-                       completions={"own": tuple(own), "edited": tuple(edited)})
+    turns = {"own": Turn("own", tuple(prompt), tuple(own)), "edited": Turn("edited", tuple(prompt), tuple(edited))}
+    trace = TraceTurns({n: ("prose", prompt, 8) for n in turns}, {n: () for n in turns}, turns=turns)
     assert own_writing(pair, trace, chunk=3) == {"own": None, "edited": 3}
 
 

@@ -78,8 +78,7 @@ from .replay_walk import (
     shape_costs,
     shared_exact,
     shared_pass,
-    summarize_rows,
-    target_chunks,
+    target_pass,
     walk,
     walk_costs,
 )
@@ -177,13 +176,6 @@ class _Proposers:
 # --- one turn ------------------------------------------------------------------------------------------------------
 
 
-def _target(pair, turn: Turn, chunk: int, prompt) -> TargetPass:
-    tp = TargetPass([], [], [], [], pair.dtype)
-    for a, logits in target_chunks(pair, turn.prompt_ids, turn.completion_ids, chunk, prompt):
-        summarize_rows(logits, turn.completion_ids[a: a + logits.shape[0]], tp)
-    return tp
-
-
 def _walked(w, curve, shapes: list[str], records: str, label: str) -> SimulatedWalk:
     s = summarize(w.records)
     costs = walk_costs(w, curve)
@@ -242,7 +234,7 @@ def replay_greedy_turn(pair, turn: Turn, options: ReplayOptions, memory: TraceMe
                        progress: Callable[[str], None]) -> ReplayedTurn:
     """Everything `replay_turns` reports about one greedy turn (see the module docstring)."""
     prompt = prompt_cache(pair, turn.prompt_ids)  # what a live prefill leaves, for drafters that copy it
-    tp = _target(pair, turn, options.limits.replay_chunk_tokens, prompt)
+    tp = target_pass(pair, turn, options.limits.replay_chunk_tokens, prompt)
     progress("target pass")
     ex = exactness(turn, tp, GREEDY)
     shapes = segment(pair.tokenizer, turn.prompt_ids, turn.completion_ids, pair.eos_ids)

@@ -176,6 +176,15 @@ def summarize_rows(logits: torch.Tensor, recorded: Sequence[int], into: TargetPa
     into.recorded += logits[rows, torch.as_tensor(list(recorded), device=logits.device)].tolist()
 
 
+def target_pass(pair, turn, chunk: int, prompt: CachedLM | None = None) -> TargetPass:
+    """The target's teacher-forced pass over `turn`'s recorded completion, summarized row by row (`chunk` rows of
+    logits at a time; the prompt as target_chunks takes it)."""
+    tp = TargetPass([], [], [], [], pair.dtype)
+    for a, logits in target_chunks(pair, turn.prompt_ids, turn.completion_ids, chunk, prompt):
+        summarize_rows(logits, turn.completion_ids[a: a + logits.shape[0]], tp)
+    return tp
+
+
 def drafter_pass(proposer: Proposer, prompt_ids: Sequence[int], completion_ids: Sequence[int],
                  ctx: RunContext) -> Iterator[tuple[int, torch.Tensor | None]]:
     """(proposal, q row) at every completion position: the drafter's own propose(., 1) after the recorded text,

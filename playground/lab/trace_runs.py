@@ -13,8 +13,9 @@ run starts (suffix_cache.py), so an earlier turn's prompt never reaches a later 
 
 That history stands for the agent's only where the recording is the target's own writing: a trace recorded from
 another model (or written by hand) hands the suffix drafter responses this target does not repeat, and its figure
-then says what someone else's history is worth. `own_writing` checks the turns run, greedy, the way replay does
-(the target's teacher-forced arg-max against every recorded token), and `writing_note` says what it found.
+then says what someone else's history is worth. `own_writing` checks the turns run, greedy, with replay's own
+exactness check (the target's teacher-forced arg-max against every recorded token), and `writing_note` says
+what it found.
 """
 
 from __future__ import annotations
@@ -24,15 +25,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
+from ..core.sampling import GREEDY
 from ..drafters.registry import remembers
 from ..drafters.suffix_cache import SuffixCache
 from ..errors import PlaygroundError
 from ..inputs.traces import Turn, read_trace
 from ..limits import Limits
 from .replay_summary import MIN_SHAPE_TOKENS
-from .replay_walk import target_chunks
+from .replay_walk import exactness, target_pass
 from .shapes import SHAPES, segment
 
 
@@ -44,7 +44,7 @@ class TraceTurns:
     prompts: dict[str, tuple[str, list[int], int]]
     earlier: dict[str, tuple[tuple[int, ...], ...]]
     warnings: tuple[str, ...] = ()
-    completions: dict[str, tuple[int, ...]] | None = None  # name -> the recorded response of a chosen turn
+    turns: dict[str, Turn] | None = None  # name -> the chosen turn, as the trace recorded it
     note: str | None = None  # writing_note, where decoding is greedy
 
     def history(self, name: str) -> SuffixCache:
@@ -89,19 +89,16 @@ def trace_turns(pair, path: str | Path, shape: str | None = None, last: int | No
             earlier[t.name] = tuple(seen)
         seen.append(t.completion_ids)
     prompts = {t.name: (shapes[t.name].most_common(1)[0][0], list(t.prompt_ids), t.max_new) for t in chosen}
-    return TraceTurns(prompts, earlier, warnings, {t.name: tuple(t.completion_ids) for t in chosen})
+    return TraceTurns(prompts, earlier, warnings, {t.name: t for t in chosen})
 
 
 def own_writing(pair, trace: TraceTurns, chunk: int = 64) -> dict[str, int | None]:
-    """For every turn run: None where its recorded response is what the target writes greedily after its prompt,
-    else the first position where the target's teacher-forced arg-max differs from the recording."""
+    """For every turn run: None where its recorded response is what the target writes greedily after its prompt
+    (replay's exactness), else the first position where the target's teacher-forced arg-max differs from it."""
     first = {}
-    for name, (_, prompt, _) in trace.prompts.items():
-        recorded, argmax = trace.completions[name], []
-        with torch.inference_mode():
-            for _, logits in target_chunks(pair, prompt, recorded, chunk):
-                argmax += logits.argmax(dim=-1).tolist()
-        first[name] = next((i for i, (a, r) in enumerate(zip(argmax, recorded)) if a != r), None)
+    for name, turn in trace.turns.items():
+        ex = exactness(turn, target_pass(pair, turn, chunk), GREEDY, shown=1)
+        first[name] = None if ex.exact else ex.first_mismatches[0].position
     return first
 
 
