@@ -56,7 +56,7 @@ def test_the_captured_arithmetic_equals_the_sliced_one_with_padded_buckets(model
     with torch.inference_mode():
         for start, chunk in ((0, IDS[:5]), (0, IDS[:5]), (5, IDS[5:8]), (8, IDS[8:9])):
             bucket = next(b for b in BUCKETS if b >= len(chunk))
-            padded = torch.tensor([chunk + [63] * (bucket - len(chunk))])
+            padded = torch.tensor(chunk + [63] * (bucket - len(chunk)))
             out = lm2._eager_captured(padded, start)
             lm2.cache_state.last.fill_(len(chunk) - 1)  # the real last row, as a replay sets it
             out = lm2._captured(bucket, padded) if rows == "last" else out[: len(chunk)]
@@ -143,16 +143,31 @@ def test_a_newer_run_takes_the_cache_over_and_the_older_one_is_refused(model):
         first.feed(IDS[4:5])
 
 
-def test_capacity_grows_before_the_first_feed_and_is_refused_after_it(model):
+def test_capacity_grows_in_chunks_keeping_what_the_cache_holds(model):
+    """A reservation and a feed past the room both grow the cache (to the next power of two), and the grown cache
+    holds what the old one held: the logits after growing equal transformers' over the same context."""
     lm = StaticLM(model, "cpu")
     lm.reserve(3000)
-    assert lm.cache_state.capacity == capacity_for(3000) == 4096
-    lm.feed(IDS[:3])
-    with pytest.raises(PlaygroundError, match="only before its first feed"):
-        lm.reserve(10_000)
-    lm.written = lm.cache_state.capacity - BUCKETS[-1] - 1
-    with pytest.raises(PlaygroundError, match="ask for fewer new tokens"):
-        lm.feed(IDS[:2])
+    assert lm.cache_state.capacity == capacity_for(3000) == 4096 and lm.room == 4096 - BUCKETS[-1]
+    small = StaticLM(model, "cpu")  # takes the model's cache over: the room it finds is the 4096 one
+    assert small.room == 4096 - BUCKETS[-1] and small.grown == 0
+    static.release(model)
+    lm, theirs = StaticLM(model, "cpu"), CachedLM(model, "cpu")
+    first = lm.room
+    context = [(7 * i) % 64 for i in range(first - 2)]
+    lm.feed(context)
+    theirs.feed(context)
+    assert lm.grown == 0
+    torch.testing.assert_close(lm.feed(IDS[:5]), theirs.feed(IDS[:5]), rtol=1e-9, atol=1e-9)  # past the first room
+    assert lm.grown == 1 and lm.room == capacity_for(first + 3) - BUCKETS[-1] > first
+    lm.crop(first - 1)
+    theirs.crop(first - 1)
+    torch.testing.assert_close(lm.feed(IDS[5:9]), theirs.feed(IDS[5:9]), rtol=1e-9, atol=1e-9)
+    assert lm.cache_length() == theirs.cache_length() == first + 3
+    lm.reserve(3 * first)  # after feeds too: it grows and keeps what it holds
+    assert lm.grown == 2 and lm.room >= 3 * first
+    torch.testing.assert_close(lm.feed(IDS[9:10]), theirs.feed(IDS[9:10]), rtol=1e-9, atol=1e-9)
+    static.release(model)
 
 
 def test_choosing_a_forward(model, monkeypatch):

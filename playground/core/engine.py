@@ -22,7 +22,7 @@ from ..errors import PlaygroundError
 from .cached import CachedLM
 from .clock import Clock
 from .prefill import check_overlap, prefill_in_turn, prefill_overlapped, spare_prefill_threads
-from .proposal import EMPTY, Proposal, Proposer, RunContext
+from .proposal import EMPTY, LOOKUP_MAX, Proposal, Proposer, RunContext
 from .records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
 from .rules import Decision, SampleRule, accept_greedy, accept_sample
 from .sampling import GREEDY, SamplingConfig, choose, probabilities
@@ -201,7 +201,8 @@ def _start(pair, prompt_ids, proposer, controller, sampling, max_new_tokens, min
 
     # The drafter's share is read here, in the caller: torch's thread count is what the target's prefill uses.
     threads = (options.prefill_threads or spare or max(1, torch.get_num_threads() // 2)) if overlap else None
-    ctx = RunContext(sampling, generator, stops, min_confidence, prefill_threads=threads)
+    ctx = RunContext(sampling, generator, stops, min_confidence, prefill_threads=threads,
+                     room=len(committed) + max_new_tokens + LOOKUP_MAX)
     if overlap:
         prefill, start = prefill_overlapped(clock, target, proposer, committed, ctx)
         ctx.prefill_threads = None  # the prefill is over: from here on the drafter runs alone

@@ -60,6 +60,9 @@ class RunContext:
     # prompt but its last token. A drafter that runs the target's own weights may copy that KV instead of
     # computing it (Proposer.takes_target_kv); nothing may change it.
     target_kv: object | None = None
+    # The most tokens the run's caches may hold (the prompt, the new tokens, a longest proposal): a drafter with a
+    # preallocated cache reserves it at `begin`, so that it does not grow mid-run. None: not known.
+    room: int | None = None
 
     # Set per iteration by a k controller that decides, token by token, whether drafting on pays
     # (AdaptiveK.drafting_rule): called with the drafter's probability of each proposal and the highest it gave

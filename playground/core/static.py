@@ -29,11 +29,11 @@ import weakref
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import PlaygroundError
 from .cached import CachedLM
-from .lean import _layers_of, _norm, _rotate, draft_lm, supports
+from .lean import _layers_of, draft_lm, supports
+from .step import RotaryTable, Shapes, attend_and_mlp, norm, rotated
 
 BUCKETS = (1, 2, 3, 5, 9, 17)  # feed lengths captured: a verification of k proposals feeds k + 1 rows (K_MAX 16)
 MIN_CAPACITY = 1024
@@ -48,25 +48,29 @@ def capacity_for(n: int) -> int:
 
 
 class _Cache:
-    """The preallocated keys and values of one model, with the rotary tables and the device buffers a captured
-    feed reads. `owner` is the StaticLM using it now: one run at a time (the engine's runs on a device take the
-    device lock one at a time); a newer run takes it over, and an older one that feeds again is refused."""
+    """The preallocated keys and values of one model (one [capacity, 2, kv heads, head dim] slab per layer: keys
+    and values of a position side by side), with the rotary rows and the device buffers a captured feed reads.
+    `owner` is the StaticLM using it now: one run at a time (the engine's runs on a device take the device lock
+    one at a time); a newer run takes it over, and an older one that feeds again is refused."""
 
     def __init__(self, model, capacity: int, like: torch.Tensor):
-        cfg = model.config
         self.capacity = capacity
-        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        shape = (cfg.num_hidden_layers, self.kv_heads, capacity, self.head_dim)
-        self.keys, self.values = like.new_zeros(shape), like.new_zeros(shape)
-        positions = torch.arange(capacity, device=like.device)
-        cos, sin = model.model.rotary_emb(like, positions[None])
-        self.cos, self.sin = cos[0], sin[0]
-        self.positions = positions
+        self.shapes = s = Shapes(model.config)
+        self.kv = like.new_zeros((model.config.num_hidden_layers, capacity, 2, s.kv_heads, s.head_dim))
+        self.rotary = RotaryTable(model, capacity, like, s.heads, s.kv_heads, s.head_dim)
+        self.positions = torch.arange(capacity, device=like.device)
+        self.zero, self.masked = like.new_zeros(()), like.new_full((), float("-inf"))  # the additive mask's values
         self.ids = torch.zeros(1, BUCKETS[-1], dtype=torch.long, device=like.device)
         self.start = torch.zeros(1, dtype=torch.long, device=like.device)  # the first fed row's position
         self.last = torch.zeros(1, dtype=torch.long, device=like.device)  # the row whose logits a draft returns
         self.owner = None
+
+    def keys(self, layer: int, end: int | None = None) -> torch.Tensor:
+        """Layer `layer`'s keys as attention reads them, [1, kv heads, positions, head dim] (a view)."""
+        return self.kv[layer, :end, 0].transpose(0, 1)[None]
+
+    def values(self, layer: int, end: int | None = None) -> torch.Tensor:
+        return self.kv[layer, :end, 1].transpose(0, 1)[None]
 
 
 class GraphSet:
@@ -131,6 +135,7 @@ class StaticLM:
         self.layers = _layers_of(model)
         self.tokens: list[int] = []
         self.written = 0
+        self.grown = 0  # times the cache grew during this run
         self._take(capacity)
 
     def _take(self, capacity: int) -> None:
@@ -152,12 +157,31 @@ class StaticLM:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    @property
+    def room(self) -> int:
+        """Tokens the cache holds before it grows again."""
+        return self.cache_state.capacity - BUCKETS[-1]
+
     def reserve(self, n: int) -> None:
-        """Make room for `n` cached tokens before the run starts (a larger cache re-captures the graphs)."""
-        if n + BUCKETS[-1] > self.cache_state.capacity:
-            if self.tokens:
-                raise PlaygroundError("the static cache can grow only before its first feed")
+        """Make room for `n` cached tokens (before a run starts, so that it never grows mid-run)."""
+        if n > self.room:
+            self._grow(n)
+
+    @torch.inference_mode()
+    def _grow(self, n: int) -> None:
+        """A cache with room for `n` tokens (the next power of two), holding what this one holds: a run grows past
+        any first capacity, as a DynamicCache would. The graphs are captured again over the new cache (their
+        warm-up writes at the first positions, so the copy comes after)."""
+        old, written = self.cache_state, self.written
+        if old.owner is None or old.owner() is not self:
+            raise PlaygroundError("another run took over this model's static cache; start this run again")
+        try:
             self._take(n + BUCKETS[-1])
+        except torch.OutOfMemoryError as err:
+            raise PlaygroundError(f"the static cache could not grow to {capacity_for(n)} tokens: the device is out "
+                                  f"of memory ({err})") from None
+        self.cache_state.kv[:, :written].copy_(old.kv[:, :written])
+        self.grown += 1
 
     @torch.inference_mode()
     def feed(self, ids: Sequence[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor | None:
@@ -171,14 +195,13 @@ class StaticLM:
         if cache.owner is None or cache.owner() is not self:
             raise PlaygroundError("another run took over this model's static cache; start this run again")
         start, end = self.written, self.written + n
-        if end + BUCKETS[-1] > cache.capacity:
-            raise PlaygroundError(f"the static cache holds {cache.capacity - BUCKETS[-1]} tokens and this feed "
-                                  f"would reach {end}; ask for fewer new tokens")
+        if end > self.room:
+            self._grow(end)
         on_host = not isinstance(ids, torch.Tensor)
         if self.graphed and n <= BUCKETS[-1]:
             logits = self._replay(ids, n, start)
         else:
-            tensor = torch.tensor([list(ids)], dtype=torch.long, device=self.device) if on_host else ids.view(1, n)
+            tensor = torch.tensor(list(ids), dtype=torch.long, device=self.device) if on_host else ids.view(n)
             logits = self._sliced(tensor, start) if self.device.type == "cpu" else self._eager_captured(tensor, start)
         if on_host:
             self.tokens.extend(int(t) for t in ids)
@@ -200,60 +223,45 @@ class StaticLM:
 
     def _eager_captured(self, tensor: torch.Tensor, start: int) -> torch.Tensor:
         """The captured arithmetic run eagerly on a feed of any length (a prefill longer than every bucket)."""
-        cache, n = self.cache_state, tensor.shape[1]
+        cache, n = self.cache_state, tensor.shape[-1]
         cache.start.fill_(start)
         cache.last.fill_(n - 1)
-        return self._captured(n, tensor)
+        return self._captured(n, tensor.view(n))
 
-    def _captured(self, n: int, tensor: torch.Tensor | None = None) -> torch.Tensor:
-        """The feed of n rows as a CUDA graph records it: every input read from the cache's device buffers."""
+    def _captured(self, n: int, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The feed of n rows as a CUDA graph records it: every input read from the cache's device buffers. The
+        layer's arithmetic is `core.step`'s; here, once per step: the positions, their rotary rows and the one
+        additive mask (causal, and nothing past the feed) every layer shares."""
         cache = self.cache_state
-        ids = cache.ids[:, :n] if tensor is None else tensor
+        ids = cache.ids[0, :n] if ids is None else ids
         positions = cache.start + cache.positions[:n]
-        cos, sin = cache.cos.index_select(0, positions)[None, None], cache.sin.index_select(0, positions)[None, None]
-        mask = cache.positions[None, :] <= positions[:, None]  # [n, capacity]: causal, and nothing past the feed
+        rot = cache.rotary.rows(positions)
+        mask = torch.where(cache.positions[None, :] <= positions[:, None], cache.zero, cache.masked)
         x = self.model.model.embed_tokens(ids)
+        s = cache.shapes
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, n, cos, sin)
-            cache.keys[i].index_copy_(1, positions, k[0])
-            cache.values[i].index_copy_(1, positions, v[0])
-            o = F.scaled_dot_product_attention(q, cache.keys[i][None], cache.values[i][None], attn_mask=mask,
-                                               scale=layer.scaling, enable_gqa=True)
-            x = self._rest(layer, x, o, n)
+            qkv = rotated(layer, x, rot, s)
+            cache.kv[i].index_copy_(0, positions, qkv[:, s.heads:].view(n, 2, s.kv_heads, s.head_dim))
+            x = attend_and_mlp(layer, x, qkv[:, : s.heads], cache.keys(i), cache.values(i), mask, s)
         if self.rows == "last":
-            x = x.index_select(1, cache.last)
-        return self.model.lm_head(_norm(x, self.model.model.norm))[0]
+            x = x.index_select(0, cache.last)
+        return self.model.lm_head(norm(x, self.model.model.norm))
 
-    def _sliced(self, tensor: torch.Tensor, start: int) -> torch.Tensor:
+    def _sliced(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """The same arithmetic attending over the cached positions only (the CPU's way; no graph records it)."""
-        cache, n = self.cache_state, tensor.shape[1]
+        cache, n = self.cache_state, ids.shape[0]
         end = start + n
-        cos, sin = cache.cos[start:end][None, None], cache.sin[start:end][None, None]
-        mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=tensor.device).tril(start)
-        x = self.model.model.embed_tokens(tensor)
+        rot = cache.rotary.rows(cache.positions[start:end])
+        mask = None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=ids.device).tril(start)
+        x = self.model.model.embed_tokens(ids)
+        s = cache.shapes
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, n, cos, sin)
-            cache.keys[i, :, start:end] = k[0]
-            cache.values[i, :, start:end] = v[0]
-            o = F.scaled_dot_product_attention(q, cache.keys[i, None, :, :end], cache.values[i, None, :, :end],
-                                               attn_mask=mask, scale=layer.scaling, enable_gqa=True)
-            x = self._rest(layer, x, o, n)
+            qkv = rotated(layer, x, rot, s)
+            cache.kv[i, start:end] = qkv[:, s.heads:].view(n, 2, s.kv_heads, s.head_dim)
+            x = attend_and_mlp(layer, x, qkv[:, : s.heads], cache.keys(i, end), cache.values(i, end), mask, s)
         if self.rows == "last":
-            x = x[:, -1:]
-        return self.model.lm_head(_norm(x, self.model.model.norm))[0]
-
-    def _qkv(self, layer, x, n, cos, sin):
-        c = self.cache_state
-        q, k, v = layer.qkv_of(_norm(x, layer.norm1))
-        q = _rotate(q.view(1, n, c.heads, c.head_dim).transpose(1, 2), cos, sin)
-        k = _rotate(k.view(1, n, c.kv_heads, c.head_dim).transpose(1, 2), cos, sin)
-        return q, k, v.view(1, n, c.kv_heads, c.head_dim).transpose(1, 2)
-
-    @staticmethod
-    def _rest(layer, x, o, n):
-        x = x + layer.o(o.transpose(1, 2).reshape(1, n, -1))
-        gate, up = layer.gate_up_of(_norm(x, layer.norm2))
-        return x + layer.down(F.silu(gate) * up)
+            x = x[-1:]
+        return self.model.lm_head(norm(x, self.model.model.norm))
 
     def crop(self, length: int) -> None:
         """Keep the first `length` cached tokens (later feeds overwrite the rest)."""
@@ -279,8 +287,7 @@ class _KVLayer:
 
 class _KVView:
     def __init__(self, cache: _Cache, n: int):
-        self.layers = [_KVLayer(cache.keys[i, None, :, :n], cache.values[i, None, :, :n])
-                       for i in range(cache.keys.shape[0])]
+        self.layers = [_KVLayer(cache.keys(i, n), cache.values(i, n)) for i in range(cache.kv.shape[0])]
 
 
 # --- choosing a forward ------------------------------------------------------------------------------------------

@@ -49,6 +49,8 @@ class DraftModelProposer(Proposer):
     def begin(self, prompt_ids: Sequence[int], ctx: RunContext) -> None:
         super().begin(prompt_ids, ctx)
         self.lm = draft_model_lm(self.model, self.device, self.vocab_size, self.forward)
+        if isinstance(self.lm, StaticLM) and ctx.room is not None:
+            self.lm.reserve(ctx.room)  # as the target's: a graphed draft then never captures again mid-run
         prefix, target = list(prompt_ids[:-1]), ctx.target_kv
         self.shared_kv = 0
         if self.takes_target_kv and target is not None and target.tokens == prefix:

@@ -1,0 +1,110 @@
+"""The static forward's arithmetic for one decoder layer, in few dispatched ops (`core.static` runs it).
+
+On a GPU a captured step replays one kernel per dispatched op, so a small draft is bound by its op count, not its
+weight bytes. Per layer this runs 13 ops (14 where attention's output must be laid out again for the product):
+
+    rms_norm          the norm with its weight folded in (one op; normalised in float32 inside the kernel)
+    qkv product       query, key and value as one product (`core.lean.fused`; Qwen2's biases folded in)
+    mul, roll,        rotary embeddings over q, k and v at once: x * cos + roll(x, d/2) * sin', where sin' carries
+    addcmul           rotate_half's sign, and v's rows of the table are cos 1, sin 0 (so v passes through exactly)
+    index_copy_       keys and values written together, at their positions, into one [capacity, 2, kv heads, d]
+                      slab per layer (the layout flash attention reads: sequence outside, heads inside)
+    sdpa              scaled-dot-product attention under the step's one additive mask
+    [copy]            attention's output as rows (a view where the kernel already wrote it that way)
+    addmm             the out-projection with the residual added in the same product
+    rms_norm, gate_up product, silu, mul
+    addmm             the down-projection with the residual added in the same product
+
+Per step, shared by every layer: the positions, the rotary rows (an index_select and a gather), the additive mask
+(a comparison and a where), the embedding, and at the end the final norm and the head.
+
+Why by hand, and why this shape: transformers' eager forward runs ~30 dispatched ops per layer (a dtype round trip
+per norm, rotate_half's neg and cat for q and k apart, two cache writes, a boolean mask converted inside every
+attention call, the residual adds apart from their products), and makes host decisions while building its masks,
+which a CUDA graph cannot record. The arithmetic is the model's own (its weights, its rotary tables, the same
+order of operations), so greedy output through it equals plain greedy output through it, and it agrees with
+transformers' forward to a rounding (tests/test_static.py; in bf16 within the tolerance tests/test_static_bf16.py
+states).
+
+Modules that are not plain `nn.Linear` (a quantized draft's) run as modules, with the residual added apart.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class RotaryTable:
+    """The rotary rows for every cached position, laid out for the fused rotation: [capacity, 2 (cos, sin'),
+    2 (rotated, passed through), d], and the per-head choice between the two (q's and k's heads rotate, v's pass
+    through). `rows(positions)` gives [n, 2, heads + 2 * kv heads, d]."""
+
+    def __init__(self, model, capacity: int, like: torch.Tensor, heads: int, kv_heads: int, head_dim: int):
+        positions = torch.arange(capacity, device=like.device)
+        cos, sin = model.model.rotary_emb(like, positions[None])  # the model's own tables, in its dtype
+        cos, sin = cos[0], sin[0]
+        half = head_dim // 2
+        sign = torch.cat([-torch.ones(half, dtype=sin.dtype, device=sin.device),
+                          torch.ones(head_dim - half, dtype=sin.dtype, device=sin.device)])
+        one, zero = torch.ones_like(cos), torch.zeros_like(sin)
+        self.table = torch.stack([torch.stack([cos, one], 1), torch.stack([sin * sign, zero], 1)], 1).contiguous()
+        self.group = torch.tensor([0] * (heads + kv_heads) + [1] * kv_heads, device=like.device)
+        self.cos, self.sin = cos, sin  # as the model computes them (tests, and the draft's copy of a target cache)
+
+    def rows(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.table.index_select(0, positions)[:, :, self.group]
+
+
+class Shapes:
+    """The head counts and sizes one step needs."""
+
+    def __init__(self, cfg):
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.hidden = cfg.hidden_size
+
+
+def norm(x: torch.Tensor, module) -> torch.Tensor:
+    """LlamaRMSNorm in one op: the weight folded into torch's rms_norm, which normalises half-precision rows in
+    float32 inside. transformers normalises in float32 whatever the dtype, so a float64 model (the tests' exact
+    comparisons) takes its round trip."""
+    if x.dtype == torch.float64:
+        return module.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=module.variance_epsilon).to(x.dtype)
+    return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
+
+
+def _plain(module) -> bool:
+    return type(module) is torch.nn.Linear and module.bias is None
+
+
+def _project_add(x: torch.Tensor, h: torch.Tensor, module) -> torch.Tensor:
+    """x + module(h), in one product (addmm) where the module is a plain linear layer without a bias."""
+    if _plain(module):
+        return torch.addmm(x, h, module.weight.t())
+    return x + module(h)
+
+
+def _qkv(layer, h: torch.Tensor) -> torch.Tensor:
+    """The fused query-key-value product, [n, (heads + 2 kv heads) * d]."""
+    if layer.qkv is not None:
+        return layer.qkv(h)
+    return torch.cat([layer.q(h), layer.k(h), layer.v(h)], -1)
+
+
+def rotated(layer, x: torch.Tensor, rot: torch.Tensor, s: Shapes) -> torch.Tensor:
+    """q, k and v of rows `x` [n, hidden] with q and k rotated: [n, heads + 2 kv heads, d]."""
+    qkv = _qkv(layer, norm(x, layer.norm1)).view(x.shape[0], -1, s.head_dim)
+    return torch.addcmul(qkv * rot[:, 0], qkv.roll(s.head_dim // 2, -1), rot[:, 1])
+
+
+def attend_and_mlp(layer, x: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask,
+                   s: Shapes) -> torch.Tensor:
+    """The rest of the layer: attention of `q` [n, heads, d] over keys/values [1, kv heads, length, d], the
+    out-projection with the residual, the MLP with the residual. Returns the layer's output rows [n, hidden]."""
+    n = x.shape[0]
+    o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, values, attn_mask=mask, scale=layer.scaling,
+                                       enable_gqa=True)
+    x = _project_add(x, o[0].transpose(0, 1).reshape(n, s.heads * s.head_dim), layer.o)
+    gate, up = layer.gate_up_of(norm(x, layer.norm2))
+    return _project_add(x, F.silu(gate) * up, layer.down)

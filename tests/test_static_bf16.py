@@ -1,0 +1,107 @@
+"""The static forward in bfloat16 at real layer widths, on the CPU: what a GPU lease runs, proven where CI runs.
+
+Random weights of the Llama-3.1-8B and Qwen2.5-7B layer shapes (hidden 4096 / 3584, GQA 32:8 / 28:4, Qwen2's
+q/k/v biases), cut to 2 layers and a 1,024-token vocabulary (the vocabulary is no layer width; it only makes the
+head cheaper). The tolerance: bf16 keeps 8 bits of mantissa, so a logit near 5 moves in steps of 1/32; against a
+float32 forward of the same weights the static forward's logits must stay within 5% of the largest logit (8 of
+those steps) at every bucket length, as transformers' own bf16 forward does (both are printed on failure).
+"""
+
+import copy
+
+import pytest
+import torch
+
+from playground.core.cached import CachedLM
+from playground.core.engine import plain_generate, speculative_generate
+from playground.core.records import Iteration, Step
+from playground.core.static import BUCKETS, StaticLM, release
+from playground.drafters.proposers import DraftModelProposer
+from playground.pairs import synthetic
+from tests.tiny import tiny_pair
+
+VOCAB = 1024
+CONTEXT = [(37 * i) % VOCAB for i in range(40)]
+TOLERANCE = 0.05  # of the largest logit of the float32 forward
+
+
+def cut_model(hub_id: str, vocab: int = VOCAB) -> torch.nn.Module:
+    cfg = synthetic.shipped_config(hub_id, num_hidden_layers=2, vocab_size=vocab, bos_token_id=None,
+                                   eos_token_id=None, pad_token_id=None)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(synthetic, "shipped_config", lambda *_a, **_k: cfg)
+        return synthetic.random_model(hub_id, "cpu", torch.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    return cut_model("meta-llama/Llama-3.1-8B-Instruct")
+
+
+def logits_after(lm, context, feed, start=None):
+    lm.feed(context)
+    if start is not None:  # the wrong variant: the feed written at other positions than the context's end
+        lm.written = start
+    return lm.feed(feed).float()
+
+
+@pytest.mark.slow
+def test_bf16_static_forward_matches_float32_within_the_stated_tolerance_at_every_bucket(llama8b):
+    reference = copy.deepcopy(llama8b).float()
+    for n in BUCKETS:
+        feed = [(11 * i + 5) % VOCAB for i in range(n)]
+        want = logits_after(CachedLM(reference, "cpu"), CONTEXT, feed)
+        bound = TOLERANCE * want.abs().max().item()
+        ours = (logits_after(StaticLM(llama8b, "cpu"), CONTEXT, feed) - want).abs().max().item()
+        theirs = (logits_after(CachedLM(llama8b, "cpu"), CONTEXT, feed) - want).abs().max().item()
+        assert ours <= bound and theirs <= bound, (n, ours, theirs, bound)
+        # what the captured arithmetic runs (padded to the bucket, inputs from the device buffers) agrees too
+        lm = StaticLM(llama8b, "cpu")
+        lm.feed(CONTEXT)
+        with torch.inference_mode():
+            captured = lm._eager_captured(torch.tensor(feed), len(CONTEXT)).float()
+        assert (captured - want).abs().max().item() <= bound, n
+    # power: the same feed written three positions off (a rollback that moved the length wrongly) is out of bounds
+    off = (logits_after(StaticLM(llama8b, "cpu"), CONTEXT, feed, start=len(CONTEXT) - 3) - want).abs().max().item()
+    assert off > bound, (off, bound)
+    release(llama8b)
+
+
+def tokens(records):
+    return [t for r in records for t in (r.emitted if isinstance(r, Iteration) else (r.token,) if isinstance(r, Step)
+                                         else ())]
+
+
+def decisive(model, vocab: int) -> torch.nn.Module:
+    """`model` with a head that names one next token by a wide margin: embeddings N(0, 1) (50x the random init, so
+    a position's own embedding outweighs what its layers add) and the head a permutation of them, so the next token
+    is a fixed function of the current one, cycling through the vocabulary. Random bf16 logits are nearly flat and
+    tie often (they move in steps of 1/32 near 4), and kernels may round a row otherwise when it is fed among
+    others: there a greedy comparison would test the rounding, not the loop."""
+    order = (torch.arange(vocab) * 5 + 3) % vocab  # a permutation (5 is prime to the vocabulary's size)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(50.0)
+        model.lm_head.weight.copy_(model.model.embed_tokens.weight[order])
+    return model
+
+
+@pytest.mark.slow
+def test_bf16_greedy_speculative_equals_plain_with_the_draft_equal_to_the_target():
+    """Through the static forward in bf16 at real layer widths, the loop with the draft equal to the target
+    accepts every proposal (alpha 1) and emits plain greedy's tokens: verification feeds of 4 and 9 rows, the
+    draft's device-side steps, the caches' lengths after every iteration (the numerics are the test above's)."""
+    vocab = 128
+    model = decisive(cut_model("Qwen/Qwen2.5-7B-Instruct", vocab=vocab), vocab)
+    pair = tiny_pair(model, model)
+    pair.target_forward = "static"
+    for prompt in ([1, 2, 3, 4, 5], [x % vocab for x in CONTEXT[:30]]):
+        plain = tokens(plain_generate(pair, prompt, max_new_tokens=32))
+        assert len(set(plain)) > 16  # the cycle moves through the vocabulary: not one token repeated
+        for k in (3, 8):
+            proposer = DraftModelProposer(model, "cpu", None, forward="static")
+            records = list(speculative_generate(pair, prompt, proposer=proposer, k=k, max_new_tokens=32))
+            assert tokens(records) == plain, k
+            iterations = [r for r in records if isinstance(r, Iteration)]
+            assert all(r.n_accepted == len(r.proposed) == k for r in iterations[:-1]), k
+            assert proposer.lm.cache_length() == len(proposer.lm.tokens) < len(prompt) + 32
+    release(model)
