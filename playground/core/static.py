@@ -135,7 +135,7 @@ class StaticLM:
         self.layers = _layers_of(model)
         self.tokens: list[int] = []
         self.written = 0
-        self.grown = 0  # times the cache grew during this run
+        self.grown = 0  # times the cache grew after this run's first feed (a reservation before it is no growth)
         self._take(capacity)
 
     def _take(self, capacity: int) -> None:
@@ -181,7 +181,7 @@ class StaticLM:
             raise PlaygroundError(f"the static cache could not grow to {capacity_for(n)} tokens: the device is out "
                                   f"of memory ({err})") from None
         self.cache_state.kv[:, :written].copy_(old.kv[:, :written])
-        self.grown += 1
+        self.grown += 1 if written else 0
 
     @torch.inference_mode()
     def feed(self, ids: Sequence[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor | None:
