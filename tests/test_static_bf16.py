@@ -17,20 +17,11 @@ from playground.core.engine import plain_generate, speculative_generate
 from playground.core.records import Iteration, Step
 from playground.core.static import BUCKETS, StaticLM, release
 from playground.drafters.proposers import DraftModelProposer
-from playground.pairs import synthetic
-from tests.tiny import tiny_pair
+from tests.tiny import cut_model, decisive, tiny_pair
 
-VOCAB = 1024
+VOCAB = 1024  # tests.tiny.cut_model's default
 CONTEXT = [(37 * i) % VOCAB for i in range(40)]
 TOLERANCE = 0.05  # of the largest logit of the float32 forward
-
-
-def cut_model(hub_id: str, vocab: int = VOCAB) -> torch.nn.Module:
-    cfg = synthetic.shipped_config(hub_id, num_hidden_layers=2, vocab_size=vocab, bos_token_id=None,
-                                   eos_token_id=None, pad_token_id=None)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(synthetic, "shipped_config", lambda *_a, **_k: cfg)
-        return synthetic.random_model(hub_id, "cpu", torch.bfloat16)
 
 
 @pytest.fixture(scope="module")
@@ -70,19 +61,6 @@ def test_bf16_static_forward_matches_float32_within_the_stated_tolerance_at_ever
 def tokens(records):
     return [t for r in records for t in (r.emitted if isinstance(r, Iteration) else (r.token,) if isinstance(r, Step)
                                          else ())]
-
-
-def decisive(model, vocab: int) -> torch.nn.Module:
-    """`model` with a head that names one next token by a wide margin: embeddings N(0, 1) (50x the random init, so
-    a position's own embedding outweighs what its layers add) and the head a permutation of them, so the next token
-    is a fixed function of the current one, cycling through the vocabulary. Random bf16 logits are nearly flat and
-    tie often (they move in steps of 1/32 near 4), and kernels may round a row otherwise when it is fed among
-    others: there a greedy comparison would test the rounding, not the loop."""
-    order = (torch.arange(vocab) * 5 + 3) % vocab  # a permutation (5 is prime to the vocabulary's size)
-    with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(50.0)
-        model.lm_head.weight.copy_(model.model.embed_tokens.weight[order])
-    return model
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import copy
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from playground.pairs import synthetic
 from playground.pairs.models import ModelPair
 
 
@@ -46,3 +47,24 @@ def word_tokenizer(words: list[str], eos: str = "<eos>", extra: tuple[str, ...] 
     tok = Tokenizer(models.WordLevel(vocab, unk_token=words[0]))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, unk_token=words[0])
+
+
+def cut_model(hub_id: str, vocab: int = 1024, device="cpu") -> torch.nn.Module:
+    """A named model's layer shapes (playground/pairs/configs) with random bf16 weights, cut to 2 layers and `vocab`
+    tokens (the vocabulary is no layer width; a smaller one only makes the head cheaper)."""
+    return synthetic.random_model(hub_id, device, torch.bfloat16, layers=2, vocab_size=vocab, bos_token_id=None,
+                                  eos_token_id=None, pad_token_id=None)
+
+
+def decisive(model, vocab: int) -> torch.nn.Module:
+    """`model` with a head that names one next token by a wide margin: embeddings N(0, 1) (50x the random init, so
+    a position's own embedding outweighs what its layers add) and the head a permutation of them, so the next token
+    is a fixed function of the current one, cycling through the vocabulary. Random bf16 logits are nearly flat and
+    tie often (they move in steps of 1/32 near 4), and kernels may round a row otherwise when it is fed among
+    others: there a greedy comparison would test the rounding, not the loop."""
+    # a permutation (5 is prime to the vocabulary's size)
+    order = ((torch.arange(vocab) * 5 + 3) % vocab).to(model.lm_head.weight.device)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(50.0)
+        model.lm_head.weight.copy_(model.model.embed_tokens.weight[order])
+    return model

@@ -70,18 +70,18 @@ def pair_ratios(target: str, draft: str) -> PairRatios:
                       draft_params=param_count(d), byte_ratio=param_count(d) / param_count(t))
 
 
-def random_model(hub_id: str, device, dtype: torch.dtype, layers: int | None = None, seed: int = 0):
-    """A causal LM of `hub_id`'s shapes (its first `layers` layers when given) with N(0, 0.02) weights, built on
-    the meta device and filled where it lives: transformers' own initialisation of a billion parameters on two CPU
-    cores took minutes, a fill seconds."""
+def random_model(hub_id: str, device, dtype: torch.dtype, layers: int | None = None, seed: int = 0, **changes):
+    """A causal LM of `hub_id`'s shapes (its first `layers` layers when given; `changes` to its config, such as a
+    smaller vocabulary for a test) with N(0, 0.02) weights, built on the meta device and filled where it lives:
+    transformers' own initialisation of a billion parameters on two CPU cores took minutes, a fill seconds."""
     # transformers' model classes: imported here, where a model is built, as pairs.loading does at its import
     from transformers import AutoModelForCausalLM
 
-    cfg = shipped_config(hub_id)
+    cfg = shipped_config(hub_id, **changes)
     if layers is not None:
         if not 1 <= layers <= cfg.num_hidden_layers:
             raise PlaygroundError(f"--layers must be from 1 to {cfg.num_hidden_layers} for {hub_id}, got {layers}")
-        cfg = shipped_config(hub_id, num_hidden_layers=layers)
+        cfg = shipped_config(hub_id, num_hidden_layers=layers, **changes)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     model = model.to_empty(device=device)
