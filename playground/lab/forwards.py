@@ -189,11 +189,12 @@ def _summary(rounds: list[ForwardsRound], ns: Sequence[int], gpu: bool) -> Forwa
     return out
 
 
-def step_kernels(pair, context: Sequence[int]) -> StepKernels:
+def step_kernels(pair, context: Sequence[int]) -> StepKernels | None:
     """What one 1-token feed of each model's static forward runs, eagerly, after a warm-up feed: on CUDA the
     kernels it launches, which are the ones a CUDA graph of that step records and replays (the graph's copies of
     the token and position in come apart); on a CPU, which has no kernels to count, the aten ops the step
-    dispatches itself (nested ones not counted)."""
+    dispatches itself (nested ones not counted). None where the profiler saw no CUDA activity at all (no CUPTI):
+    not measured, rather than a count of 0."""
     device = torch.device(pair.device)
     counts: dict[str, int] = {}
     for role, model, rows in (("target", pair.target, "all"), ("draft", pair.draft, "last")):
@@ -203,6 +204,8 @@ def step_kernels(pair, context: Sequence[int]) -> StepKernels:
         lm.feed(list(context), last_only=True)
         lm.feed(list(context[-1:]))  # warm-up: the first one-token feed may set up what later ones reuse
         ran = profiled(lambda lm=lm: lm.feed(list(context[-1:])), device)
+        if device.type == "cuda" and not (ran.kernels or ran.copies):
+            return None
         counts[role] = len(ran.kernels) if device.type == "cuda" else len(ran.top_ops)
     unit = CUDA_KERNELS if device.type == "cuda" else "aten ops dispatched (a CPU runs no kernels to count)"
     return StepKernels(unit=unit, target=counts["target"], draft=counts.get("draft"))

@@ -131,6 +131,14 @@ def check(folder: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
+    try:
+        return _command(argv)
+    except (OSError, ValueError) as e:  # a list that does not read: one line, the file and line named
+        print(f"gpu_wheels: {e}", file=sys.stderr)
+        return 2
+
+
+def _command(argv: list[str]) -> int:
     if argv[:1] == ["pins"]:
         print("\n".join(f"{name}=={version}" for name, version in pins().items()))
         return 0
