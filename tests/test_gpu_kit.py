@@ -1,5 +1,5 @@
 """The GPU lease kit, proven on a CPU before any lease: with only the device image's distributions and the carried
-wheels importable (tests/device_image.py), the check's entry points run (the CUDA tests collect, `timing
+wheels importable (tests/device_image.py), the check's entry points run (the CUDA tests collect and run, `timing
 --random-weights` times a 1-layer cut, the preflight passes on the CPU), and without a carried one they do not: the
 blocker has power. The pins meet the package's needs and each other's requirements; `gpu_check.sh --preflight-only`
 says "no CUDA" on a CPU in one line; both scripts pass shellcheck. Nothing is downloaded here."""
@@ -18,6 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from playground.compat import MIN_TRANSFORMERS
+from playground.lab.gpu_summary import NOT, read_inputs, read_tests, targets
 from playground.results import load_result
 from tests.device_image import ROOT, allowed, kit, run, site_of
 from tests.test_docker import lint
@@ -38,11 +39,17 @@ def without_pydantic(tmp_path_factory):
     return site_of(tmp_path_factory.mktemp("lacking") / "site", allowed() - {"pydantic"})
 
 
-def test_the_cuda_tests_collect_with_only_the_image_and_the_kit(device_site):
-    got = run(["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py",
+def test_the_cuda_tests_collect_and_run_with_only_the_image_and_the_kit(device_site, tmp_path):
+    """As gpu_check.sh runs them: here their CPU part passes and the GPU part skips, and the summary reads that as
+    nothing measured through the graphs."""
+    xml = tmp_path / "tests.xml"
+    got = run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", str(xml), "tests/test_cuda.py",
                "tests/test_cuda_graphs.py"], device_site)
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
-    assert "tests/test_cuda_graphs.py::test_greedy_through_graphs_equals_plain_through_graphs" in got.stdout
+    graphs = read_tests(xml)
+    assert graphs.skipped and not graphs.passed and not graphs.failed  # no GPU here: every graph test skips
+    assert any(name.startswith("test_greedy_through_graphs_equals_plain") for name in graphs.skipped)
+    assert targets(read_inputs(tmp_path))[-1] == ("greedy equal to plain through the graphs", NOT, NOT)
     blocked = run(["-c", "import gradio"], device_site)  # installed here, absent there: absent here too
     assert blocked.returncode == 1 and "No module named 'gradio'" in blocked.stderr
 
