@@ -16,7 +16,7 @@
 #   forwards_3b   the same for the seed's shapes, `--pair llama-3.2-3b` (3B target, 1B draft);
 #   summary       one screen (python -m playground.lab.gpu_summary): card, driver, versions, per shape the
 #                 step/floor ratio, v(1), v(5), v(17), c, the predicted speed-up at alpha 0.8, kernels per step,
-#                 exactness through the graphs, and each target of issue 54 met, NOT MET or not measured;
+#                 exactness through the graphs, and each target of the graphed path met, NOT MET or not measured;
 # and, all along, nvidia-smi's clocks, utilisation, temperature and power once a second (read only: clocks are
 # never set), in nvidia_smi.csv.
 #
