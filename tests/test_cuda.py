@@ -20,6 +20,7 @@ from playground.core.records import Iteration, Step, summarize
 from playground.core.sampling import SamplingConfig
 from playground.drafters.proposers import DraftModelProposer
 from playground.errors import PlaygroundError
+from playground.lab.forwards import step_kernels
 from playground.pairs import loading as models  # the loading functions, patched and called by name
 from playground.pairs.loading import load_pair
 from playground.pairs.models import ModelPair, memory_report, resolve_device_map, resolve_dtype
@@ -247,3 +248,16 @@ def test_tiny_pair_helper_still_runs_on_cpu_beside_the_gpu(target64):
     # CPU pairs keep working in a process that has initialised CUDA (the clock only syncs GPUs it holds).
     pair = tiny_pair(target64)
     assert [r.token for r in plain_generate(pair, [1, 2], max_new_tokens=4) if isinstance(r, Step)]
+
+
+@needs_gpu
+def test_a_steps_cuda_kernels_are_counted_and_follow_the_depth():
+    """lab.forwards.step_kernels on the GPU: the profiler sees the kernels of a 1-token static step (what its CUDA
+    graph replays), a fixed number more per layer."""
+    def counted(layers):
+        model = tiny_model(vocab=64, seed=0, layers=layers, dtype=torch.float32)
+        return step_kernels(gpu_pair(model, tiny_model(vocab=64, seed=1, layers=1), dtype=torch.bfloat16), range(8))
+
+    two, three, four = counted(2), counted(3), counted(4)
+    assert two.unit == "CUDA kernels" and two.draft == four.draft > 0
+    assert four.target - three.target == three.target - two.target > 0

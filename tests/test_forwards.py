@@ -129,3 +129,16 @@ def test_bad_requests_get_one_line_and_exit_2(args, message, capsys):
         pytest.skip("this machine has CUDA")
     assert main(["timing", "--random-weights", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_steps_count_follows_the_models_depth_and_files_without_one_still_load():
+    def counted(layers):
+        pair = tiny_pair(tiny_model(layers=layers, dtype=torch.float32), tiny_model(layers=1, dtype=torch.float32))
+        return forwards.step_kernels(pair, list(range(8)))
+
+    two, three, four = counted(2), counted(3), counted(4)
+    assert two.unit.startswith("aten ops") and "CPU" in two.unit  # not kernels: a CPU has none to count
+    assert two.draft == four.draft > 0  # the same 1-layer draft each time
+    assert four.target - three.target == three.target - two.target > 0  # a fixed count per layer
+    old = load_result("docs/results/forwards-llama-3.2-3b-layers4-epyc.json")  # saved before steps were counted
+    assert old.step_kernels is None and "1-token step" not in forwards_text(old)

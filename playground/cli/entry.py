@@ -29,6 +29,9 @@ from .replay_args import add_replay_parser
 from .vllm import COMMANDS as VLLM_COMMANDS
 from .vllm import add_vllm_parsers
 
+NO_MODEL_COMMANDS = frozenset({"presets", "pairs", "report", "whatif", *VLLM_COMMANDS})
+"""Commands that run no model in this process (vLLM's run in its own server), so need no transformers check."""
+
 
 def _add_pair_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default=None,
@@ -149,7 +152,12 @@ def run() -> None:
 
 def _dispatch(args: argparse.Namespace) -> int:
     """Runs the parsed command. A command's module is imported here, when it runs: they import torch and
-    transformers (seconds), which --help and a usage error need not wait for."""
+    transformers (seconds), which --help and a usage error need not wait for. A command that runs a model first
+    refuses a transformers too old to run it (one line, before anything is built or loaded)."""
+    if args.command not in NO_MODEL_COMMANDS:
+        from ..compat import require_transformers  # imports transformers: on use (see the docstring)
+
+        require_transformers()
     if args.command in ("presets", "pairs", "info"):
         from . import info  # on use (see the docstring)
 

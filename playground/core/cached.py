@@ -13,9 +13,12 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from ..compat import require_transformers
+
 
 class CachedLM:
     def __init__(self, model: torch.nn.Module, device: torch.device | str, vocab_size: int | None = None):
+        require_transformers()  # an older transformers would ignore `cache=` below and run without a cache
         self.model = model
         self.device = torch.device(device)
         self.vocab_size = vocab_size  # logits columns past the tokenizer's vocabulary (padding) are dropped

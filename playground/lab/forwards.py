@@ -35,8 +35,9 @@ from ..core.lean import draft_lm
 from ..core.static import StaticLM, release
 from ..errors import PlaygroundError
 from ..pairs.synthetic import param_count
-from ..results.calibration import ForwardsArm, ForwardsResult, ForwardsRound, StreamingFloor
+from ..results.calibration import CUDA_KERNELS, ForwardsArm, ForwardsResult, ForwardsRound, StepKernels, StreamingFloor
 from .common import Progress, tick
+from .profiled import profiled
 
 ALPHAS = (0.6, 0.8, 0.9)
 ARMS = ("eager", "static", "graphed")
@@ -188,6 +189,28 @@ def _summary(rounds: list[ForwardsRound], ns: Sequence[int], gpu: bool) -> Forwa
     return out
 
 
+def step_kernels(pair, context: Sequence[int]) -> StepKernels | None:
+    """What one 1-token feed of each model's static forward runs, eagerly, after a warm-up feed: on CUDA the
+    kernels it launches, which are the ones a CUDA graph of that step records and replays (the graph's copies of
+    the token and position in come apart); on a CPU, which has no kernels to count, the aten ops the step
+    dispatches itself (nested ones not counted). None where the profiler saw no CUDA activity at all (no CUPTI):
+    not measured, rather than a count of 0."""
+    device = torch.device(pair.device)
+    counts: dict[str, int] = {}
+    for role, model, rows in (("target", pair.target, "all"), ("draft", pair.draft, "last")):
+        if model is None:
+            continue
+        lm = StaticLM(model, device, pair.vocab_size, rows=rows, graphs=False)
+        lm.feed(list(context), last_only=True)
+        lm.feed(list(context[-1:]))  # warm-up: the first one-token feed may set up what later ones reuse
+        ran = profiled(lambda lm=lm: lm.feed(list(context[-1:])), device)
+        if device.type == "cuda" and not (ran.kernels or ran.copies):
+            return None
+        counts[role] = len(ran.kernels) if device.type == "cuda" else len(ran.top_ops)
+    unit = CUDA_KERNELS if device.type == "cuda" else "aten ops dispatched (a CPU runs no kernels to count)"
+    return StepKernels(unit=unit, target=counts["target"], draft=counts.get("draft"))
+
+
 def gpu_driver() -> str | None:
     """The NVIDIA driver's version, read with nvidia-smi (read only), or None."""
     if shutil.which("nvidia-smi") is None:
@@ -225,6 +248,7 @@ def time_forwards(pair, arms: Sequence[str] | None = None, context: int = 256, n
                 got = _round(pair, arm, ids[:context], ns, repeats if r else 1, time_it)
                 if r:  # round 0 warms up (and captures the graphs)
                     timed[arm].append(got)
+        kernels = step_kernels(pair, ids[:min(context, 16)])  # after the timing: its profiler stays out of it
         for model in (pair.target, pair.draft):
             if model is not None:
                 release(model)
@@ -241,4 +265,5 @@ def time_forwards(pair, arms: Sequence[str] | None = None, context: int = 256, n
         gpu_driver=gpu_driver() if device.type == "cuda" else None,
         seconds=time.perf_counter() - started,
         acceptance="not measured: random weights propose and accept nothing meaningful; the alphas are assumed",
+        step_kernels=kernels,
     )

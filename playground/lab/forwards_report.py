@@ -75,6 +75,10 @@ def forwards_text(result: ForwardsResult, setup: str | None = None) -> str:
         lines.append(f"the draft's layers / the target's{full}: {shape.layer_ratio:.2f}; its weight bytes: "
                      f"{shape.byte_ratio:.2f} (an eager step costs about the first, a bandwidth-bound one the "
                      "second)")
+    if result.step_kernels is not None:
+        k = result.step_kernels
+        lines.append(f"one 1-token step of the static forward, run eagerly, in {k.unit}: target {k.target}"
+                     + (f", draft {k.draft}" if k.draft is not None else ""))
     rows = _prediction_rows(result)
     if rows:
         lines += ["", "the cost model's predicted speed-up, best k, at an assumed alpha (iid acceptance):", "",

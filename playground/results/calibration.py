@@ -216,6 +216,20 @@ class StreamingFloor:
     datasheet_step_s: float | None = None
 
 
+CUDA_KERNELS = "CUDA kernels"
+"""StepKernels.unit of a count made on CUDA (a CPU's counts ops, under another unit)."""
+
+
+@dataclass
+class StepKernels:
+    """What one 1-token step of each model's static forward runs (lab.forwards.step_kernels): CUDA kernels on a
+    GPU, the count a CUDA graph of the step replays; dispatched aten ops on a CPU, `unit` says which."""
+
+    unit: str
+    target: int
+    draft: int | None = None
+
+
 @dataclass
 class PairShape:
     layers: int | None  # --layers: both cut to this many at most
@@ -251,3 +265,4 @@ class ForwardsResult(Result):
     shape: PairShape | None = None
     command: str | None = None
     setup: str | None = None
+    step_kernels: StepKernels | None = None  # absent from files saved before steps were counted
