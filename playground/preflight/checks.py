@@ -15,14 +15,14 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..compat import MIN_TRANSFORMERS, transformers_problem
 from ..core.cached import CachedLM
-from ..core.static import StaticLM, release
+from ..core.static import MIN_CAPACITY, StaticLM, release
 from ..lab.forwards import gpu_driver
 from ..lab.profiled import Profiled, profiled
 from ..pairs.synthetic import shipped_config
 from .kit import CARRY, Failed, carried_problems
 
 MIN_TORCH = "2.6"  # transformers 5 disables itself below it
-CAPACITY = 1024  # the static cache's first capacity: what a 256-token context's timing attends over
+CAPACITY = MIN_CAPACITY  # the static cache's first capacity: what a 256-token context's timing attends over
 SDPA_SHAPES = (("target", "meta-llama/Llama-3.1-8B-Instruct", 5), ("draft", "meta-llama/Llama-3.2-1B-Instruct", 1))
 """(role, model whose heads are used, rows fed): an 8B target verifying k = 4, a 1B draft's one-token step."""
 FUSED = ("_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention",
@@ -98,14 +98,17 @@ def check_cache(args: argparse.Namespace, found: dict) -> str:
 
 
 def sdpa_run(heads: int, kv_heads: int, head_dim: int, rows: int, device: torch.device, dtype) -> Profiled:
-    """What one scaled_dot_product_attention runs at the static forward's shapes: q [1, heads, rows, D], keys and
-    values [1, kv_heads, CAPACITY, D], an additive mask [rows, CAPACITY] in `dtype`, enable_gqa (after a first
+    """What one scaled_dot_product_attention runs at the static forward's shapes and strides (core.step): q the
+    rotated rows' heads [1, heads, rows, D] (a view of [rows, heads + 2 kv heads, D]), keys and values views of
+    one [CAPACITY, 2, kv heads, D] slab, an additive mask [rows, CAPACITY] in `dtype`, enable_gqa (after a first
     call, which may choose and load its kernel)."""
     gen = torch.Generator(device=device).manual_seed(0)
-    q = torch.randn(1, heads, rows, head_dim, device=device, dtype=dtype, generator=gen)
-    k, v = (torch.randn(1, kv_heads, CAPACITY, head_dim, device=device, dtype=dtype, generator=gen) for _ in "kv")
+    qkv = torch.randn(rows, heads + 2 * kv_heads, head_dim, device=device, dtype=dtype, generator=gen)
+    slab = torch.randn(CAPACITY, 2, kv_heads, head_dim, device=device, dtype=dtype, generator=gen)
+    q = qkv[:, :heads].transpose(0, 1)[None]
+    k, v = (slab[:, i].transpose(0, 1)[None] for i in (0, 1))
     seen = torch.arange(CAPACITY, device=device)[None, :] <= torch.arange(256, 256 + rows, device=device)[:, None]
-    mask = torch.zeros(rows, CAPACITY, device=device, dtype=dtype).masked_fill(~seen, torch.finfo(dtype).min)
+    mask = torch.zeros(rows, CAPACITY, device=device, dtype=dtype).masked_fill(~seen, float("-inf"))
     with torch.inference_mode():
         F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         return profiled(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), device)
