@@ -1,6 +1,6 @@
-"""The package's shape, checked from its source: no import circle, no module over 400 lines, every
-function-local import says why on its line (or the comment line above it), and nothing but playground.ui
-imports gradio."""
+"""The package's shape, checked from its source: no import circle, no module over 400 lines, no function over 80
+lines or 8 parameters, every function-local import says why on its line (or the comment line above it), and nothing
+but playground.ui imports gradio."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "playground"
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 80
+MAX_PARAMETERS = 8
 
 
 def _modules() -> dict[str, Path]:
@@ -66,6 +68,48 @@ def test_no_module_is_over_400_lines():
     long = {name: n for name, path in MODULES.items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def oversized_functions(source: str, where: str = "") -> list[str]:
+    """The functions in `source` (methods and nested functions each on their own) over MAX_FUNCTION_LINES lines
+    or MAX_PARAMETERS parameters.
+
+    Lines: from the `def` line to the function's last line, its docstring and comments included, its decorators
+    not. Parameters: positional-only, ordinary and keyword-only ones, less a method's `self` or `cls`; `*args`
+    and `**kwargs` count one each (each is one thing a caller can pass through)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = node.args
+        named = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+        if named and named[0] in ("self", "cls"):
+            named = named[1:]
+        params = len(named) + (a.vararg is not None) + (a.kwarg is not None)
+        lines = node.end_lineno - node.lineno + 1
+        if lines > MAX_FUNCTION_LINES or params > MAX_PARAMETERS:
+            found.append(f"{where}:{node.lineno}: {node.name} ({lines} lines, {params} parameters)")
+    return found
+
+
+def test_no_function_is_over_80_lines_or_8_parameters():
+    found = [f for name, path in MODULES.items()
+             for f in oversized_functions(path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent)))]
+    assert not found, "functions over 80 lines or 8 parameters:\n" + "\n".join(found)
+
+
+def test_the_function_guard_counts_lines_and_parameters_as_its_docstring_says():
+    body = "    x = 1\n" * 79  # + the def line: 80 lines
+    assert oversized_functions(f"def f():\n{body}") == []
+    assert oversized_functions(f"def f():\n{body}    x = 2\n") == [":1: f (81 lines, 0 parameters)"]
+    assert oversized_functions(f"@decorated\ndef f():\n{body}") == []  # a decorator is not the function's line
+    eight = "def f(a, /, b, c=1, *args, d, e=2, g, **kwargs): pass"
+    assert oversized_functions(eight) == []
+    assert oversized_functions(eight.replace("(a,", "(a, z,")) == [":1: f (1 lines, 9 parameters)"]
+    method = "class C:\n    def m(self, a, b, c, d, e, f, g, h): pass\n    def n(cls, *a, **k): pass"
+    assert oversized_functions(method) == []  # self and cls are not counted
+    nested = "def outer():\n    def inner(a, b, c, d, e, f, g, h, i): pass\n"
+    assert oversized_functions(nested) == [":2: inner (1 lines, 9 parameters)"]
 
 
 def test_there_is_no_import_circle():
