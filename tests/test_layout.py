@@ -112,6 +112,43 @@ def test_the_function_guard_counts_lines_and_parameters_as_its_docstring_says():
     assert oversized_functions(nested) == [":2: inner (1 lines, 9 parameters)"]
 
 
+# A registered drafter's name that is another word where it appears: (module, word) -> (times, what it is there).
+OTHER_WORDS = {
+    ("playground.ui.serving", "draft"): (1, "the draft model's role, in the model policy's message"),
+    ("playground.cli.random_timing", "draft"): (1, "the draft model's role, a key of the result's kernels"),
+}
+
+
+def drafter_literals(source: str, drafters: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of every string constant in `source` that is a drafter's name."""
+    return [(n.lineno, n.value) for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in drafters]
+
+
+def test_no_drafter_is_named_in_the_ui_or_the_cli():
+    """The browser and the CLI ask the registry what a drafter is (registry.one_cost, remembers, EXAMPLE_DRAFTER,
+    SOURCES): a test by name (`drafter != "hybrid"`) would leave out the next drafter of the same kind."""
+    from playground.drafters.registry import names
+
+    drafters = set(names())
+    found, other = [], {}
+    for name, path in MODULES.items():
+        if not name.startswith(("playground.ui", "playground.cli")):
+            continue
+        for line, value in drafter_literals(path.read_text(encoding="utf-8"), drafters):
+            if (name, value) in OTHER_WORDS:
+                other[(name, value)] = other.get((name, value), 0) + 1
+            else:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {value!r}")
+    assert not found, "drafters named in the ui or the cli:\n" + "\n".join(found)
+    assert other == {key: times for key, (times, _) in OTHER_WORDS.items()}  # each other word, as often as said
+
+
+def test_the_drafter_name_scan_finds_a_test_by_name():
+    source = 'def f(run):\n    return run.drafter != "hybrid" and g(drafter="lookup", note=f"{run} hybrid")\n'
+    assert drafter_literals(source, {"hybrid", "lookup"}) == [(2, "hybrid"), (2, "lookup")]
+
+
 def test_there_is_no_import_circle():
     edges = {m: sorted({t for t, _, _ in deps if t in MODULES and t != m}) for m, deps in GRAPH.items()}
     # A package's __init__ that re-exports its own modules is not a circle with them.

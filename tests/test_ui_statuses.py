@@ -361,14 +361,33 @@ def test_no_single_c_prediction_for_a_hybrid_run(word_pair):  # noqa: F811 - the
     assert "predicted, iid" in panels["draft"] and "no model for this drafter" not in panels["draft"]
 
 
-def test_a_hybrid_sweep_shows_no_single_c_prediction():
+@pytest.mark.parametrize("hybrid", ["hybrid", "suffix-hybrid"])
+def test_a_hybrid_sweep_shows_no_single_c_prediction(hybrid):
     from playground.ui import charts
     from playground.ui.sweep_words import fit_to_drafter, sweep_summary
 
-    result, no_model = fit_to_drafter(recorded_sweep(), "hybrid")
+    result, no_model = fit_to_drafter(recorded_sweep(), hybrid)
     names = [t.name for t in charts.sweep_figure(result).data]
     assert "predicted (iid \u03b1)" not in names and "predicted (per position)" not in names
     assert "predicted (loop costs)" in names  # priced from the runs' own iterations: it fits any drafter
     assert "no model for this drafter" in sweep_summary(result, "cpu", 3, 32, no_model=no_model)
     kept, none = fit_to_drafter(recorded_sweep(), "draft")
     assert "predicted (iid \u03b1)" in [t.name for t in charts.sweep_figure(kept).data] and not none
+
+
+@pytest.mark.parametrize("drafter, fits", [
+    ("hybrid", False), ("suffix-hybrid", False), ("suffix", True), ("draft", True), ("lookup", True), ("auto", True),
+])
+def test_the_single_c_model_fits_a_drafter_by_the_sources_the_registry_declares(drafter, fits):
+    """A drafter with several sources gets no single-c prediction, in a run's panel as in a sweep, even from a run
+    whose iterations all drew from one source (a suffix-hybrid whose tree never matched): the registry's sources
+    decide, not the drafter's name."""
+    from types import SimpleNamespace
+
+    from playground.ui.sweep_words import fit_to_drafter
+    from playground.ui.verdicts import one_cost_fits
+
+    run = SimpleNamespace(request=SimpleNamespace(drafter=drafter),
+                          summary=SimpleNamespace(source_iterations={"draft": 9}))
+    assert one_cost_fits(run) is fits
+    assert (fit_to_drafter(recorded_sweep(), drafter)[1] == []) is fits
