@@ -5,16 +5,12 @@ The CLI's --drafter choices (playground.cli), the browser's drafter menus (playg
 `drafters()` / `drafter_spec(name)`; none keeps a list of its own. `make_proposer` builds one by name, "auto" picks the best
 this pair can run (`default_drafter`), and `available_drafters` says which a pair can run.
 
-Adding a drafter takes two things:
-1. a module beside this one with its proposer (a `playground.core.proposal.Proposer`: propose k tokens, roll back);
-2. one `register_drafter(DrafterSpec(...))` call at the end of this module, naming it, saying what it needs (a draft model,
-   a condition on the pair, an installed package), how replay walks it (`replay`: "live" for a model-free drafter)
-   and how to build it: a function that imports the new module when called (the drafters' modules import torch,
-   which listing the names, for the CLI's parser and --help, must not load).
-Nothing else changes: the CLI, the browser, replay and the lab find it here. Registration order is menu order and,
-for the drafters marked `auto`, the order "auto" prefers them in.
+Adding a drafter (a module with its proposer, one `register_drafter` call at the end of this module) is
+docs/drafters.md's "Adding a drafter". Registration order is menu order and, for the drafters marked `auto`, the
+order "auto" prefers them in.
 
-This module imports nothing heavy (torch, transformers): the CLI builds its parser from it.
+This module imports nothing heavy (torch, transformers): the CLI builds its parser from it, and each drafter's
+build imports its module when called.
 """
 
 from __future__ import annotations
@@ -143,7 +139,7 @@ _LOCK = threading.Lock()  # registration from a test or a plugin, while a tab re
 
 
 def register_drafter(spec: DrafterSpec) -> DrafterSpec:
-    """Declare a drafter (see the module docstring); its name must be new. Returns the spec."""
+    """Declare a drafter (docs/drafters.md, "Adding a drafter"); its name must be new. Returns the spec."""
     if spec.name == "auto" or not spec.name:
         raise PlaygroundError(f"a drafter cannot be named {spec.name!r}")
     with _LOCK:
