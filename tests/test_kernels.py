@@ -93,6 +93,23 @@ def test_auto_times_both_kernels_and_keeps_what_its_probe_says():
     assert d["kernels"] == expected and f"{total['blas']:.1f} ms" in d["reason"]
 
 
+@pytest.mark.parametrize("onednn_share, chosen, reason", [
+    (0.5, "onednn", "oneDNN faster than BLAS"),
+    (0.98, "blas", "oneDNN not 5% faster than BLAS"),
+])
+def test_auto_keeps_onednn_only_when_its_probe_is_5_percent_faster(monkeypatch, onednn_share, chosen, reason):
+    """Which kernels win the probe depends on the host (the test above takes whichever it gets): with the probe's
+    timings made by hand, both outcomes run on any host."""
+    def probe(model, swap, sizes=kernels.PROBE_SIZES, **_):
+        return {"blas": {n: [0.01] for n in sizes}, "onednn": {n: [0.01 * onednn_share] for n in sizes}}
+
+    monkeypatch.setattr(kernels, "time_kernels", probe)
+    model = fp32_model()
+    choice = choose_kernels(model, "auto")
+    assert choice.kernels == chosen and choice.reason.startswith(reason)
+    assert {type(m) for m in linears(model)} == {OneDnnLinear if chosen == "onednn" else torch.nn.Linear}
+
+
 def test_auto_stays_on_blas_when_onednn_fails(monkeypatch):
     def broken(self, x):
         raise RuntimeError("could not create a primitive\nmore detail")

@@ -1,6 +1,6 @@
-"""The package's shape, checked from its source: no import circle, no module over 400 lines, every
-function-local import says why on its line (or the comment line above it), and nothing but playground.ui
-imports gradio."""
+"""The package's shape, checked from its source: no import circle, no module over 400 lines, no function over 80
+lines or 8 parameters, every function-local import says why on its line (or the comment line above it), and nothing
+but playground.ui imports gradio."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "playground"
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 80
+MAX_PARAMETERS = 8
 
 
 def _modules() -> dict[str, Path]:
@@ -66,6 +68,85 @@ def test_no_module_is_over_400_lines():
     long = {name: n for name, path in MODULES.items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def oversized_functions(source: str, where: str = "") -> list[str]:
+    """The functions in `source` (methods and nested functions each on their own) over MAX_FUNCTION_LINES lines
+    or MAX_PARAMETERS parameters.
+
+    Lines: from the `def` line to the function's last line, its docstring and comments included, its decorators
+    not. Parameters: positional-only, ordinary and keyword-only ones, less a method's `self` or `cls`; `*args`
+    and `**kwargs` count one each (each is one thing a caller can pass through)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = node.args
+        named = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+        if named and named[0] in ("self", "cls"):
+            named = named[1:]
+        params = len(named) + (a.vararg is not None) + (a.kwarg is not None)
+        lines = node.end_lineno - node.lineno + 1
+        if lines > MAX_FUNCTION_LINES or params > MAX_PARAMETERS:
+            found.append(f"{where}:{node.lineno}: {node.name} ({lines} lines, {params} parameters)")
+    return found
+
+
+def test_no_function_is_over_80_lines_or_8_parameters():
+    found = [f for name, path in MODULES.items()
+             for f in oversized_functions(path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent)))]
+    assert not found, "functions over 80 lines or 8 parameters:\n" + "\n".join(found)
+
+
+def test_the_function_guard_counts_lines_and_parameters_as_its_docstring_says():
+    body = "    x = 1\n" * 79  # + the def line: 80 lines
+    assert oversized_functions(f"def f():\n{body}") == []
+    assert oversized_functions(f"def f():\n{body}    x = 2\n") == [":1: f (81 lines, 0 parameters)"]
+    assert oversized_functions(f"@decorated\ndef f():\n{body}") == []  # a decorator is not the function's line
+    eight = "def f(a, /, b, c=1, *args, d, e=2, g, **kwargs): pass"
+    assert oversized_functions(eight) == []
+    assert oversized_functions(eight.replace("(a,", "(a, z,")) == [":1: f (1 lines, 9 parameters)"]
+    method = "class C:\n    def m(self, a, b, c, d, e, f, g, h): pass\n    def n(cls, *a, **k): pass"
+    assert oversized_functions(method) == []  # self and cls are not counted
+    nested = "def outer():\n    def inner(a, b, c, d, e, f, g, h, i): pass\n"
+    assert oversized_functions(nested) == [":2: inner (1 lines, 9 parameters)"]
+
+
+# A registered drafter's name that is another word where it appears: (module, word) -> (times, what it is there).
+OTHER_WORDS = {
+    ("playground.ui.serving", "draft"): (1, "the draft model's role, in the model policy's message"),
+    ("playground.cli.random_timing", "draft"): (1, "the draft model's role, a key of the result's kernels"),
+}
+
+
+def drafter_literals(source: str, drafters: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of every string constant in `source` that is a drafter's name."""
+    return [(n.lineno, n.value) for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in drafters]
+
+
+def test_no_drafter_is_named_in_the_ui_or_the_cli():
+    """The browser and the CLI ask the registry what a drafter is (registry.one_cost, remembers, EXAMPLE_DRAFTER,
+    SOURCES): a test by name (`drafter != "hybrid"`) would leave out the next drafter of the same kind."""
+    from playground.drafters.registry import names
+
+    drafters = set(names())
+    found, other = [], {}
+    for name, path in MODULES.items():
+        if not name.startswith(("playground.ui", "playground.cli")):
+            continue
+        for line, value in drafter_literals(path.read_text(encoding="utf-8"), drafters):
+            if (name, value) in OTHER_WORDS:
+                other[(name, value)] = other.get((name, value), 0) + 1
+            else:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {value!r}")
+    assert not found, "drafters named in the ui or the cli:\n" + "\n".join(found)
+    assert other == {key: times for key, (times, _) in OTHER_WORDS.items()}  # each other word, as often as said
+
+
+def test_the_drafter_name_scan_finds_a_test_by_name():
+    source = 'def f(run):\n    return run.drafter != "hybrid" and g(drafter="lookup", note=f"{run} hybrid")\n'
+    assert drafter_literals(source, {"hybrid", "lookup"}) == [(2, "hybrid"), (2, "lookup")]
 
 
 def test_there_is_no_import_circle():

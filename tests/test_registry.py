@@ -5,6 +5,11 @@ A reader that kept its own list of names would not offer it: that is the power o
 from __future__ import annotations
 
 import argparse
+import importlib
+import re
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +133,49 @@ def test_a_name_is_declared_once():
         registry.register_drafter(DrafterSpec("auto", "x", "x", lambda pair, **_: None))
     with pytest.raises(PlaygroundError, match="unknown drafter 'telepathy'; choose one of auto, llama.cpp"):
         registry.drafter_spec("telepathy")
+
+
+RECIPE = Path(__file__).resolve().parents[1] / "docs" / "drafters.md"
+
+
+def _recipe() -> tuple[str, str]:
+    """docs/drafters.md's "Adding a drafter": its two pieces of code (the module, the registration), as written."""
+    section = RECIPE.read_text(encoding="utf-8").split("\n## Adding a drafter\n", 1)[1].split("\n## ", 1)[0]
+    module, registration = (textwrap.dedent(b) for b in re.findall(r"^ *```python\n(.*?)^ *```", section,
+                                                                    flags=re.MULTILINE | re.DOTALL))
+    return module, registration
+
+
+@pytest.fixture
+def recipe(tmp_path, monkeypatch):
+    """The recipe followed in a package of its own: its module as repeat.py, and its registration in a module
+    that starts as the registry does (`from __future__ import annotations`, the registry's names); the drafter is
+    withdrawn after the test."""
+    module, registration = _recipe()
+    package = tmp_path / "recipe_drafters"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "repeat.py").write_text(module)
+    (package / "registration.py").write_text(
+        "from __future__ import annotations\n\nfrom playground.core.proposal import Proposer\n"
+        "from playground.drafters.registry import DrafterSpec, register_drafter\n\n\n" + registration)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        importlib.import_module("recipe_drafters.registration")
+        yield "repeat"
+    finally:
+        registry.unregister_drafter("repeat")
+        for name in ("recipe_drafters.registration", "recipe_drafters.repeat", "recipe_drafters"):
+            sys.modules.pop(name, None)
+
+
+def test_the_docs_recipe_adds_a_drafter_that_every_reader_offers_and_runs(recipe, pair64):
+    offered = {name: recipe in reader(pair64) for name, reader in READERS.items() if name != "browser request"}
+    assert all(offered.values()) and _accepted(recipe), offered  # (the browser request reader asks for the toy)
+    proposer = make_proposer(pair64, recipe)
+    assert proposer.propose([5, 6, 7], 3).tokens == (7, 7, 7)
+    res = acceptance(pair64, {"p": ("prose", [1, 2, 3, 4], 6)}, lambda: make_proposer(pair64, recipe), ks=(2,))
+    assert res.rows[0].k == 2
+    turn = greedy_turn(pair64, "t", [1, 2, 3, 3, 3, 2], 8, "text")
+    walks = replay_turns(pair64, [turn], ReplayOptions(drafters=[recipe], ks=[1, 2], controllers=()))
+    assert set(walks.turns[0].drafters[recipe].walks) == {"k=1", "k=2"}

@@ -90,7 +90,6 @@ def test_sweep_through_the_api_uses_the_lab_and_recommends_a_k(client):
     assert result["trust"]["trusted"] is False and result["recommended_k"] is None and result["withheld"]
     assert "1 round" in result["withheld"] and "no recommended k" in status
     assert "No recommended k" in summary and "Recommended k =" not in summary and "prefill excluded" in summary
-    assert f"The best measured k was {result['best_k']}" in summary or "no k beat plain decoding" in summary.lower()
     assert "Adaptive k (chosen per iteration:" in summary
     # and what its decisions were worth with the host's noise taken out (lab.schedules)
     costed = result["schedules"][0]

@@ -253,14 +253,18 @@ def test_a_sweep_in_the_browser_shows_its_verdict_and_a_recommendation_only_if_t
     for k in ("1", "2", "3", "4", "adaptive"):
         assert f"\n{k}\t" in f"\n{table}" or f"\n{k}\n" in f"\n{table}\n", table
     labels = page.eval_on_selector_all("#sweep-plot .annotation-text", "els => els.map(e => e.textContent)")
-    if "not to be trusted" in summary:  # a loaded machine: the reason, the fix, and no recommended k anywhere
-        assert "fix:" in summary and "No recommended k" in summary and "Recommended k =" not in summary
-        assert not any("recommended k" in t for t in labels) and "no recommended k" in status(page)
-    else:
-        k = status(page).split("recommended k = ")[1].split()[0]
-        assert f"Recommended k = {k}" in summary and f"recommended k = {k}" in labels
+    # A k, or none (a loaded machine fails the verdict; a slow one has no k beat plain), depends on this host: the
+    # status lines, the summary and the chart agree on which, whichever it is (test_ui_handlers' sweep tests say
+    # both outcomes' words, on any host)
+    said = re.search(r"^Sweep done: (?:recommended k = (\d+) for|no recommended k)", status(page, "#sweep-status"))
+    summed = re.search(r"Recommended k = (\d+)|No recommended k", summary)
+    drawn = [m[1] for t in labels if (m := re.fullmatch(r"recommended k = (\d+)", t))]
+    assert said and summed, (status(page, "#sweep-status"), summary)
+    k = said[1]  # None: no recommended k
+    assert summed[1] == k and drawn == ([k] if k else []), (k, summary, labels)
     assert_labels_apart(page, "#sweep-plot")
     wait_status(page, "Sweep done")  # the status line above the tabs says how the sweep ended
+    assert ("no recommended k" in status(page)) == (k is None)
     page.evaluate("document.activeElement && document.activeElement.blur()")  # no focus ring in the picture
     shot = tmp_path / "sweep.png"
     box = page.locator("#results").bounding_box()

@@ -1,9 +1,11 @@
 """The Replay tab in a real headless Chromium (tests/test_ui_browser.py's browser, page and label check): the
 sample trace replays (its first 7 turns, prompt lookup, k = 1, 2, 4: seconds of model work) and shows a
-recommendation or the reason it is withheld, the turns past the limit listed as not replayed, a per-shape chart
-whose labels do not overlap, and a token view that changes with k."""
+recommendation or the reason it is withheld, the same on the status line and on the tab, the turns past the limit
+listed as not replayed, a per-shape chart whose labels do not overlap, and a token view that changes with k."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -59,11 +61,11 @@ def test_the_replay_tab_runs_the_sample_trace_and_shows_k_per_shape(replay_url, 
     status = house.status(page, "#replay-status")  # the line whole, its folded part included
     verdict = text_of(page, "#replay-verdict")
     assert "lookup" in status and "hybrid" not in status  # the drafter chosen on the tab
-    if "Replay done: recommended k = " in status:
-        k = status.split("recommended k = ")[1].split()[0]
-        assert f"Recommended k = {k} with lookup" in verdict
-    else:  # withheld: the reason, on the tab and in the status line
-        assert "No recommended k:" in verdict and "no recommended k with lookup \u2014" in status
+    # A k, or none and why, depends on this host's speed: the line and the tab agree on which, whichever it is
+    # (test_ui_replay's done-status test says both outcomes' words, on any host)
+    said = re.search(r"^Replay done: (?:recommended k = (\d+) for all tokens|no recommended k) with lookup", status)
+    shown = re.search(r"(?:Recommended k = (\d+) with lookup|No recommended k): ", verdict)
+    assert said and shown and said[1] == shown[1], (status, verdict)
     assert "an estimate" in verdict and "Estimates" in verdict  # the sample was not written by the target
     assert f"{TURNS} turns (0 exact), 1 not replayed" in status
     assert "were skipped (PLAYGROUND_MAX_REPLAY_TURNS)" in text_of(page, "#replay-errors")

@@ -6,8 +6,10 @@ pair (exact: the target's own greedy output)."""
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
+import re
 import threading
 import time
 
@@ -23,6 +25,7 @@ from playground.limits import Limits
 from playground.pairs.models import ModelPair
 from playground.results.replay import CalibrationUse, LineError, ShapeRecommendation, ShapeSummary
 from playground.ui import replay_panel, replay_request, replay_view, serving
+from playground.ui.markup import fold
 from tests.test_replay import fake_timing
 from tests.tiny import tiny_model, word_tokenizer
 
@@ -230,6 +233,31 @@ def test_the_chart_has_a_labelled_line_per_shape_and_the_recommended_k(provider,
     lines = [d for d in fig.data if d.mode == "lines+markers"]
     assert {d.name for d in lines} >= {"all tokens"} and all(list(d.x) == [1, 2, 3, 4] for d in lines)
     assert replay_view.replay_figure(None).layout.annotations[0].text.startswith("run a replay")
+
+
+def shown(line: str) -> str:
+    """A status line as the page shows it with its fold opened (tests/test_ui_browser.status): no tags, "more" a
+    space, entities read."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", line.replace("<summary>more</summary>", " "))).split())
+
+
+@pytest.mark.parametrize("c, status, verdict", [
+    (0.2, "Replay done: recommended k = 3 for all tokens with draft \u00b7 4 turns", "Recommended k = 3 with draft: "),
+    (0.98, "Replay done: no recommended k with draft no k is predicted to beat plain decoding (the best, k = 1, ",
+     "No recommended k: no k is predicted to beat plain decoding (the best, k = 1, "),
+    (5.0, "Replay done: no recommended k with draft the draft calibration is not trusted: UNTRUSTWORTHY: ",
+     "No recommended k: the draft calibration is not trusted: UNTRUSTWORTHY: "),
+])
+def test_the_done_status_says_the_recommended_k_or_why_none_as_the_page_shows_it(pair, trace, c, status, verdict):
+    """Every outcome on any host: the calibration is made by hand, a drafter step of 0.2 target steps (k = 3
+    pays most), of 0.98 (no k beats plain decoding) or of 5 (slower than the target: not trusted), and the status
+    is read as the page shows it, through the fold that cuts a long line at " \u2014 " and drops the dash (the
+    browser test asserts only what holds whichever outcome its host gives)."""
+    provider = serving.PairProvider(pair=pair)
+    provider.calibrations.put(make_proposer(pair, "draft").describe(), fake_timing(c=c))
+    last = run(provider, request(trace_file=trace))[-1]
+    assert shown(fold(last.status)).startswith(status), last.status
+    assert verdict in replay_view.replay_recommendation_html(last.doc, "draft")
 
 
 def test_a_slower_than_plain_best_k_is_not_recommended():

@@ -247,6 +247,27 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
     # (in the run's own session, as the page does: the run kept the stand-in under this prompt's key)
 
 
+@pytest.mark.parametrize("noisy, said", [(False, "\u2014 trusted"), (True, "\u2014 UNTRUSTWORTHY: ")])
+def test_calibrate_ends_its_status_with_the_verdict_trusted_or_not(word_pair, monkeypatch, noisy, said):  # noqa: F811
+    """Whether a live calibration is trusted depends on the host (the browser tests take either word): with the
+    timing made by hand, both verdicts end the status line here."""
+    import dataclasses
+
+    from playground.results.calibration import TimingSamples
+    from playground.ui import measure
+    from playground.ui.session import Session
+    from tests.test_replay import fake_timing
+    from tests.test_ui_handlers import request
+
+    timing = fake_timing()
+    if noisy:  # a target pass's repeats 6x apart (test_trust's noisy calibration)
+        timing = dataclasses.replace(timing, raw=TimingSamples(target_pass_s={2: [0.01, 0.05, 0.011, 0.06]}))
+    monkeypatch.setattr(measure, "calibrated_timing", lambda *a, **k: (timing, False))
+    provider = serving.PairProvider(pair=word_pair)
+    status = list(measure.stream_calibrate(provider, Session(), request(provider, drafter="lookup")))[-1].status
+    assert status.startswith("Calibrated ") and said in status, status
+
+
 def recorded_sweep(**changes):
     """Issue 47's tool-call sweep as recorded (hybrid, 3 rounds, trusted): every predicted curve peaks at k = 8, the
     largest k swept, while the lab's pick from the deepest k's acceptance alone said 6 and adaptive k chose 15-16."""
@@ -301,6 +322,24 @@ def test_a_prediction_2x_from_its_measurement_fails_the_sweep_and_withholds_k():
     assert not any("recommended k" in a.text for a in charts.sweep_figure(result).layout.annotations)
 
 
+@pytest.mark.parametrize("slower, said", [
+    (0.0, "The best measured k was 8 (2.22\u00d7); not a recommendation while the verdict fails."),
+    (1.5, "And no k beat plain decoding (the best, k = 8, measured 0.72\u00d7)."),
+])
+def test_a_failed_verdict_names_the_best_measured_k_whether_or_not_it_beat_plain(slower, said):
+    """A one-round sweep (the API test's) fails its verdict on any host, and its best k beat plain decoding or
+    not as the host is fast or slow: with the figures made by hand, both sentences are said here."""
+    from playground.lab.trust import Finding, Verdict
+    from playground.ui.sweep_words import sweep_summary
+
+    rounds = Finding("rounds", "fail", "1 round: a single run has no spread", "run at least 3 rounds")
+    result = recorded_sweep(trust=Verdict.of([rounds]).to_dict(), recommended_k=None, withheld=rounds.message)
+    for row in result.table:
+        row.median_ratio -= slower
+    text = sweep_summary(result, "cpu", 1, 32)
+    assert "**No recommended k**: 1 round: a single run has no spread." in text and said in text
+
+
 def test_no_single_c_prediction_for_a_hybrid_run(word_pair):  # noqa: F811 - the fixture
     from playground.drafters.registry import make_proposer
     from playground.ui import handlers, verdicts
@@ -322,14 +361,33 @@ def test_no_single_c_prediction_for_a_hybrid_run(word_pair):  # noqa: F811 - the
     assert "predicted, iid" in panels["draft"] and "no model for this drafter" not in panels["draft"]
 
 
-def test_a_hybrid_sweep_shows_no_single_c_prediction():
+@pytest.mark.parametrize("hybrid", ["hybrid", "suffix-hybrid"])
+def test_a_hybrid_sweep_shows_no_single_c_prediction(hybrid):
     from playground.ui import charts
     from playground.ui.sweep_words import fit_to_drafter, sweep_summary
 
-    result, no_model = fit_to_drafter(recorded_sweep(), "hybrid")
+    result, no_model = fit_to_drafter(recorded_sweep(), hybrid)
     names = [t.name for t in charts.sweep_figure(result).data]
     assert "predicted (iid \u03b1)" not in names and "predicted (per position)" not in names
     assert "predicted (loop costs)" in names  # priced from the runs' own iterations: it fits any drafter
     assert "no model for this drafter" in sweep_summary(result, "cpu", 3, 32, no_model=no_model)
     kept, none = fit_to_drafter(recorded_sweep(), "draft")
     assert "predicted (iid \u03b1)" in [t.name for t in charts.sweep_figure(kept).data] and not none
+
+
+@pytest.mark.parametrize("drafter, fits", [
+    ("hybrid", False), ("suffix-hybrid", False), ("suffix", True), ("draft", True), ("lookup", True), ("auto", True),
+])
+def test_the_single_c_model_fits_a_drafter_by_the_sources_the_registry_declares(drafter, fits):
+    """A drafter with several sources gets no single-c prediction, in a run's panel as in a sweep, even from a run
+    whose iterations all drew from one source (a suffix-hybrid whose tree never matched): the registry's sources
+    decide, not the drafter's name."""
+    from types import SimpleNamespace
+
+    from playground.ui.sweep_words import fit_to_drafter
+    from playground.ui.verdicts import one_cost_fits
+
+    run = SimpleNamespace(request=SimpleNamespace(drafter=drafter),
+                          summary=SimpleNamespace(source_iterations={"draft": 9}))
+    assert one_cost_fits(run) is fits
+    assert (fit_to_drafter(recorded_sweep(), drafter)[1] == []) is fits

@@ -5,16 +5,12 @@ The CLI's --drafter choices (playground.cli), the browser's drafter menus (playg
 `drafters()` / `drafter_spec(name)`; none keeps a list of its own. `make_proposer` builds one by name, "auto" picks the best
 this pair can run (`default_drafter`), and `available_drafters` says which a pair can run.
 
-Adding a drafter takes two things:
-1. a module beside this one with its proposer (a `playground.core.proposal.Proposer`: propose k tokens, roll back);
-2. one `register_drafter(DrafterSpec(...))` call at the end of this module, naming it, saying what it needs (a draft model,
-   a condition on the pair, an installed package), how replay walks it (`replay`: "live" for a model-free drafter)
-   and how to build it: a function that imports the new module when called (the drafters' modules import torch,
-   which listing the names, for the CLI's parser and --help, must not load).
-Nothing else changes: the CLI, the browser, replay and the lab find it here. Registration order is menu order and,
-for the drafters marked `auto`, the order "auto" prefers them in.
+Adding a drafter (a module with its proposer, one `register_drafter` call at the end of this module) is
+docs/drafters.md's "Adding a drafter". Registration order is menu order and, for the drafters marked `auto`, the
+order "auto" prefers them in.
 
-This module imports nothing heavy (torch, transformers): the CLI builds its parser from it.
+This module imports nothing heavy (torch, transformers): the CLI builds its parser from it, and each drafter's
+build imports its module when called.
 """
 
 from __future__ import annotations
@@ -30,6 +26,26 @@ if TYPE_CHECKING:
     from ..core.proposal import Proposer
 
 REPLAY_WALKS = ("live", "pass", "hybrid")
+EXAMPLE_DRAFTER = "hybrid"
+"""The drafter of the browser's opening example (playground.ui.session.SHOW_ME): it copies list items from the
+prompt and its model drafter writes the rest, so every token role shows in one run of a few seconds."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A source a drafter's proposals are tagged with (Proposal.sources, DrafterSpec.sources)."""
+
+    label: str
+    """Its words in the browser's token view."""
+    copies: bool = False
+    """It copies earlier text (no model ran): the token view outlines its tokens."""
+
+
+SOURCES: dict[str, Source] = {
+    "lookup": Source("copied by prompt lookup", copies=True),
+    "draft": Source("guessed by the draft model"),
+    "suffix": Source("copied from the suffix tree (this run or the tab's earlier runs)", copies=True),
+}
 
 
 @dataclass(frozen=True)
@@ -78,7 +94,8 @@ class DrafterSpec:
     pass_exact: Callable[..., bool] | None = None
     """replay == "pass": pass_exact(pair) is True where walks from its shared pass equal its live-fed ones."""
     sources: tuple[str, ...] = ()
-    """The sources its proposals are tagged with (Proposal.sources), for the token view and per-source costs."""
+    """The sources its proposals are tagged with (Proposal.sources, each declared in SOURCES), for the token view
+    and per-source costs; more than one: its proposals cost more than one drafter cost (`one_cost`)."""
     auto: bool = False
     """"auto" may pick it (the first available, in registration order)."""
     remembers: bool = False
@@ -88,11 +105,20 @@ class DrafterSpec:
     def __post_init__(self):
         if self.replay not in REPLAY_WALKS:
             raise PlaygroundError(f"a drafter's replay walk is one of {', '.join(REPLAY_WALKS)}, got {self.replay!r}")
+        unknown = [s for s in self.sources if s not in SOURCES]
+        if unknown:
+            raise PlaygroundError(f"a drafter's sources are among {', '.join(SOURCES)}, got {', '.join(unknown)}")
 
     @property
     def model(self) -> bool:
         """A model drafter: its proposals come from a model (the hybrid wraps one of these)."""
         return self.replay == "pass"
+
+    @property
+    def one_cost(self) -> bool:
+        """Its proposals all cost one drafter cost c, as the fixed-k cost model's single-c predictions charge them:
+        not so for a drafter with several sources, whose copies cost a search and whose model proposals cost c."""
+        return len(self.sources) <= 1
 
     def available(self, pair) -> tuple[bool, str]:
         """(True, "") when this drafter can run on `pair` (a loaded pair or its PairFacts); (False, why) otherwise."""
@@ -113,7 +139,7 @@ _LOCK = threading.Lock()  # registration from a test or a plugin, while a tab re
 
 
 def register_drafter(spec: DrafterSpec) -> DrafterSpec:
-    """Declare a drafter (see the module docstring); its name must be new. Returns the spec."""
+    """Declare a drafter (docs/drafters.md, "Adding a drafter"); its name must be new. Returns the spec."""
     if spec.name == "auto" or not spec.name:
         raise PlaygroundError(f"a drafter cannot be named {spec.name!r}")
     with _LOCK:
@@ -155,11 +181,25 @@ def available_drafters(pair) -> list[str]:
     return [s.name for s in drafters() if s.available(facts)[0]]
 
 
+def _known(name) -> DrafterSpec | None:
+    """The drafter named `name`; None for "auto" or an unknown name."""
+    with _LOCK:
+        return _SPECS.get(name) if isinstance(name, str) else None
+
+
 def remembers(name: str) -> bool:
     """The named drafter ("auto" or unknown: no) learns from earlier runs (DrafterSpec.remembers)."""
-    with _LOCK:
-        spec = _SPECS.get(name) if isinstance(name, str) else None
+    spec = _known(name)
     return spec is not None and spec.remembers
+
+
+def one_cost(name: str) -> bool:
+    """Whether the named drafter's proposals all cost one drafter cost c (DrafterSpec.one_cost); for "auto",
+    whether every drafter it may pick does; an unknown name: yes."""
+    if name == "auto":
+        return all(s.one_cost for s in drafters() if s.auto)
+    spec = _known(name)
+    return spec is None or spec.one_cost
 
 
 def model_drafter(pair) -> str | None:

@@ -216,13 +216,6 @@ class MachineMonitor:
         return self.load
 
 
-def machine_now(seconds: float = 0.5) -> MachineLoad:
-    """Other processes' CPU use over the next `seconds` (this process idle): a check before measuring."""
-    with MachineMonitor() as m:
-        time.sleep(seconds)
-    return m.load
-
-
 @dataclass(frozen=True)
 class Recommendation:
     recommended_k: int | str | None  # None: withheld

@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ..core.records import Iteration, RunSummary
+from ..core.timesplit import BUCKETS
 from ..results.calibration import WhatifResult
 from ..results.speed import SweepResult
 from .sweep_words import PREDICTIONS, recommendation
@@ -139,11 +140,12 @@ def time_split_figure(iterations: Sequence[Iteration]) -> go.Figure:
         return empty_figure(title)
     shown = list(iterations)[-MAX_BARS:]
     x = [it.index + 1 for it in shown]
+    timed = BUCKETS[:3]  # the buckets an iteration times (draft, verify, rollback; `outside` is the run's rest)
     data = [
-        {"type": "bar", "x": x, "y": [1000 * getattr(it, attr) for it in shown], "name": name,
-         "marker": {"color": colour}, "hovertemplate": f"iteration %{{x}}<br>{name} %{{y:.1f}} ms<extra></extra>"}
-        for name, attr, colour in (("draft", "draft_s", COLOURS.draft), ("verify", "verify_s", COLOURS.verify),
-                                   ("rollback", "rollback_s", COLOURS.rollback))
+        {"type": "bar", "x": x, "y": [1000 * getattr(it, f"{name}_s") for it in shown], "name": name,
+         "marker": {"color": getattr(COLOURS, name)},
+         "hovertemplate": f"iteration %{{x}}<br>{name} %{{y:.1f}} ms<extra></extra>"}
+        for name in timed
     ]
     if len(shown) < len(iterations):
         title += f" \u2014 last {len(shown)} of {len(iterations)}"

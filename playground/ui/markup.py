@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from ..core.records import Iteration, describe_choices, prefill_note
-from ..core.timesplit import TimeSplit, percent
+from ..core.timesplit import BUCKETS, TimeSplit, percent
 from ..pairs.registry import PAIRS
 from . import charts
 from .serving import PairProvider, menu_value
@@ -119,13 +119,13 @@ def counters_html(summary, max_new_tokens: int | None, running: bool, prefill_s:
     return "".join(out)
 
 
-SPLIT_HELP = {
-    "draft": "proposing: the drafter's calls, and choosing k",
-    "verify": "the target's verification passes and the acceptance rule",
-    "rollback": "cutting both caches back to the accepted tokens",
-    "outside": ("decode time in none of the three: the loop's own bookkeeping, and what streaming to this page "
-                "costs the run (the rendering shares the cores with it)"),
-}
+SPLIT_HELP = dict(zip(BUCKETS, (  # the time split's buckets, in core.timesplit's order: draft, verify, ...
+    "proposing: the drafter's calls, and choosing k",
+    "the target's verification passes and the acceptance rule",
+    "cutting both caches back to the accepted tokens",
+    ("decode time in none of the three: the loop's own bookkeeping, and what streaming to this page "
+     "costs the run (the rendering shares the cores with it)"),
+), strict=True))
 
 
 def time_split_html(summary) -> str:

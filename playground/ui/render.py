@@ -16,6 +16,7 @@ import html
 from collections.abc import Iterable, Sequence
 
 from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
+from ..drafters.registry import SOURCES
 
 REPLACEMENT = "\ufffd"
 
@@ -26,10 +27,11 @@ ROLE_LABEL = {
     BONUS: "bonus token",
     PLAIN: "plain step",
 }
-# Where a hybrid drafter's proposal came from (Iteration.sources); copied tokens get a dashed outline.
-SOURCE_LABEL = {"lookup": "copied by prompt lookup", "draft": "guessed by the draft model",
-                "suffix": "copied from the suffix tree (this run or the tab's earlier runs)"}
-COPIED = frozenset({"lookup", "suffix"})  # sources that copy earlier text (no model ran)
+# Where a hybrid drafter's proposal came from (Iteration.sources, declared in the drafters' registry); copied
+# tokens get a dashed outline.
+SOURCE_LABEL = {name: source.label for name, source in SOURCES.items()}
+COPIED = frozenset(name for name, source in SOURCES.items() if source.copies)  # no model ran: earlier text copied
+COPY_LABEL = next(source.label for source in SOURCES.values() if source.copies)  # the legend's copied chip
 
 ROLE_HELP = {
     ACCEPTED: "a proposal the target kept",
@@ -219,7 +221,7 @@ def legend_html() -> str:
         f"{html.escape(ROLE_LABEL[role])}</span>"
         for role in (ACCEPTED, CORRECTION, BONUS, PLAIN)
     )
-    chips += (f'<span class="tok acc lk" title="{html.escape(SOURCE_LABEL["lookup"], quote=True)} '
+    chips += (f'<span class="tok acc lk" title="{html.escape(COPY_LABEL, quote=True)} '
               '(hybrid drafter; the suffix drafters\' copies alike)">copied by lookup</span>')
     return (f'<div class="legend">{chips}<span class="legend-note"><span class="it even">iter</span>'
             f'<span class="it odd">ations</span> alternate underlines \u00b7 hover a token for p(x), q(x), '

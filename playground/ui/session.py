@@ -24,8 +24,8 @@ from ..core.engine import check_k, check_request
 from ..core.records import Iteration
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
+from ..drafters.registry import EXAMPLE_DRAFTER, remembers
 from ..drafters.registry import names as drafter_names
-from ..drafters.registry import remembers
 from ..drafters.suffix_cache import SuffixCache
 from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
@@ -49,7 +49,7 @@ SWEEP_ROUNDS_MAX = 20
 SHOW_ME = Controls(
     prompt=("Here is a to-do list: call the bank, buy milk, email Sara, fix the bike, book the dentist. Repeat "
             "the list in the same order, then add one more task."),
-    chat=True, drafter="hybrid", k=4, k_mode="fixed", decoding="greedy", max_new_tokens=60,
+    chat=True, drafter=EXAMPLE_DRAFTER, k=4, k_mode="fixed", decoding="greedy", max_new_tokens=60,
 )
 SHOW_ME_NOTE = ("**Example** (**Show me** brings it back and runs it): a list copied from the prompt and extended, with the hybrid "
                 "drafter at k = 4, greedy: copied, accepted, corrected and bonus tokens all show. Press **Run**, or "

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..core.records import describe_choices
+from ..drafters.registry import one_cost
 from ..lab.misses import noise_bound, noise_line
 from ..results.speed import SpeedRow, SweepResult
 from ..results.trust import FAIL, Verdict
@@ -21,10 +22,11 @@ SINGLE_C = ("iid \u03b1", "per position")  # the models that charge every propos
 
 
 def fit_to_drafter(result: SweepResult, drafter: str) -> tuple[SweepResult, list[str]]:
-    """The result as the tab shows it for `drafter`, and the predictions it leaves out: a hybrid's proposals come
-    from lookup at its search cost and from a model drafter at c, so the single-c predictions are dropped (no model
-    for this drafter) and only the loop-cost prediction, priced from the runs' own iterations, is drawn and said."""
-    if drafter != "hybrid":
+    """The result as the tab shows it for `drafter`, and the predictions it leaves out: a drafter with several
+    sources (a hybrid) copies at a search cost and drafts with a model at c (registry.one_cost), so the single-c
+    predictions are dropped (no model for this drafter) and only the loop-cost prediction, priced from the runs'
+    own iterations, is drawn and said."""
+    if one_cost(drafter):
         return result, []
     for row in result.table:
         row.predicted_iid = row.predicted_empirical = None

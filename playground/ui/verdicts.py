@@ -12,6 +12,7 @@ import html
 from ..core.cost import break_even_alpha, verify_cost
 from ..core.records import Iteration, describe_choices
 from ..drafters.adaptive import AdaptiveSettings, CostCurve
+from ..drafters.registry import one_cost
 from ..lab.schedules import costed_ratio, iteration_rows
 from ..lab.trust import FAIL, WARN, Finding, MachineLoad, Verdict
 from .session import RunResult, Session, nearest_note, stop_text
@@ -238,8 +239,9 @@ def prediction_markdown(session: Session, timing=None) -> str:
 
 def one_cost_fits(run: RunResult) -> bool:
     """Whether the fixed-k model, which charges every proposal one drafter's cost c, fits the run's drafter: not a
-    hybrid, whose proposals come from lookup at its search cost or from a model drafter at c."""
-    return run.request.drafter != "hybrid" and len(run.summary.source_iterations if run.summary else {}) <= 1
+    drafter with several sources (a hybrid: copies at a search cost, model proposals at c; registry.one_cost),
+    nor a run whose iterations came from more than one source."""
+    return one_cost(run.request.drafter) and len(run.summary.source_iterations if run.summary else {}) <= 1
 
 
 def _sources(s) -> str:
