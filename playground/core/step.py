@@ -26,7 +26,10 @@ order of operations), so greedy output through it equals plain greedy output thr
 transformers' forward to a rounding (tests/test_static.py; in bf16 within the tolerance tests/test_static_bf16.py
 states).
 
-Modules that are not plain `nn.Linear` (a quantized draft's) run as modules, with the residual added apart.
+Linear layers of other types run as modules: oneDNN's (a CPU target's kernels, pairs.kernels) add the residual
+in their own op but are not fused (a packed weight cannot be viewed, and a fused copy would hold q, k, v and the
+gate and up projections twice, ~280 MB for the embedded target, for no measured gain on a CPU); a quantized
+draft's run apart, with the residual added after.
 """
 
 from __future__ import annotations
@@ -74,14 +77,13 @@ def norm(x: torch.Tensor, module) -> torch.Tensor:
     return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
 
 
-def _plain(module) -> bool:
-    return type(module) is torch.nn.Linear and module.bias is None
-
-
 def _project_add(x: torch.Tensor, h: torch.Tensor, module) -> torch.Tensor:
-    """x + module(h), in one product (addmm) where the module is a plain linear layer without a bias."""
-    if _plain(module):
+    """x + module(h), in one op: addmm for a plain linear layer without a bias, the module's own `add_to` where it
+    has one (oneDNN's post-op add, pairs.kernels.OneDnnLinear); else the product and an add."""
+    if type(module) is torch.nn.Linear and module.bias is None:
         return torch.addmm(x, h, module.weight.t())
+    if hasattr(module, "add_to"):
+        return module.add_to(x, h)
     return x + module(h)
 
 

@@ -80,6 +80,10 @@ class OneDnnLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
 
+    def add_to(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """residual + self(x) in one op (oneDNN's post-op add), as the static step adds a layer's residual."""
+        return torch.ops.mkldnn._linear_pointwise.binary(x.contiguous(), residual, self.packed, self.bias, "add")
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN"
 
