@@ -323,19 +323,6 @@ def load_named_pair(
     return load_choice(choose_pair(pair=name, placement=Placement(device=device, dtype=dtype)), progress)
 
 
-def load_checked(target, draft, device="auto", dtype="auto", progress=print, device_map=None):
-    """models.load_pair's signature, with the policy and access checks (what the app's pair cache calls)."""
-    choice = PairChoice(
-        target=str(target),
-        draft=_draft_value(draft),
-        device=device,
-        dtype=dtype,
-        device_map=device_map,
-        name=pair_name_of(str(target), _draft_value(draft)),
-    )
-    return load_choice(choice, progress)
-
-
 @dataclass(frozen=True)
 class PairRow:
     """A named pair as `pairs` lists it: the pair, and whether its models are in the local cache."""
