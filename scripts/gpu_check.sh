@@ -29,7 +29,8 @@
 # says "no CUDA"). $OUT: the results folder (default results/gpu); $PYTHON: the interpreter (default
 # .venv/bin/python if there, else python3); $BUDGET_S: the seconds the whole check may take (default 300); steps
 # that would start after it are skipped and say so. $STEPS: the steps to run (default: tests forwards_8b
-# forwards_7b forwards_3b), for a rerun of the ones that failed. The model-weight steps of the embedded model
+# forwards_7b forwards_3b), for a rerun of the ones that failed. compiled_8b (the 8B pair's graphed step through
+# torch.compile, $PLAYGROUND_COMPILE_STEP=1, its compile time recorded) runs only when named. The model-weight steps of the embedded model
 # (timing_draft timing_lookup acceptance_draft acceptance_lookup speed_draft speed_lookup: the loop, the clock and
 # the records on the device with the embedded model's real weights, a second copy of it as the draft, so no
 # speed-up is expected) run only when named in $STEPS, with a budget to match (e.g. BUDGET_S=480); they need gguf,
@@ -65,7 +66,8 @@ START=$SECONDS
 FAILED=0
 DEFAULT_STEPS="tests forwards_8b forwards_7b forwards_3b"
 MODEL_STEPS="timing_draft timing_lookup acceptance_draft acceptance_lookup speed_draft speed_lookup"
-ALL_STEPS="$DEFAULT_STEPS $MODEL_STEPS"
+OPTIONAL_STEPS="compiled_8b"
+ALL_STEPS="$DEFAULT_STEPS $MODEL_STEPS $OPTIONAL_STEPS"
 # listed NAME LIST: whether NAME is one of the space-separated words of LIST.
 listed() { case " $2 " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for name in ${STEPS:-}; do  # a misspelt name would otherwise skip everything and report no failure
@@ -140,6 +142,10 @@ RANDOM_WEIGHTS=(timing --random-weights --device cuda --dtype bfloat16 --rounds 
 step forwards_8b 60 "$PY" -m playground "${RANDOM_WEIGHTS[@]}" --pair llama-3.1-8b --out "$OUT/forwards_8b.json"
 step forwards_7b 55 "$PY" -m playground "${RANDOM_WEIGHTS[@]}" --pair qwen2.5-7b --out "$OUT/forwards_7b.json"
 step forwards_3b 45 "$PY" -m playground "${RANDOM_WEIGHTS[@]}" --pair llama-3.2-3b --out "$OUT/forwards_3b.json"
+# Only when named in $STEPS: the 8B pair's graphed step compiled by torch.compile (inductor) before its capture,
+# its compile time in the result (minutes of Triton codegen: not part of the 5-minute default).
+step compiled_8b 240 env PLAYGROUND_COMPILE_STEP=1 "$PY" -m playground "${RANDOM_WEIGHTS[@]}" --arms graphed \
+    --pair llama-3.1-8b --out "$OUT/compiled_8b.json"
 
 LAB=(--target embedded --device cuda)
 DRAFT=(--draft embedded --drafter draft)

@@ -192,3 +192,24 @@ def test_choosing_a_forward(model, monkeypatch):
     assert isinstance(draft_model_lm(model, "cpu", forward="static"), StaticLM)
     with pytest.raises(PlaygroundError, match="needs a CUDA device"):
         draft_model_lm(model, "cpu", forward="graphed")
+
+
+@pytest.mark.parametrize("rows", ["all", "last"])
+def test_the_captured_step_traces_whole_for_torch_compile(model, rows):
+    """What $PLAYGROUND_COMPILE_STEP=1 compiles before a graph records it: traced whole (fullgraph: no break a
+    capture would split), with the cache writes landing in the cache itself, the logits and keys equal to the
+    eager step's (aot_eager: the same trace and functionalisation inductor gets, without its slow codegen)."""
+    lm = StaticLM(model, "cpu", rows=rows)
+    lm.feed(IDS[:5])
+    cache = lm.cache_state
+    with torch.inference_mode():
+        cache.ids[0, :3] = torch.tensor(IDS[5:8])
+        cache.start.fill_(5)
+        cache.last.fill_(2)
+        want, kv = lm._captured(3).clone(), cache.kv[:, 5:8].clone()
+        cache.kv[:, 5:8].zero_()
+        got = static.step_function(lm, "aot_eager")(3)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(cache.kv[:, 5:8], kv, rtol=0, atol=0)
+    assert kv.abs().sum() > 0
+    static.release(model)

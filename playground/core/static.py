@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 
@@ -73,31 +74,49 @@ class _Cache:
         return self.kv[layer, :end, 1].transpose(0, 1)[None]
 
 
+COMPILE_ENV = "PLAYGROUND_COMPILE_STEP"  # "1": torch.compile (inductor) the captured step, then capture that
+
+
+def step_function(lm: StaticLM, backend: str | None):
+    """What a graph records for `lm`: its captured step, or with `backend` that step through torch.compile
+    (fullgraph, one static shape per bucket: inductor's fused kernels, captured in the same manual graph, since
+    compile's own CUDA-graph trees are thread-local). tests/test_static.py traces it on the CPU."""
+    if backend is None:
+        return lm._captured
+    return torch.compile(lm._captured, fullgraph=True, dynamic=False, backend=backend)
+
+
 class GraphSet:
     """CUDA graphs of the captured feed, one per bucket length, over one `_Cache`, in a memory pool owned here
-    (freed with it). Captured on first use, largest bucket first (smaller ones then reuse its pool's blocks)."""
+    (freed with it). Captured on first use, largest bucket first (smaller ones then reuse its pool's blocks).
+    `compile_s`: the warm-up's seconds when $PLAYGROUND_COMPILE_STEP=1 compiled the step (None otherwise)."""
 
     def __init__(self, lm: StaticLM):
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self._capture_all(lm)
+        self.compile_s: float | None = None
+        self._capture_all(lm, "inductor" if os.environ.get(COMPILE_ENV, "").strip() == "1" else None)
 
-    def _capture_all(self, lm: StaticLM) -> None:
-        cache = lm.cache_state
+    def _capture_all(self, lm: StaticLM, backend: str | None) -> None:
+        cache, step = lm.cache_state, step_function(lm, backend)
         cache.start.zero_()
         side = torch.cuda.Stream(device=cache.ids.device)
         side.wait_stream(torch.cuda.current_stream(cache.ids.device))
+        started = time.perf_counter()
         with torch.cuda.stream(side):  # warm-up off the default stream (cuBLAS and allocator setup), as torch advises
             for n in BUCKETS:
                 cache.last.fill_(n - 1)
-                lm._captured(n)
+                step(n)  # compiled, this compiles each bucket
         torch.cuda.current_stream(cache.ids.device).wait_stream(side)
+        if backend is not None:
+            torch.cuda.synchronize(cache.ids.device)
+            self.compile_s = time.perf_counter() - started
         for n in sorted(BUCKETS, reverse=True):
             cache.last.fill_(n - 1)
             graph = torch.cuda.CUDAGraph()
             # thread_local: another thread's CUDA work (the app's) does not invalidate this capture
             with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                out = lm._captured(n)
+                out = step(n)
             self.graphs[n] = (graph, out)
 
     def replay(self, n: int) -> torch.Tensor:
@@ -108,6 +127,13 @@ class GraphSet:
 
 _STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (_Cache, GraphSet | None, rows)
 _STATE_LOCK = threading.Lock()
+
+
+def compile_seconds(model) -> float | None:
+    """How long `model`'s graphed step took to compile (None: not graphed, or not compiled)."""
+    with _STATE_LOCK:
+        state = _STATE.get(model)
+    return None if state is None or state[1] is None else state[1].compile_s
 
 
 def release(model) -> None:

@@ -32,7 +32,7 @@ from ..core.cached import CachedLM
 from ..core.clock import Clock
 from ..core.cost import predicted_speedup
 from ..core.lean import draft_lm
-from ..core.static import StaticLM, release
+from ..core.static import StaticLM, compile_seconds, release
 from ..errors import PlaygroundError
 from ..pairs.synthetic import param_count
 from ..results.calibration import CUDA_KERNELS, ForwardsArm, ForwardsResult, ForwardsRound, StepKernels, StreamingFloor
@@ -248,6 +248,8 @@ def time_forwards(pair, arms: Sequence[str] | None = None, context: int = 256, n
                 got = _round(pair, arm, ids[:context], ns, repeats if r else 1, time_it)
                 if r:  # round 0 warms up (and captures the graphs)
                     timed[arm].append(got)
+        compiled = {role: compile_seconds(m) for role, m in (("target", pair.target), ("draft", pair.draft))
+                    if m is not None and compile_seconds(m) is not None}  # before step_kernels replaces the graphs
         kernels = step_kernels(pair, ids[:min(context, 16)])  # after the timing: its profiler stays out of it
         for model in (pair.target, pair.draft):
             if model is not None:
@@ -266,4 +268,5 @@ def time_forwards(pair, arms: Sequence[str] | None = None, context: int = 256, n
         seconds=time.perf_counter() - started,
         acceptance="not measured: random weights propose and accept nothing meaningful; the alphas are assumed",
         step_kernels=kernels,
+        compile_s=compiled or None,
     )

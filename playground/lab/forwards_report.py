@@ -79,6 +79,9 @@ def forwards_text(result: ForwardsResult, setup: str | None = None) -> str:
         k = result.step_kernels
         lines.append(f"one 1-token step of the static forward, run eagerly, in {k.unit}: target {k.target}"
                      + (f", draft {k.draft}" if k.draft is not None else ""))
+    if result.compile_s:
+        lines.append("the graphed step compiled by torch.compile before its capture ($PLAYGROUND_COMPILE_STEP=1): "
+                     + ", ".join(f"{role} {s:.0f} s" for role, s in result.compile_s.items()))
     rows = _prediction_rows(result)
     if rows:
         lines += ["", "the cost model's predicted speed-up, best k, at an assumed alpha (iid acceptance):", "",

@@ -266,3 +266,4 @@ class ForwardsResult(Result):
     command: str | None = None
     setup: str | None = None
     step_kernels: StepKernels | None = None  # absent from files saved before steps were counted
+    compile_s: dict[str, float] | None = None  # role -> seconds torch.compile took ($PLAYGROUND_COMPILE_STEP=1)
