@@ -312,3 +312,19 @@ def test_a_preset_replays_exactly_on_the_embedded_pair():
     assert "estimate" not in replay_view.replay_recommendation_html(doc, "lookup").split("</div>")[0]
     note, tokens = replay_view.token_view(doc, "lookup", 0, "k=4", last.state.tokenizer, last.state.special_ids)
     assert "exact" in note and 'class="tok ' in tokens
+
+
+@pytest.mark.parametrize("ks, edge", [("1-2", True), ("1-4", False)])
+def test_a_recommended_k_at_the_edge_of_the_range_is_said_with_a_wider_one_offered(pair, trace, ks, edge):
+    """With a drafter step of 0.2 target steps k = 3 pays most: replayed over k 1-2 the recommendation is the
+    range's top, and the status and the panel say so and offer 1-16; over 1-4 it is inside, and nothing is said."""
+    provider = serving.PairProvider(pair=pair)
+    provider.calibrations.put(make_proposer(pair, "draft").describe(), fake_timing(c=0.2))
+    last = run(provider, request(trace_file=trace, ks=ks))[-1]
+    note = replay_view.edge_note(last.doc)
+    panel = replay_view.replay_recommendation_html(last.doc, "draft")
+    if edge:
+        assert note is not None and note.startswith("k = 2 is the largest k replayed") and "1-16" in note
+        assert "k = 2 is the largest replayed: try 1-16" in shown(fold(last.status)) and 'id="replay-edge"' in panel
+    else:
+        assert note is None and "largest" not in last.status and "replay-edge" not in panel

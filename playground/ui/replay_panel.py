@@ -26,6 +26,7 @@ from typing import Any
 
 import gradio as gr
 
+from ..core.engine import K_MAX
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.registry import available_drafters, make_proposer
 from ..errors import PlaygroundError
@@ -48,6 +49,7 @@ from .replay_view import (
     EMPTY_TOKENS,
     arm_choices,
     default_arm,
+    edge_note,
     errors_markdown,
     estimate_note,
     public_doc,
@@ -163,7 +165,8 @@ def _done_status(result: ReplayResult, drafter: str, seconds: float) -> str:
     exact = sum(1 for t in result.turns if t.exact)
     bad = f", {len(result.errors)} not replayed (listed below)" if result.errors else ""
     kind = " (estimates)" if estimate_note(result) else ""
-    return f"{head}{kind} \u00b7 {len(result.turns)} turns ({exact} exact){bad} \u00b7 {clock_text(seconds)}"
+    edge = f" \u00b7 k = {max(result.ks)} is the largest replayed: try 1-{K_MAX}" if edge_note(result) else ""
+    return f"{head}{kind}{edge} \u00b7 {len(result.turns)} turns ({exact} exact){bad} \u00b7 {clock_text(seconds)}"
 
 
 def stream_replay(provider: PairProvider, state: ReplayState | None, session, req: ReplayRequest,

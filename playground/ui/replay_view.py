@@ -20,6 +20,7 @@ import html
 from dataclasses import replace
 
 from ..core.cost import break_even_alpha
+from ..core.engine import K_MAX
 from ..lab.calibration import Timing
 from ..lab.shapes import SHAPES
 from ..results.replay import (
@@ -193,6 +194,22 @@ def _interval(iv) -> str:
     return "\u2013" if not iv else f"{iv[0]:.2f}\u2013{iv[1]:.2f}"
 
 
+def edge_note(result: ReplayResult) -> str | None:
+    """Say so when a recommended k, overall or a shape's, is the largest k replayed (a larger one may be faster),
+    naming the shapes and offering the range up to K_MAX; None when no recommendation sits at the edge."""
+    top = max(result.ks)
+    if top >= K_MAX:
+        return None
+    at_edge = [SHORT[shape] if shape is not None else "all tokens" for shape, s in _shapes(result)
+               if replay_recommendation(s)[0] == top]
+    if replay_recommendation(result.summary.overall)[0] == top and "all tokens" not in at_edge:
+        at_edge.insert(0, "all tokens")
+    if not at_edge:
+        return None
+    return (f"k = {top} is the largest k replayed and the recommendation for {', '.join(at_edge)}, so a larger k "
+            f"may be faster: replay again with k values 1-{K_MAX}.")
+
+
 def replay_recommendation_html(result: ReplayResult, drafter: str) -> str:
     """The overall recommendation (prominent), the per-shape table, the calibrations' verdicts, what is estimated."""
     o = result.summary.overall
@@ -228,6 +245,9 @@ def replay_recommendation_html(result: ReplayResult, drafter: str) -> str:
                     f'<td>{best}</td><td>{_interval(r.interval if r else None)}</td>'
                     f'<td class="name" style="text-align:left;white-space:normal">{verdict}</td></tr>')
     out.append("".join(rows) + "</tbody></table></div>")
+    edge = edge_note(result)
+    if edge:
+        out.append(f'<p class="small-note" id="replay-edge">{html.escape(edge)}</p>')
     if estimate:
         out.append(f"<p class='small-note'>{_md_bold(estimate)}</p>")
     for t in timings(result, drafter):
