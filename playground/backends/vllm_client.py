@@ -126,8 +126,9 @@ class VllmClient:
 
     def stream(self, prompt: str | Sequence[int] | None = None, *, messages: Sequence[dict] | None = None,
                max_tokens: int = 64, temperature: float = 0.0, seed: int | None = None, model: str | None = None,
-               ignore_eos: bool = False) -> Iterator[ServedStep | ServedRequest]:
-        """Live ServedSteps, one per chunk, then the ServedRequest (see the module docstring)."""
+               ignore_eos: bool = False, response_format: dict | None = None) -> Iterator[ServedStep | ServedRequest]:
+        """Live ServedSteps, one per chunk, then the ServedRequest (see the module docstring). `response_format`:
+        OpenAI's field, passed as it is (`json_schema_format` makes one that constrains the output to a schema)."""
         model = self.check(model)
         if messages is not None:
             prompt = self.tokenize(messages=messages, model=model)
@@ -138,6 +139,8 @@ class VllmClient:
                 "stream_options": {"include_usage": True}, "return_token_ids": True, "ignore_eos": bool(ignore_eos)}
         if seed is not None:
             body["seed"] = int(seed)
+        if response_format is not None:
+            body["response_format"] = response_format
         chunks: list[Chunk] = []
         prompt_ids: list[int] = []
         final: dict | None = None
@@ -186,6 +189,11 @@ class VllmClient:
         """The ServedRequest of one streamed completion (the live records dropped)."""
         *_, last = self.stream(prompt, **kwargs)
         return last
+
+
+def json_schema_format(schema: dict, name: str = "output") -> dict:
+    """OpenAI's response_format that constrains a completion to `schema` (vLLM's structured outputs)."""
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
 
 
 def stream_request(url: str, prompt: str | Sequence[int] | None = None, *, spec: SpecConfig | None = None,

@@ -97,13 +97,25 @@ def _cells_row(cs: list[VllmCell]) -> list:
 
 
 def cells_table(doc: VllmSweepResult) -> str:
+    """One row per (preset, kind, method, k, concurrency), and per output mode when --structured measured the
+    JSON presets constrained to their schema too (two more columns: free or constrained, the output's validity)."""
     groups: dict[tuple, list[VllmCell]] = defaultdict(list)
     for c in doc.cells:
-        groups[(c.preset, c.kind, c.method, c.k, c.concurrency)].append(c)
+        groups[(c.preset, c.kind, c.method, c.k, c.concurrency, c.structured)].append(c)
     head = ["preset", "kind", "method", "k", "conc", "plain tok/s", "spec tok/s", "measured x", "predicted x", "miss",
             "plain agg tok/s", "spec agg tok/s", "agg x", "accept len", "alpha", "histogram (0..k accepted)",
             "v(k+1)", "same output", "merged chunks", "rounds"]
-    return _table(head, [_cells_row(cs) for cs in groups.values()])
+    if not doc.plan.structured:
+        return _table(head, [_cells_row(cs) for cs in groups.values()])
+    rows = [[*_cells_row(cs)[:5], "constrained" if cs[0].structured else "free", _valid(cs), *_cells_row(cs)[5:]]
+            for cs in groups.values()]
+    table = _table([*head[:5], "output", "valid JSON", *head[5:]], rows)
+    return "\n\n".join([table, *doc.structured_refused.values()])
+
+
+def _valid(cs: list[VllmCell]) -> str:
+    said = [c.schema_valid for c in cs if c.schema_valid is not None]
+    return "-" if not said else f"{sum(said)}/{len(said)}"
 
 
 NOT_REPORTED = VllmReported(None, None, None, None, None)  # a response without speculative metrics

@@ -36,7 +36,7 @@ from .. import __version__
 from ..core import cost
 from ..envinfo import cpu_name
 from ..errors import PlaygroundError
-from ..inputs.presets import Preset
+from ..inputs.presets import Preset, check_output
 from ..results.vllm import (
     ServedArmFigures,
     ThreadBudget,
@@ -47,7 +47,7 @@ from ..results.vllm import (
     VllmServerRecord,
     VllmSweepResult,
 )
-from .vllm_client import VllmClient
+from .vllm_client import VllmClient, VllmClientError, json_schema_format
 from .vllm_ngram import compare_lookup, run_our_loop
 from .vllm_server import METHODS, SpecConfig, VllmServer, draft_model, installed_versions, ngram, suffix
 from .vllm_steps import ServedRequest
@@ -76,6 +76,7 @@ class SweepPlan:
     # (plain URL, speculative URL, the latter's config): measure running servers (a GPU host, a Ray cluster)
     # instead of starting them; methods and ks are then the config's.
     external: tuple[str, str, SpecConfig] | None = None
+    structured: bool = False  # JSON presets measured constrained to their schema too (vLLM's structured outputs)
 
     def check(self) -> None:
         if not self.presets:
@@ -109,7 +110,14 @@ class SweepPlan:
                               concurrencies=list(self.concurrencies), methods=list(self.methods), rounds=self.rounds,
                               max_new_tokens=self.max_new_tokens, prompt_lookup=[self.lookup_min, self.lookup_max],
                               draft=str(self.draft or self.model), enforce_eager=self.enforce_eager,
-                              suffix_factor=self.suffix_factor)
+                              suffix_factor=self.suffix_factor, structured=self.structured)
+
+    def formats(self, preset: Preset) -> list[dict | None]:
+        """The response formats a preset's cells run under: free, and with `structured` its schema (a JSON
+        preset's: a ReAct preset's schema is its action input's, not the whole output's)."""
+        if self.structured and preset.output_format == "json" and isinstance(preset.output_schema, dict):
+            return [None, json_schema_format(preset.output_schema, preset.name)]
+        return [None]
 
 
 @dataclass(frozen=True)
@@ -128,11 +136,13 @@ def prompt_ids(client: VllmClient, preset: Preset) -> list[int]:
     return client.tokenize(preset.prompt)
 
 
-def run_batch(client: VllmClient, ids: Sequence[int], concurrency: int, max_tokens: int) -> ServedBatch:
+def run_batch(client: VllmClient, ids: Sequence[int], concurrency: int, max_tokens: int,
+              response_format: dict | None = None) -> ServedBatch:
     """`concurrency` identical greedy requests at once; their ServedRequests and the batch's wall time."""
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [pool.submit(client.run, list(ids), max_tokens=max_tokens) for _ in range(concurrency)]
+        futures = [pool.submit(client.run, list(ids), max_tokens=max_tokens, response_format=response_format)
+                   for _ in range(concurrency)]
         requests = [f.result() for f in futures]
     wall = time.perf_counter() - t0
     return ServedBatch(requests, wall, _loadavg())
@@ -184,6 +194,24 @@ def predict(k: int, plain: ServedArmFigures, spec: ServedArmFigures) -> VllmPred
                           expected_tokens=e, verify_share=f, c=0.0)
 
 
+@dataclass
+class _Sweeping:
+    """What the sweep's loop carries from arm to arm."""
+
+    plan: SweepPlan
+    units: int
+    tick_to: Progress
+    our_pair: object
+    done: int = 0
+    warm: set = field(default_factory=set)
+    cells: list[VllmCell] = field(default_factory=list)
+    refused: dict = field(default_factory=dict)  # preset -> why the servers refused its constrained requests
+
+    def tick(self, message: str) -> None:
+        if self.tick_to is not None:
+            self.tick_to(min(1.0, self.done / self.units), message)
+
+
 def run_sweep(plan: SweepPlan, progress: Progress = None, log: Callable[[str], None] = print,
               our_pair=None) -> VllmSweepResult:
     """The sweep's result. `our_pair`: a loaded ModelPair of the same model, to run our own loop
@@ -191,42 +219,58 @@ def run_sweep(plan: SweepPlan, progress: Progress = None, log: Callable[[str], N
     plan.check()
     started, environment = time.strftime("%Y-%m-%dT%H:%M:%S%z"), _environment(plan)
     arms = [plan.external[2]] if plan.external else [plan.spec(m, k) for m in plan.methods for k in plan.ks]
-    units = len(arms) * len(plan.presets) * len(plan.concurrencies) * plan.rounds
-    done = [0]
+    formats = sum(len(plan.formats(p)) for p in plan.presets)
+    run = _Sweeping(plan, len(arms) * formats * len(plan.concurrencies) * plan.rounds, progress, our_pair)
     servers: list[VllmServerRecord] = []
-    cells: list[VllmCell] = []
-
-    def tick(message: str) -> None:
-        if progress is not None:
-            progress(min(1.0, done[0] / units), message)
-
-    tick("starting the plain vLLM server")
+    run.tick("starting the plain vLLM server")
     with _serving(plan, None, servers, log) as plain_url:
         plain = VllmClient(plain_url, timeout=300)
         prompts = {p.name: prompt_ids(plain, p) for p in plan.presets}
-        warm = set()
         for spec_cfg in arms:
-            tick(f"starting {spec_cfg.label}")
+            run.tick(f"starting {spec_cfg.label}")
             with _serving(plan, spec_cfg, servers, log) as spec_url:
                 spec = VllmClient(spec_url, timeout=300, spec=spec_cfg)
                 for preset in plan.presets:
-                    ids, max_new = prompts[preset.name], plan.max_new_tokens or preset.max_new_tokens
-                    for client, key in ((plain, ("plain", preset.name)), (spec, (spec_cfg.label, preset.name))):
-                        if key not in warm:  # warm-up: first-request costs, and the prompt in the prefix cache
-                            client.run(ids, max_tokens=8)
-                            warm.add(key)
-                    for c in plan.concurrencies:
-                        for r in range(plan.rounds):
-                            tick(f"{preset.name} {spec_cfg.label} c={c} round {r + 1}")
-                            order = (plain, spec) if r % 2 == 0 else (spec, plain)  # alternate who goes first
-                            batches = {cl: run_batch(cl, ids, c, max_new) for cl in order}
-                            check = r == 0 and c == min(plan.concurrencies)
-                            cells.append(_cell(preset, spec_cfg, c, r, ids, (batches[plain], batches[spec]),
-                                               our_pair if check else False))
-                            done[0] += 1
-    tick("done")
+                    for fmt in plan.formats(preset):
+                        _preset_cells(run, (plain, spec), spec_cfg, preset, prompts[preset.name], fmt, log)
+    run.tick("done")
     return VllmSweepResult(started=started, plan=plan.record(), servers=servers,
-                           environment=replace(environment, loadavg_at_end=_loadavg()), cells=cells)
+                           environment=replace(environment, loadavg_at_end=_loadavg()), cells=run.cells,
+                           structured_refused=run.refused)
+
+
+def _preset_cells(run: _Sweeping, clients, spec_cfg: SpecConfig, preset: Preset, ids: Sequence[int],
+                  fmt: dict | None, log) -> None:
+    """A preset's cells against one speculative server, free or under `fmt` (a preset whose constrained request the
+    servers refuse, a schema their grammar backend cannot compile, is said once, in the log and the result, and
+    its constrained cells are not run)."""
+    plan, (plain, spec) = run.plan, clients
+    max_new = plan.max_new_tokens or preset.max_new_tokens
+    if fmt is not None and preset.name in run.refused:
+        run.done += len(plan.concurrencies) * plan.rounds
+        return
+    try:
+        for client, key in ((plain, ("plain", preset.name, fmt is not None)),
+                            (spec, (spec_cfg.label, preset.name, fmt is not None))):
+            if key not in run.warm:  # warm-up: first-request costs, the prompt in the prefix cache, the grammar
+                client.run(ids, max_tokens=8, response_format=fmt)
+                run.warm.add(key)
+    except VllmClientError as e:
+        if fmt is None:
+            raise
+        run.refused[preset.name] = f"the vLLM server refused a request constrained to {preset.name}'s schema: {e}"
+        log(f"# {run.refused[preset.name]}")
+        run.done += len(plan.concurrencies) * plan.rounds
+        return
+    for c in plan.concurrencies:
+        for r in range(plan.rounds):
+            run.tick(f"{preset.name} {spec_cfg.label}{' constrained' if fmt else ''} c={c} round {r + 1}")
+            order = (plain, spec) if r % 2 == 0 else (spec, plain)  # alternate who goes first
+            batches = {cl: run_batch(cl, ids, c, max_new, fmt) for cl in order}
+            check = r == 0 and c == min(plan.concurrencies) and fmt is None
+            run.cells.append(_cell(preset, spec_cfg, c, r, ids, (batches[plain], batches[spec]),
+                                   run.our_pair if check else False, structured=fmt is not None))
+            run.done += 1
 
 
 @contextmanager
@@ -260,7 +304,7 @@ def _server_record(server: VllmServer) -> VllmServerRecord:
 
 
 def _cell(preset: Preset, spec_cfg: SpecConfig, c: int, r: int, ids: Sequence[int],
-          batches: tuple[ServedBatch, ServedBatch], crosscheck) -> VllmCell:
+          batches: tuple[ServedBatch, ServedBatch], crosscheck, structured: bool = False) -> VllmCell:
     """One cell from its (plain, speculative) batches, plain first in even rounds; `crosscheck`: False, or None / a
     pair (also our own loop on the pair) to cross-check n-gram."""
     plain, spec = arm_figures(batches[0]), arm_figures(batches[1])
@@ -280,7 +324,14 @@ def _cell(preset: Preset, spec_cfg: SpecConfig, c: int, r: int, ids: Sequence[in
                     first_arm="plain" if r % 2 == 0 else "spec", prompt_tokens=len(ids),
                     plain=plain, spec=spec, outputs_equal=plain.token_ids == spec.token_ids, speedup=speedup,
                     aggregate_speedup=_ratio(spec.aggregate_tokens_per_s, plain.aggregate_tokens_per_s),
-                    **asdict(prediction), miss=(speedup / p - 1) if p and speedup else None, crosscheck=x)
+                    **asdict(prediction), miss=(speedup / p - 1) if p and speedup else None, crosscheck=x,
+                    structured=structured, schema_valid=_schema_valid(preset, spec.text))
+
+
+def _schema_valid(preset: Preset, text: str) -> bool | None:
+    """Whether the output's JSON satisfies the preset's schema (None: the preset has none to check)."""
+    judged = check_output(preset, text) if preset.output_schema is not None else None
+    return None if judged is None else judged.ok
 
 
 def _environment(plan: SweepPlan) -> VllmEnvironment:

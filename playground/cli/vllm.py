@@ -30,6 +30,9 @@ def add_vllm_parsers(sub) -> None:
     s.add_argument("--suffix-factor", type=float, default=None,
                    help="suffix: vLLM's suffix_decoding_max_spec_factor (default vLLM's, 1; the playground's own "
                         "suffix drafter uses 4)")
+    s.add_argument("--structured", action="store_true",
+                   help="also measure each JSON preset constrained to its schema (OpenAI's response_format, vLLM's "
+                        "structured outputs), plain and speculative alike, beside the free runs")
     s.add_argument("--rounds", type=int, default=1, help="adjacent plain/speculative rounds per cell (default 1)")
     s.add_argument("--max-new-tokens", type=int, default=None, help="default: each preset's own")
     s.add_argument("--lookup-min", type=int, default=1, help="n-gram: prompt_lookup_min (default 1)")
@@ -160,7 +163,8 @@ def _sweep(args: argparse.Namespace) -> int:
                      max_new_tokens=args.max_new_tokens, lookup_min=args.lookup_min, lookup_max=args.lookup_max,
                      draft=Path(args.draft) if args.draft else None, suffix_factor=args.suffix_factor,
                      enforce_eager=not args.compiled,
-                     server_options={"startup_timeout": args.startup_timeout}, external=external)
+                     server_options={"startup_timeout": args.startup_timeout}, external=external,
+                     structured=args.structured)
     plan.check()  # bad values fail before a server starts
     arms = (f"the running servers {external[0]} (plain) and {external[1]} ({external[2].label})" if external else
             f"{len(plan.methods)} method(s) x k {list(plan.ks)}; {'eager' if plan.enforce_eager else 'compiled'} servers")

@@ -30,6 +30,7 @@ class VllmPlanRecord:
     draft: str
     enforce_eager: bool
     suffix_factor: float | None = None  # suffix's suffix_decoding_max_spec_factor; None: vLLM's default (1)
+    structured: bool = False  # JSON presets measured constrained to their schema too (--structured)
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,8 @@ class VllmCell:
     c: float | None = None
     miss: float | None = None  # measured / predicted - 1
     crosscheck: LookupCrosscheck | None = None  # n-gram cells of the first round at the lowest concurrency
+    structured: bool = False  # both arms' requests constrained to the preset's schema (vllm-sweep --structured)
+    schema_valid: bool | None = None  # the speculative output against the preset's schema (None: no schema)
 
 
 @result_kind
@@ -215,3 +218,4 @@ class VllmSweepResult(Result):
     environment: VllmEnvironment
     cells: list[VllmCell] = field(default_factory=list)
     command: str | None = None  # the command line that ran it (the CLI sets it)
+    structured_refused: dict[str, str] = field(default_factory=dict)  # preset -> why its constrained run was refused

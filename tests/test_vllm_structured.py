@@ -1,0 +1,43 @@
+"""vllm-sweep --structured against real vLLM servers (the shared ones, tests/conftest.py): each JSON preset measured
+free and constrained to its schema through OpenAI's response_format, plain and speculative alike, side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from playground.backends.vllm_report import report_text
+from playground.backends.vllm_sweep import SweepPlan, run_sweep
+from playground.inputs.presets import get_preset
+from tests.vllm_servers import NGRAM, needs_vllm
+
+
+def test_only_json_presets_with_a_schema_get_a_constrained_arm():
+    plan = SweepPlan(model=Path("m"), presets=[], structured=True)
+    tool, react, prose = get_preset("tool_call"), get_preset("react"), get_preset("prose")
+    assert tool.output_format == "json" and react.output_schema is not None
+    formats = plan.formats(tool)
+    assert formats[0] is None and formats[1]["json_schema"]["schema"] == tool.output_schema
+    assert plan.formats(react) == [None] and plan.formats(prose) == [None]  # ReAct's schema is its action input's
+    assert SweepPlan(model=Path("m"), presets=[]).formats(tool) == [None]  # without --structured: free only
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_a_structured_sweep_measures_free_and_constrained_side_by_side(vllm_servers, vllm_model_dir):
+    plain, ngram = vllm_servers["plain"].url, vllm_servers["ngram"].url
+    plan = SweepPlan(model=Path(vllm_model_dir), presets=[get_preset("json_extract"), get_preset("tool_call")],
+                     concurrencies=[1], rounds=1, max_new_tokens=48, external=(plain, ngram, NGRAM), structured=True)
+    result = run_sweep(plan, log=lambda _m: None)
+    # tool_call's schema has if/then, which vLLM's grammar backend refuses: named, and that preset runs free only
+    assert list(result.structured_refused) == ["tool_call"] and "if" in result.structured_refused["tool_call"]
+    free, constrained = ([c for c in result.cells if c.structured is s] for s in (False, True))
+    assert [c.preset for c in free] == ["json_extract", "tool_call"] and len(constrained) == 1
+    cell = constrained[0]
+    assert cell.preset == "json_extract" and cell.schema_valid is True
+    assert cell.outputs_equal  # greedy: constrained speculative output == constrained plain output
+    assert cell.spec.text.lstrip().startswith("{") and cell.speedup and cell.plain.tokens_per_s
+    text = report_text(result)
+    assert "| output | valid JSON |" in text and "| constrained | 1/1 |" in text and "| free |" in text
+    assert "refused a request constrained to tool_call's schema" in text
