@@ -143,3 +143,18 @@ def test_drafting_on_looks_past_a_dear_next_pass():
     assert not cost.drafts_on(1.0, [1.0], 2, 0.1, v, rate=1.5)  # m = 3 only: 1 token < 1.5 * (0.1 + 0.6)
     with pytest.raises(ValueError):
         cost.drafts_on(1.0, [1.2], 2, 0.1, v, rate=1.5)
+
+
+def test_a_drafter_of_variable_length_is_priced_by_the_lengths_it_drafted():
+    """Half the iterations draft nothing (a plain step: 1 token for 1 step), half draft 4, all accepted, c = 0 and
+    a flat verification: (1 + 5) tokens over (1 + 1) steps = 3x, where the fixed-k formula, crediting every
+    iteration 4 drafts, says 5x. One length only is the fixed-k formula."""
+    from playground.core.cost import predicted_speedup_empirical, predicted_speedup_lengths
+
+    assert predicted_speedup_lengths({0: 5, 4: 5}, [1.0] * 4, 0.0) == pytest.approx(3.0)
+    assert predicted_speedup_empirical([1.0] * 4, 4, 0.0) == pytest.approx(5.0)
+    v = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}
+    assert predicted_speedup_lengths({3: 7}, [0.9, 0.8, 0.7], 0.3, v, 0.02) == pytest.approx(
+        predicted_speedup_empirical([0.9, 0.8, 0.7], 3, 0.3, v, 0.02))
+    with pytest.raises(ValueError, match="no iterations"):
+        predicted_speedup_lengths({}, [1.0], 0.0)

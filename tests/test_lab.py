@@ -303,3 +303,26 @@ def test_a_run_that_ended_on_an_eos_is_predicted_with_its_last_iteration_as_run(
     assert by_eos == pytest.approx(cost.predicted_speedup_finite([1.0] * 4, 4, t.c, t.v, 26, limit=64))
     assert by_eos < by_length
     assert run_prediction(run, t) == by_length  # saved before runs kept how they ended
+
+
+def test_a_model_free_drafters_prediction_counts_the_iterations_that_drafted_nothing():
+    """A lookup-like run at k = 16: half its iterations find no match and draft nothing, the rest draft 16 and
+    keep them all. Priced by the lengths it drafted, the prediction is what its own iterations cost (the costed
+    figure, exact here since every drafted token was accepted); the fixed-k walk, which credits every iteration
+    16 drafts, overstates it (the wrong variant this replaces)."""
+    from playground.drafters.adaptive import CostCurve
+    from playground.lab.calibration import Timing
+    from playground.lab.schedules import costed_ratio
+    from playground.lab.speed_cells import run_prediction, variable_lengths
+    from playground.results.speed import SpeedRun
+    t = Timing(target_step_s=0.05, verify_s={n: 0.05 * (1 + 0.02 * (n - 1)) for n in range(1, 18)},
+               draft_step_s=0.0005, context_tokens=10)
+    rows = [[16, 0, 1, 0.0, 0.05, 0.0, 0, None], [16, 16, 17, 0.008, 0.066, 0.0, 16, "lookup"]] * 5
+    run = SpeedRun(round=0, prompt="p", k=16, per_position=[1.0] * 16, new_tokens=90, max_new_tokens=90,
+                   iterations=rows)
+    assert variable_lengths(rows) == {0: 5, 16: 5}
+    predicted = run_prediction(run, t)
+    assert predicted == pytest.approx(costed_ratio(rows, CostCurve.from_timing(t)), rel=1e-9)
+    assert t.predict([1.0] * 16, 16, new_tokens=90) > 1.4 * predicted  # 10.6 against 7.3
+    model_rows = [[4, 4, 5, 0.01, 0.05, 0.0, 4, None]] * 4 + [[4, 2, 2, 0.01, 0.05, 0.0, 2, None]]  # an EOS last
+    assert variable_lengths(model_rows) is None  # a model drafter: the fixed-k walk prices it, as before

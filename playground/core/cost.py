@@ -131,6 +131,24 @@ def predicted_speedup_empirical(
     return expected_tokens_empirical(per_position, k) / iteration_cost(k, c, v, overhead)
 
 
+def predicted_speedup_lengths(lengths: Mapping[int, float], per_position: Sequence[float], c: float,
+                              v: VerifyCost = None, overhead: float = 0.0) -> float:
+    """Speed-up over plain decoding of a drafter whose proposals vary in length, from how often it drafted each
+    length (`lengths`: {tokens drafted: iterations}) and the per-position acceptance.
+
+    The fixed-k formulas charge every iteration k drafts and credit it k chances; a model-free drafter proposes
+    nothing where it finds no match and fewer than k where its match is short, and per-position acceptance does not
+    fall when an iteration drafts nothing (those positions are never reached). So each length is priced as it
+    runs: d drafted tokens emit expected_tokens_empirical(per_position, d) (1 for d = 0, a plain step) for
+    iteration_cost(d) target steps, and the speed-up is all the expected tokens over all the steps."""
+    total = sum(lengths.values())
+    if total <= 0:
+        raise ValueError("no iterations to price")
+    tokens = sum(n * expected_tokens_empirical(per_position, int(d)) for d, n in lengths.items())
+    steps = sum(n * iteration_cost(int(d), c, v, overhead) for d, n in lengths.items())
+    return tokens / steps
+
+
 def predicted_speedup_finite(per_position: Sequence[float], k: int, c: float, v: VerifyCost, new_tokens: int,
                              overhead: float = 0.0, limit: int | None = None) -> float:
     """Speed-up over plain decoding for a run of `new_tokens` tokens, as the loop runs it.

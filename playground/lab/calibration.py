@@ -108,6 +108,13 @@ class Timing:
             return cost.predicted_speedup(alpha_or_positions, k, c, self.v, overhead)
         return cost.predicted_speedup_empirical(alpha_or_positions, k, c, self.v, overhead)
 
+    def predict_lengths(self, positions: Sequence[float], lengths: Mapping[int, int],
+                        source_iterations: dict[str, int] | None = None) -> float:
+        """Predicted speed-up of a drafter whose proposals vary in length, from how often it drafted each length
+        (cost.predicted_speedup_lengths), a hybrid's cost the mix of its sources'."""
+        c, overhead = self.mixed(source_iterations)
+        return cost.predicted_speedup_lengths(lengths, positions, c, self.v, overhead)
+
     def record(self, kind: type[R] = TimingRecord, **extra) -> R:
         """The calibration as results hold it, with what follows from it (c, v, the fit, the verdict): a
         TimingRecord, or `kind` (a TimingResult) with its `extra` fields."""

@@ -12,7 +12,7 @@ from ..results.speed import Drift, PlainRun, SpeedRow, SpeedRun
 from ..results.trust import WARN, Finding, MachineLoad, TrustLimits, Verdict
 from .calibration import Timing
 from .fit import explain_cell, predict_from_neighbours, reached, stop_limit
-from .schedules import costed_ratio
+from .schedules import costed_ratio, decisions
 from .trust import (
     check_calibration,
     check_drift,
@@ -145,12 +145,29 @@ def _neighbours(runs: list[SpeedRun], run: SpeedRun) -> list[SpeedRun]:
 
 
 def run_prediction(run: SpeedRun, timing: Timing | None) -> float | None:
-    """The empirical prediction for one fixed-k run: its per-position acceptance, for a run of its length."""
+    """The empirical prediction for one fixed-k run: its per-position acceptance, for a run of its length; for a
+    drafter whose proposals vary in length (`variable_lengths`), priced by how often it drafted each length."""
     positions = reached(run.per_position)
     if timing is None or not isinstance(run.k, int) or not positions:
         return None
+    lengths = variable_lengths(run.iterations)
+    if lengths is not None:
+        return timing.predict_lengths(positions, lengths, source_iterations=run.source_iterations)
     return timing.predict(positions, run.k, new_tokens=run.new_tokens, source_iterations=run.source_iterations,
                           limit=stop_limit(run))
+
+
+def variable_lengths(rows) -> dict[int, int] | None:
+    """{tokens drafted: iterations} of a run whose drafter drafted fewer than its k before the last iteration (a
+    model-free drafter finding a short match or none); None for one that drafted every k it was given (a model
+    drafter, whose last iteration alone may stop short, at an end of sequence), which the fixed-k walk prices."""
+    drafted = decisions(rows)
+    if not any(d < k for k, d in drafted[:-1]):
+        return None
+    lengths: dict[int, int] = {}
+    for _, d in drafted:
+        lengths[d] = lengths.get(d, 0) + 1
+    return lengths
 
 
 def _round_medians(runs: list[SpeedRun]) -> list[float]:
