@@ -74,7 +74,7 @@ def slowed_speed(pair, slowed: set[str]):
     state = {"round": 1, "prompt": None}
 
     def hook(module, args):
-        ids = args[0][0].tolist()
+        ids = args[0].reshape(-1).tolist()  # [1, n] from transformers, [n] from the static forward
         if len(ids) == 4:  # a prefill (all but the prompt's last token): no verify pass is longer than k + 1 = 3
             state["prompt"] = next(name for name, p in PROMPTS.items() if p[:4] == ids)
         time.sleep(0.02 if state["round"] > 1 and state["prompt"] in slowed else 0.005)
