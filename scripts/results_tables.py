@@ -28,7 +28,7 @@ from the one drawn from the full file.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import re
 import sys
@@ -49,7 +49,8 @@ RESULTS = ROOT / "docs" / "results"
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.DOTALL)
 
 
-# Results written by a benchmark script rather than a playground command: experiment -> (script, its table function).
+# Results written by a benchmark script rather than a playground command: experiment -> (script, its table function
+# in playground.studies).
 SCRIPT_TABLES = {"static-forward": ("bench_static.py", "markdown"),
                  "adaptive-rules": ("tune_adaptive.py", "rules_markdown"),
                  "kernels-blas-onednn": ("bench_kernels.py", "markdown"),
@@ -64,11 +65,7 @@ SCRIPT_TABLES = {"static-forward": ("bench_static.py", "markdown"),
 
 def _script_table(kind: str):
     script, function = SCRIPT_TABLES[kind]
-    spec = importlib.util.spec_from_file_location(f"results_tables_{Path(script).stem}", ROOT / "scripts" / script)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # a script's dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return getattr(module, function)
+    return getattr(importlib.import_module(f"playground.studies.{Path(script).stem}"), function)
 
 
 def save(doc: dict, out: str | Path, markdown) -> int:
