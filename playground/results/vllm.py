@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Result, result_kind
+from .base import Result
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,6 @@ class VllmCell:
     crosscheck: LookupCrosscheck | None = None  # n-gram cells of the first round at the lowest concurrency
 
 
-@result_kind
 @dataclass
 class VllmSweepResult(Result):
     experiment = "vllm-sweep"
