@@ -82,7 +82,7 @@ def _rounds(p: argparse.ArgumentParser) -> None:
 def _stop_and_plain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-confidence", type=float, default=None,
                    help="model drafters stop after a token they gave less than this probability")
-    # lab.speed.PLAIN_EVERY, spelled out: the parser imports nothing that loads torch
+    # lab.speed_request.PLAIN_EVERY, spelled out: the parser imports nothing that loads torch
     p.add_argument("--plain-every", type=int, default=3, metavar="N",
                    help="a plain run before every N speculative runs of a prompt and after the last; each "
                         "speculative run is divided by plain speed interpolated to its moment (default 3; "
