@@ -167,3 +167,13 @@ def test_without_its_declaration_the_toy_is_nowhere(tmp_path):
 def test_the_declaration_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         TOY.name = "other"
+
+
+def test_the_docs_and_the_help_name_every_lab_command():
+    """docs/cli.md shows a command line of each lab experiment, and `--help`'s summary lists them all, in order."""
+    from playground.cli import entry  # its docstring is --help's summary
+
+    lab = [e.name for e in experiments() if e.run is not None]
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert [name for name in lab if f"python -m playground {name} " not in page] == []
+    assert f"  {', '.join(lab)}\n" in entry.__doc__
