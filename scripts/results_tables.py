@@ -57,15 +57,13 @@ def save(doc: dict, out: str | Path, markdown) -> int:
 def render(path: Path) -> str:
     """A result file as the Markdown `python -m playground report --brief FILE` prints (each experiment's table, as
     playground.experiments declares it; a measurement script's too)."""
-    kind = read_document(path).get("experiment")
-    experiment = experiment_named(kind)
+    experiment = experiment_named(read_document(path).get("experiment"))
     try:
         return report(path, brief=True).rstrip("\n")  # a vLLM sweep's report ends in a blank line; a table does not
-    except (KeyError, IndexError, TypeError) as e:  # a file written by another version of the script
+    except PlaygroundError as e:  # a file written by another version of the script says what its table lacks
         if experiment is None or not experiment.script:
             raise
-        raise SystemExit(f"results_tables: {path} (a {kind!r} result) lacks what scripts/{experiment.script}'s table "
-                         f"needs ({type(e).__name__}: {e}); rerun the script with --out") from e
+        raise SystemExit(f"results_tables: {e}") from e
 
 
 RUN_KEYS = ("round", "prompt", "k", "ratio", "e2e_ratio")

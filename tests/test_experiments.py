@@ -177,3 +177,12 @@ def test_the_docs_and_the_help_name_every_lab_command():
     page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     assert [name for name in lab if f"python -m playground {name} " not in page] == []
     assert f"  {', '.join(lab)}\n" in entry.__doc__
+
+
+def test_report_of_a_script_result_missing_a_field_says_which_and_what_to_do(tmp_path, capsys):
+    path = tmp_path / "kernels.json"
+    doc = json.loads((ROOT / "docs" / "results" / "kernels-epyc.json").read_text())
+    assert main(["report", str(path.with_name("whole.json"))]) == 2  # no such file: refused, not a traceback
+    path.write_text(json.dumps({k: v for k, v in doc.items() if k != "sizes"}))
+    assert main(["report", str(path)]) == 2
+    assert "lacks what scripts/bench_kernels.py's table needs (KeyError: 'sizes'); rerun" in capsys.readouterr().err

@@ -332,13 +332,20 @@ def report(path: str | Path, brief: bool = False) -> str:
     `table` its command printed. speed / sweep: the prompt x k table and how far the prediction missed (brief: one
     row per k over all prompts, the prediction's score and the schedules); timing: its step costs in one line."""
     doc = read_document(path)
-    experiment = experiment_named(doc.get("experiment"))
-    if experiment is None or experiment.result is not None or experiment.name != doc["experiment"]:
-        doc = from_document(doc, str(path))  # a script's result is its plain document
-    for field in ("brief", "report") if brief else ("report",):
-        if getattr(experiment, field) is not None:
-            return experiment.load(field)(doc)
-    return experiment_text(doc)
+    kind = doc["experiment"]
+    experiment = experiment_named(kind)
+    script = experiment is not None and experiment.result is None and experiment.name == kind
+    doc = doc if script else from_document(doc, str(path))  # a script's result is its plain document
+    try:
+        for field in ("brief", "report") if brief else ("report",):
+            if getattr(experiment, field) is not None:
+                return experiment.load(field)(doc)
+        return experiment_text(doc)
+    except (KeyError, IndexError, TypeError) as e:
+        if not script:
+            raise
+        raise PlaygroundError(f"{path} (a {kind!r} result) lacks what scripts/{experiment.script}'s table needs "
+                              f"({type(e).__name__}: {e}); rerun the script with --out") from e
 
 
 def timing_report(doc: TimingResult) -> str:
