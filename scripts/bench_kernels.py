@@ -27,22 +27,7 @@ from playground.envinfo import describe_setup, environment
 from playground.lab.trust import MachineMonitor, Verdict
 from playground.pairs.kernels import Swap, eligible, time_kernels
 from playground.pairs.loading import load_pair
-
-EXPERIMENT = "kernels-blas-onednn"
-
-
-def markdown(doc: dict) -> str:
-    """The table docs/results.md shows, drawn from the saved result alone (scripts/results_tables.py)."""
-    head = (f"{doc['date']}, {doc['setup']}; {doc['rounds']} rounds, {doc['context_tokens']}-token context; "
-            f"verdict: {doc['verdict']['headline']}")
-    rows = ["| n | BLAS ms [min-max] | v(n) BLAS | oneDNN ms [min-max] | v(n) oneDNN | BLAS / oneDNN |",
-            "|---|---|---|---|---|---|"]
-    b, o = doc["kernels"]["blas"], doc["kernels"]["onednn"]
-    for n in map(str, doc["sizes"]):
-        rows.append(f"| {n} | {b[n]['median_ms']:.1f} [{b[n]['min_ms']:.1f}-{b[n]['max_ms']:.1f}] | {b[n]['v']:.2f} "
-                    f"| {o[n]['median_ms']:.1f} [{o[n]['min_ms']:.1f}-{o[n]['max_ms']:.1f}] | {o[n]['v']:.2f} "
-                    f"| {b[n]['median_ms'] / o[n]['median_ms']:.2f} |")
-    return head + "\n\n" + "\n".join(rows)
+from playground.studies.bench_kernels import EXPERIMENT, markdown
 
 
 def main(argv=None) -> dict:

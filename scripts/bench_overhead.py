@@ -50,12 +50,13 @@ import torch
 from playground.backends.vllm_server import free_port
 from playground.core.engine import HEADLESS, speculative_generate
 from playground.core.records import summarize
-from playground.core.timesplit import BUCKETS, OUTSIDE_LIMIT, ROLLBACK_LIMIT, iteration_splits, median_shares, percent
+from playground.core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, iteration_splits, median_shares, percent
 from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup, environment
 from playground.inputs.presets import get_preset
 from playground.lab.trust import MachineMonitor, Verdict
 from playground.pairs.registry import choose_pair, load_choice
+from playground.studies.bench_overhead import EXPERIMENT, markdown
 from playground.ui import chromium
 
 PRESETS = ("tool_call", "prose", "code")
@@ -268,32 +269,6 @@ def verdict_lines(doc: dict) -> list[str]:
         lines.append(f"{label}: cost < {STREAMING_LIMIT:.0%}: {held[cost < STREAMING_LIMIT]} ({100 * cost:+.1f}% of "
                      f"the headless speed, median of {r['all']['n']} pairs)")
     return lines
-
-
-EXPERIMENT = "overhead-streaming"
-
-
-def markdown(doc: dict) -> str:
-    """The table docs/results.md shows, drawn from the saved result alone (scripts/results_tables.py)."""
-    presets = doc["presets"]
-    head = (f"{doc['date']}, {doc['setup']}; drafter {doc['drafter']}, k = {doc['k']}, {doc['max_new_tokens']} new "
-            f"tokens, greedy, {doc['rounds']} rounds; machine: {doc['verdict']['headline']} (other processes "
-            f"{doc['other_cores']:.2f} cores" + (f", arm C's browser {doc['browser_cores']:.2f}" if
-                                                   doc["browser_cores"] is not None else "") + ")")
-    lines = ["| arm | decode tokens/s: " + " | ".join(presets) + " | " + " | ".join(BUCKETS) + " |",
-             "|---|" + "---|" * (len(presets) + len(BUCKETS))]
-    for arm, per in doc["tokens_per_s"].items():
-        rates = [f"{x['median']:.1f} ({x['min']:.1f}-{x['max']:.1f})" for x in (per[n] for n in presets)]
-        share = doc["shares"].get(arm)
-        split = [percent(share[b]) if share else "" for b in BUCKETS]
-        lines.append(f"| {ARM_LABELS.get(arm, arm)} | " + " | ".join(rates + split) + " |")
-    pairs = [f"- {label} over the {r['all']['n']} adjacent pairs: median {r['all']['median']:.3f} "
-             f"({r['all']['min']:.3f}-{r['all']['max']:.3f})" for label, r in doc["ratios"].items()]
-    return head + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(pairs)
-
-
-ARM_LABELS = {"A headless": "A headless", "B browser": "B Gradio's event, no browser",
-              "C Chromium": "C Chromium on the same cores"}
 
 
 def run_arms(args, pair, presets) -> tuple:

@@ -41,6 +41,7 @@ from playground.lab.common import rotated
 from playground.lab.speed import _e2e
 from playground.lab.trust import MachineMonitor, Verdict
 from playground.pairs.registry import load_named_pair
+from playground.studies.bench_prefill import EXPERIMENT, markdown
 
 
 def llama_of(proposer) -> LlamaCppProposer:
@@ -108,43 +109,6 @@ def summarize_rows(runs: list[dict], groups, arms) -> list[dict]:
                          "drafter_not_hidden_ms": ms([x["draft_s"] for x in xs]) if spec else None,
                          "wall_ms": ms([x["wall_s"] for x in xs]), "overlapped": any(x["overlapped"] for x in xs)})
     return rows
-
-
-EXPERIMENT = "prefill-kv"
-
-
-def _label(arm: str) -> str:
-    if arm == "off":
-        return "prefilled, in turn (off)"
-    if arm == "shared":
-        return "copied from the target"
-    threads = arm.split()[2]  # "on, llama.cpp N thr"
-    return f"prefilled beside, {threads} thread{'' if threads == '1' else 's'}"
-
-
-def _cell(x: dict | None, sign: str = "") -> str:
-    return "-" if x is None else f"{x['median']:{sign}.2f} ({x['min']:.2f}-{x['max']:.2f})"
-
-
-def markdown(doc: dict) -> str:
-    """The table docs/results.md shows, drawn from the saved result alone (scripts/results_tables.py)."""
-    head = (f"{doc['date']}, {doc['setup']}; verdict: {doc['verdict']['headline']} (other processes "
-            f"{doc['machine']['other_cores']:.2f} cores); k = {doc['k']}, {doc['max_new_tokens']} new tokens, "
-            f"{doc['rounds']} rounds, greedy, a first call (drafter KV empty); median (min-max) of speculative / "
-            "plain of the same round; gain: median per-round difference to \"off\"; prefill: median ms")
-    lines = [("| preset (prompt tokens) | drafter | drafter's prompt | end to end | decode only | gain vs off | "
-              "target prefill | drafter prefill |"), "|---|---|---|---|---|---|---|---|"]
-    for r in doc["rows"]:
-        if r["arm"] == "plain":
-            continue
-        e2e = _cell(r["e2e_ratio"])
-        drafter = f"{r['drafter_total_ms']:.0f} ms"
-        if r["overlapped"]:
-            drafter += f" ({r['drafter_not_hidden_ms']:.0f} not hidden)"
-        lines.append(f"| {r['preset']} ({doc['prompt_tokens'][r['preset']]}) | {r['drafter']} | {_label(r['arm'])} | "
-                     f"{f'**{e2e}**' if r['arm'] == 'shared' else e2e} | {_cell(r['decode_ratio'])} | "
-                     f"{_cell(r['gain_vs_off'], '+')} | {r['target_ms']:.0f} ms | {drafter} |")
-    return head + "\n\n" + "\n".join(lines)
 
 
 def main() -> int:

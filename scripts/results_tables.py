@@ -13,9 +13,9 @@ A generated table sits between two marker comments in the Markdown:
 
 Everything between the markers is replaced; everything outside them (the machine, the date, the command, what
 the figures say) is prose and is left alone. The text is what `python -m playground report --brief FILE` prints
-for that file (a replay result's tables, a vLLM sweep's, any lab result's; a speed or sweep grid in a page), and
-for a `whatif` result the table `whatif` prints, so a figure in the docs is re-read from the file that measured
-it, never copied by hand.
+for that file: its experiment's table as playground.experiments declares it (a lab result's, a replay's, a vLLM
+sweep's, a `whatif`'s, a measurement script's; a speed or sweep grid in a page), so a figure in the docs is re-read
+from the file that measured it, never copied by hand.
 A result JSON is small: an experiment's `--out` file, or that file slimmed by
 
     python scripts/results_tables.py --slim RUN.json docs/results/NAME.json
@@ -28,18 +28,15 @@ from the one drawn from the full file.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import sys
 from pathlib import Path
 
-from playground.backends.vllm_report import load_sweep, report_text
 from playground.errors import PlaygroundError
-from playground.lab.replay_report import replay_table
+from playground.experiments import experiment_named
 from playground.lab.report import report
-from playground.lab.whatif import whatif_text
-from playground.results import from_document, read_document
+from playground.results import read_document
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -47,28 +44,6 @@ DOCS = ROOT / "docs"
 measuring.md, gpu.md) the measurement its text stands on."""
 RESULTS = ROOT / "docs" / "results"
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.DOTALL)
-
-
-# Results written by a benchmark script rather than a playground command: experiment -> (script, its table function).
-SCRIPT_TABLES = {"static-forward": ("bench_static.py", "markdown"),
-                 "adaptive-rules": ("tune_adaptive.py", "rules_markdown"),
-                 "kernels-blas-onednn": ("bench_kernels.py", "markdown"),
-                 "prefill-kv": ("bench_prefill.py", "markdown"),
-                 "replay-misses": ("replay_misses.py", "markdown"),
-                 "overhead-streaming": ("bench_overhead.py", "markdown"),
-                 "suffix-history": ("suffix_history.py", "markdown"),
-                 "suffix-factor": ("suffix_factor.py", "markdown"),
-                 "suffix-bound": ("suffix_bound.py", "markdown"),
-                 "trace-speed": ("trace_speed.py", "markdown")}
-
-
-def _script_table(kind: str):
-    script, function = SCRIPT_TABLES[kind]
-    spec = importlib.util.spec_from_file_location(f"results_tables_{Path(script).stem}", ROOT / "scripts" / script)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # a script's dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return getattr(module, function)
 
 
 def save(doc: dict, out: str | Path, markdown) -> int:
@@ -80,23 +55,15 @@ def save(doc: dict, out: str | Path, markdown) -> int:
 
 
 def render(path: Path) -> str:
-    """A result file as the Markdown its command prints: the same dispatch as `python -m playground report`."""
-    doc = read_document(path)
-    kind = doc.get("experiment")
-    if kind in SCRIPT_TABLES:
-        try:
-            return _script_table(kind)(doc)
-        except (KeyError, IndexError, TypeError) as e:  # a file written by another version of the script
-            script = SCRIPT_TABLES[kind][0]
-            raise SystemExit(f"results_tables: {path} (a {kind!r} result) lacks what scripts/{script}'s table needs "
-                             f"({type(e).__name__}: {e}); rerun the script with --out") from e
-    if kind == "whatif":  # the typed result: the alpha x k map's keys are ints again
-        return whatif_text(from_document(doc, str(path)))
-    if kind == "replay":
-        return replay_table(from_document(doc, str(path)))
-    if kind == "vllm-sweep":
-        return report_text(load_sweep(path)).rstrip("\n")  # the report ends in a blank line; a table does not
-    return report(path, brief=True)
+    """A result file as the Markdown `python -m playground report --brief FILE` prints (each experiment's table, as
+    playground.experiments declares it; a measurement script's too)."""
+    experiment = experiment_named(read_document(path).get("experiment"))
+    try:
+        return report(path, brief=True).rstrip("\n")  # a vLLM sweep's report ends in a blank line; a table does not
+    except PlaygroundError as e:  # a file written by another version of the script says what its table lacks
+        if experiment is None or not experiment.script:
+            raise
+        raise SystemExit(f"results_tables: {e}") from e
 
 
 RUN_KEYS = ("round", "prompt", "k", "ratio", "e2e_ratio")

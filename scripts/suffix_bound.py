@@ -30,10 +30,8 @@ from playground.inputs.traces import read_trace
 from playground.lab.replay_summary import MIN_SHAPE_TOKENS
 from playground.lab.shapes import LABELS, SHAPES, segment
 from playground.pairs.registry import load_named_pair
+from playground.studies.suffix_bound import ARMS, COPY, EXPERIMENT, markdown
 
-EXPERIMENT = "suffix-bound"
-COPY = "longest copy (oracle)"  # walked by copy_passes; the other arms by walk
-ARMS = ("lookup", "suffix", "better of the two (oracle)", COPY)
 GAP = chr(1)  # between the texts copy_walk searches, so that no copy runs from one into the next
 
 
@@ -118,23 +116,6 @@ def measure(pair, path: str, ks: list[int]) -> dict:
                                 for arm in ARMS} if chosen else {}}
     return {"experiment": EXPERIMENT, "date": datetime.date.today().isoformat(), "trace": path, "ks": ks,
             "turns": len(trace.turns), "groups": groups}
-
-
-def markdown(doc: dict) -> str:
-    """Per shape: tokens per pass of each arm at each k, and each oracle's gain over lookup at the largest k."""
-    ks, last = " / ".join(str(k) for k in doc["ks"]), str(doc["ks"][-1])
-    head = (f"| shape (turns) | lookup, k = {ks} | {' | '.join(ARMS[1:])} | "
-            + " | ".join(f"{arm.split(' (')[0]} / lookup, k = {last}" for arm in ARMS[2:]) + " |")
-    lines = [f"{doc['trace']}: {doc['turns']} turns, counts (greedy; the recorded completions)", "", head,
-             "|---" * (2 * len(ARMS) - 1) + "|"]
-    for g in doc["groups"].values():
-        if not g["turns"]:
-            continue
-        per_pass = g["tokens_per_pass"]
-        cells = [" / ".join(f"{per_pass[arm][str(k)]:.2f}" for k in doc["ks"]) for arm in ARMS]
-        gains = [f"{per_pass[arm][last] / per_pass['lookup'][last]:.2f}x" for arm in ARMS[2:]]
-        lines.append(f"| {g['label']} ({g['turns']}) | {' | '.join(cells + gains)} |")
-    return "\n".join(lines)
 
 
 def main() -> int:

@@ -20,7 +20,8 @@ import datetime
 import re
 import sys
 
-EXPERIMENT = "suffix-factor"
+from playground.studies.suffix_factor import EXPERIMENT, markdown
+
 SHOWN = {"json": "tool call / JSON", "overall": "all turns"}
 
 
@@ -45,42 +46,6 @@ def row_of(factor: float, doc: dict) -> dict:
             cells.setdefault(drafter, {})[shape] = {"tokens_per_pass": row["tokens_per_pass"],
                                                      "best_k": row["best_k"], "best_speedup": row["best_speedup"]}
     return {"factor": factor, "drafters": cells, "trust": doc["trust"]}
-
-
-def _f(x) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def _cell(figures: dict | None, arms: list[str]) -> str:
-    if figures is None:
-        return "-"
-    tpp = " / ".join(_f(figures["tokens_per_pass"].get(a)) for a in arms)
-    best = "-" if figures["best_k"] is None else f"{_f(figures['best_speedup'])}x (k={figures['best_k']})"
-    return f"{tpp}; {best}"
-
-
-def markdown(doc: dict) -> str:
-    """One row per factor and drafter whose drafts it changes, then the reference drafters once."""
-    arms = doc["arms"]
-    ks = " / ".join(a[2:] for a in arms)
-    head = (f"| max_spec_factor | drafter | tool call / JSON: tokens per pass, k = {ks}; predicted best "
-            f"| all turns: tokens per pass, k = {ks}; predicted best |")
-    lines = [doc["header"], "", head, "|---|---|---|---|"]
-    for row in doc["rows"]:
-        for drafter in ("suffix", "suffix-hybrid"):
-            d = row["drafters"].get(drafter, {})
-            lines.append(f"| {row['factor']:g} | {drafter} | {_cell(d.get('json'), arms)} | "
-                         f"{_cell(d.get('overall'), arms)} |")
-    first = doc["rows"][0]
-    for drafter in ("lookup", "hybrid"):
-        d = first["drafters"].get(drafter)
-        if d is not None:
-            lines.append(f"| - | {drafter} (replayed beside factor {first['factor']:g}) | {_cell(d.get('json'), arms)} | "
-                         f"{_cell(d.get('overall'), arms)} |")
-    lines.append("")
-    lines += [f"calibrations at factor {row['factor']:g}: " + "; ".join(f"{d} {t.split(':')[0]}"
-              for d, t in row["trust"].items() if "(no cache)" not in d) for row in doc["rows"]]
-    return "\n".join(lines)
 
 
 def _run_one(factor: float, argv: list[str]) -> int:

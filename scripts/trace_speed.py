@@ -22,8 +22,7 @@ import sys
 
 from playground.results import load_result
 from playground.results.speed import SpeedResult
-
-EXPERIMENT = "trace-speed"
+from playground.studies.trace_speed import EXPERIMENT, markdown
 
 
 def _tokens_per_pass(runs: list) -> float | None:
@@ -67,28 +66,6 @@ def summarize(results: list[SpeedResult], sources: list[str]) -> dict:
             "machine": machine_line(results[0]), "turns": list(next(iter(prompts))),
             "commands": [r.command for r in results], "rows": [row for r in results for row in rows_of(r)],
             "trace_note": next((r.trace_note for r in results if r.trace_note), None)}
-
-
-def _f(x, fmt: str = ".2f") -> str:
-    return "-" if x is None else format(x, fmt)
-
-
-def markdown(doc: dict) -> str:
-    """One row per drafter and k; then each result's trust verdict, and whether the turns are the target's own."""
-    lines = [f"{doc['machine']}; {len(doc['turns'])} turns, from {doc['turns'][0]} to {doc['turns'][-1]}", "",
-             "| drafter | k | measured speed-up, median (range) | predicted | costed | tokens per pass | c |",
-             "|---|---|---|---|---|---|---|"]
-    for r in doc["rows"]:
-        lines.append(f"| {r['drafter']} | {r['k']} | {_f(r['median'])}x ({_f(r['min'])}-{_f(r['max'])}) | "
-                     f"{_f(r['predicted'])} | {_f(r['costed'])} | {_f(r['tokens_per_pass'])} | {_f(r['c'], '.3f')} |")
-    lines.append("")
-    seen = {}
-    for r in doc["rows"]:
-        seen.setdefault(r["drafter"], (r.get("description", r["drafter"]), r["trust"]))
-    lines += [f"{d}: {what}; trust: {t}" for d, (what, t) in seen.items()]
-    if doc.get("trace_note"):  # results saved before speed checked the recording have none
-        lines.append(f"trace: {doc['trace_note']}")
-    return "\n".join(lines)
 
 
 def main() -> int:

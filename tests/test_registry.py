@@ -14,19 +14,19 @@ from pathlib import Path
 import pytest
 
 from playground.cli import build_parser
-from playground.cli.experiments import EXPERIMENTS
 from playground.core.proposal import Proposal, Proposer
 from playground.core.sampling import SamplingConfig
 from playground.drafters import registry
 from playground.drafters.registry import DrafterSpec, PairFacts, make_proposer
 from playground.errors import PlaygroundError
+from playground.experiments import experiments
 from playground.lab import acceptance
 from playground.lab.replay import greedy_turn, replay_turns
 from playground.lab.replay_options import ReplayOptions
 from playground.ui import serving, session
 
 TOY = "zeros"
-LAB_COMMANDS = [e.name for e in EXPERIMENTS]
+LAB_COMMANDS = [e.name for e in experiments() if e.run is not None]
 
 
 class ZeroProposer(Proposer):

@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from playground.errors import PlaygroundError
-from playground.results import FORMAT, KINDS, Result, load_result, result_kind
+from playground.experiments import (
+    Experiment,
+    register_experiment,
+    result_type,
+    unregister_experiment,
+)
+from playground.results import FORMAT, Result, load_result
 
 
 @dataclass
@@ -18,13 +24,20 @@ class _Row:
     ratio: float | None = None
 
 
-@result_kind
 @dataclass
 class _Toy(Result):
     experiment = "toy-for-tests"
     rows: list[_Row]
     note: str = ""
     extra: dict[str, float] = field(default_factory=dict)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _toy_declared():
+    """A result type is its experiment's declaration's `result`: the toy's, for this module's tests only."""
+    register_experiment(Experiment("toy-for-tests", result=_Toy, report=repr, script="none.py"))
+    yield
+    unregister_experiment("toy-for-tests")
 
 
 def test_a_result_round_trips_through_its_file(tmp_path):
@@ -64,10 +77,19 @@ def test_unreadable_files_say_why(tmp_path, doc, words):
 
 
 def test_an_experiment_is_declared_once():
-    @dataclass
-    class Again(Result):
-        experiment = "toy-for-tests"
+    with pytest.raises(PlaygroundError, match="already registered"):
+        register_experiment(Experiment("toy-for-tests", result=_Toy, report=repr, script="none.py"))
+    assert result_type("toy-for-tests") is _Toy
 
-    with pytest.raises(TypeError, match="declared twice"):
-        result_kind(Again)
-    assert KINDS["toy-for-tests"] is _Toy
+
+def test_a_result_type_saves_its_experiments_name():
+    @dataclass
+    class Other(Result):
+        experiment = "other"
+
+    register_experiment(Experiment("toy-misnamed", result=Other, report=repr, script="none.py"))
+    try:
+        with pytest.raises(PlaygroundError, match="declares Other as its result, which saves 'other' files"):
+            result_type("toy-misnamed")
+    finally:
+        unregister_experiment("toy-misnamed")

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from playground.experiments import experiment_named
+
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = importlib.util.spec_from_file_location("results_tables", ROOT / "scripts" / "results_tables.py")
 results_tables = importlib.util.module_from_spec(SPEC)
@@ -130,10 +132,9 @@ def _row(text: str, start: str) -> list[str]:
 def test_every_script_experiment_is_registered():
     for kind in ("kernels-blas-onednn", "prefill-kv", "replay-misses", "overhead-streaming", "suffix-history",
                  "suffix-factor", "suffix-bound", "trace-speed"):
-        assert kind in results_tables.SCRIPT_TABLES
-        script, _ = results_tables.SCRIPT_TABLES[kind]
-        assert (ROOT / "scripts" / script).is_file()
-        assert callable(results_tables._script_table(kind))
+        experiment = experiment_named(kind)
+        assert (ROOT / "scripts" / experiment.script).is_file()
+        assert callable(experiment.load("report"))
 
 
 def test_kernels_table(tmp_path):

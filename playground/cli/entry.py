@@ -4,7 +4,7 @@
   presets    list the presets
   pairs      list the named model pairs and which models may be loaded
   info       the model pair, its memory, and the environment
-  timing, acceptance, speed, sweep, divergence, distribution, bench-peers
+  timing, acceptance, speed, sweep, divergence, distribution, peers
              the lab's experiments, their tables printed and (--out) their results saved as JSON
   replay     which k, from recorded outputs (a JSONL trace, presets): every k replayed without generating
   report     Markdown tables from saved results
@@ -23,7 +23,7 @@ import sys
 import traceback
 
 from ..errors import PlaygroundError
-from . import experiments
+from ..experiments import experiment_named
 from .experiments import add_drafter_arg, add_lab_parsers
 from .replay_args import add_replay_parser
 from .vllm import COMMANDS as VLLM_COMMANDS
@@ -168,9 +168,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         from . import replay  # on use (see the docstring)
 
         return replay.cmd_replay(args) if args.command == "replay" else replay.cmd_report(args)
-    experiment = experiments.experiment_spec(args.command)
-    if experiment is not None:
-        return experiment.run(args)  # imports the lab on use (see the docstring)
+    experiment = experiment_named(args.command)
+    if experiment is not None and args.command in experiment.commands:
+        return experiment.load("run")(args)  # imports the lab on use (see the docstring)
     if args.command in VLLM_COMMANDS:
         from . import vllm  # on use (see the docstring)
 

@@ -1,6 +1,7 @@
-"""The lab's experiments as commands, declared once each (`Experiment`): name, help, their own options, the k values
-they run by default and how they run. entry.py builds a subcommand per declaration and dispatches to its `run`;
-playground.cli.lab runs it. Adding an experiment means one job function in cli/lab.py and one declaration here.
+"""The lab's commands: the options every lab command takes, each experiment's own options (`<name>_args`) and how
+it runs (`<name>_run`), which its declaration in playground.experiments names. entry.py builds a subcommand per lab
+experiment declared there (`add_lab_parsers`) and dispatches to its `run`; playground.cli.lab runs it. Adding an
+experiment is docs/cli.md's "Adding an experiment".
 
 This module imports nothing heavy (torch, transformers): the CLI builds its parser from it, and a run imports
 cli/lab.py when it starts.
@@ -10,22 +11,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from types import ModuleType
 
 from ..drafters.registry import drafters
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """One lab command."""
-
-    name: str
-    help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    """Its own options, added after the ones every lab command takes (presets or a prompt, the drafter)."""
-    run: Callable[[argparse.Namespace], int]
-    """Runs the parsed command; the exit status."""
+from ..experiments import experiments
 
 
 def _on_lab(job: Callable[[ModuleType], Callable], default_ks: Sequence = (), schedules: bool = False
@@ -93,7 +82,7 @@ def _rounds(p: argparse.ArgumentParser) -> None:
 def _stop_and_plain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-confidence", type=float, default=None,
                    help="model drafters stop after a token they gave less than this probability")
-    # lab.speed.PLAIN_EVERY, spelled out: the parser imports nothing that loads torch
+    # lab.speed_request.PLAIN_EVERY, spelled out: the parser imports nothing that loads torch
     p.add_argument("--plain-every", type=int, default=3, metavar="N",
                    help="a plain run before every N speculative runs of a prompt and after the last; each "
                         "speculative run is divided by plain speed interpolated to its moment (default 3; "
@@ -109,7 +98,7 @@ def _max_new(p: argparse.ArgumentParser, per_prompt: bool) -> None:
 # --- each experiment's own options -------------------------------------------------------------------------------
 
 
-def _timing_args(p: argparse.ArgumentParser) -> None:
+def timing_args(p: argparse.ArgumentParser) -> None:
     _ks(p, "; timing measures passes over up to max(k) + 1 tokens")
     p.add_argument("--batch", default=None, metavar="B,B,...",
                    help="also time the target's pass over B sequences x n tokens at each batch size "
@@ -135,7 +124,7 @@ def _timing_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--repeats", type=int, default=3, help="timed repeats per round and arm (default 3)")
 
 
-def _timing_run(args: argparse.Namespace) -> int:
+def timing_run(args: argparse.Namespace) -> int:
     if args.random_weights:
         from . import random_timing  # imports torch: on use, so that the parser and --help load nothing heavy
 
@@ -143,13 +132,13 @@ def _timing_run(args: argparse.Namespace) -> int:
     return _on_lab(lambda lab: lab.timing_job, range(1, 9))(args)
 
 
-def _acceptance_args(p: argparse.ArgumentParser) -> None:
+def acceptance_args(p: argparse.ArgumentParser) -> None:
     _ks(p)
     _max_new(p, per_prompt=False)
     add_sampling_args(p)
 
 
-def _speed_args(p: argparse.ArgumentParser) -> None:
+def speed_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("a recorded trace's turns instead of presets (lab/trace_runs.py)")
     g.add_argument("--trace", metavar="FILE", help="run the turns of this JSONL trace (as `replay` reads it), each "
                    "to its recorded length; the suffix drafters hold the responses before each turn")
@@ -172,7 +161,7 @@ def _speed_args(p: argparse.ArgumentParser) -> None:
     add_sampling_args(p)
 
 
-def _sweep_args(p: argparse.ArgumentParser) -> None:
+def sweep_args(p: argparse.ArgumentParser) -> None:
     _ks(p, _SCHEDULES)
     _rounds(p)
     _stop_and_plain(p)
@@ -180,50 +169,37 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     add_sampling_args(p)
 
 
-def _divergence_args(p: argparse.ArgumentParser) -> None:
+def divergence_args(p: argparse.ArgumentParser) -> None:
     _ks(p)
     _max_new(p, per_prompt=False)
 
 
-def _distribution_args(p: argparse.ArgumentParser) -> None:
+def distribution_args(p: argparse.ArgumentParser) -> None:
     add_sampling_args(p, always=True)
     p.add_argument("--draws", type=int, default=20_000, help="draws per context, seed and rule")
 
 
-def _peers_args(p: argparse.ArgumentParser) -> None:
+def peers_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=4, help="proposals per iteration for every arm")
     _rounds(p)
     _max_new(p, per_prompt=False)
 
 
-EXPERIMENTS = (
-    Experiment("timing", "target pass time over n = 1..n_max new tokens and the drafter's step: c and v(n)",
-               _timing_args, _timing_run),
-    Experiment("acceptance", "alpha, per-position acceptance and tokens per pass per preset kind and k",
-               _acceptance_args, _on_lab(lambda lab: lab.acceptance_job, (1, 2, 4, 8))),
-    Experiment("speed", "plain vs speculative at each k in alternating runs; measured beside predicted",
-               _speed_args, _on_lab(lambda lab: lab.speed_job, (1, 2, 3, 4, 6), schedules=True)),
-    Experiment("sweep", "k = 1..8 on one preset or prompt: measured and predicted curves, break-even, best k",
-               _sweep_args, _on_lab(lambda lab: lab.sweep_job, range(1, 9), schedules=True)),
-    Experiment("divergence", "greedy runs that differ from plain greedy: near-tie or bug?",
-               _divergence_args, _on_lab(lambda lab: lab.divergence_job, (1, 2, 3, 4, 6))),
-    Experiment("distribution", "first-token distribution through the exact and the two wrong rules (chi-square)",
-               _distribution_args, _on_lab(lambda lab: lab.distribution_job)),
-    Experiment("bench-peers", "our loop against transformers' assisted generation and prompt lookup",
-               _peers_args, _on_lab(lambda lab: lab.peers_job)),
-)
+acceptance_run = _on_lab(lambda lab: lab.acceptance_job, (1, 2, 4, 8))
+speed_run = _on_lab(lambda lab: lab.speed_job, (1, 2, 3, 4, 6), schedules=True)
+sweep_run = _on_lab(lambda lab: lab.sweep_job, range(1, 9), schedules=True)
+divergence_run = _on_lab(lambda lab: lab.divergence_job, (1, 2, 3, 4, 6))
+distribution_run = _on_lab(lambda lab: lab.distribution_job)
+peers_run = _on_lab(lambda lab: lab.peers_job)
 
 
 def add_lab_parsers(sub, add_pair_args) -> None:
-    """A subcommand per experiment (add_pair_args: entry.py's --pair/--target/... options, added last)."""
-    for e in EXPERIMENTS:
-        p = sub.add_parser(e.name, help=e.help)
+    """A subcommand per lab experiment (add_pair_args: entry.py's --pair/--target/... options, added last)."""
+    for e in experiments():
+        if e.run is None:
+            continue  # another command's results, or a script's
+        p = sub.add_parser(e.name, aliases=list(e.aliases), help=e.help)
         add_common(p)
-        e.add_arguments(p)
+        e.load("add_arguments")(p)
         p.add_argument("--out", help="write the JSON result here")
         add_pair_args(p)
-
-
-def experiment_spec(name: str) -> Experiment | None:
-    """The experiment named `name`, or None (another command)."""
-    return next((e for e in EXPERIMENTS if e.name == name), None)

@@ -1,4 +1,4 @@
-"""The lab commands (timing, acceptance, speed, sweep, divergence, distribution, bench-peers).
+"""The lab commands (timing, acceptance, speed, sweep, divergence, distribution, peers).
 
 A lab command loads the pair, runs its experiment (playground.lab) on the presets or prompt given, prints
 the result's tables (playground.lab.report, the same code `report FILE` uses) and, with --out, saves the

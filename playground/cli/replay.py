@@ -1,5 +1,5 @@
 """`replay FILE`: which k for an agent, from its recorded outputs (playground.lab.replay), and `report FILE` for
-saved results of any kind (a replay's own tables, every other experiment's through playground.lab.report)."""
+saved results of any kind (each as its experiment declares, through playground.lab.report)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,6 @@ from ..lab.replay_options import ReplayOptions, check_confidence
 from ..lab.replay_report import replay_table
 from ..lab.report import report
 from ..limits import Limits
-from ..results import from_document, read_document
-from ..results.replay import ReplayResult
 from .lab import _progress_bar  # the lab commands' progress bar, shared so every command draws the same one
 from .load import pair_from_args
 from .replay_args import CONTROLLERS
@@ -109,14 +107,7 @@ def calibrate_all(pair, turns, drafters, max_ngram: int, how: str, progress, sam
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """`report FILE...`: a replay result's tables (replay_table), a vLLM sweep's (as `vllm-report` prints them),
-    any other result as playground.lab.report prints it."""
-    from ..backends.vllm_report import load_sweep, report_text  # light (no torch); imported where it is used
-
+    """`report FILE...`: each saved result as its experiment prints it (playground.lab.report.report)."""
     for i, path in enumerate(args.files):
-        doc = read_document(path)
-        kind = doc.get("experiment")
-        text = (replay_table(from_document(doc, str(path))) if kind == ReplayResult.experiment
-                else report_text(load_sweep(path)) if kind == "vllm-sweep" else report(path, args.brief))
-        print(("\n" if i else "") + text)
+        print(("\n" if i else "") + report(path, args.brief))
     return 0

@@ -13,6 +13,7 @@ from pydantic import TypeAdapter
 from ..core.records import describe_choices
 from ..core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, TimeSplit, median_shares, percent, within_limits
 from ..errors import PlaygroundError
+from ..experiments import experiment_named, experiments
 from ..results import Result, from_document, read_document
 from ..results.calibration import TimingRecord, TimingResult
 from ..results.environment import Environment
@@ -21,7 +22,6 @@ from ..results.speed import PeersResult, SpeedResult, SpeedRun, SweepResult
 from .batch import batch_table
 from .calibration import Timing
 from .common import markdown_table, new_tokens
-from .forwards_report import forwards_text
 from .misses import (
     explained_markdown,
     fmt,
@@ -313,39 +313,49 @@ def peers_table(doc: PeersResult, setup: str) -> str:
     return "\n".join(lines + ([""] + verdict_lines(doc) if doc.trust else []))
 
 
-# --- one entry for each experiment -----------------------------------------------------------------------
-
-
-TABLES = {"forwards": forwards_text, "timing": timing_table, "acceptance": acceptance_table, "divergence": divergence_table,
-          "distribution": distribution_table, "peers": peers_table}
+# --- one entry for each experiment (declared in playground.experiments) -------------------------------------
 
 
 def experiment_text(doc: Result, setup: str | None = None, kinds: dict[str, str] | None = None) -> str:
-    """The text a lab command prints for its result. `setup`: the line that goes with every figure
-    (default: the one the result's environment records); `kinds`: prompt name -> preset kind (speed)."""
-    experiment = doc.experiment
-    setup = setup or _setup_line(doc)
-    if isinstance(doc, SpeedResult):
-        return speed_table(doc, setup, kinds)
-    if experiment not in TABLES:
-        raise PlaygroundError(f"no table for {experiment!r} results ({', '.join(['speed', 'sweep', *TABLES])})")
-    return TABLES[experiment](doc, setup)
+    """The text a lab command prints for its result: its experiment's `table`. `setup`: the line that goes with
+    every figure (default: the one the result's environment records); `kinds`: prompt name -> preset kind (speed)."""
+    experiment = experiment_named(doc.experiment)
+    if experiment is None or experiment.table is None:
+        tabled = [e.name for e in experiments() if e.table is not None]
+        raise PlaygroundError(f"no table for {doc.experiment!r} results ({', '.join(tabled)})")
+    table, setup = experiment.load("table"), setup or _setup_line(doc)
+    return table(doc, setup, kinds) if isinstance(doc, SpeedResult) else table(doc, setup)
 
 
 def report(path: str | Path, brief: bool = False) -> str:
-    """A saved result as Markdown. speed / sweep: the prompt x k table and how far the prediction missed (brief:
-    one row per k over all prompts, the prediction's score and the schedules); timing: its step costs in one line;
-    every other experiment: the table its command printed."""
-    doc = from_document(read_document(path), str(path))
-    if isinstance(doc, SpeedResult):
-        return _speed_brief(doc) if brief else _speed_report(doc)
-    if doc.experiment != "timing":
+    """A saved result as Markdown: its experiment's `brief` (brief, where it has one), else its `report`, else the
+    `table` its command printed. speed / sweep: the prompt x k table and how far the prediction missed (brief: one
+    row per k over all prompts, the prediction's score and the schedules); timing: its step costs in one line."""
+    doc = read_document(path)
+    kind = doc["experiment"]
+    experiment = experiment_named(kind)
+    script = experiment is not None and experiment.result is None and experiment.name == kind
+    doc = doc if script else from_document(doc, str(path))  # a script's result is its plain document
+    try:
+        for field in ("brief", "report") if brief else ("report",):
+            if getattr(experiment, field) is not None:
+                return experiment.load(field)(doc)
         return experiment_text(doc)
+    except (KeyError, IndexError, TypeError) as e:
+        if not script:
+            raise
+        raise PlaygroundError(f"{path} (a {kind!r} result) lacks what scripts/{experiment.script}'s table needs "
+                              f"({type(e).__name__}: {e}); rerun the script with --out") from e
+
+
+def timing_report(doc: TimingResult) -> str:
+    """A saved timing result: its step costs in one line (and its batches' table)."""
     lines = [f"timing \u2014 {_setup_line(doc)}", timing_line(doc)]
     return "\n".join(lines + (["", batch_table(doc.batch, _setup_line(doc))] if doc.batch is not None else []))
 
 
-def _speed_report(doc: SpeedResult) -> str:
+def speed_report(doc: SpeedResult) -> str:
+    """A saved speed or sweep result in full: the prompt x k table and how far each prediction missed."""
     lines = [f"{doc.experiment} \u2014 {_setup_line(doc)}"]
     if doc.timing:
         lines.append(timing_line(TypeAdapter(TimingRecord).validate_python(doc.timing)))
@@ -367,7 +377,7 @@ def _speed_report(doc: SpeedResult) -> str:
     return "\n".join(lines)
 
 
-def _speed_brief(doc: SpeedResult) -> str:
+def speed_brief(doc: SpeedResult) -> str:
     """A grid in a page: the per-k table over all prompts, the best k, how close the predictions came, the
     schedules against the best fixed k, and the verdict (the per-prompt tables are in the full report)."""
     lines = [f"{doc.experiment} \u2014 {_setup_line(doc)}; {doc.rounds} rounds, {len(doc.prompts)} prompt" + "s" * (len(doc.prompts) != 1)]

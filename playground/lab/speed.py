@@ -10,31 +10,22 @@ from dataclasses import dataclass, replace
 
 from ..core import cost
 from ..core.engine import HEADLESS, K_MAX, plain_generate, speculative_generate
-from ..core.proposal import Proposer
 from ..core.records import RunSummary, summarize
-from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
 from ..envinfo import environment
 from ..errors import PlaygroundError
-from ..pairs.models import ModelPair
 from ..results.speed import PlainRun, SpeedResult, SpeedRun, SweepResult
 from ..results.trust import MachineLoad, Verdict
 from .calibration import CalibrationPlan, Timing, calibrate, pass_lengths
 from .common import Progress, rotated, tick
 from .schedules import compare, iteration_rows
 from .speed_cells import best_fixed, drift_by_prompt, host_level, judge, predict_runs, speed_row, verdicts
+from .speed_request import SpeedRequest
 from .trust import MachineMonitor, recommend
 
 # --- speed: plain against speculative, in adjacent runs ----------------------------------------------
 
 MEMORY_SCOPES = ("conversation", "prompt", "none")  # what a schedule's state carries over between runs (speed())
-
-
-# A plain run before every PLAIN_EVERY speculative runs of a prompt and after the last (speed(), `plain_every`).
-# With one plain run per prompt and round, a speculative run 10 runs from it (half a minute on the AMD EPYC VM)
-# was divided by a plain speed the host had since left: in the two grids of 2026-12-04 the standard deviation of
-# measured / predicted grew from 0.07-0.08 for runs beside the plain run to 0.16-0.22 eight or nine runs from it.
-PLAIN_EVERY = 3
 
 
 def bracketed(arms: Sequence[str], every: int) -> list[str]:
@@ -74,47 +65,6 @@ def _plain_at(plains: Sequence[tuple[float, object]], when: float) -> _Plain:
     near = a if w <= 0.5 else b
     return _Plain(near.new_tokens, near.new_tokens * ((1 - w) * step(a) + w * step(b)),
                   (1 - w) * a.prefill_s + w * b.prefill_s)
-
-
-@dataclass(frozen=True)
-class SpeedRequest:
-    """What `speed` measures (and `sweep`, on its one prompt): the pair, its prompts by name, a new proposer for
-    each run, the arms and rounds, and how each run decodes.
-
-    `ks`: a fixed k, "adaptive" (needs `timing`) or "heuristic" (transformers' schedule), see adaptive.py.
-    `max_new_tokens`: one length for every prompt, or one per prompt name (each preset's own). `timing`: one
-    calibration for every prompt, or one per prompt name (a longer context costs more per step, on both sides, so
-    per-prompt calibrations predict better); a dict is read again for the predictions made at the end. A
-    calibration timed under another decoding than `sampling` (Timing.sampling) is flagged: its prediction leaves
-    out (or counts) the sampling work of each pass. `memory`: what a schedule's state (adaptive.py) carries over:
-    "conversation" (the default) from every run of its arm to the next, across prompts and rounds, as from one
-    call of an agent to the next on one pair and drafter, so a prompt's figures depend on the prompt before it;
-    "prompt" from one round to the next of the same prompt only (a figure per output shape, whatever the order);
-    "none": every run a first call, as replay predicts it. `plain_every`: a plain run before every that many
-    speculative runs of a prompt and after the last (`bracketed`). `drift_warning`: how far a prompt's plain
-    speed may move between rounds ((max - min) / median) before the verdict fails. `proposers`: a prompt's own
-    factory, where its proposers differ (a trace's turn, with the history before it: lab/trace_runs.py)."""
-
-    pair: ModelPair
-    prompts: Mapping[str, Sequence[int]]
-    proposer_factory: Callable[[], Proposer]
-    ks: Sequence[int | str] = (1, 2, 3, 4, 6)
-    rounds: int = 3
-    max_new_tokens: int | Mapping[str, int] = 64
-    sampling: SamplingConfig = GREEDY
-    timing: Timing | Mapping[str, Timing] | None = None
-    min_confidence: float | None = None
-    memory: str = "conversation"
-    plain_every: int = PLAIN_EVERY
-    drift_warning: float = 0.15
-    proposers: Mapping[str, Callable[[], Proposer]] | None = None
-
-    def proposer(self, name: str) -> Proposer:
-        """A new proposer for a run of prompt `name`."""
-        return ((self.proposers or {}).get(name) or self.proposer_factory)()
-
-    def timing_of(self, name: str) -> Timing | None:
-        return self.timing.get(name) if isinstance(self.timing, Mapping) else self.timing
 
 
 class _Memories:

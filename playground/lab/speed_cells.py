@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ..drafters.adaptive import CostCurve
 from ..results.speed import Drift, PlainRun, SpeedRow, SpeedRun
@@ -13,6 +12,7 @@ from ..results.trust import WARN, Finding, MachineLoad, TrustLimits, Verdict
 from .calibration import Timing
 from .fit import explain_cell, predict_from_neighbours, reached, stop_limit
 from .schedules import costed_ratio, decisions
+from .speed_request import SpeedRequest
 from .trust import (
     check_calibration,
     check_drift,
@@ -24,9 +24,6 @@ from .trust import (
     check_spread,
     relative_spread,
 )
-
-if TYPE_CHECKING:
-    from .speed import SpeedRequest
 
 
 def predict_runs(request: SpeedRequest, runs: list[SpeedRun]) -> None:

@@ -8,24 +8,19 @@ Gradio); nothing here walks types by hand."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self
 
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import PlaygroundError
+from ..experiments import experiments, result_type
 
 FORMAT = 2
 """The version of a saved result. 1: the untyped dicts saved before results were typed (no `format` field);
 2: the dataclasses in this package."""
-
-R = TypeVar("R", bound="Result")
-KINDS: dict[str, type[Result]] = {}
-"""experiment name -> its result type; filled by `@result_kind` where each type is declared."""
-
 
 @cache
 def _adapter(cls: type) -> TypeAdapter:
@@ -33,7 +28,8 @@ def _adapter(cls: type) -> TypeAdapter:
 
 
 class Result:
-    """The base of every result dataclass: `experiment` names it in its file and in `KINDS`."""
+    """The base of every result dataclass: `experiment` names it in its file, and the experiment
+    (playground.experiments) that declares it as its `result`."""
 
     experiment: ClassVar[str] = ""
 
@@ -62,16 +58,6 @@ class Result:
                                   ) from None
 
 
-def result_kind(cls: type[R]) -> type[R]:
-    """Class decorator: the result type is the one `load_result` builds for its experiment's files."""
-    if not dataclasses.is_dataclass(cls) or not cls.experiment:
-        raise TypeError(f"{cls.__name__}: a result is a dataclass with an `experiment` name")
-    if KINDS.get(cls.experiment, cls) is not cls:
-        raise TypeError(f"experiment {cls.experiment!r} is declared twice ({KINDS[cls.experiment].__name__})")
-    KINDS[cls.experiment] = cls
-    return cls
-
-
 def read_document(path: str | Path) -> dict[str, Any]:
     """A result file's JSON object, or a PlaygroundError saying what is wrong with the file."""
     try:
@@ -88,9 +74,9 @@ def read_document(path: str | Path) -> dict[str, Any]:
 
 def from_document(doc: dict[str, Any], source: str = "the result") -> Result:
     """The typed result of a document already read (a saved file, or an upload in the browser)."""
-    kind = KINDS.get(doc.get("experiment"))
+    kind = result_type(doc.get("experiment"))
     if kind is None:
-        known = ", ".join(sorted(KINDS))
+        known = ", ".join(sorted(e.name for e in experiments() if e.result is not None))
         raise PlaygroundError(f"{source} holds a {doc.get('experiment')!r} result, which this playground cannot "
                               f"read (it reads: {known})")
     version = doc.get("format", 1)

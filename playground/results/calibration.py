@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Result, result_kind
+from .base import Result
 from .environment import Environment
 from .trust import Verdict
 
@@ -108,7 +108,6 @@ class BatchPredictions:
     by_batch: dict[int, dict[int, float]]
 
 
-@result_kind
 @dataclass(kw_only=True)
 class BatchResult(Result):
     experiment = "batch"
@@ -123,7 +122,6 @@ class BatchResult(Result):
     setup: str | None = None  # the app's setup line, where it timed them
 
 
-@result_kind
 @dataclass(kw_only=True)
 class TimingResult(TimingRecord, Result):
     """`timing`: one calibration with the environment and memory it was measured in; with --batch, the batch
@@ -155,7 +153,6 @@ class WhatifGridRow:
     speedups: dict[int, float]  # k -> predicted speed-up
 
 
-@result_kind
 @dataclass
 class WhatifResult(Result):
     """The cost model's predictions for a drafter costing c per token and `overhead` per call, verification v(n)
@@ -239,7 +236,6 @@ class PairShape:
     byte_ratio: float | None
 
 
-@result_kind
 @dataclass(kw_only=True)
 class ForwardsResult(Result):
     """`timing --random-weights`: each forward's step costs (`arms`), the floor, and what the pair was."""

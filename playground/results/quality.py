@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, TypeAdapter
 
-from .base import Result, result_kind
+from .base import Result
 from .environment import Environment
 
 # --- acceptance -------------------------------------------------------------------------------------------
@@ -43,7 +43,6 @@ class AcceptanceRow(PooledAcceptance):
     prompt: str
 
 
-@result_kind
 @dataclass(kw_only=True)
 class AcceptanceResult(Result):
     """`acceptance`: every prompt at every k, and the same pooled by kind (from the pooled iteration records)."""
@@ -81,7 +80,6 @@ class DivergenceCase:
     spec_text: str | None = None
 
 
-@result_kind
 @dataclass(kw_only=True)
 class DivergenceResult(Result):
     experiment = "divergence"
@@ -149,7 +147,6 @@ class DistributionSummary:
                                                      without_power=without_power, **by_rule))
 
 
-@result_kind
 @dataclass(kw_only=True)
 class DistributionResult(Result):
     experiment = "distribution"

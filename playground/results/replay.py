@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from ..core.records import Iteration
-from .base import Result, result_kind
+from .base import Result
 from .environment import Environment
 
 OMITTED = Field(exclude_if=lambda v: v is None)
@@ -231,7 +231,6 @@ class CalibrationUse:
     reused: int
 
 
-@result_kind
 @dataclass(kw_only=True)
 class ReplayResult(Result):
     """environment: playground.envinfo's; timings: per drafter, its calibrations (lab.calibration.Timing's

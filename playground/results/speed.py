@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Result, result_kind
+from .base import Result
 from .calibration import Spread
 from .environment import Environment
 from .trust import MachineLoad, Verdict
@@ -157,7 +157,6 @@ class ScheduleEntry:
         return self.adaptive_of_best if schedule == "adaptive" else self.heuristic_of_best
 
 
-@result_kind
 @dataclass(kw_only=True)
 class SpeedResult(Result):
     experiment = "speed"
@@ -190,7 +189,6 @@ class SpeedResult(Result):
     command: str | None = None
 
 
-@result_kind
 @dataclass(kw_only=True)
 class SweepResult(SpeedResult):
     """A speed result on one prompt, its rows with their break-even alphas."""
@@ -223,7 +221,6 @@ class PeersRow:
 
 
 
-@result_kind
 @dataclass(kw_only=True)
 class PeersResult(Result):
     """Every arm's end-to-end speed against transformers' plain generate; ours against transformers' assisted

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Result, result_kind
+from .base import Result
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,6 @@ class VllmCell:
     schema_valid: bool | None = None  # the speculative output against the preset's schema (None: no schema)
 
 
-@result_kind
 @dataclass
 class VllmSweepResult(Result):
     experiment = "vllm-sweep"

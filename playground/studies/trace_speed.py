@@ -1,0 +1,28 @@
+"""The table of scripts/trace_speed.py's result (a trace's turns run by `speed --trace`, one row per drafter and k),
+drawn from its saved JSON alone: what that script prints and what docs/*.md show (scripts/results_tables.py)."""
+
+from __future__ import annotations
+
+EXPERIMENT = "trace-speed"
+
+
+def _f(x, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def markdown(doc: dict) -> str:
+    """One row per drafter and k; then each result's trust verdict, and whether the turns are the target's own."""
+    lines = [f"{doc['machine']}; {len(doc['turns'])} turns, from {doc['turns'][0]} to {doc['turns'][-1]}", "",
+             "| drafter | k | measured speed-up, median (range) | predicted | costed | tokens per pass | c |",
+             "|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        lines.append(f"| {r['drafter']} | {r['k']} | {_f(r['median'])}x ({_f(r['min'])}-{_f(r['max'])}) | "
+                     f"{_f(r['predicted'])} | {_f(r['costed'])} | {_f(r['tokens_per_pass'])} | {_f(r['c'], '.3f')} |")
+    lines.append("")
+    seen = {}
+    for r in doc["rows"]:
+        seen.setdefault(r["drafter"], (r.get("description", r["drafter"]), r["trust"]))
+    lines += [f"{d}: {what}; trust: {t}" for d, (what, t) in seen.items()]
+    if doc.get("trace_note"):  # results saved before speed checked the recording have none
+        lines.append(f"trace: {doc['trace_note']}")
+    return "\n".join(lines)
