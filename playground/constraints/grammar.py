@@ -85,9 +85,10 @@ class Grammar:
         self.schema: Schema = schema_from(source)
         self.tokenizer = tokenizer
         self.ll = ll_tokenizer(tokenizer)
-        name = self.schema.name
+        name, value = self.schema.name, self.schema.value
         try:
-            self.grammar = llguidance.LLMatcher.grammar_from_json_schema(self.schema.value, defaults=JSON_OPTIONS)
+            self.grammar = llguidance.LLMatcher.grammar_from_json_schema({} if value is True else value,  # true: anything
+                                                                         defaults=JSON_OPTIONS)
         except (ValueError, TypeError) as e:
             raise SchemaError(f"{name} cannot be compiled: {_line(e)}") from None
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(self.grammar, self.ll)

@@ -83,6 +83,8 @@ def schema_presets() -> list[str]:
 
 
 def _checked(schema: Schema) -> Schema:
+    if schema.value is False:  # JSON Schema's boolean schema that no value satisfies (true: any value)
+        raise SchemaError(f"{schema.name} allows no output at all (the schema is false)")
     try:
         Draft202012Validator.check_schema(schema.value)
     except JsonSchemaError as e:
