@@ -202,3 +202,28 @@ def test_the_matcher_rolls_back_to_the_same_masks_and_forces_the_opening(tokeniz
     assert torch.equal(matcher.bits(), start) and not torch.equal(deeper, start)
     assert matcher.consume([*forced[:1], forced[0]]) == 1  # a refused token is not taken
     assert not guide.allowed(prompt)[tokenizer.eos_token_id]
+
+
+def test_the_equality_test_catches_verification_rows_masked_alike(monkeypatch, pair, cases):
+    """Power of the equality test: verification whose rows are all masked by what the committed tokens allow (not by
+    what the grammar allows after each proposal's prefix) is not constrained plain decoding, and the same
+    comparison tells them apart (plain steps, one row each, are unchanged by it): the outputs differ, or the loop
+    commits a token the grammar refuses and the guide says so."""
+    from playground.constraints.guide import Guide, restrict  # the wrong variant's parts: only this test needs them
+
+    def rows_alike(self, tokens, proposal, logits):
+        return restrict(logits, self.allowed(tokens).expand(len(proposal) + 1, -1))
+
+    monkeypatch.setattr(Guide, "rows", rows_alike)
+    caught = []
+    for name, prompt, grammar, _ in cases:
+        expected = tokens(plain_generate(pair, prompt, max_new_tokens=NEW, constraint=grammar))
+        try:
+            got = tokens(speculative_generate(pair, prompt, proposer=SchemaProposer(PromptLookupProposer(3), "lookup"),
+                                              k=8, max_new_tokens=NEW, options=LoopOptions(constraint=grammar)))
+        except ValueError as e:
+            caught.append((name, str(e)))
+            continue
+        if got != expected:
+            caught.append((name, "differs"))
+    assert len(caught) == len(cases), caught  # measured: the guide refused a committed token on all four
