@@ -38,6 +38,7 @@ class RunConfig:
     chat_template: bool | None = None
     min_confidence: float | None = None
     cost_curve: Any = None  # a drafters.adaptive.CostCurve when k was chosen per iteration
+    constraint: dict | None = None  # a constrained run's schema (constraints.grammar.Grammar.to_dict), None: none
 
     @property
     def k_mode(self) -> str:
@@ -58,6 +59,7 @@ class RunConfig:
             "min_confidence": self.min_confidence,
             "cost_curve": None if curve is None else {"c": curve.c, "v": {str(n): x for n, x in curve.v.items()},
                                                        "overhead": curve.overhead},
+            "constraint": self.constraint,
         }
 
 

@@ -63,7 +63,7 @@ PRESETS = ("tool_call", "prose", "code")
 STREAMING_LIMIT = 0.05  # streaming may cost at most this share of the headless decode speed
 RUN_CONTROLS = {"prompt": None, "preset": None, "chat": False, "drafter": "llama.cpp", "k": 4, "decoding": "greedy",
                 "temperature": 1.0, "top-k": 0, "top-p": 1.0, "max-new": 64, "seed": 0, "k-mode": "fixed",
-                "min-confidence": 0.0}
+                "min-confidence": 0.0, "constrain": False}
 
 
 def headless(pair, ids, k: int, max_new: int) -> list:

@@ -158,7 +158,8 @@ def test_the_ui_keeps_the_prompt_and_shows_the_message_on_the_status_line(provid
 
     # the app's own /run function, called as Gradio calls it: the session, the controls in order, the progress
     names = [p for p in inspect.signature(run.fn).parameters if p not in ("session", "progress")]
-    values = {**UI_DEFAULTS, "prompt": "w1\x00", "k_mode": "fixed", "min_confidence": 0.0, "moved": {}}
+    values = {**UI_DEFAULTS, "prompt": "w1\x00", "k_mode": "fixed", "min_confidence": 0.0, "moved": {},
+              "constrain": False}
     got = []
     with pytest.raises(gr.Error) as e:
         for x in run.fn(None, *(values[name] for name in names), None):

@@ -195,11 +195,16 @@ def test_only_the_ui_imports_gradio():
 
 
 def test_the_layering_holds():
-    """core knows no drafter, pair, lab or UI; drafters, pairs and backends know no lab or UI; nothing but the
-    app layers (cli, ui) imports them."""
+    """core knows no drafter, pair, lab, constraint or UI; constraints, drafters, pairs and backends know no lab or
+    UI (constraints no drafter or pair either); nothing but the app layers (cli, ui) imports them."""
     below = {
         "playground.core": ("playground.drafters", "playground.lab", "playground.cli", "playground.ui",
-                            "playground.run", "playground.pairs.loading", "playground.pairs.registry"),
+                            "playground.run", "playground.pairs.loading", "playground.pairs.registry",
+                            "playground.constraints"),
+        # Constrained decoding sits beside core: the loop takes its guide as an object; drafters and the app layers
+        # import it, it imports none of them.
+        "playground.constraints": ("playground.drafters", "playground.lab", "playground.cli", "playground.ui",
+                                   "playground.run", "playground.pairs"),
         "playground.drafters": ("playground.lab", "playground.cli", "playground.ui", "playground.run"),
         "playground.pairs": ("playground.drafters", "playground.lab", "playground.cli", "playground.ui",
                              "playground.run"),

@@ -151,7 +151,7 @@ PROMPT = "w1 w2 w3 w4 w5 w1 w2 w3"
 # The Run event's inputs, by the components' elem_id (what the page sends).
 CONTROLS = {"prompt": PROMPT, "preset": "", "chat": True, "drafter": "draft", "k": 3, "decoding": "greedy",
             "temperature": 1.0, "top-k": 0, "top-p": 1.0, "max-new": 12, "seed": 0, "k-mode": "fixed",
-            "min-confidence": 0.0}
+            "min-confidence": 0.0, "constrain": False}
 
 
 @pytest.fixture(scope="module")

@@ -609,7 +609,8 @@ def test_build_ui_loads_no_model_and_names_every_event(word_pair):
     api = demo.get_api_info()["named_endpoints"]
     run_names = ["prompt", "preset", "chat", "drafter", "k", "decoding", "temperature", "top_k", "top_p",
                  "max_new_tokens", "seed"]
-    assert [p["parameter_name"] for p in api["/run"]["parameters"]] == [*run_names, "k_mode", "min_confidence"]
+    assert [p["parameter_name"] for p in api["/run"]["parameters"]] == [*run_names, "k_mode", "min_confidence",
+                                                                          "constrain"]
     assert [p["parameter_name"] for p in api["/calibrate"]["parameters"]] == [*run_names, "careful"]
     assert [p["parameter_name"] for p in api["/sweep"]["parameters"]] == [
         "prompt", "preset", "chat", "drafter", "decoding", "temperature", "top_k", "top_p", "seed", "k_max", "rounds",

@@ -120,7 +120,8 @@ def test_a_slider_moved_from_a_typed_value_refuses_the_next_event_once(demo):
     fns = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
     names = list(inspect.signature(fns["run"]).parameters)[1:-1]  # (session, *controls, progress)
     assert "moved" in names  # a gr.State: the API's parameters are the components'
-    values = {**CONTROLS, "preset": "", "k": 16, "k_mode": "fixed", "min_confidence": 0, "max_new_tokens": 4}
+    values = {**CONTROLS, "preset": "", "k": 16, "k_mode": "fixed", "min_confidence": 0, "max_new_tokens": 4,
+              "constrain": False}
     state = dict(kept)
     lines = []
     with pytest.raises(gr.Error):

@@ -90,6 +90,9 @@ def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
                    help="default: the preset's, or 64 (at most PLAYGROUND_MAX_NEW_TOKENS, default 2048)")
     g.add_argument("--compare-plain", action="store_true",
                    help="also run plain decoding of the same prompt right after, and print the measured ratio")
+    g.add_argument("--schema", metavar="FILE|PRESET",
+                   help="constrain the output to a JSON schema: a .json file, or a preset's name (its schema); the "
+                        "schema+ drafters propose the tokens it forces")
     g.add_argument("--json", action="store_true", help="print the records, summary and environment as JSON")
     g.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     _add_pair_args(g)

@@ -8,20 +8,22 @@ import json
 import os
 import sys
 
-from ..core.engine import check_request, plain_generate, speculative_generate
+from ..constraints.schema import schema_from
+from ..core.engine import LoopOptions, check_request, plain_generate, speculative_generate
 from ..core.records import Iteration, RunSummary, describe_choices, prefill_note, summarize
 from ..core.sampling import SamplingConfig
 from ..document import RunConfig, RunOutcome, run_document
 from ..drafters.adaptive import make_controller, parse_k
 from ..drafters.registry import make_proposer
 from ..envinfo import describe_setup, environment, redact
-from ..inputs.presets import check_output, get_preset
+from ..inputs.presets import Preset, check_output, get_preset
 from ..inputs.text import check_prompt_text, encode_prompt, read_prompt_file, token_pieces
 from ..lab import calibrated_curve
 from ..limits import Limits
 from .load import pair_from_args
 
-COLOURS = {"accepted": "\033[32m", "correction": "\033[1;31m", "bonus": "\033[1;36m", "plain": ""}
+COLOURS = {"accepted": "\033[32m", "correction": "\033[1;31m", "bonus": "\033[1;36m", "plain": "",
+           "forced": "\033[35m"}
 RESET = "\033[0m"
 
 
@@ -38,7 +40,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.prompt is not None:
         check_prompt_text(args.prompt, limits.max_prompt_chars)
     preset = get_preset(args.preset) if args.preset is not None else None
+    schema = schema_from(args.schema) if getattr(args, "schema", None) is not None else None
     pair = pair_from_args(args, quiet=args.json)
+    constraint = _grammar(schema, pair)
     proposer = make_proposer(pair, args.drafter, max_ngram=args.max_ngram)
     if preset is not None:
         prompt_ids = preset.prompt_ids(pair.tokenizer)
@@ -56,16 +60,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"# {redact(pair.target_name)} | drafter: {proposer.describe()} | k={args.k} | {sampling.describe()} | "
               f"{describe_setup(pair)}", file=sys.stderr)
+        if constraint is not None:
+            print(f"# constrained to {constraint.describe()}", file=sys.stderr)
         if colour:
-            print(f"# {_paint('accepted', 'accepted')}  {_paint('correction', 'correction')}  "
-                  f"{_paint('bonus', 'bonus')}  plain", file=sys.stderr)
+            print(f"# {_paint('accepted', 'accepted')}  {_paint('forced', 'forced')}  "
+                  f"{_paint('correction', 'correction')}  {_paint('bonus', 'bonus')}  plain", file=sys.stderr)
 
     curve = calibrated_curve(pair, prompt_ids, proposer, sampling=sampling) if k_setting == "adaptive" else None
     controller = make_controller(k_setting, curve)
     records = []
     streamer = _Streamer(pair.tokenizer, colour, out) if not args.json else None
     for rec in speculative_generate(pair, prompt_ids, proposer=proposer, k=controller, sampling=sampling,
-                                    min_confidence=args.min_confidence, max_new_tokens=max_new):
+                                    min_confidence=args.min_confidence, max_new_tokens=max_new,
+                                    options=LoopOptions(constraint=constraint)):
         records.append(rec)
         if streamer is not None and isinstance(rec, Iteration):
             streamer.add(rec)
@@ -73,15 +80,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
     tokens = [t for r in records if isinstance(r, Iteration) for t in r.emitted]
     text = pair.tokenizer.decode(tokens, skip_special_tokens=True)
     check = check_output(preset, text) if preset is not None else None
+    if constraint is not None and (check is None or preset.output_schema != constraint.schema.value):
+        check = check_output(_schema_check(constraint), text)
     plain_summary = None
     if args.compare_plain:
-        plain_summary = summarize(plain_generate(pair, prompt_ids, sampling=sampling, max_new_tokens=max_new))
+        plain_summary = summarize(plain_generate(pair, prompt_ids, sampling=sampling, max_new_tokens=max_new,
+                                                 constraint=constraint))
 
     if args.json:
         config = RunConfig(prompt_ids=prompt_ids, drafter=proposer.describe(), k=k_setting, sampling=sampling,
                            max_new_tokens=max_new, prompt=args.prompt, preset=args.preset,
                            chat_template=None if preset is not None else not args.raw,
-                           min_confidence=args.min_confidence, cost_curve=curve)
+                           min_confidence=args.min_confidence, cost_curve=curve,
+                           constraint=constraint.to_dict() if constraint is not None else None)
         outcome = RunOutcome(records, environment(pair), text, summary=summary, setup=describe_setup(pair),
                              check=check, plain_summary=plain_summary)
         json.dump(run_document(config, outcome), out, indent=1)
@@ -91,7 +102,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     out.write("\n\n")
     print(format_summary(summary, describe_setup(pair)))
     if check is not None:
-        verdict = "valid against the preset's schema" if check.schema_valid else (
+        verdict = "valid against the schema" if check.schema_valid else (
             "valid JSON" if check.is_json and check.schema_valid is None else "NOT valid")
         print(f"output check: {verdict}" + (f" ({check.error})" if check.error else ""))
     if plain_summary is not None:
@@ -99,6 +110,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"plain decoding, run right after: {plain_summary.tokens_per_s:.1f} tokens/s -> measured speed-up "
               f"{ratio:.2f}x (one adjacent pair of runs, prefill excluded: a noisy figure on a shared machine)")
     return 0
+
+
+def _grammar(schema, pair):
+    """The schema compiled for the pair's tokenizer (None without one): a SchemaError names a schema it cannot use."""
+    if schema is None:
+        return None
+    from ..constraints.grammar import Grammar  # imports llguidance: only a constrained run needs it
+
+    return Grammar(schema, pair.tokenizer)
+
+
+def _schema_check(constraint):
+    """A stand-in preset that checks the output, one JSON value, against the constraint's schema."""
+    return Preset(name="schema", title="schema", kind="json", description=constraint.name, max_new_tokens=1,
+                  output_format="json", prompt="-", output_schema=constraint.schema.value)
 
 
 def _paint(text: str, role: str) -> str:
@@ -145,5 +171,6 @@ def format_summary(s: RunSummary, setup: str) -> str:
                  f"({100 * s.verify_s / total:.0f}%), rollback {s.rollback_s:.4f} s ({100 * s.rollback_s / total:.1f}%), "
                  f"other {s.overhead_s:.3f} s")
     roles = ", ".join(f"{k} {v}" for k, v in s.roles.items())
-    lines.append(f"  tokens by role: {roles}; finished by {s.finished}")
+    forced = (f"; the schema forced {100 * s.forced_share:.0f}% of the tokens" if s.roles.get("forced") else "")
+    lines.append(f"  tokens by role: {roles}{forced}; finished by {s.finished}")
     return "\n".join(lines)

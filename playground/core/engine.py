@@ -22,8 +22,8 @@ from ..errors import PlaygroundError
 from .cached import CachedLM
 from .clock import Clock
 from .prefill import check_overlap, prefill_in_turn, prefill_overlapped, spare_prefill_threads
-from .proposal import EMPTY, LOOKUP_MAX, Proposal, Proposer, RunContext
-from .records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
+from .proposal import EMPTY, FORCED_SOURCE, LOOKUP_MAX, Proposal, Proposer, RunContext
+from .records import ACCEPTED, BONUS, CORRECTION, FORCED, PLAIN, Iteration, Prefill, Step
 from .rules import Decision, SampleRule, accept_greedy, accept_sample
 from .sampling import GREEDY, SamplingConfig, choose, probabilities
 from .static import target_lm
@@ -127,6 +127,8 @@ class LoopOptions:
     proposer can, `Proposer.prefill_overlaps`, and cores are left for it, `spare_prefill_threads`);
     prefill_threads: the threads the drafter's prefill uses meanwhile (default: the spare cores, else half of
     torch's, at least one; torch keeps all of its own).
+    constraint: a grammar every emitted token keeps to (playground.constraints.grammar.Grammar: `guide(prompt_ids,
+    width, stop_ids)` gives the run its constraints.guide.Guide), or None. See `_constrained`.
     """
 
     rule: SampleRule = accept_sample
@@ -135,6 +137,7 @@ class LoopOptions:
     record_probs: bool = True
     overlap_prefill: bool | None = None
     prefill_threads: int | None = None
+    constraint: object | None = None
 
 
 DEFAULT_OPTIONS = LoopOptions()
@@ -177,6 +180,11 @@ def speculative_generate(
             return
 
 
+def _guide(constraint, pair, committed: list[int], stops: frozenset[int]):
+    """The run's guide for `constraint` (None: unconstrained), over the target's logits columns."""
+    return None if constraint is None else constraint.guide(committed, pair.vocab_size, stops)
+
+
 @dataclass
 class _Run:
     """One speculative run's state between iterations."""
@@ -190,6 +198,7 @@ class _Run:
     start: float  # where decoding's clock starts: the end of the prefill
     rule: SampleRule
     record_probs: bool
+    guide: object | None = None  # the constraint's constraints.guide.Guide (also ctx.guide), None: unconstrained
 
 
 def _start(pair, prompt_ids, proposer, controller, sampling, max_new_tokens, min_confidence, options: LoopOptions):
@@ -202,13 +211,15 @@ def _start(pair, prompt_ids, proposer, controller, sampling, max_new_tokens, min
     # The drafter's share is read here, in the caller: torch's thread count is what the target's prefill uses.
     threads = (options.prefill_threads or spare or max(1, torch.get_num_threads() // 2)) if overlap else None
     ctx = RunContext(sampling, generator, stops, min_confidence, prefill_threads=threads,
-                     room=len(committed) + max_new_tokens + LOOKUP_MAX)
+                     room=len(committed) + max_new_tokens + LOOKUP_MAX,
+                     guide=_guide(options.constraint, pair, committed, stops))
     if overlap:
         prefill, start = prefill_overlapped(clock, target, proposer, committed, ctx)
         ctx.prefill_threads = None  # the prefill is over: from here on the drafter runs alone
     else:
         prefill, start = prefill_in_turn(clock, target, proposer, committed, ctx)
-    run = _Run(clock, target, proposer, controller, ctx, committed, start, options.rule, options.record_probs)
+    run = _Run(clock, target, proposer, controller, ctx, committed, start, options.rule, options.record_probs,
+               ctx.guide)
     return run, prefill
 
 
@@ -221,13 +232,19 @@ def _iterate(run: _Run, index: int, remaining: int) -> Iteration:
 
     # 2. verify: one target pass over the pending token and the proposals -> k + 1 rows
     logits = run.target.feed([committed[-1], *proposal.tokens])
+    if run.guide is not None:
+        logits = run.guide.rows(committed, proposal.tokens, logits)
     p = None if sampling.greedy else probabilities(logits, sampling)
     decision = _decide(proposal, logits, p, sampling, run.rule, run.ctx.generator)
     t_c = clock.now()
 
     # 3. accept: accepted proposals, then the target's correction or bonus token
     emitted, roles, finished = _accept(proposal, decision, run.ctx.stop_ids, remaining)
+    if run.guide is not None:
+        emitted, roles, finished = _complete(run.guide, committed, emitted, roles, finished)
     committed.extend(emitted)
+    if run.guide is not None:
+        run.guide.commit(committed)
 
     # 4. roll back: the target keeps the accepted proposals (not its own token, still pending)
     run.target.crop(len(committed) - 1)
@@ -263,7 +280,10 @@ def _propose(run: _Run, remaining: int) -> tuple[Proposal, int]:
     k_i = max(0, min(int(run.controller.next_k(remaining=remaining, source=source)), remaining - 1))
     run.ctx.go_on = drafting_rule(run.controller, source, k_i)
     proposal = run.proposer.propose(committed, k_i) if k_i > 0 else EMPTY
-    return _clip(proposal, k_i), k_i
+    proposal = _clip(proposal, k_i)
+    if run.guide is not None and proposal.tokens:
+        proposal = _clip(proposal, run.guide.legal(committed, proposal.tokens))
+    return proposal, k_i
 
 
 def _accept(proposal: Proposal, decision: Decision, stops: frozenset[int], remaining: int):
@@ -274,8 +294,9 @@ def _accept(proposal: Proposal, decision: Decision, stops: frozenset[int], remai
         last_role = PLAIN
     else:
         last_role = BONUS if decision.is_bonus(len(proposal)) else CORRECTION
-    emitted, roles, finished = _cut([*proposal.tokens[:n], decision.token], [ACCEPTED] * n + [last_role], stops,
-                                    remaining)
+    sources = proposal.sources or ()
+    kept = [FORCED if i < len(sources) and sources[i] == FORCED_SOURCE else ACCEPTED for i in range(n)]
+    emitted, roles, finished = _cut([*proposal.tokens[:n], decision.token], [*kept, last_role], stops, remaining)
     if finished is None and len(emitted) >= remaining:
         finished = "length"
     return emitted, roles, finished
@@ -294,6 +315,13 @@ def drafting_rule(controller, source: str | None, k: int):
     """The controller's stop rule for this iteration's drafting (AdaptiveK.drafting_rule), if it has one."""
     rule = getattr(controller, "drafting_rule", None)
     return rule(source) if rule is not None and k > 0 else None
+
+
+def _complete(guide, committed: list[int], emitted: list[int], roles: list[str], finished: str | None):
+    """Constrained runs end where the grammar is complete (nothing but an end-of-sequence token may follow): the
+    emitted tokens are cut there and the run finishes ("schema"), as a plain run does at the same token."""
+    n = guide.complete_at(committed, emitted)
+    return (emitted, roles, finished) if n is None else (emitted[:n], roles[:n], "schema")
 
 
 def _clip(proposal: Proposal, k: int) -> Proposal:
@@ -330,9 +358,12 @@ def plain_generate(
     max_new_tokens: int = 64,
     stop_ids: Sequence[int] | None = None,
     clock: Clock | None = None,
+    constraint=None,
 ) -> Iterator[Prefill | Step]:
-    """The baseline: one target pass per new token, through the same cache and sampling code."""
+    """The baseline: one target pass per new token, through the same cache and sampling code. constraint: as
+    LoopOptions.constraint (each step's logits masked; the run ends where the grammar is complete, "schema")."""
     clock, stops, generator, committed, target = _setup(pair, prompt_ids, max_new_tokens, sampling, stop_ids, clock)
+    guide = _guide(constraint, pair, committed, stops)
 
     t0 = clock.now()
     target.feed(committed[:-1], last_only=True)
@@ -342,10 +373,16 @@ def plain_generate(
     for index in range(max_new_tokens):
         t_a = clock.now()
         logits = target.feed([committed[-1]])
+        if guide is not None:
+            logits = guide.rows(committed, (), logits)
         token = choose(logits[-1], sampling, generator)
-        t_b = clock.now()
         committed.append(token)
-        finished = "eos" if token in stops else ("length" if index + 1 == max_new_tokens else None)
+        done = guide is not None and token not in stops and guide.complete_at(committed[:-1], [token]) is not None
+        if guide is not None:
+            guide.commit(committed)
+        t_b = clock.now()
+        finished = "eos" if token in stops else ("schema" if done else ("length" if index + 1 == max_new_tokens
+                                                                         else None))
         yield Step(index, token, t_b - t_a, t_b - start, finished)
         if finished:
             return

@@ -39,6 +39,8 @@ class Proposal:
 
 
 EMPTY = Proposal(())
+# The source of the tokens a grammar forces (constrained runs, the schema+ drafters): kept, they are role FORCED.
+FORCED_SOURCE = "schema"
 LOOKUP_MAX = 16  # the longest lookup continuation kept (the loop's K_MAX)
 
 
@@ -68,6 +70,11 @@ class RunContext:
     # (AdaptiveK.drafting_rule): called with the drafter's probability of each proposal and the highest it gave
     # any other token (`top_two`), True to go on.
     go_on: Callable[[float, float], bool] | None = None
+
+    # A constrained run's guide (playground.constraints.guide.Guide), None otherwise: a model drafter masks each
+    # drafting step's logits with `guide.allowed(tokens + drafted)` before it chooses, so its q is the grammar's too
+    # (the exact rule needs p and q both masked); the schema+ drafters propose its `forced` tokens.
+    guide: object | None = None
 
     @property
     def stops_on_confidence(self) -> bool:
@@ -116,6 +123,11 @@ class Proposer(ABC):
 
     @abstractmethod
     def propose(self, tokens: Sequence[int], k: int) -> Proposal: ...
+
+    def propose_after(self, tokens: Sequence[int], extra: Sequence[int], k: int) -> Proposal:
+        """Up to k proposals continuing the committed `tokens` followed by `extra`, tokens another source proposed
+        first this iteration (the schema+ drafters' forced tokens): context, not committed text."""
+        return self.propose([*tokens, *extra], k)
 
     def rollback(self, tokens: Sequence[int]) -> None:
         pass

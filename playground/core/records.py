@@ -21,7 +21,8 @@ ACCEPTED = "accepted"  # a proposal the target kept
 CORRECTION = "correction"  # the target's own token after a rejected proposal
 BONUS = "bonus"  # the target's extra token after all k proposals were kept
 PLAIN = "plain"  # the target's token in an iteration with nothing proposed (a plain step)
-Role = Literal["accepted", "correction", "bonus", "plain"]
+FORCED = "forced"  # a proposal the schema forced (no model ran: Proposal source FORCED_SOURCE) and the target kept
+Role = Literal["accepted", "correction", "bonus", "plain", "forced"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class Iteration:
     p: tuple[float, ...] | None = None
     q: tuple[float, ...] | None = None
     sources: tuple[str, ...] | None = None  # where each proposal came from (for hybrid drafters)
-    finished: str | None = None  # "eos" or "length" on the last iteration
+    finished: str | None = None  # "eos", "length" or (constrained runs) "schema" on the last iteration
 
     @property
     def seconds(self) -> float:
@@ -141,6 +142,11 @@ class RunSummary:
     roles: dict[str, int] = field(default_factory=dict)
     finished: str | None = None
     median_iteration_s: float | None = None
+
+    @property
+    def forced_share(self) -> float | None:
+        """The share of the new tokens the schema forced (role FORCED: proposed at no model cost); None for none."""
+        return self.roles.get(FORCED, 0) / self.new_tokens if self.new_tokens else None
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self),  # JSON's keys are strings: the count maps' int keys, written as such

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..constraints.guide import restrict
 from ..core.cached import common_prefix
 from ..core.proposal import EMPTY, Proposal, Proposer, RunContext
 from ..core.sampling import draw, probabilities
@@ -209,6 +210,8 @@ class LlamaCppProposer(Proposer):
             logits = self._eval(feed, logits=True)
             if not on_cpu:
                 logits = logits.to(self.device)
+            if ctx.guide is not None:  # a constrained run: q is drawn from what the grammar allows, as p is
+                logits = restrict(logits, ctx.guide.allowed([*tokens, *out]))
             if sampling.greedy:
                 x = int(torch.argmax(logits))
                 rows[i] = logits

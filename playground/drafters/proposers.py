@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..constraints.guide import restrict
 from ..core.cached import CachedLM, common_prefix
 from ..core.lean import LeanLM, supports
 from ..core.proposal import EMPTY, LOOKUP_MAX, Proposal, Proposer, RunContext
@@ -63,12 +64,15 @@ class DraftModelProposer(Proposer):
     def propose(self, tokens: Sequence[int], k: int) -> Proposal:
         lm, ctx = self.lm, self.ctx
         feed = list(tokens[len(lm) :])
-        if isinstance(lm, StaticLM) and not ctx.stops_on_confidence:
+        guide = ctx.guide
+        if isinstance(lm, StaticLM) and not ctx.stops_on_confidence and guide is None:
             return self._propose_on_device(feed, k)
         out: list[int] = []
         dists = []
         for _ in range(k):
             logits = lm.feed(feed)[-1]
+            if guide is not None:  # a constrained run: q is drawn from what the grammar allows, as p is
+                logits = restrict(logits, guide.allowed([*tokens, *out]))
             probs = probabilities(logits.unsqueeze(0), ctx.sampling)[0]
             if ctx.sampling.greedy:
                 x = int(torch.argmax(logits))

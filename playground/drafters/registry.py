@@ -45,6 +45,7 @@ SOURCES: dict[str, Source] = {
     "lookup": Source("copied by prompt lookup", copies=True),
     "draft": Source("guessed by the draft model"),
     "suffix": Source("copied from the suffix tree (this run or the tab's earlier runs)", copies=True),
+    "schema": Source("the only spelling the schema allows here (no model ran)"),
 }
 
 
@@ -101,6 +102,11 @@ class DrafterSpec:
     remembers: bool = False
     """It learns from earlier runs: its callers keep one `playground.drafters.suffix_cache.SuffixCache` per
     browser tab, lab arm or replayed arm and pass it as the `suffix_cache` build option."""
+
+    schema: bool = False
+    """It proposes a constrained run's forced tokens first (playground.drafters.schema), then its inner drafter's; in
+    a run with no schema it is the inner drafter alone, so replay, which constrains nothing, leaves it out of its
+    defaults."""
 
     def __post_init__(self):
         if self.replay not in REPLAY_WALKS:
@@ -361,3 +367,31 @@ register_drafter(DrafterSpec(
     "suffix decoding where its match is worth verifying, else the best model drafter",
     _build_suffix_hybrid, replay="hybrid", requires=_needs_model_drafter, installed=_suffix_installed,
     sources=("suffix", "draft"), remembers=True))
+
+
+def _schema_then(inner: str, source: str):
+    """The build of schema+`inner`: the schema's forced tokens, then a new proposer of `inner` (its tokens tagged
+    `source`), built with the same options."""
+
+    def build(pair, **options) -> Proposer:
+        from .schema import SchemaProposer  # imports torch: on use (the module docstring)
+
+        return SchemaProposer(make_proposer(pair, inner, **options), source)
+
+    return build
+
+
+_FORCED = "the schema's forced tokens (constrained runs; no model runs), then "
+register_drafter(DrafterSpec(
+    "schema+llama.cpp", "schema + llama.cpp", _FORCED + "llama.cpp's guesses (embedded target only)",
+    _schema_then("llama.cpp", "draft"), requires=_embedded_only, installed=_llama_cpp_installed,
+    sources=("schema", "draft"), schema=True))
+register_drafter(DrafterSpec(
+    "schema+draft", "schema + draft model", _FORCED + "the pair's draft model's guesses",
+    _schema_then("draft", "draft"), draft_model=True, sources=("schema", "draft"), schema=True))
+register_drafter(DrafterSpec(
+    "schema+lookup", "schema + lookup", _FORCED + "prompt lookup", _schema_then("lookup", "lookup"),
+    sources=("schema", "lookup"), schema=True))
+register_drafter(DrafterSpec(
+    "schema+suffix", "schema + suffix", _FORCED + "suffix decoding", _schema_then("suffix", "suffix"),
+    installed=_suffix_installed, sources=("schema", "suffix"), remembers=True, schema=True))

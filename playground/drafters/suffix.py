@@ -67,9 +67,10 @@ class SuffixProposer(Proposer):
             self.cache.extend(self._run, tokens[self._seen:])
             self._seen = len(tokens)
 
-    def draft(self, tokens: Sequence[int], k: int) -> Draft:
-        """The tree's best path after `tokens`, at most k long (cut after a stop token)."""
-        self._sync(tokens)
+    def draft(self, tokens: Sequence[int], k: int, committed: int | None = None) -> Draft:
+        """The tree's best path after `tokens`, at most k long (cut after a stop token). committed: how many of
+        `tokens` are committed (the cache learns only those); None: all of them."""
+        self._sync(tokens if committed is None else tokens[:committed])
         d = self.cache.speculate(self._run, tokens, k, self.max_spec_factor, self.max_spec_offset,
                                  self.min_token_prob)
         stop = self.ctx.stop_ids
@@ -82,6 +83,10 @@ class SuffixProposer(Proposer):
 
     def propose(self, tokens: Sequence[int], k: int) -> Proposal:
         d = self.draft(tokens, k)
+        return Proposal(d.tokens, sources=(SOURCE,) * len(d.tokens)) if d.tokens else EMPTY
+
+    def propose_after(self, tokens: Sequence[int], extra: Sequence[int], k: int) -> Proposal:
+        d = self.draft([*tokens, *extra], k, committed=len(tokens))
         return Proposal(d.tokens, sources=(SOURCE,) * len(d.tokens)) if d.tokens else EMPTY
 
     def rollback(self, tokens: Sequence[int]) -> None:

@@ -341,4 +341,17 @@ def check_output(preset: Preset, text: str) -> OutputCheck | None:
     problem = best_match(Draft202012Validator(preset.output_schema).iter_errors(value))
     if problem is None:
         return OutputCheck(True, True, None, value, span)
+    problem = _meant_branch(problem)
     return OutputCheck(True, False, f"at {problem.json_path}: {problem.message}", value, span)
+
+
+def _meant_branch(error):
+    """Inside an anyOf / oneOf that every branch fails (best_match stops there when branches fail alike: 'not valid
+    under any of the given schemas'), the error of the branch the value came closest to, the one with the fewest
+    errors (a tool call's branch for its own tool name): it names the path that is wrong."""
+    while error.context:
+        branches: dict = {}
+        for e in error.context:
+            branches.setdefault(e.relative_schema_path[0], []).append(e)
+        error = best_match(min(branches.values(), key=len))
+    return error

@@ -43,7 +43,8 @@ class ReplayOptions:
     def resolved(self, pair) -> ReplayOptions:
         """These options checked against the pair, before any work: the drafters named (every one this pair can
         run by default), k as ints, the controllers a sampling replay drops. A PlaygroundError says what is wrong."""
-        drafters = list(self.drafters) if self.drafters is not None else registry.available_drafters(pair)
+        drafters = list(self.drafters) if self.drafters is not None else [
+            d for d in registry.available_drafters(pair) if not registry.drafter_spec(d).schema]  # no schema here
         ks = [int(k) for k in self.ks]
         if not ks or any(not 1 <= k <= K_MAX for k in ks):
             raise PlaygroundError(f"k must be from 1 to {K_MAX}, got {ks}")

@@ -70,6 +70,9 @@ def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, defau
         ui.min_confidence = gr.Slider(0.0, 1.0, value=0.0, step=0.05, label="Stop drafting below confidence",
                                       elem_id="min-confidence", info=STOP_HELP)
         ui.careful = gr.Checkbox(value=False, label=CAREFUL_LABEL, elem_id="careful")
+        ui.constrain = gr.Checkbox(value=False, label="Constrain to the schema", elem_id="constrain",
+                                   info="a JSON preset's schema masks every token (llguidance); the schema+ "
+                                        "drafters propose the tokens it forces, shown in their own colour")
         with gr.Accordion("Decoding", open=False, elem_id="decoding-box"):
             ui.decoding = gr.Radio([("greedy", "greedy"), ("sampling", "sample")], value=SHOW_ME.decoding,
                                    label="Decoding", elem_id="decoding")

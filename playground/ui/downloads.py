@@ -14,7 +14,8 @@ import time
 import uuid
 
 from ..document import RunConfig, RunOutcome, run_document
-from .session import RunResult
+from . import verdicts
+from .session import RunResult, run_timing
 
 DOWNLOADS_KEPT_S = 24 * 3600  # run files older than this are removed when a new one is written
 
@@ -32,13 +33,23 @@ def download_document(run: RunResult, timing=None, trust=None) -> dict:
     config = RunConfig(prompt_ids=run.prompt_ids, drafter=run.drafter,
                        k=req.k if req.k_mode == "fixed" else req.k_mode, sampling=run.sampling,
                        max_new_tokens=req.max_new_tokens, prompt=req.prompt, preset=req.preset, chat_template=req.chat,
-                       min_confidence=req.min_confidence)
+                       min_confidence=req.min_confidence,
+                       constraint=run.constraint.to_dict() if run.constraint is not None else None)
     doc = run_document(config, RunOutcome(run.records, run.environment, run.text, summary=run.summary,
                                           setup=run.setup, check=run.check, plain_summary=run.plain,
                                           plain_gap_s=run.plain_gap_s, calibration=timing))
     machine = {name: load.to_dict() for name, load in (("speculative", run.machine), ("plain", run.plain_machine))
                if load is not None}
     return {**doc, **({"trust": jsonable(trust.to_dict())} if trust is not None else {}), "machine": machine}
+
+
+def document(provider, session) -> dict:
+    """The run document of the session's run, with the calibration behind it and the Compare's verdict."""
+    run = session.run
+    timing = run_timing(session, provider.calibrations)
+    trust = None if run.plain is None else verdicts.compare_verdict(run, timing,
+                                                                    verdicts.compared_prediction(run, timing))
+    return download_document(run, timing, trust)
 
 
 def save_document(doc: dict, stem: str = "run") -> str:

@@ -30,6 +30,7 @@ class Controls:
     max_new_tokens: Any = None
     min_confidence: Any = None
     careful: Any = None
+    constrain: Any = None
     # the k-per-shape tab (a sweep)
     k_max: Any = None
     rounds: Any = None

@@ -31,7 +31,7 @@ from ..lab.trust import MachineMonitor
 from ..limits import Limits
 from ..pairs.registry import PAIRS, ModelPolicy
 from . import markup, serving, verdicts
-from .downloads import download_document, save_document
+from .downloads import document, save_document
 from .measure import stream_calibrate, stream_sweep  # noqa: F401 - re-exported: the lab events' first home
 from .progress import Tracker, clock_text, eta_text, load_with_progress, loading_message, mapped, phase, ticker
 from .render import TokenRenderer
@@ -44,6 +44,7 @@ from .session import (
     find_timing,
     k_controller,
     prompt_key,
+    run_constraint,
     run_timing,
     without_idle_stop,
 )
@@ -54,15 +55,6 @@ from .session import (
 # draws its tokens and counters twice a second and its charts once, at the end.
 YIELD_EVERY_S = 0.5  # token / counter updates at most this often
 HEARTBEAT_QUIET_S = 0.5  # status-only updates of a run that is not streamed (Compare's), as for the plain run
-
-
-def document(provider: PairProvider, session: Session) -> dict:
-    """The run document of the session's run, with the calibration behind it and the Compare's verdict."""
-    run = session.run
-    timing = run_timing(session, provider.calibrations)
-    trust = None if run.plain is None else verdicts.compare_verdict(run, timing,
-                                                                    verdicts.compared_prediction(run, timing))
-    return download_document(run, timing, trust)
 
 
 # --- views: one update of a panel each; None for a field means 'unchanged' ----------------------------------
@@ -159,13 +151,13 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     request = without_idle_stop(request, proposer)
     run = RunResult(request=request, prompt_ids=ids, drafter=proposer.describe(), records=[], summary=None, text="",
                     preset=preset_obj, check=None, setup=describe_setup(pair), environment=environment(pair),
-                    finished=False, streamed=stream_tokens)
+                    finished=False, streamed=stream_tokens, constraint=run_constraint(request, pair.tokenizer))
     session.run = run  # the session keeps the partial run if the user stops it
     tokenizer = pair.tokenizer
     special = getattr(tokenizer, "all_special_ids", []) if tokenizer is not None else []
     renderer = TokenRenderer(tokenizer, greedy=request.sampling.greedy, special_ids=special)
     head = (f"Running: drafter {run.drafter}, k = {markup.k_text(request)}, {request.sampling.describe()}, "
-            f"{len(ids)} prompt tokens, up to {request.max_new_tokens} new \u00b7 {run.setup}")
+            f"{len(ids)} prompt tokens, up to {request.max_new_tokens} new{markup.constraint_text(run)} \u00b7 {run.setup}")
     yield RunView(session, f"{head} \u2014 prefill \u2026", tokens="",
                   counters=markup.counters_html(None, request.max_new_tokens, True), figures=markup.figures([], None),
                   check=markup.check_html(preset_obj, None),
@@ -196,7 +188,8 @@ def _run_work(provider: PairProvider, session: Session, pair, proposer, run: Run
         controller = k_controller(request, session, name, timing)
         monitor = MachineMonitor().__enter__()
         gen = engine.speculative_generate(pair, ids, proposer=proposer, k=controller, sampling=request.sampling,
-                                          max_new_tokens=request.max_new_tokens, min_confidence=request.min_confidence)
+                                          max_new_tokens=request.max_new_tokens, min_confidence=request.min_confidence,
+                                          options=engine.LoopOptions(constraint=run.constraint))
         try:
             for rec in gen:
                 emit(rec)
@@ -264,7 +257,8 @@ def _run_done(provider: PairProvider, session: Session, run: RunResult, tokenize
             f"{summary.finished} \u00b7 drafter {run.drafter}, k = {markup.k_text(request, summary)}, "
             f"{request.sampling.describe()} \u00b7 {run.setup} \u00b7 {clock_text(time.monotonic() - started)}"
             + (verdicts.run_load_note(run) if run.streamed else "")
-            + (f" \u00b7 {session.suffix.describe()}" if remembers(request.drafter) else ""))
+            + (f" \u00b7 {session.suffix.describe()}" if remembers(request.drafter) else "")
+            + markup.constraint_text(run, summary))
     return RunView(session, done, tokens=renderer.html(),
                    counters=markup.counters_html(summary, request.max_new_tokens, False),
                    figures=markup.figures(run.records, summary), check=markup.check_html(run.preset, run.check),
@@ -289,7 +283,7 @@ def stream_compare(provider: PairProvider, session: Session | None) -> Iterator[
         begun.append(time.perf_counter())
         with MachineMonitor() as monitor:
             for rec in engine.plain_generate(pair, run.prompt_ids, sampling=run.sampling,
-                                             max_new_tokens=run.request.max_new_tokens):
+                                             max_new_tokens=run.request.max_new_tokens, constraint=run.constraint):
                 records.append(rec)
                 emit(None)
                 if stopped():

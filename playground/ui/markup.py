@@ -69,6 +69,17 @@ def k_text(req: RunRequest, summary=None) -> str:
     return f"{req.k_mode} (chosen: {describe_choices(summary.k_values, summary.drafted_values)}){stop}"
 
 
+def constraint_text(run, summary=None) -> str:
+    """'' for an unconstrained run; ', constrained to <schema>' while it runs; with its summary, how many of its
+    tokens the schema forced."""
+    if run.constraint is None:
+        return ""
+    if summary is None:
+        return f", constrained to {run.constraint.name}"
+    return (f" \u00b7 constrained to {run.constraint.name}: the schema forced {summary.roles.get('forced', 0)} of "
+            f"{summary.new_tokens} tokens")
+
+
 @dataclass(frozen=True)
 class RunFigures:
     """The Run tab's three charts (plotly figures)."""

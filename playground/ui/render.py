@@ -15,17 +15,18 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
-from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration, Prefill, Step
+from ..core.records import ACCEPTED, BONUS, CORRECTION, FORCED, PLAIN, Iteration, Prefill, Step
 from ..drafters.registry import SOURCES
 
 REPLACEMENT = "\ufffd"
 
-ROLE_CLASS = {ACCEPTED: "acc", CORRECTION: "cor", BONUS: "bon", PLAIN: "pln"}
+ROLE_CLASS = {ACCEPTED: "acc", CORRECTION: "cor", BONUS: "bon", PLAIN: "pln", FORCED: "frc"}
 ROLE_LABEL = {
     ACCEPTED: "accepted draft token",
     CORRECTION: "target's correction",
     BONUS: "bonus token",
     PLAIN: "plain step",
+    FORCED: "forced by the schema",
 }
 # Where a hybrid drafter's proposal came from (Iteration.sources, declared in the drafters' registry); copied
 # tokens get a dashed outline.
@@ -38,6 +39,7 @@ ROLE_HELP = {
     CORRECTION: "the target's own token after it rejected a proposal",
     BONUS: "the target's extra token after it kept all k proposals",
     PLAIN: "one target pass, one token (nothing was proposed)",
+    FORCED: "a token the schema forced, proposed at no model cost and kept by the target",
 }
 
 
@@ -109,7 +111,7 @@ def token_tip(it: Iteration, j: int, greedy: bool, rejected_text: str | None = N
     token = it.emitted[j]
     lines.append(f"token {token}" + (f"  '{_quoted(token_text)}'" if token_text is not None else ""))
     accept = it.accept_prob
-    if role == ACCEPTED:
+    if role in (ACCEPTED, FORCED):
         lines.append(f"draft position {j + 1} of {len(it.proposed)} proposed (k={it.k})"
                      + (f", {SOURCE_LABEL.get(it.sources[j], it.sources[j])}" if it.sources else ""))
         if it.p is not None:
@@ -126,7 +128,7 @@ def token_tip(it: Iteration, j: int, greedy: bool, rejected_text: str | None = N
         lines.append(f"all {len(it.proposed)} proposals kept: the verification pass gave this token for free")
     elif role == PLAIN:
         lines.append("the drafter proposed nothing this iteration" if it.k else "k was 0 this iteration")
-    if greedy and it.p is not None and role in (ACCEPTED, CORRECTION):
+    if greedy and it.p is not None and role in (ACCEPTED, FORCED, CORRECTION):
         lines.append("greedy: a proposal is kept iff it is the target's arg-max; p, q shown at temperature 1")
     return "\n".join(lines)
 
@@ -202,7 +204,8 @@ class TokenRenderer:
 def _finish_mark(finished: str | None) -> str:
     if finished is None:
         return ""
-    what = {"eos": "end of sequence", "length": "max new tokens reached"}.get(finished, finished)
+    what = {"eos": "end of sequence", "length": "max new tokens reached",
+            "schema": "the schema's value is complete"}.get(finished, finished)
     return f'<span class="fin" title="the run stopped here">\u25a0 {html.escape(what)}</span>'
 
 
@@ -219,7 +222,7 @@ def legend_html() -> str:
     chips = "".join(
         f'<span class="tok {ROLE_CLASS[role]}" title="{html.escape(ROLE_HELP[role], quote=True)}">'
         f"{html.escape(ROLE_LABEL[role])}</span>"
-        for role in (ACCEPTED, CORRECTION, BONUS, PLAIN)
+        for role in (ACCEPTED, FORCED, CORRECTION, BONUS, PLAIN)
     )
     chips += (f'<span class="tok acc lk" title="{html.escape(COPY_LABEL, quote=True)} '
               '(hybrid drafter; the suffix drafters\' copies alike)">copied by lookup</span>')

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..constraints.schema import schema_presets
 from ..core.engine import check_k, check_request
 from ..core.records import Iteration
 from ..core.sampling import GREEDY, SamplingConfig
@@ -72,6 +73,7 @@ class RunRequest:
     sampling: SamplingConfig
     k_mode: str = "fixed"  # "fixed" (the k slider), "adaptive" or "heuristic" (k chosen per iteration)
     min_confidence: float | None = None  # a model drafter stops after a token it gave less (None: draft all k)
+    constrain: bool = False  # every token masked by the preset's JSON schema ("Constrain to the schema")
 
 
 @dataclass(frozen=True)
@@ -113,9 +115,10 @@ def _number(value, what: str) -> float:
 def parse_request(controls: Controls | Mapping[str, Any], drafters: Sequence[str] | None = None,
                   limits: Limits | None = None) -> RunRequest:
     """The controls' raw values, by name (prompt, preset, chat, drafter, k, decoding, temperature, top_k,
-    top_p, max_new_tokens, seed, k_mode: "fixed" when missing, min_confidence: 0 or missing for none) -> a
-    RunRequest; raises PlaygroundError with what to fix. `drafters`: the names this pair offers (default: every
-    drafter). `limits` (a playground.limits.Limits) default to the environment's, read now."""
+    top_p, max_new_tokens, seed, k_mode: "fixed" when missing, min_confidence: 0 or missing for none, constrain:
+    true to mask every token by the preset's JSON schema) -> a RunRequest; raises PlaygroundError with what to
+    fix. `drafters`: the names this pair offers (default: every drafter). `limits` (a playground.limits.Limits)
+    default to the environment's, read now."""
     c = Controls.of(controls)
     limits = limits or Limits.from_env()
     prompt, preset = c.prompt, c.preset
@@ -140,9 +143,13 @@ def parse_request(controls: Controls | Mapping[str, Any], drafters: Sequence[str
                               temperature=_number(c.temperature, "temperature") if sample else 1.0,
                               top_k=_integer(c.top_k, "top-k") if sample else 0,
                               top_p=_number(c.top_p, "top-p") if sample else 1.0, seed=seed)
+    constrain = bool(c.constrain)
+    if constrain and preset not in schema_presets():
+        raise PlaygroundError("'Constrain to the schema' uses a JSON preset's schema: choose one of "
+                              f"{', '.join(schema_presets())}, or untick it")
     return RunRequest(prompt=prompt, preset=preset or None, chat=bool(c.chat), drafter=drafter, k=k,
                       max_new_tokens=max_new, sampling=sampling, k_mode=k_mode,
-                      min_confidence=_confidence_stop(c.min_confidence))
+                      min_confidence=_confidence_stop(c.min_confidence), constrain=constrain)
 
 
 def _confidence_stop(value) -> float | None:
@@ -159,6 +166,15 @@ def _confidence_stop(value) -> float | None:
 def stop_text(min_confidence: float | None) -> str:
     """How a status line names a confidence stop: '' without one."""
     return "" if min_confidence is None else f"drafting stopped below confidence {min_confidence:g}"
+
+
+def run_constraint(request: RunRequest, tokenizer):
+    """The grammar of a constrained request (its preset's schema compiled for `tokenizer`), None otherwise."""
+    if not request.constrain:
+        return None
+    from ..constraints.grammar import Grammar  # imports llguidance: only a constrained run needs it
+
+    return Grammar(request.preset, tokenizer)
 
 
 def without_idle_stop(request: RunRequest, proposer) -> RunRequest:
@@ -246,6 +262,7 @@ class RunResult:
     plain_machine: Any = None  # ... and during the plain run after it
     streamed: bool = True  # tokens drawn while it decoded (False: Compare's run, drawn at the end)
     tokens_html: str | None = None  # a run not streamed: its tokens so far, for the page if it is stopped
+    constraint: Any = None  # constraints.grammar.Grammar of a constrained run ("Constrain to the schema"), else None
 
     @property
     def sampling(self) -> SamplingConfig:

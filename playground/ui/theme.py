@@ -53,6 +53,7 @@ p:has(+ .status-more) { display: inline; margin: 0; }  /* "more" on the line it 
 .tok.cor { background: #fecaca; color: #7f1d1d; }
 .tok.bon { background: #bfdbfe; color: #1e3a8a; }
 .tok.pln { background: #e5e7eb; color: #1f2937; }
+.tok.frc { background: #e9d5ff; color: #581c87; }
 .tok.lk { outline: 1px dashed #15803d; outline-offset: -1px; }
 .tok.special { font-style: italic; opacity: 0.75; }
 .tok:hover, .tok.picked { outline: 1.5px solid #111827; outline-offset: 0; }

@@ -218,7 +218,8 @@ def _wire_run(w: _Wiring):
         yield from _guarded(handlers.stream_compare(provider, session),
                             lambda v: (v.status, _skip(v.prediction), _skip(v.doc), _skip(v.download), v.session), 5)
 
-    speculative = {**_run_controls(ui), "k_mode": ui.k_mode, "min_confidence": ui.min_confidence, "moved": ui.moved}
+    speculative = {**_run_controls(ui), "k_mode": ui.k_mode, "min_confidence": ui.min_confidence, "moved": ui.moved,
+                   "constrain": ui.constrain}
     run_event, run_inputs = _event(run, ui.session, speculative)
     compare_run_event, _ = _event(run_to_compare, ui.session, speculative)
     run_ev = ui.run_btn.click(run_event, run_inputs, run_outputs, api_name="run", **w.on_status, **w.device_events)
