@@ -173,6 +173,8 @@ for _e in (
     Experiment("suffix-history", report="playground.studies.suffix_history:markdown", script="suffix_history.py"),
     Experiment("suffix-factor", report="playground.studies.suffix_factor:markdown", script="suffix_factor.py"),
     Experiment("suffix-bound", report="playground.studies.suffix_bound:markdown", script="suffix_bound.py"),
+    Experiment("grammar-libraries", report="playground.studies.grammar_libraries:markdown",
+               script="grammar_libraries.py"),
     Experiment("trace-speed", report="playground.studies.trace_speed:markdown", script="trace_speed.py"),
 ):
     register_experiment(_e)

@@ -222,7 +222,7 @@ def main(argv=None) -> int:
             results[cls.name] = {"installed": True, "tokenizer": f"refused: {type(e).__name__}: {e}"[:300]}
             continue
         results[cls.name] = measure(lib, tokenizer, presets, args.repeats)
-    doc = {"what": "grammar libraries on the embedded tokenizer and the JSON presets' schemas (scripts/"
+    doc = {"experiment": "grammar-libraries", "what": "grammar libraries on the embedded tokenizer and the JSON presets' schemas (scripts/"
                    "grammar_libraries.py)", "separators": list(SEPARATORS), "presets": presets,
            "environment": environment().to_dict(),
            "libraries": results}

@@ -59,6 +59,6 @@ def test_the_check_fails_a_list_one_short_or_one_too_long():
     assert listed(registered[:-1], registered) == [f"missing {registered[-1]}"]
     assert listed([*registered, "telepathy"], registered) == ["not a registered drafter: telepathy"]
     old_readme = "Its drafters: `llama.cpp` (x), `draft` (y), `lookup` (z) and `hybrid` (w). Named pairs `--pair`"
-    assert listed(readme_list(old_readme), registered) == ["missing suffix", "missing suffix-hybrid"]
+    assert listed(readme_list(old_readme), registered) == [f"missing {n}" for n in registered[4:]]
     assert cli_list("Options: `--drafter auto|llama.cpp|draft|lookup|hybrid`,") == ["llama.cpp", "draft", "lookup",
                                                                                      "hybrid"]

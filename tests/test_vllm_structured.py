@@ -3,6 +3,7 @@ free and constrained to its schema through OpenAI's response_format, plain and s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,17 +28,20 @@ def test_only_json_presets_with_a_schema_get_a_constrained_arm():
 @pytest.mark.slow
 def test_a_structured_sweep_measures_free_and_constrained_side_by_side(vllm_servers, vllm_model_dir):
     plain, ngram = vllm_servers["plain"].url, vllm_servers["ngram"].url
-    plan = SweepPlan(model=Path(vllm_model_dir), presets=[get_preset("json_extract"), get_preset("tool_call")],
-                     concurrencies=[1], rounds=1, max_new_tokens=48, external=(plain, ngram, NGRAM), structured=True)
+    extract = get_preset("json_extract")
+    conditional = replace(extract, name="conditional", output_schema={  # JSON Schema's if/then, which vLLM's refuses
+        "type": "object", "if": {"required": ["name"]}, "then": {"required": ["email"]}})
+    plan = SweepPlan(model=Path(vllm_model_dir), presets=[extract, conditional], concurrencies=[1], rounds=1,
+                     max_new_tokens=48, external=(plain, ngram, NGRAM), structured=True)
     result = run_sweep(plan, log=lambda _m: None)
-    # tool_call's schema has if/then, which vLLM's grammar backend refuses: named, and that preset runs free only
-    assert list(result.structured_refused) == ["tool_call"] and "if" in result.structured_refused["tool_call"]
+    # the server's grammar backend refuses the conditional schema: named, and that preset runs free only
+    assert list(result.structured_refused) == ["conditional"] and "if" in result.structured_refused["conditional"]
     free, constrained = ([c for c in result.cells if c.structured is s] for s in (False, True))
-    assert [c.preset for c in free] == ["json_extract", "tool_call"] and len(constrained) == 1
+    assert [c.preset for c in free] == ["json_extract", "conditional"] and len(constrained) == 1
     cell = constrained[0]
     assert cell.preset == "json_extract" and cell.schema_valid is True
     assert cell.outputs_equal  # greedy: constrained speculative output == constrained plain output
     assert cell.spec.text.lstrip().startswith("{") and cell.speedup and cell.plain.tokens_per_s
     text = report_text(result)
     assert "| output | valid JSON |" in text and "| constrained | 1/1 |" in text and "| free |" in text
-    assert "refused a request constrained to tool_call's schema" in text
+    assert "refused a request constrained to conditional's schema" in text

@@ -58,13 +58,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
     out = sys.stdout
     if not args.json:
-        print(f"# {redact(pair.target_name)} | drafter: {proposer.describe()} | k={args.k} | {sampling.describe()} | "
-              f"{describe_setup(pair)}", file=sys.stderr)
-        if constraint is not None:
-            print(f"# constrained to {constraint.describe()}", file=sys.stderr)
-        if colour:
-            print(f"# {_paint('accepted', 'accepted')}  {_paint('forced', 'forced')}  "
-                  f"{_paint('correction', 'correction')}  {_paint('bonus', 'bonus')}  plain", file=sys.stderr)
+        _header(pair, proposer, args.k, sampling, constraint, colour)
 
     curve = calibrated_curve(pair, prompt_ids, proposer, sampling=sampling) if k_setting == "adaptive" else None
     controller = make_controller(k_setting, curve)
@@ -110,6 +104,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"plain decoding, run right after: {plain_summary.tokens_per_s:.1f} tokens/s -> measured speed-up "
               f"{ratio:.2f}x (one adjacent pair of runs, prefill excluded: a noisy figure on a shared machine)")
     return 0
+
+
+def _header(pair, proposer, k, sampling, constraint, colour: bool) -> None:
+    """The lines before a run's text (on stderr): the pair, drafter and settings, the schema, the colours' key."""
+    print(f"# {redact(pair.target_name)} | drafter: {proposer.describe()} | k={k} | {sampling.describe()} | "
+          f"{describe_setup(pair)}", file=sys.stderr)
+    if constraint is not None:
+        print(f"# constrained to {constraint.describe()}", file=sys.stderr)
+    if colour:
+        print(f"# {_paint('accepted', 'accepted')}  {_paint('forced', 'forced')}  "
+              f"{_paint('correction', 'correction')}  {_paint('bonus', 'bonus')}  plain", file=sys.stderr)
 
 
 def _grammar(schema, pair):
