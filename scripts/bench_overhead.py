@@ -39,6 +39,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 import statistics
 import threading
 import time
@@ -51,7 +52,7 @@ from playground.backends.vllm_server import free_port
 from playground.core.engine import HEADLESS, speculative_generate
 from playground.core.records import summarize
 from playground.core.timesplit import OUTSIDE_LIMIT, ROLLBACK_LIMIT, iteration_splits, median_shares, percent
-from playground.drafters.registry import make_proposer
+from playground.drafters.registry import drafter_spec, make_proposer
 from playground.envinfo import describe_setup, environment
 from playground.inputs.presets import get_preset
 from playground.lab.trust import MachineMonitor, Verdict
@@ -145,7 +146,8 @@ class Chromium:
         page.set_default_timeout(600_000)
         page.goto(self.url)
         page.wait_for_selector("#run-btn")
-        page.locator("#drafter label", has_text=drafter).click()
+        label = re.escape(drafter_spec(drafter).label)  # the whole label: "draft model", not "schema + draft model"
+        page.locator("#drafter label", has_text=re.compile(rf"^\s*{label}\s*$")).click()
         for selector, value in (("#max-new input", max_new), ("#k input[type=number]", k)):
             page.locator(selector).fill(str(value))
             page.locator(selector).press("Tab")

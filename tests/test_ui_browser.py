@@ -344,7 +344,7 @@ TINY_PROMPT = "w1 w2 w3 w4 w5 w1 w2 w3"
 
 def start_run(page, url, max_new: str, prompt: str = TINY_PROMPT):
     page.goto(url)
-    page.locator("#drafter label", has_text="draft model").click()  # 5 slowed passes an iteration: a long run
+    page.locator("#drafter label", has_text=re.compile(r"^\s*draft model\s*$")).click()  # 5 slowed passes an iteration: a long run
     page.locator("#prompt textarea").fill(prompt)
     page.locator("#max-new input").fill(max_new)
     page.locator("#max-new input").press("Tab")

@@ -1,7 +1,8 @@
 """The static forward's arithmetic for one decoder layer, in few dispatched ops (`core.static` runs it).
 
 On a GPU a captured step replays one kernel per dispatched op, so a small draft is bound by its op count, not its
-weight bytes. Per layer this runs 13 ops (14 where attention's output must be laid out again for the product):
+weight bytes. Per layer this runs 13 ops in half precision (14 where attention's output must be laid out again for
+the product; float32 and float64 keep transformers' rounding order, `EXACT`, at 18):
 
     rms_norm          the norm with its weight folded in (one op; normalised in float32 inside the kernel)
     qkv product       query, key and value as one product (`core.lean.fused`; Qwen2's biases folded in)
@@ -68,11 +69,18 @@ class Shapes:
         self.hidden = cfg.hidden_size
 
 
+EXACT = (torch.float32, torch.float64)
+"""Dtypes whose step keeps transformers' own rounding order, bit for bit: the norm's weight multiplied after it, the
+rotation's products rounded before their sum, each residual added after its product. Replay teacher-forces through transformers' forward and an int8 draft copies
+the target's prompt keys and values, so on a CPU (float32) a last-bit difference moved a near-tie and replay no
+longer reproduced live runs; the folded forms below measured no faster there. Half precision (a GPU's) folds them:
+its logits round by the feed's shape anyway."""
+
+
 def norm(x: torch.Tensor, module) -> torch.Tensor:
-    """LlamaRMSNorm in one op: the weight folded into torch's rms_norm, which normalises half-precision rows in
-    float32 inside. transformers normalises in float32 whatever the dtype, so a float64 model (the tests' exact
-    comparisons) takes its round trip."""
-    if x.dtype == torch.float64:
+    """LlamaRMSNorm: in half precision one op, the weight folded into torch's rms_norm (which normalises in float32
+    inside); in EXACT dtypes transformers' order (normalised in float32, cast back, then scaled)."""
+    if x.dtype in EXACT:
         return module.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=module.variance_epsilon).to(x.dtype)
     return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
 
@@ -80,6 +88,8 @@ def norm(x: torch.Tensor, module) -> torch.Tensor:
 def _project_add(x: torch.Tensor, h: torch.Tensor, module) -> torch.Tensor:
     """x + module(h), in one op: addmm for a plain linear layer without a bias, the module's own `add_to` where it
     has one (oneDNN's post-op add, pairs.kernels.OneDnnLinear); else the product and an add."""
+    if x.dtype in EXACT:
+        return x + module(h)
     if type(module) is torch.nn.Linear and module.bias is None:
         return torch.addmm(x, h, module.weight.t())
     if hasattr(module, "add_to"):
@@ -97,6 +107,8 @@ def _qkv(layer, h: torch.Tensor) -> torch.Tensor:
 def rotated(layer, x: torch.Tensor, rot: torch.Tensor, s: Shapes) -> torch.Tensor:
     """q, k and v of rows `x` [n, hidden] with q and k rotated: [n, heads + 2 kv heads, d]."""
     qkv = _qkv(layer, norm(x, layer.norm1)).view(x.shape[0], -1, s.head_dim)
+    if x.dtype in EXACT:  # transformers' order: each product rounded, then the sum
+        return qkv * rot[:, 0] + qkv.roll(s.head_dim // 2, -1) * rot[:, 1]
     return torch.addcmul(qkv * rot[:, 0], qkv.roll(s.head_dim // 2, -1), rot[:, 1])
 
 
