@@ -21,7 +21,7 @@ from playground.constraints.grammar import Grammar
 from playground.constraints.schema import Schema, schema_presets
 from playground.core import engine
 from playground.core.engine import LoopOptions, plain_generate, speculative_generate
-from playground.core.records import FORCED, Iteration, Step, summarize
+from playground.core.records import FORCED, Iteration, summarize
 from playground.core.static import target_lm
 from playground.drafters.adaptive import AdaptiveK, CostCurve
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
@@ -30,7 +30,7 @@ from playground.drafters.suffix import SuffixProposer
 from playground.inputs.presets import get_preset
 from playground.pairs.loading import ensure_embedded_safetensors, int8_copy, load_tokenizer
 from playground.pairs.models import ModelPair
-from tests.tiny import perturbed, tiny_model
+from tests.tiny import perturbed, tiny_model, tokens
 
 NEW = 40
 CURVE = CostCurve(c=0.3, v={n: 1.0 + 0.05 * (n - 1) for n in range(1, 18)})
@@ -55,9 +55,6 @@ def bounded(schema):
     return out
 
 
-def tokens(records):
-    return [t for r in records for t in (r.emitted if isinstance(r, Iteration) else (r.token,) if isinstance(r, Step)
-                                         else ())]
 
 
 @pytest.fixture(scope="module")

@@ -17,16 +17,12 @@ from playground.cli import main
 from playground.constraints.grammar import Grammar
 from playground.constraints.schema import SchemaError, schema_from, schema_presets
 from playground.core.engine import LoopOptions, plain_generate, speculative_generate
-from playground.core.records import FORCED, Iteration, Step, summarize
+from playground.core.records import FORCED, summarize
 from playground.core.sampling import SamplingConfig
 from playground.drafters.registry import make_proposer
 from playground.inputs.presets import get_preset
 from playground.pairs.loading import ensure_embedded_safetensors, load_tokenizer
-
-
-def tokens(records):
-    return [t for r in records for t in (r.emitted if isinstance(r, Iteration) else (r.token,) if isinstance(r, Step)
-                                         else ())]
+from tests.tiny import tokens
 
 
 @pytest.fixture(scope="module")

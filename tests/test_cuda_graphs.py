@@ -15,12 +15,12 @@ import torch
 
 from playground.core.cached import CachedLM
 from playground.core.engine import plain_generate, speculative_generate
-from playground.core.records import Iteration, Step
+from playground.core.records import Iteration
 from playground.core.sampling import SamplingConfig
 from playground.core.static import StaticLM
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
 from playground.pairs.models import ModelPair
-from tests.tiny import cut_model, decisive, perturbed, tiny_model
+from tests.tiny import cut_model, decisive, perturbed, tiny_model, tokens
 
 DEVICE = os.environ.get("PLAYGROUND_DEVICE", "cuda")
 pytestmark = pytest.mark.skipif(
@@ -34,12 +34,6 @@ def gpu(model, dtype=torch.float32):
     return model.to(DEVICE, dtype)
 
 
-def tokens(records):
-    return [
-        t
-        for r in records
-        for t in (r.emitted if isinstance(r, Iteration) else (r.token,) if isinstance(r, Step) else ())
-    ]
 
 
 @pytest.mark.parametrize("rows", ["all", "last"])

@@ -13,20 +13,17 @@ import torch
 from playground.core import engine, static
 from playground.core.cached import CachedLM
 from playground.core.engine import plain_generate, speculative_generate
-from playground.core.records import Iteration, Step
+from playground.core.records import Iteration
 from playground.core.sampling import SamplingConfig
 from playground.core.static import BUCKETS, StaticLM, capacity_for, draft_model_lm, resolve_forward, target_lm
 from playground.drafters.adaptive import AdaptiveK, CostCurve
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 from playground.errors import PlaygroundError
-from tests.tiny import perturbed, tiny_model, tiny_pair
+from tests.tiny import perturbed, tiny_model, tiny_pair, tokens
 
 IDS = [3, 17, 42, 5, 9, 33, 8, 61, 7, 7, 2, 19, 40]
 
 
-def tokens(records):
-    return [t for r in records for t in (r.emitted if isinstance(r, Iteration) else (r.token,) if isinstance(r, Step)
-                                         else ())]
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ import torch
 
 from playground.core.cached import CachedLM
 from playground.core.engine import plain_generate, speculative_generate
-from playground.core.records import Iteration, Step
+from playground.core.records import Iteration
 from playground.core.static import BUCKETS, StaticLM, release
 from playground.drafters.proposers import DraftModelProposer
-from tests.tiny import cut_model, decisive, tiny_pair
+from tests.tiny import cut_model, decisive, tiny_pair, tokens
 
 VOCAB = 1024  # tests.tiny.cut_model's default
 CONTEXT = [(37 * i) % VOCAB for i in range(40)]
@@ -58,9 +58,6 @@ def test_bf16_static_forward_matches_float32_within_the_stated_tolerance_at_ever
     release(llama8b)
 
 
-def tokens(records):
-    return [t for r in records for t in (r.emitted if isinstance(r, Iteration) else (r.token,) if isinstance(r, Step)
-                                         else ())]
 
 
 @pytest.mark.slow

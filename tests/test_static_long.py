@@ -9,15 +9,9 @@ import pytest
 import torch
 
 from playground.core.engine import plain_generate, speculative_generate
-from playground.core.records import Iteration, Step
 from playground.core.static import MIN_CAPACITY, StaticLM
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
-from tests.tiny import perturbed, tiny_model, tiny_pair
-
-
-def tokens(records):
-    return [t for r in records for t in (r.emitted if isinstance(r, Iteration) else (r.token,) if isinstance(r, Step)
-                                         else ())]
+from tests.tiny import perturbed, tiny_model, tiny_pair, tokens
 
 
 @pytest.fixture(scope="module")

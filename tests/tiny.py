@@ -7,6 +7,7 @@ import copy
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from playground.core.records import Iteration, Step
 from playground.pairs import synthetic
 from playground.pairs.models import ModelPair
 
@@ -38,6 +39,12 @@ def tiny_pair(target, draft=None, eos_ids=(), max_context=None) -> ModelPair:
     return ModelPair(target=target, tokenizer=None, draft=draft, eos_ids=frozenset(eos_ids),
                      max_context=max_context, dtype=next(target.parameters()).dtype,
                      target_name="tiny-target", draft_name="tiny-draft" if draft is not None else None)
+
+
+def tokens(records) -> list[int]:
+    """The token ids a run emitted, in order: an Iteration's emitted tokens, a plain Step's token."""
+    return [t for r in records for t in (r.emitted if isinstance(r, Iteration) else (r.token,) if isinstance(r, Step)
+                                         else ())]
 
 
 def word_tokenizer(words: list[str], eos: str = "<eos>", extra: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:

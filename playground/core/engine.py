@@ -198,7 +198,11 @@ class _Run:
     start: float  # where decoding's clock starts: the end of the prefill
     rule: SampleRule
     record_probs: bool
-    guide: object | None = None  # the constraint's constraints.guide.Guide (also ctx.guide), None: unconstrained
+
+    @property
+    def guide(self):
+        """The constraint's constraints.guide.Guide (the drafters read it as ctx.guide), None: unconstrained."""
+        return self.ctx.guide
 
 
 def _start(pair, prompt_ids, proposer, controller, sampling, max_new_tokens, min_confidence, options: LoopOptions):
@@ -218,8 +222,7 @@ def _start(pair, prompt_ids, proposer, controller, sampling, max_new_tokens, min
         ctx.prefill_threads = None  # the prefill is over: from here on the drafter runs alone
     else:
         prefill, start = prefill_in_turn(clock, target, proposer, committed, ctx)
-    run = _Run(clock, target, proposer, controller, ctx, committed, start, options.rule, options.record_probs,
-               ctx.guide)
+    run = _Run(clock, target, proposer, controller, ctx, committed, start, options.rule, options.record_probs)
     return run, prefill
 
 

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from ..errors import PlaygroundError
 from .cached import CachedLM
 from .int8 import SHORT_FEED, RowInt8Linear, row_independent
+from .step import Shapes
 
 MODEL_TYPES = ("llama", "qwen2")  # one layout: Qwen2 is Llama with biases on q, k and v, which the fused product keeps
 STATIC_ROPE = ("default", "linear", "llama3")  # rope types whose tables do not depend on the sequence's length
@@ -192,9 +193,8 @@ class LeanLM:
     def __init__(self, model: torch.nn.Module, device: torch.device | str, vocab_size: int | None = None,
                  _shared: tuple | None = None):
         self.model, self.device, self.vocab_size = model, torch.device(device), vocab_size
-        cfg = model.config
-        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        s = Shapes(model.config)
+        self.heads, self.kv_heads, self.head_dim = s.heads, s.kv_heads, s.head_dim
         self.layers = _shared if _shared is not None else _layers_of(model)
         self.row_attention = _ROW_ATTENTION.get(model, False)  # the module docstring
         self.keys: torch.Tensor | None = None  # [layers, kv heads, capacity, head dim]

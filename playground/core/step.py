@@ -54,14 +54,14 @@ class RotaryTable:
         one, zero = torch.ones_like(cos), torch.zeros_like(sin)
         self.table = torch.stack([torch.stack([cos, one], 1), torch.stack([sin * sign, zero], 1)], 1).contiguous()
         self.group = torch.tensor([0] * (heads + kv_heads) + [1] * kv_heads, device=like.device)
-        self.cos, self.sin = cos, sin  # as the model computes them (tests, and the draft's copy of a target cache)
 
     def rows(self, positions: torch.Tensor) -> torch.Tensor:
         return self.table.index_select(0, positions)[:, :, self.group]
 
 
 class Shapes:
-    """The head counts and sizes one step needs."""
+    """The head counts and sizes one step needs, read from a Llama/Qwen2 config (head_dim where it is given, else
+    hidden / heads): every reader of a config's heads takes them from here."""
 
     def __init__(self, cfg):
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads

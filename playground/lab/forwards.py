@@ -33,6 +33,7 @@ from ..core.clock import Clock
 from ..core.cost import predicted_speedup
 from ..core.lean import draft_lm
 from ..core.static import StaticLM, compile_seconds, release
+from ..core.step import Shapes
 from ..errors import PlaygroundError
 from ..pairs.synthetic import param_count
 from ..results.calibration import CUDA_KERNELS, ForwardsArm, ForwardsResult, ForwardsRound, StepKernels, StreamingFloor
@@ -83,8 +84,8 @@ def streamed_bytes(model, context: int) -> int:
     size = torch.empty((), dtype=model.dtype).element_size()
     embed = cfg.vocab_size * cfg.hidden_size
     weights = param_count(cfg) - (0 if cfg.tie_word_embeddings else embed)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context
+    s = Shapes(cfg)
+    kv = 2 * cfg.num_hidden_layers * s.kv_heads * s.head_dim * context
     return (weights + kv) * size
 
 
@@ -248,8 +249,9 @@ def time_forwards(pair, arms: Sequence[str] | None = None, context: int = 256, n
                 got = _round(pair, arm, ids[:context], ns, repeats if r else 1, time_it)
                 if r:  # round 0 warms up (and captures the graphs)
                     timed[arm].append(got)
-        compiled = {role: compile_seconds(m) for role, m in (("target", pair.target), ("draft", pair.draft))
-                    if m is not None and compile_seconds(m) is not None}  # before step_kernels replaces the graphs
+        compiled = {role: compile_seconds(m) if m is not None else None
+                    for role, m in (("target", pair.target), ("draft", pair.draft))}  # before step_kernels replaces them
+        compiled = {role: s for role, s in compiled.items() if s is not None}
         kernels = step_kernels(pair, ids[:min(context, 16)])  # after the timing: its profiler stays out of it
         for model in (pair.target, pair.draft):
             if model is not None:

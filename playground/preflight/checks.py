@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from ..compat import MIN_TRANSFORMERS, transformers_problem
 from ..core.cached import CachedLM
 from ..core.static import MIN_CAPACITY, StaticLM, release
+from ..core.step import Shapes
 from ..lab.forwards import gpu_driver
 from ..lab.profiled import Profiled, profiled
 from ..pairs.synthetic import shipped_config
@@ -128,14 +129,13 @@ def check_sdpa(args: argparse.Namespace, found: dict) -> str:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     found["sdpa"], said = {}, []
     for role, hub_id, rows in SDPA_SHAPES:
-        cfg = shipped_config(hub_id)
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        ran = sdpa_run(cfg.num_attention_heads, cfg.num_key_value_heads, head_dim, rows, device, dtype)
+        s = Shapes(shipped_config(hub_id))
+        ran = sdpa_run(s.heads, s.kv_heads, s.head_dim, rows, device, dtype)
         kernel = sdpa_kernel(ran)
         found["sdpa"][role] = {"kernel": kernel, "ops": list(ran.ops), "cuda_kernels": list(ran.kernels),
                                "dtype": str(dtype).removeprefix("torch."),
-                               "q": [1, cfg.num_attention_heads, rows, head_dim],
-                               "kv": [1, cfg.num_key_value_heads, CAPACITY, head_dim]}
+                               "q": [1, s.heads, rows, s.head_dim],
+                               "kv": [1, s.kv_heads, CAPACITY, s.head_dim]}
         said.append(f"{role} q {found['sdpa'][role]['q']} kv {found['sdpa'][role]['kv']}: {kernel}")
     return f"{str(dtype).removeprefix('torch.')}, an additive mask, enable_gqa; " + "; ".join(said)
 
