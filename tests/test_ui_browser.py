@@ -61,11 +61,17 @@ def counter(page, key: str) -> str:
     return page.locator(f'#counters [data-counter="{key}"] .value').inner_text()
 
 
+# The whole status line, the part folded behind 'more' included (what a tap on it shows), without Gradio's progress
+# tracker: its hidden timer ("0.1s") can still sit in the element's text when the final line arrives
+STATUS_JS = """sel => { const c = document.querySelector(sel).cloneNode(true);
+    c.querySelectorAll('[data-testid="status-tracker"]').forEach(t => t.remove());
+    c.querySelectorAll('summary').forEach(s => s.replaceWith(' '));
+    return c.textContent.replace(/\\s+/g, ' ').trim(); }"""
+
+
 def status(page, selector: str = "#status") -> str:
-    """The whole status line, the part folded behind 'more' included (what a tap on it shows)."""
-    return page.eval_on_selector(selector, """el => { const c = el.cloneNode(true);
-        c.querySelectorAll('summary').forEach(s => s.replaceWith(' '));
-        return c.textContent.replace(/\\s+/g, ' ').trim(); }""")
+    """The status line as STATUS_JS reads it."""
+    return page.evaluate(STATUS_JS, selector)
 
 
 def wait_status(page, prefix: str, selector: str = "#status") -> None:

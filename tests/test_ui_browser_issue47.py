@@ -21,7 +21,7 @@ import pytest
 
 from playground.ui.verdicts import SWEEP_COLUMNS
 from tests import test_ui_browser as house
-from tests.test_ui_browser import TINY_PROMPT, set_value, status, wait_status, wait_text
+from tests.test_ui_browser import STATUS_JS, TINY_PROMPT, set_value, status, wait_status, wait_text
 from tests.test_ui_statuses import recorded_sweep
 
 browser, page = house.browser, house.page  # Debian's chromium with the project's flags, a 1440 px page
@@ -76,18 +76,13 @@ def seen(page, selector: str) -> list[str]:
     return page.evaluate("sel => window.seen[sel]", selector)
 
 
-STATUS_TEXT = """() => { const c = document.querySelector('#status').cloneNode(true);
-    c.querySelectorAll('summary').forEach(s => s.replaceWith(' '));
-    return c.textContent.replace(/\\s+/g, ' ').trim(); }"""
-
-
 def calibrate(page) -> str:
     """Click Calibrate and return its own answer, read as status() reads it: the status must change from what it
     said before the click (the previous calibration's line already matches) and start with the answer (not
     Gradio's '0.0s' timer, which comes and goes while the event ends)."""
-    before = page.evaluate(STATUS_TEXT)
+    before = status(page)
     page.locator("#calibrate-btn").click()
-    matched = page.wait_for_function(f"before => {{ const t = ({STATUS_TEXT})();"
+    matched = page.wait_for_function(f"before => {{ const t = ({STATUS_JS})('#status');"
                                      " return t !== before && /^(Calibrated|Already calibrated)/.test(t) && t; }",
                                      arg=before)
     return matched.json_value()  # the line that matched: a second read can catch Gradio's timer again
