@@ -148,7 +148,7 @@ def main() -> int:
     cache = SuffixCache()  # what the suffix drafters remember, across the whole file (as one agent's)
 
     def proposer():
-        return make_proposer(pair, args.drafter, suffix_cache=cache)
+        return make_proposer(pair, args.drafter, memory=cache)
 
     started = time.perf_counter()
 

@@ -126,8 +126,8 @@ def drafter_literals(source: str, drafters: set[str]) -> list[tuple[int, str]]:
 
 
 def test_no_drafter_is_named_in_the_ui_or_the_cli():
-    """The browser and the CLI ask the registry what a drafter is (registry.one_cost, remembers, EXAMPLE_DRAFTER,
-    SOURCES): a test by name (`drafter != "hybrid"`) would leave out the next drafter of the same kind."""
+    """The browser and the CLI ask the registry what a drafter is (registry.one_cost, new_memory, EXAMPLE_DRAFTER,
+    sources): a test by name (`drafter != "hybrid"`) would leave out the next drafter of the same kind."""
     from playground.drafters.registry import names
 
     drafters = set(names())

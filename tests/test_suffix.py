@@ -184,8 +184,8 @@ def test_the_hybrid_says_where_each_proposal_came_from(pair64):
 
 def test_the_registry_builds_both_over_a_given_cache(pair64):
     cache = SuffixCache()
-    assert make_proposer(pair64, "suffix", suffix_cache=cache).cache is cache
-    hybrid = make_proposer(pair64, "suffix-hybrid", suffix_cache=cache)
+    assert make_proposer(pair64, "suffix", memory=cache).cache is cache
+    hybrid = make_proposer(pair64, "suffix-hybrid", memory=cache)
     assert isinstance(hybrid, SuffixHybridProposer) and hybrid.suffix.cache is cache
     with pytest.raises(PlaygroundError, match="needs a model drafter"):
         make_proposer(tiny_pair(pair64.target), "suffix-hybrid")
@@ -232,9 +232,10 @@ def test_a_browser_tab_remembers_its_runs_for_the_suffix_drafters(ui_provider, d
     assert "the suffix cache holds 1 response" in statuses[0]
     assert "the suffix cache holds 2 responses" in statuses[1]
     assert passes[1] < passes[0] / 2, passes  # the second run drew on the first
-    assert other.suffix is None and session.suffix.responses == 2  # each tab its own
+    assert other.conversation.memory(drafter).responses == 0  # each tab its own
+    assert session.conversation.memory(drafter).responses == 2
     run_to_end(ui_provider, session, drafter="draft", k=3, max_new=8)
-    assert session.suffix.responses == 2  # other drafters leave it alone
+    assert session.conversation.memory(drafter).responses == 2  # other drafters leave it alone
 
 
 def test_forget_empties_the_tabs_suffix_cache(ui_provider):
@@ -245,6 +246,6 @@ def test_forget_empties_the_tabs_suffix_cache(ui_provider):
     session = Session()
     run_to_end(ui_provider, session, drafter="suffix", k=4, max_new=12)
     status, same = handlers.forget_runs(session)
-    assert same is session and session.suffix.responses == 0
+    assert same is session and session.conversation.memory("suffix").responses == 0
     assert "the suffix cache holds 1 response" in status
     assert "holds nothing" in handlers.forget_runs(None)[0]

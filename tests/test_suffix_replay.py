@@ -35,7 +35,7 @@ def live_runs(pair, turns, drafter, arm, curve):
     """The live runs of the turns in order, one cache across them (as an agent's): their iterations per turn."""
     cache, out = SuffixCache(), []
     for turn in turns:
-        proposer = make_proposer(pair, drafter, suffix_cache=cache)
+        proposer = make_proposer(pair, drafter, memory=cache)
         out.append([r for r in speculative_generate(pair, list(turn.prompt_ids), proposer=proposer,
                                                     k=make_controller(arm, curve, memory={}),
                                                     max_new_tokens=turn.max_new) if isinstance(r, Iteration)])

@@ -44,20 +44,20 @@ def test_each_turn_holds_the_responses_before_it_and_not_its_own(pair, tmp_path)
     assert list(trace.prompts) == ["a", "b", "c"]
     ids = {x["id"]: pair.tokenizer(x["completion"])["input_ids"] for x in LINES}
     assert [list(map(list, trace.earlier[n])) for n in "abc"] == [[], [ids["a"]], [ids["a"], ids["b"]]]
-    assert [trace.history(n).responses for n in "abc"] == [0, 1, 2]
+    assert [trace.conversation(n, "suffix").memory("suffix").responses for n in "abc"] == [0, 1, 2]
     # The history is worth something: after c's first token, the tree drafts how a's answer went on (4 x the
     # 1-token match); with a's own (empty) history it has nothing to draft from.
     ctx = RunContext(GREEDY, GREEDY.generator("cpu"), pair.eos_ids)
     answer = ids["c"]
     for name, expect in (("c", answer[1:5]), ("a", [])):
-        drafter = SuffixProposer(trace.history(name))
+        drafter = SuffixProposer(trace.conversation(name, "suffix").memory("suffix"))
         prompt = trace.prompts["c"][1]
         drafter.begin(prompt, ctx)
         assert list(drafter.propose([*prompt, answer[0]], 7).tokens) == expect, name
     # a new cache per call: a run adds its answer to its own cache, never to the next run's
-    used = trace.history("b")
+    used = trace.conversation("b", "suffix").memory("suffix")
     used.add_response([1], ids["b"])
-    assert used.responses == 2 and trace.history("b").responses == 1
+    assert used.responses == 2 and trace.conversation("b", "suffix").memory("suffix").responses == 1
 
 
 @needs_tree

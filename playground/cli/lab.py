@@ -50,8 +50,8 @@ class Job:
     trace: TraceTurns | None = None  # --trace: the turns' histories
 
     def proposer(self, name: str | None = None):
-        """A new proposer of the drafter asked for (each run starts its own); for a trace's turn `name`, one that
-        remembers holds the responses before it."""
+        """A new proposer of the drafter asked for (each run starts its own); for a trace's turn `name`, one
+        with a memory (DrafterSpec.new_memory) holds the responses before it."""
         made = self.trace.factory(self.args.drafter, self._make, name) if self.trace and name else None
         return made() if made is not None else self._make()
 

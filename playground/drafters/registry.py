@@ -17,127 +17,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import PlaygroundError
+from .spec import COSTS, DRAFT, LOOKUP, REPLAY_WALKS, SCHEMA, SUFFIX, DrafterSpec, PairFacts, Source
+
+__all__ = ["COSTS", "DRAFT", "LOOKUP", "REPLAY_WALKS", "SCHEMA", "SUFFIX", "DrafterSpec", "PairFacts", "Source"]
 
 if TYPE_CHECKING:
     from ..core.proposal import Proposer
 
-REPLAY_WALKS = ("live", "pass", "hybrid")
 EXAMPLE_DRAFTER = "hybrid"
 """The drafter of the browser's opening example (playground.ui.session.SHOW_ME): it copies list items from the
 prompt and its model drafter writes the rest, so every token role shows in one run of a few seconds."""
-
-
-@dataclass(frozen=True)
-class Source:
-    """A source a drafter's proposals are tagged with (Proposal.sources, DrafterSpec.sources)."""
-
-    label: str
-    """Its words in the browser's token view."""
-    copies: bool = False
-    """It copies earlier text (no model ran): the token view outlines its tokens."""
-
-
-SOURCES: dict[str, Source] = {
-    "lookup": Source("copied by prompt lookup", copies=True),
-    "draft": Source("guessed by the draft model"),
-    "suffix": Source("copied from the suffix tree (this run or the tab's earlier runs)", copies=True),
-    "schema": Source("the only spelling the schema allows here (no model ran)"),
-}
-
-
-@dataclass(frozen=True)
-class PairFacts:
-    """What a drafter's availability depends on, known before the pair loads (the browser's menus) or after."""
-
-    has_draft: bool
-    """The pair has a draft model."""
-    embedded_target: bool
-    """The target is the embedded model (whose GGUF llama.cpp runs)."""
-    check_installs: bool = True
-    """Check optional packages (llama-cpp-python) too; False where a run asking for it says how to install it."""
-
-    @classmethod
-    def of(cls, pair, check_installs: bool = True) -> PairFacts:
-        """The facts of a loaded pair (a playground.pairs.models.ModelPair)."""
-        from ..pairs.models import EMBEDDED_NAME  # imports torch: only ever asked of a loaded pair, which has it
-
-        return cls(pair.draft is not None, pair.target_name == EMBEDDED_NAME, check_installs)
-
-
-@dataclass(frozen=True)
-class DrafterSpec:
-    """One drafter, declared once: what the CLI, the browser, replay and the lab know of it."""
-
-    name: str
-    """Its name on the command line, in requests and in results."""
-    label: str
-    """Its short label in the browser's menus."""
-    description: str
-    """One line: what it proposes (CLI help, the browser's hint)."""
-    build: Callable[..., Proposer]
-    """build(pair, max_ngram=3, **options) -> a proposer for this pair (a new one, unless the drafter is shared).
-    Options a drafter does not use are ignored; the hybrid's `model` is the model drafter it wraps."""
-    replay: str = "live"
-    """How replay walks it: "live", a model-free drafter whose proposals depend on the text only, walked by its own
-    proposer (exact); "pass", a model drafter, whose proposals replay reads from one teacher-forced pass per turn
-    (playground.lab.replay_walk.shared_pass) or feeds it live; "hybrid", prompt lookup else the pair's model
-    drafter, built around that drafter's walk (the `model` build option)."""
-    draft_model: bool = False
-    """It runs the pair's draft model (so it needs one)."""
-    requires: Callable[[PairFacts], str | None] | None = None
-    """Any other condition on the pair: why not, or None where it holds."""
-    installed: Callable[[], tuple[bool, str]] | None = None
-    """An optional package it needs: (True, what) or (False, why not and how to install it). Never raises."""
-    pass_exact: Callable[..., bool] | None = None
-    """replay == "pass": pass_exact(pair) is True where walks from its shared pass equal its live-fed ones."""
-    sources: tuple[str, ...] = ()
-    """The sources its proposals are tagged with (Proposal.sources, each declared in SOURCES), for the token view
-    and per-source costs; more than one: its proposals cost more than one drafter cost (`one_cost`)."""
-    auto: bool = False
-    """"auto" may pick it (the first available, in registration order)."""
-    remembers: bool = False
-    """It learns from earlier runs: its callers keep one `playground.drafters.suffix_cache.SuffixCache` per
-    browser tab, lab arm or replayed arm and pass it as the `suffix_cache` build option."""
-
-    schema: bool = False
-    """It proposes a constrained run's forced tokens first (playground.drafters.schema), then its inner drafter's; in
-    a run with no schema it is the inner drafter alone, so replay, which constrains nothing, leaves it out of its
-    defaults."""
-
-    def __post_init__(self):
-        if self.replay not in REPLAY_WALKS:
-            raise PlaygroundError(f"a drafter's replay walk is one of {', '.join(REPLAY_WALKS)}, got {self.replay!r}")
-        unknown = [s for s in self.sources if s not in SOURCES]
-        if unknown:
-            raise PlaygroundError(f"a drafter's sources are among {', '.join(SOURCES)}, got {', '.join(unknown)}")
-
-    @property
-    def model(self) -> bool:
-        """A model drafter: its proposals come from a model (the hybrid wraps one of these)."""
-        return self.replay == "pass"
-
-    @property
-    def one_cost(self) -> bool:
-        """Its proposals all cost one drafter cost c, as the fixed-k cost model's single-c predictions charge them:
-        not so for a drafter with several sources, whose copies cost a search and whose model proposals cost c."""
-        return len(self.sources) <= 1
-
-    def available(self, pair) -> tuple[bool, str]:
-        """(True, "") when this drafter can run on `pair` (a loaded pair or its PairFacts); (False, why) otherwise."""
-        facts = pair if isinstance(pair, PairFacts) else PairFacts.of(pair)
-        if self.draft_model and not facts.has_draft:
-            return False, "this model pair has no draft model; choose the 'lookup' drafter or load a draft"
-        why = self.requires(facts) if self.requires is not None else None
-        if why:
-            return False, why
-        if self.installed is not None and facts.check_installs:
-            ok, what = self.installed()
-            return ok, "" if ok else what
-        return True, ""
 
 
 _SPECS: dict[str, DrafterSpec] = {}
@@ -193,10 +85,25 @@ def _known(name) -> DrafterSpec | None:
         return _SPECS.get(name) if isinstance(name, str) else None
 
 
-def remembers(name: str) -> bool:
-    """The named drafter ("auto" or unknown: no) learns from earlier runs (DrafterSpec.remembers)."""
+def sources() -> list[Source]:
+    """Every source the registered drafters declare (the first declaration of each name), in registration order."""
+    found: dict[str, Source] = {}
+    for spec in drafters():
+        for s in spec.sources:
+            found.setdefault(s.name, s)
+    return list(found.values())
+
+
+def source(name: str) -> Source | None:
+    """The source tagged `name` that a registered drafter declares (`sources`), or None."""
+    return next((s for s in sources() if s.name == name), None)
+
+
+def new_memory(name: str) -> Callable[[], object] | None:
+    """The named drafter's memory factory (DrafterSpec.new_memory); None for "auto", an unknown name or a
+    stateless drafter."""
     spec = _known(name)
-    return spec is not None and spec.remembers
+    return spec.new_memory if spec is not None else None
 
 
 def one_cost(name: str) -> bool:
@@ -330,7 +237,7 @@ register_drafter(DrafterSpec(
     _build_lookup, auto=True))
 register_drafter(DrafterSpec(
     "hybrid", "hybrid", "prompt lookup where the last tokens occurred before, else the best model drafter",
-    _build_hybrid, replay="hybrid", requires=_needs_model_drafter, sources=("lookup", "draft")))
+    _build_hybrid, replay="hybrid", requires=_needs_model_drafter, sources=(LOOKUP, DRAFT)))
 
 
 def _suffix_installed() -> tuple[bool, str]:
@@ -339,13 +246,19 @@ def _suffix_installed() -> tuple[bool, str]:
     return suffix_tree_available()
 
 
-def _build_suffix(pair, suffix_cache=None, **_options) -> Proposer:
+def _suffix_memory():
+    from .suffix_cache import SuffixCache  # imports the suffix tree's module lazily; kept with its kin
+
+    return SuffixCache()
+
+
+def _build_suffix(pair, memory=None, **_options) -> Proposer:
     from .suffix import SuffixProposer  # imports torch: on use (the module docstring)
 
-    return SuffixProposer(suffix_cache)
+    return SuffixProposer(memory)
 
 
-def _build_suffix_hybrid(pair, max_ngram: int = 3, model: Proposer | None = None, suffix_cache=None,
+def _build_suffix_hybrid(pair, max_ngram: int = 3, model: Proposer | None = None, memory=None,
                          **_options) -> Proposer:
     """Around `model` (replay's walk of the model drafter), else around a new proposer of the pair's model drafter."""
     from .suffix import SuffixHybridProposer, SuffixProposer  # imports torch: on use (the module docstring)
@@ -355,18 +268,18 @@ def _build_suffix_hybrid(pair, max_ngram: int = 3, model: Proposer | None = None
         if inner is None:
             raise PlaygroundError(_NO_MODEL_DRAFTER.replace("hybrid", "suffix-hybrid"))
         model = make_proposer(pair, inner, max_ngram=max_ngram)
-    return SuffixHybridProposer(model, SuffixProposer(suffix_cache))
+    return SuffixHybridProposer(model, SuffixProposer(memory))
 
 
 register_drafter(DrafterSpec(
     "suffix", "suffix decoding",
     "suffix decoding: the longest match in a suffix tree over this run and earlier ones (no model)",
-    _build_suffix, installed=_suffix_installed, sources=("suffix",), remembers=True))
+    _build_suffix, installed=_suffix_installed, sources=(SUFFIX,), new_memory=_suffix_memory))
 register_drafter(DrafterSpec(
     "suffix-hybrid", "suffix hybrid",
     "suffix decoding where its match is worth verifying, else the best model drafter",
     _build_suffix_hybrid, replay="hybrid", requires=_needs_model_drafter, installed=_suffix_installed,
-    sources=("suffix", "draft"), remembers=True))
+    sources=(SUFFIX, DRAFT), new_memory=_suffix_memory))
 
 
 def _schema_then(inner: str, source: str):
@@ -385,13 +298,14 @@ _FORCED = "the schema's forced tokens (constrained runs; no model runs), then "
 register_drafter(DrafterSpec(
     "schema+llama.cpp", "schema + llama.cpp", _FORCED + "llama.cpp's guesses (embedded target only)",
     _schema_then("llama.cpp", "draft"), requires=_embedded_only, installed=_llama_cpp_installed,
-    sources=("schema", "draft"), schema=True))
+    sources=(SCHEMA, DRAFT), schema=True))
 register_drafter(DrafterSpec(
     "schema+draft", "schema + draft model", _FORCED + "the pair's draft model's guesses",
-    _schema_then("draft", "draft"), draft_model=True, sources=("schema", "draft"), schema=True))
+    _schema_then("draft", "draft"), draft_model=True, sources=(SCHEMA, DRAFT), schema=True))
 register_drafter(DrafterSpec(
     "schema+lookup", "schema + lookup", _FORCED + "prompt lookup", _schema_then("lookup", "lookup"),
-    sources=("schema", "lookup"), schema=True))
+    sources=(SCHEMA, LOOKUP), schema=True))
 register_drafter(DrafterSpec(
     "schema+suffix", "schema + suffix", _FORCED + "suffix decoding", _schema_then("suffix", "suffix"),
-    installed=_suffix_installed, sources=("schema", "suffix"), remembers=True, schema=True))
+    installed=_suffix_installed, sources=(SCHEMA, SUFFIX), new_memory=_suffix_memory,
+    schema=True))

@@ -66,7 +66,7 @@ from .calibration import CalibrationStore
 from .common import Progress, tick
 from .replay_options import ReplayOptions, TraceMemory
 from .replay_sampling import replay_sampled_turn
-from .replay_suffix import alone, alone_entry, suffix_cache, with_alone
+from .replay_suffix import alone, alone_entry, with_alone
 from .replay_summary import summarize_replay
 from .replay_walk import (
     PassProposer,
@@ -160,16 +160,16 @@ class _Proposers:
             proposer = self._drafts[name] = _SharedPrefillDraft(proposer)
         return proposer
 
-    def get(self, drafter: str, live: bool = False, cache=None):  # live: a model drafter fed live where walks share
-        spec = registry.drafter_spec(drafter)  # a pass; cache: a remembering drafter's (replay_suffix.suffix_cache)
+    def get(self, drafter: str, live: bool = False, memory=None):  # live: a model drafter fed live where walks
+        spec = registry.drafter_spec(drafter)  # share a pass; memory: its arm's (TraceMemory.arm), None if it has none
         if spec.replay == "live":
-            return make_proposer(self.pair, drafter, max_ngram=self.max_ngram, suffix_cache=cache)
+            return make_proposer(self.pair, drafter, max_ngram=self.max_ngram, memory=memory)
         if spec.replay == "hybrid":
             inner = self.model_name(drafter)
             if inner is None:
                 raise PlaygroundError(f"the {drafter} drafter needs a model drafter (llama.cpp or a draft model)")
             return make_proposer(self.pair, drafter, max_ngram=self.max_ngram, model=self._model(inner, live),
-                                 suffix_cache=cache)
+                                 memory=memory)
         return self._model(drafter, live)
 
 
@@ -277,21 +277,21 @@ def _walk_drafter(pair, p: _Passes, drafter: str, options: ReplayOptions, memory
     if p.exact and model in p.shared and model not in p.exact_shared:
         entry.estimate_reason = (f"{model}'s proposals from one shared pass fed one token at a time; a live run feeds "
                                  "it two at once after a fully accepted iteration, which can change its proposals")
-    memories = memory.memories
     for arm in [*options.ks, *options.controllers]:
         label = arm_label(arm)
         if arm == "adaptive" and curve is None:
             entry.walks[label] = SkippedWalk(label, "adaptive k needs a calibration (timing_of)")
             continue
-        controller = make_controller(arm, curve, memory=memories.setdefault((turn.conversation, drafter, label), {}))
+        conversation = memory.arm(drafter, label)
+        controller = make_controller(arm, curve, memory=conversation.controller(turn.conversation))
         ctx = replay_context(GREEDY, pair.device, pair.eos_ids, options.min_confidence)
         ctx.target_kv = p.prompt
         live = arm == "adaptive" and entry.exact and model in p.shared  # the module docstring
-        proposer = p.proposers.get(drafter, live, suffix_cache(memories, drafter, label))
+        proposer = p.proposers.get(drafter, live, conversation.memory(drafter))
         w = walk(turn.prompt_ids, turn.completion_ids, p.target.argmax, proposer, controller, turn.max_new, ctx)
         entry.walks[label] = _walked(w, curve, p.shapes, options.records, label)
-        for name, cache in alone(drafter):  # a suffix drafter again, with no cache (replay_suffix)
-            ctl = make_controller(arm, curve, memory=memories.setdefault((turn.conversation, name, label), {}))
+        for name, cache in alone(drafter):  # a drafter with a memory again, with none (replay_suffix)
+            ctl = make_controller(arm, curve, memory=memory.arm(name, label).controller(turn.conversation))
             w = walk(turn.prompt_ids, turn.completion_ids, p.target.argmax, p.proposers.get(drafter, live, cache),
                      ctl, turn.max_new, ctx)
             alone_entry(drafters, entry, name).walks[label] = _walked(w, curve, p.shapes, options.records, label)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ..core.engine import K_MAX, check_min_confidence
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters import registry
+from ..drafters.conversation import Conversation
 from ..drafters.registry import make_proposer
 from ..errors import PlaygroundError
 from ..limits import Limits
@@ -80,11 +81,18 @@ class TimingIndex:
 
 @dataclass
 class TraceMemory:
-    """What the turns of one replay share, walked in the file's order: the controllers' memories and the suffix
-    drafters' caches (keyed by conversation, drafter and arm: replay_suffix.py), and each drafter's calibrations."""
+    """What the turns of one replay share, walked in the file's order: each arm's `Conversation` (per drafter and
+    arm: its drafter's memory of the whole trace, replay_suffix.py, and its controller's state per conversation of
+    the trace), and each drafter's calibrations."""
 
-    memories: dict = field(default_factory=dict)
+    arms: dict[tuple[str, str], Conversation] = field(default_factory=dict)
     timings: dict[str, TimingIndex] = field(default_factory=dict)
+
+    def arm(self, drafter: str, label: str) -> Conversation:
+        """The conversation of `drafter`'s `label` arm (k or controller) over the whole trace."""
+        if (drafter, label) not in self.arms:
+            self.arms[drafter, label] = Conversation()
+        return self.arms[drafter, label]
 
     def timing_index(self, drafter: str, timing) -> int | None:
         return self.timings.setdefault(drafter, TimingIndex()).index(timing)

@@ -91,7 +91,7 @@ def replay_sampled_turn(pair, turn: Turn, options: ReplayOptions, memory: TraceM
                         progress: Callable[[str], None]) -> ReplayedTurn:
     """Everything a sampling replay reports about one turn (see the module docstring)."""
     drafters, sampling, max_ngram = options.drafters, options.sampling, options.max_ngram
-    remembering = [d for d in drafters if registry.remembers(d)]  # its proposals depend on the turns walked before
+    remembering = [d for d in drafters if registry.new_memory(d) is not None]  # proposals hang on earlier turns
     if remembering:
         raise PlaygroundError(f"{', '.join(remembering)} replays for greedy decoding only")
     completion = [int(t) for t in turn.completion_ids]

@@ -1,13 +1,13 @@
-"""The suffix drafters in a replay: their memory of earlier turns.
+"""The drafters with a memory (DrafterSpec.new_memory: the suffix drafters) in a replay: their earlier turns.
 
-A live agent's suffix cache holds the responses it wrote before. A replay builds it the same way: one
-`SuffixCache` per suffix drafter and arm (k or controller) for the whole trace, grown by that arm's walks turn
-by turn in the file's order (each walk begins a run over the turn's prompt and appends the committed tokens, as
-a live run does), across conversations. So a walk is the live run that had the same history: replay equals a
-live run fed the same earlier turns, iteration by iteration (tests/test_suffix_replay.py). Arms never share a
-cache: each must see only the turns before its own.
+A live agent's suffix cache holds the responses it wrote before. A replay builds it the same way: one memory per
+drafter and arm (k or controller) for the whole trace (its arm's `Conversation`, replay_options.TraceMemory.arm),
+grown by that arm's walks turn by turn in the file's order (each walk begins a run over the turn's prompt and
+appends the committed tokens, as a live run does), across conversations. So a walk is the live run that had the
+same history: replay equals a live run fed the same earlier turns, iteration by iteration
+(tests/test_suffix_replay.py). Arms never share a memory: each must see only the turns before its own.
 
-What the history was worth: every arm of a suffix drafter is walked a second time over an empty cache, as the
+What the history was worth: every arm of such a drafter is walked a second time over an empty memory, as the
 drafter `NAME (no cache)` beside it in each turn and in the result's drafters, so the report pools it per
 output shape like any drafter: the two rows are the accepted tokens per target pass (and predicted speed-up)
 with and without the cache of earlier responses. A turn's prompt still holds its own conversation's earlier
@@ -19,24 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..drafters.registry import remembers
-from ..drafters.suffix_cache import SuffixCache
+from ..drafters.registry import new_memory
 from ..results.replay import DrafterTrust, WalkedDrafter
 
 ALONE = " (no cache)"
 
 
-def suffix_cache(memories: dict, drafter: str, label: str) -> SuffixCache | None:
-    """The cache of `drafter`'s `label` arm, kept in the replay's `memories` for the whole trace (keyed by the
-    class, which no conversation name can equal); None for the other drafters."""
-    if not remembers(drafter):
-        return None
-    return memories.setdefault((SuffixCache, drafter, label), SuffixCache())
-
-
-def alone(drafter: str) -> list[tuple[str, SuffixCache]]:
-    """For a suffix drafter, the walk to add with no cache of earlier responses: (its name, an empty cache); else none."""
-    return [(drafter + ALONE, SuffixCache())] if remembers(drafter) else []
+def alone(drafter: str) -> list[tuple[str, object]]:
+    """For a drafter with a memory, the walk to add with no memory of earlier responses: (its name, an empty memory);
+    else none."""
+    factory = new_memory(drafter)
+    return [(drafter + ALONE, factory())] if factory is not None else []
 
 
 def alone_entry(drafters: dict[str, WalkedDrafter], entry: WalkedDrafter, name: str) -> WalkedDrafter:
@@ -52,7 +45,7 @@ def with_alone(drafters: list[str], trust: dict[str, DrafterTrust]) -> list[str]
     names = []
     for d in drafters:
         names.append(d)
-        if remembers(d):
+        if new_memory(d) is not None:
             names.append(d + ALONE)
             if d in trust:
                 trust[d + ALONE] = trust[d]

@@ -12,6 +12,7 @@ from ..core import cost
 from ..core.engine import HEADLESS, K_MAX, plain_generate, speculative_generate
 from ..core.records import RunSummary, summarize
 from ..drafters.adaptive import CostCurve, make_controller
+from ..drafters.conversation import Conversation
 from ..envinfo import environment
 from ..errors import PlaygroundError
 from ..results.speed import PlainRun, SpeedResult, SpeedRun, SweepResult
@@ -67,18 +68,22 @@ def _plain_at(plains: Sequence[tuple[float, object]], when: float) -> _Plain:
                   (1 - w) * a.prefill_s + w * b.prefill_s)
 
 
-class _Memories:
-    """Each schedule's state, carried over between runs as far as the request's `memory` says."""
+class _Arms:
+    """Each arm's `Conversation` (its schedule's state), carried over between runs as far as the request's
+    `memory` says: one per arm, one per arm and prompt, or a new one per run."""
 
     def __init__(self, scope: str):
         if scope not in MEMORY_SCOPES:
             raise PlaygroundError(f"memory must be one of {', '.join(MEMORY_SCOPES)}, got {scope!r}")
         self.scope, self.held = scope, {}
 
-    def of(self, arm: str, name: str) -> dict:
+    def of(self, arm: str, name: str) -> Conversation:
         if self.scope == "none":
-            return {}
-        return self.held.setdefault(arm if self.scope == "conversation" else (arm, name), {})
+            return Conversation()
+        key = arm if self.scope == "conversation" else (arm, name)
+        if key not in self.held:
+            self.held[key] = Conversation()
+        return self.held[key]
 
 
 def _run_plain(request: SpeedRequest, prompt: Sequence[int], max_new: int) -> RunSummary:
@@ -86,12 +91,12 @@ def _run_plain(request: SpeedRequest, prompt: Sequence[int], max_new: int) -> Ru
 
 
 def _run_spec(request: SpeedRequest, name: str, k: int | str, max_new: int, timing: Timing | None,
-              memory: dict) -> tuple[RunSummary, list]:
+              conversation: Conversation) -> tuple[RunSummary, list]:
     """The run's summary and its iterations as compact rows (k, accepted, emitted, draft_s, verify_s,
     rollback_s, drafted, source): what lab.fit needs to fit the step costs the loop really paid, and
     lab.schedules to cost the run's decisions."""
     curve = CostCurve.from_timing(timing) if timing is not None else None
-    controller = make_controller(k, curve, memory=memory)
+    controller = make_controller(k, curve, memory=conversation.controller())
     records = list(speculative_generate(request.pair, request.prompts[name], proposer=request.proposer(name),
                                         k=controller, sampling=request.sampling, max_new_tokens=max_new,
                                         options=HEADLESS, min_confidence=request.min_confidence))
@@ -112,7 +117,7 @@ def speed(request: SpeedRequest, progress: Progress = None,
     `between_rounds(r)` runs after round r but the last (a calibration to pool, say). See SpeedRequest for the rest.
     """
     lengths = _lengths(request.prompts, request.max_new_tokens)
-    memories = _Memories(request.memory)
+    memories = _Arms(request.memory)
     monitor = MachineMonitor().__enter__()
     runs, plain_runs = _measure(request, lengths, memories, progress, between_rounds)
     load = monitor.stop()
@@ -120,7 +125,7 @@ def speed(request: SpeedRequest, progress: Progress = None,
     return _result(request, lengths, runs, plain_runs, load)
 
 
-def _measure(request: SpeedRequest, lengths: dict[str, int], memories: _Memories, progress: Progress,
+def _measure(request: SpeedRequest, lengths: dict[str, int], memories: _Arms, progress: Progress,
              between_rounds: Callable[[int], None] | None) -> tuple[list[SpeedRun], list[PlainRun]]:
     """Every round: each prompt's arms in their rotated, bracketed order."""
     arms = [f"k={k}" for k in request.ks]
@@ -144,7 +149,7 @@ def _measure(request: SpeedRequest, lengths: dict[str, int], memories: _Memories
     return runs, plain_runs
 
 
-def _prompt_round(request: SpeedRequest, r: int, name: str, order: list[str], length: int, memories: _Memories,
+def _prompt_round(request: SpeedRequest, r: int, name: str, order: list[str], length: int, memories: _Arms,
                   ran: Callable[[int, str, str], None]) -> tuple[list[SpeedRun], list[PlainRun]]:
     """One prompt's runs of round `r`, in `order`, each speculative run divided by plain decoding at its moment."""
     prompt = request.prompts[name]

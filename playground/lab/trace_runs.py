@@ -1,12 +1,12 @@
 """A recorded trace's turns as the prompts of a live lab command (`speed --trace FILE`), each with the history
 an agent had when it made that call.
 
-A live agent's suffix cache holds the responses it wrote before the call at hand. So in every run of a turn, a
-drafter that remembers (suffix, suffix-hybrid) gets a new cache holding the trace's earlier turns' recorded
-responses in the file's order (every turn before it, whichever turns the selection keeps), and not the turn's
-own. That is the history replay grows turn by turn (lab/replay_suffix.py), so a live run measures what replay
-predicts. A new cache per run, since a run adds its own response to its cache: the next round of the same turn
-must not find its answer there.
+A live agent's drafter memory (the suffix drafters' cache) holds the responses it wrote before the call at hand.
+So in every run of a turn, a drafter with a memory (DrafterSpec.new_memory) gets a new `Conversation` whose memory
+holds the trace's earlier turns' recorded responses in the file's order (every turn before it, whichever turns the
+selection keeps), and not the turn's own. That is the history replay grows turn by turn (lab/replay_suffix.py), so
+a live run measures what replay predicts. A new one per run, since a run adds its own response to its memory: the
+next round of the same turn must not find its answer there.
 
 Only the responses enter the history: a run's prompt goes to its own tree, which the cache drops when the next
 run starts (suffix_cache.py), so an earlier turn's prompt never reaches a later run.
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.sampling import GREEDY
-from ..drafters.registry import remembers
-from ..drafters.suffix_cache import SuffixCache
+from ..drafters.conversation import Conversation
+from ..drafters.registry import new_memory
 from ..errors import PlaygroundError
 from ..inputs.traces import Turn, read_trace
 from ..limits import Limits
@@ -47,19 +47,20 @@ class TraceTurns:
     turns: dict[str, Turn] | None = None  # name -> the chosen turn, as the trace recorded it
     note: str | None = None  # writing_note, where decoding is greedy
 
-    def history(self, name: str) -> SuffixCache:
-        """A new suffix cache holding the responses before turn `name` (what the agent had written by then)."""
-        cache = SuffixCache()
+    def conversation(self, name: str, drafter: str) -> Conversation:
+        """A new conversation whose memory of `drafter` holds the responses before turn `name` (what the agent had
+        written by then)."""
+        conversation = Conversation()
         for response in self.earlier[name]:
-            cache.add_response((), response)
-        return cache
+            conversation.remember(drafter, (), response)
+        return conversation
 
     def factory(self, drafter: str, make: Callable[..., object], name: str) -> Callable[[], object] | None:
-        """New proposers of `drafter` for turn `name`: `make(suffix_cache=...)` with the turn's history for a
-        drafter that remembers; None for the others, which need no history."""
-        if not remembers(drafter) or name not in self.prompts:
+        """New proposers of `drafter` for turn `name`: `make(memory=...)` with the turn's history for a drafter with
+        a memory; None for the others, which need no history."""
+        if new_memory(drafter) is None or name not in self.prompts:
             return None
-        return lambda: make(suffix_cache=self.history(name))
+        return lambda: make(memory=self.conversation(name, drafter).memory(drafter))
 
 
 def trace_turns(pair, path: str | Path, shape: str | None = None, last: int | None = None,

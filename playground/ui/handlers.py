@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from ..core import engine
 from ..core.engine import K_MAX
 from ..core.records import Iteration, summarize
-from ..drafters.registry import make_proposer, remembers
 from ..envinfo import describe_setup, environment
 from ..errors import PlaygroundError
 from ..inputs.presets import check_output, get_preset, load_presets
@@ -147,7 +146,7 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     limits = limits or Limits.from_env()
     pair = yield from mapped(load_with_progress(provider, started), lambda line: RunView(session, line))
     ids, preset_obj = encode_request(pair, request, request.max_new_tokens, limits)
-    proposer = make_proposer(pair, request.drafter, suffix_cache=session.suffix_cache(request.drafter))
+    proposer = session.conversation.proposer(pair, request.drafter)
     request = without_idle_stop(request, proposer)
     run = RunResult(request=request, prompt_ids=ids, drafter=proposer.describe(), records=[], summary=None, text="",
                     preset=preset_obj, check=None, setup=describe_setup(pair), environment=environment(pair),
@@ -257,7 +256,7 @@ def _run_done(provider: PairProvider, session: Session, run: RunResult, tokenize
             f"{summary.finished} \u00b7 drafter {run.drafter}, k = {markup.k_text(request, summary)}, "
             f"{request.sampling.describe()} \u00b7 {run.setup} \u00b7 {clock_text(time.monotonic() - started)}"
             + (verdicts.run_load_note(run) if run.streamed else "")
-            + (f" \u00b7 {session.suffix.describe()}" if remembers(request.drafter) else "")
+            + (f" \u00b7 {held}" if (held := session.conversation.describe(request.drafter)) else "")
             + markup.constraint_text(run, summary))
     return RunView(session, done, tokens=renderer.html(),
                    counters=markup.counters_html(summary, request.max_new_tokens, False),
@@ -376,18 +375,17 @@ def select_pair(provider: PairProvider, session: Session | None, value) -> PairV
         return PairView(session, provider.drafter_choices(), markup.pair_info(provider))
     choice = provider.choice_for(value)
     session.pair = None if serving.same_pair(choice, provider.choice) else choice
-    session.timings.clear()  # calibrations, runs and sweeps belong to the pair that made them
+    session.timings.clear()  # calibrations, runs, sweeps and the drafters' memories belong to the pair that made them
+    session.conversation.forget()
     session.run = session.sweep = session.calibration = session.sweep_status = None
-    session.batch = session.batch_status = session.whatif_from = session.suffix = None  # token ids of another pair
+    session.batch = session.batch_status = session.whatif_from = None
     chosen = provider.for_session(session)
     return PairView(session, chosen.drafter_choices(), markup.pair_info(chosen))
 
 
 def forget_runs(session: Session | None) -> tuple[str, Session]:
-    """The Run tab's "Forget earlier runs": empty this tab's suffix cache, the suffix drafters' memory of its runs."""
+    """The Run tab's "Forget earlier runs": empty this tab's drafters' memories of its runs (the suffix tree)."""
     session = session if session is not None else Session()
-    held = session.suffix.describe() if session.suffix is not None else "the suffix cache holds nothing"
-    if session.suffix is not None:
-        session.suffix.clear()
+    held = session.conversation.forget()
     return (f"Forgot this tab's earlier runs: {held} before; the suffix drafters start from this run's own "
             "text again."), session

@@ -16,7 +16,7 @@ import html
 from collections.abc import Iterable, Sequence
 
 from ..core.records import ACCEPTED, BONUS, CORRECTION, FORCED, PLAIN, Iteration, Prefill, Step
-from ..drafters.registry import SOURCES
+from ..drafters.registry import source, sources
 
 REPLACEMENT = "\ufffd"
 
@@ -28,11 +28,6 @@ ROLE_LABEL = {
     PLAIN: "plain step",
     FORCED: "forced by the schema",
 }
-# Where a hybrid drafter's proposal came from (Iteration.sources, declared in the drafters' registry); copied
-# tokens get a dashed outline.
-SOURCE_LABEL = {name: source.label for name, source in SOURCES.items()}
-COPIED = frozenset(name for name, source in SOURCES.items() if source.copies)  # no model ran: earlier text copied
-COPY_LABEL = next(source.label for source in SOURCES.values() if source.copies)  # the legend's copied chip
 
 ROLE_HELP = {
     ACCEPTED: "a proposal the target kept",
@@ -103,6 +98,18 @@ def _quoted(text: str) -> str:
     return repr(text)[1:-1] if text else "(empty)"
 
 
+def source_label(name: str) -> str:
+    """Where a proposal tagged `name` came from (Iteration.sources; DrafterSpec.sources declares its words)."""
+    declared = source(name)
+    return declared.label if declared is not None else name
+
+
+def copied(name: str) -> bool:
+    """A proposal tagged `name` copied earlier text (no model ran): the token view outlines it."""
+    declared = source(name)
+    return declared is not None and declared.copies
+
+
 def token_tip(it: Iteration, j: int, greedy: bool, rejected_text: str | None = None,
               token_text: str | None = None) -> str:
     """Hover text for the j-th emitted token of an iteration (plain text; escaped by the caller)."""
@@ -113,7 +120,7 @@ def token_tip(it: Iteration, j: int, greedy: bool, rejected_text: str | None = N
     accept = it.accept_prob
     if role in (ACCEPTED, FORCED):
         lines.append(f"draft position {j + 1} of {len(it.proposed)} proposed (k={it.k})"
-                     + (f", {SOURCE_LABEL.get(it.sources[j], it.sources[j])}" if it.sources else ""))
+                     + (f", {source_label(it.sources[j])}" if it.sources else ""))
         if it.p is not None:
             lines.append(_prob_line(it, j, accept, greedy))
     elif role == CORRECTION:
@@ -121,7 +128,7 @@ def token_tip(it: Iteration, j: int, greedy: bool, rejected_text: str | None = N
         shown = f" '{_quoted(rejected_text)}'" if rejected_text is not None else ""
         lines.append(f"replaces the rejected proposal at position {i + 1} of {len(it.proposed)}: "
                      f"token {it.proposed[i]}{shown}"
-                     + (f" ({SOURCE_LABEL.get(it.sources[i], it.sources[i])})" if it.sources else ""))
+                     + (f" ({source_label(it.sources[i])})" if it.sources else ""))
         if it.p is not None and i < len(it.p):
             lines.append("rejected proposal: " + _prob_line(it, i, accept, greedy))
     elif role == BONUS:
@@ -184,7 +191,7 @@ class TokenRenderer:
         for j, (token, piece) in enumerate(zip(it.emitted, pieces)):
             tip = token_tip(it, j, self.greedy, rejected if it.roles[j] == CORRECTION else None, piece)
             cls = self._cls(it.roles[j], token)
-            if it.roles[j] == ACCEPTED and it.sources and it.sources[j] in COPIED:
+            if it.roles[j] == ACCEPTED and it.sources and copied(it.sources[j]):
                 cls += " lk"
             spans.append(_span(piece, cls, tip, token))
         parity = "odd" if self.n_iterations % 2 else "even"
@@ -224,7 +231,8 @@ def legend_html() -> str:
         f"{html.escape(ROLE_LABEL[role])}</span>"
         for role in (ACCEPTED, FORCED, CORRECTION, BONUS, PLAIN)
     )
-    chips += (f'<span class="tok acc lk" title="{html.escape(COPY_LABEL, quote=True)} '
+    copy_label = next(s.label for s in sources() if s.copies)  # the legend's copied chip: the first copying source
+    chips += (f'<span class="tok acc lk" title="{html.escape(copy_label, quote=True)} '
               '(hybrid drafter; the suffix drafters\' copies alike)">copied by lookup</span>')
     return (f'<div class="legend">{chips}<span class="legend-note"><span class="it even">iter</span>'
             f'<span class="it odd">ations</span> alternate underlines \u00b7 hover a token for p(x), q(x), '

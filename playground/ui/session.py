@@ -25,9 +25,9 @@ from ..core.engine import check_k, check_request
 from ..core.records import Iteration
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
-from ..drafters.registry import EXAMPLE_DRAFTER, remembers
+from ..drafters.conversation import Conversation
+from ..drafters.registry import EXAMPLE_DRAFTER
 from ..drafters.registry import names as drafter_names
-from ..drafters.suffix_cache import SuffixCache
 from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
 from ..inputs.text import check_prompt_text, encode_prompt
@@ -285,27 +285,22 @@ class Session:
     """Everything one browser tab remembers, held in a gr.State (never in module globals)."""
 
     run: RunResult | None = None
-    timings: dict = field(default_factory=dict)  # (drafter, prompt_key) -> lab.Timing this tab calibrated or reused
     sweep: SweepResult | None = None
     stopped: str | None = None  # which event the user stopped ("run", "compare", ...), until reported
     pair: PairChoice | None = None  # the pair this tab chose in the pair menu (None: the app's default pair)
-    k_memory: dict = field(default_factory=dict)  # drafter -> adaptive / heuristic state carried between runs
     calibration: tuple | None = None  # (drafter, lab.Timing) of this tab's last Calibrate, for the prediction panel
     sweep_status: str | None = None  # the last sweep's outcome, for the status line above the tabs
     batch: BatchResult | None = None  # lab.batch.batch_timing's result of this tab's "Time batches" (+ "setup"), for the sweep
     batch_status: str | None = None  # ... and its outcome, for the status line above the tabs
     whatif_from: tuple | None = None  # (calibration, run) the What-if tab was last filled from (ui/whatif_view.py)
     whatif_refused: tuple | None = None  # (the library's message, the slider's bound) after an alpha out of range
-    suffix: SuffixCache | None = None  # the suffix drafters' memory of this tab's runs on its pair (made on first use)
+    conversation: Conversation = field(default_factory=Conversation)
+    """This tab's runs on its pair, as an agent's earlier calls: the drafters' memories, the k controllers' state
+    (per drafter) and the calibrations this tab made or reused ((drafter, prompt_key) -> lab.Timing)."""
 
-    def suffix_cache(self, drafter: str) -> SuffixCache | None:
-        """This tab's suffix cache for a suffix drafter, None for the others: the tab's earlier runs are what an
-        agent's earlier calls would be."""
-        if not remembers(drafter):
-            return None
-        if self.suffix is None:
-            self.suffix = SuffixCache()
-        return self.suffix
+    @property
+    def timings(self) -> dict:
+        return self.conversation.timings
 
     def timing_for(self, drafter: str, ids_key: str, n_needed: int = 1, sampling: SamplingConfig = GREEDY):
         """This tab's calibration of this drafter and prompt, if it reaches passes of `n_needed` tokens and was
@@ -383,4 +378,4 @@ def k_controller(request: RunRequest, session: Session, drafter: str, timing: Ti
         if timing is None:
             raise PlaygroundError("adaptive k needs a calibration of this pair and drafter: press Calibrate")
         curve = CostCurve.from_timing(timing)
-    return make_controller(request.k_mode, curve, memory=session.k_memory.setdefault(drafter, {}))
+    return make_controller(request.k_mode, curve, memory=session.conversation.controller(drafter))
