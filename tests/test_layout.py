@@ -116,6 +116,8 @@ def test_the_function_guard_counts_lines_and_parameters_as_its_docstring_says():
 OTHER_WORDS = {
     ("playground.ui.serving", "draft"): (1, "the draft model's role, in the model policy's message"),
     ("playground.cli.random_timing", "draft"): (1, "the draft model's role, a key of the result's kernels"),
+    ("playground.lab.forwards", "draft"): (3, "the draft model's role, a key of the step's kernels"),
+    ("playground.lab.report", "draft"): (1, "the time split's bucket of drafting time"),
 }
 
 
@@ -125,22 +127,22 @@ def drafter_literals(source: str, drafters: set[str]) -> list[tuple[int, str]]:
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in drafters]
 
 
-def test_no_drafter_is_named_in_the_ui_or_the_cli():
-    """The browser and the CLI ask the registry what a drafter is (registry.one_cost, new_memory, EXAMPLE_DRAFTER,
-    sources): a test by name (`drafter != "hybrid"`) would leave out the next drafter of the same kind."""
+def test_no_drafter_is_named_in_the_ui_the_cli_or_the_lab():
+    """The browser, the CLI and the lab ask the registry what a drafter is (registry.one_cost, new_memory,
+    EXAMPLE_DRAFTER, sources, DrafterSpec.replay): a test by name (`drafter != "hybrid"`) would leave out the next drafter of the same kind."""
     from playground.drafters.registry import names
 
     drafters = set(names())
     found, other = [], {}
     for name, path in MODULES.items():
-        if not name.startswith(("playground.ui", "playground.cli")):
+        if not name.startswith(("playground.ui", "playground.cli", "playground.lab")):
             continue
         for line, value in drafter_literals(path.read_text(encoding="utf-8"), drafters):
             if (name, value) in OTHER_WORDS:
                 other[(name, value)] = other.get((name, value), 0) + 1
             else:
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {value!r}")
-    assert not found, "drafters named in the ui or the cli:\n" + "\n".join(found)
+    assert not found, "drafters named in the ui, the cli or the lab:\n" + "\n".join(found)
     assert other == {key: times for key, (times, _) in OTHER_WORDS.items()}  # each other word, as often as said
 
 

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import PlaygroundError
-from .spec import COSTS, DRAFT, LOOKUP, REPLAY_WALKS, SCHEMA, SUFFIX, DrafterSpec, PairFacts, Source
+from .spec import COSTS, DRAFT, HYBRID_WALK, LOOKUP, REPLAY_WALKS, SCHEMA, SUFFIX, DrafterSpec, PairFacts, Source
 
-__all__ = ["COSTS", "DRAFT", "LOOKUP", "REPLAY_WALKS", "SCHEMA", "SUFFIX", "DrafterSpec", "PairFacts", "Source"]
+__all__ = ["COSTS", "DRAFT", "HYBRID_WALK", "LOOKUP", "REPLAY_WALKS", "SCHEMA", "SUFFIX", "DrafterSpec", "PairFacts", "Source"]
 
 if TYPE_CHECKING:
     from ..core.proposal import Proposer

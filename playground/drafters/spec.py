@@ -20,7 +20,8 @@ COSTS = ("model", "search", "none")
 "none", nothing to speak of (the schema's forced tokens)."""
 
 
-REPLAY_WALKS = ("live", "pass", "hybrid")
+HYBRID_WALK = "hybrid"  # prompt lookup (or another model-free source), else the pair's model drafter, which it wraps
+REPLAY_WALKS = ("live", "pass", HYBRID_WALK)
 
 
 @dataclass(frozen=True)

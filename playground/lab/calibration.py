@@ -16,6 +16,7 @@ from ..core import cost
 from ..core.engine import K_MAX
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve
+from ..drafters.registry import DRAFT
 from ..results.calibration import Spread, TimingRecord, TimingSamples, VerifyFit
 from ..results.trust import Verdict
 from .calibration_bench import CalibrationBench, search_seconds, time_cycles
@@ -78,10 +79,10 @@ class Timing:
 
     @property
     def source_costs(self) -> dict[str, tuple[float, float]]:
-        """Per proposal source, (c, overhead) in target steps; "draft" is the model drafter."""
+        """Per proposal source, (c, overhead) in target steps; DRAFT's is the model drafter's."""
         out = {name: (step / self.target_step_s, call / self.target_step_s) for name, (step, call) in self.source_s.items()}
         if out:
-            out.setdefault("draft", (self.c, self.overhead))
+            out.setdefault(DRAFT.name, (self.c, self.overhead))
         return out
 
     def mixed(self, source_iterations: dict[str, int] | None) -> tuple[float, float]:

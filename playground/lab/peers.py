@@ -14,7 +14,7 @@ from ..core.lean import supports
 from ..core.records import Iteration, Step
 from ..drafters.llamacpp import llama_cpp_available
 from ..drafters.proposers import DraftModelProposer, PromptLookupProposer
-from ..drafters.registry import make_proposer
+from ..drafters.registry import shared_llama_cpp
 from ..envinfo import environment
 from ..pairs.models import EMBEDDED_NAME, ModelPair
 from ..results.calibration import Spread
@@ -139,7 +139,7 @@ def _arms(pair: ModelPair, k: int, max_new_tokens: int, max_ngram: int) -> dict[
             arms[f"ours draft k={k} own prefill"] = lambda ids: ours(ids, draft(False))
     arms[f"ours prompt-lookup k={k}"] = lambda ids: ours(ids, PromptLookupProposer(max_ngram))
     if pair.target_name == EMBEDDED_NAME and llama_cpp_available()[0]:  # ours fastest, which transformers cannot run
-        arms[f"ours llama.cpp k={k}"] = lambda ids: ours(ids, make_proposer(pair, "llama.cpp"))
+        arms[f"ours llama.cpp k={k}"] = lambda ids: ours(ids, shared_llama_cpp(pair))
     return arms
 
 

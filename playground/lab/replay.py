@@ -43,7 +43,7 @@ from ..core.sampling import GREEDY
 from ..drafters import registry
 from ..drafters.adaptive import CostCurve, make_controller
 from ..drafters.proposers import DraftModelProposer
-from ..drafters.registry import make_proposer
+from ..drafters.registry import DRAFT, HYBRID_WALK, make_proposer
 from ..envinfo import environment
 from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
@@ -145,7 +145,7 @@ class _Proposers:
     def model_name(self, drafter: str) -> str | None:
         """The model drafter behind `drafter` (None for a model-free one, or a hybrid with none to wrap)."""
         spec = registry.drafter_spec(drafter)
-        if spec.replay == "hybrid":
+        if spec.replay == HYBRID_WALK:
             return registry.model_drafter(self.pair)
         return drafter if spec.model else None
 
@@ -164,7 +164,7 @@ class _Proposers:
         spec = registry.drafter_spec(drafter)  # share a pass; memory: its arm's (TraceMemory.arm), None if it has none
         if spec.replay == "live":
             return make_proposer(self.pair, drafter, max_ngram=self.max_ngram, memory=memory)
-        if spec.replay == "hybrid":
+        if spec.replay == HYBRID_WALK:
             inner = self.model_name(drafter)
             if inner is None:
                 raise PlaygroundError(f"the {drafter} drafter needs a model drafter (llama.cpp or a draft model)")
@@ -202,7 +202,7 @@ def _chunking_differs(w, pred: list[int], completion) -> list[int]:
     not, the live drafter's context is its own proposal, which the pass never saw)."""
     out, pos = [], 0
     for it in w.records:
-        if it.proposed and (not it.sources or it.sources[0] == "draft"):
+        if it.proposed and (not it.sources or it.sources[0] == DRAFT.name):
             for i, x in enumerate(it.proposed):
                 if pos + i >= len(pred):
                     break

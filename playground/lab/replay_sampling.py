@@ -23,7 +23,7 @@ from ..core.sampling import probabilities
 from ..drafters import registry
 from ..drafters.adaptive import CostCurve
 from ..drafters.proposers import lookup
-from ..drafters.registry import make_proposer
+from ..drafters.registry import DRAFT, HYBRID_WALK, LOOKUP, make_proposer
 from ..errors import PlaygroundError
 from ..inputs.traces import Turn
 from ..results.replay import ExpectedDrafter, ExpectedWalk, ReplayedTurn
@@ -106,7 +106,7 @@ def replay_sampled_turn(pair, turn: Turn, options: ReplayOptions, memory: TraceM
         if kinds[d] == "live":
             ctx = RunContext(sampling, sampling.generator(pair.device), stops, target_kv=prompt)
             found[d] = proposals_along(make_proposer(pair, d, max_ngram=max_ngram), turn.prompt_ids, completion, ctx)
-        elif kinds[d] == "hybrid":
+        elif kinds[d] == HYBRID_WALK:
             hybrid = make_proposer(pair, d, max_ngram=max_ngram)
             found[d] = lookups(turn.prompt_ids, completion, hybrid.max_ngram, hybrid.min_ngram, stops)
     need = {d: _needed(f, completion) for d, f in found.items()}
@@ -168,4 +168,4 @@ def _model_of(kind: str, model: str | None, beta: dict, f: list | None, g: list 
     b = beta[model]
     return ((lambda i: known(i) if f[i] else b[i: i + LOOKUP_MAX]),
             (lambda i, k: min(k, len(f[i])) if f[i] else k),
-            (lambda i: "lookup" if f[i] else "draft"))
+            (lambda i: LOOKUP.name if f[i] else DRAFT.name))
