@@ -80,7 +80,8 @@ class DrafterSpec:
     """One line: what it proposes (CLI help, the browser's hint)."""
     build: Callable[..., Proposer]
     """build(pair, max_ngram=3, **options) -> a proposer for this pair (a new one, unless the drafter is shared).
-    Options a drafter does not use are ignored; the hybrid's `model` is the model drafter it wraps."""
+    Options a drafter does not use are ignored; the hybrid's `model` is the model drafter it wraps; `memory` is the
+    drafter's memory (`new_memory`), None where the caller keeps none (it then starts an empty one)."""
     replay: str = "live"
     """How replay walks it: "live", a model-free drafter whose proposals depend on the text only, walked by its own
     proposer (exact); "pass", a model drafter, whose proposals replay reads from one teacher-forced pass per turn

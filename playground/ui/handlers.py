@@ -387,5 +387,5 @@ def forget_runs(session: Session | None) -> tuple[str, Session]:
     """The Run tab's "Forget earlier runs": empty this tab's drafters' memories of its runs (the suffix tree)."""
     session = session if session is not None else Session()
     held = session.conversation.forget()
-    return (f"Forgot this tab's earlier runs: {held} before; the suffix drafters start from this run's own "
+    return (f"Forgot this tab's earlier runs: {held} before; a drafter that remembers starts from its run's own "
             "text again."), session
