@@ -32,7 +32,7 @@ from ..core.records import Iteration, Step, summarize
 from ..drafters.registry import available_drafters, drafters, make_proposer
 from ..envinfo import describe_setup, environment
 from ..errors import PlaygroundError
-from ..lab.common import rotated
+from ..lab.common import new_tokens, rotated
 from ..lab.speed import _plain_at, bracketed  # the plain speed at a run's moment, and the plain runs' places
 from ..lab.trust import MachineMonitor, Verdict
 
@@ -240,6 +240,7 @@ def _preset_summary(runs: list[dict], pairs: dict[str, str], masks: list[float],
     best = max(ranked, key=lambda x: rows[x]["constrained"]["median"]) if ranked else None
     mask, step = quartiles(masks), quartiles(steps)
     return {"drafters": rows, "best": best,
+            "output_tokens": quartiles(r["new_tokens"] for r in runs if r["drafter"] == PLAIN and r["schema"]),
             "plain_tokens_per_s": {"free": quartiles(r["tokens_per_s"] for r in runs
                                                      if r["drafter"] == PLAIN and not r["schema"]),
                                    "constrained": quartiles(r["tokens_per_s"] for r in runs
@@ -289,16 +290,19 @@ def _goals(doc: dict) -> list[str]:
 def markdown(doc: dict) -> str:
     """Two tables: per preset (and over all), the schema's own figures; per preset and drafter, the speed-ups."""
     head = (f"{doc['date']}, {doc['setup']}; "
-            f"verdict: {doc['verdict']['headline']}; k = {doc['k']}, {doc['rounds']} rounds, greedy, each preset's "
-            f"own length limit; every run a first call (new proposers: the suffix caches empty); "
+            f"verdict: {doc['verdict']['headline']}; k = {doc['k']}, {doc['rounds']} round{'s' * (doc['rounds'] != 1)}, "
+            f"greedy, {new_tokens(doc['max_new_tokens'])}; every run a first call (new proposers: the suffix caches "
+            "empty); "
             f"{doc['equal_outputs']} constrained runs, each equal to constrained plain. Median [interquartile range]; "
             f"speed-ups are tokens/s over plain decoding of the same kind (free or constrained) at the run's moment")
-    lines = [("| preset | forced share, schema+best | mask per token (ms) | target step (ms) | mask / step "
-             "| constrained plain / plain | best drafter | schema+best / best |"), "|---|---|---|---|---|---|---|---|"]
+    lines = [("| preset | output tokens | forced share, schema+best | mask per token (ms) | target step (ms) "
+              "| mask / step | constrained plain / plain | best drafter | schema+best / best |"),
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, s in doc["summary"].items():
         best = s["drafters"].get(s["best"]) or {}
         share = "-" if s["mask_share"] is None else f"{s['mask_share']:.2%}"
-        lines.append(f"| {name} | {_share(best.get('forced_share'))} | {_q(s['mask_ms'], '.3f')} "
+        lines.append(f"| {name} | {_q(s.get('output_tokens'), '.0f')} | {_share(best.get('forced_share'))} "
+                     f"| {_q(s['mask_ms'], '.3f')} "
                      f"| {_q(s['step_ms'], '.1f')} | {share} | {_q(s['constrained_plain'])} | {s['best'] or '-'} "
                      f"| {_q(best.get('schema_over_alone'))} |")
     lines += ["", ("| preset | drafter X | X, free | X, constrained | schema+X, constrained | schema+X / X | "
