@@ -176,5 +176,7 @@ for _e in (
     Experiment("grammar-libraries", report="playground.studies.grammar_libraries:markdown",
                script="grammar_libraries.py"),
     Experiment("trace-speed", report="playground.studies.trace_speed:markdown", script="trace_speed.py"),
+    Experiment("constrained-speed", report="playground.studies.constrained_speed:markdown",
+               script="constrained_speed.py"),
 ):
     register_experiment(_e)
