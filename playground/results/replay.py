@@ -144,6 +144,7 @@ class ReplayedTurn:
     first_mismatches: list[Mismatch]
     shapes: TurnShapes
     drafters: dict[str, WalkedDrafter | ExpectedDrafter]
+    schema: Annotated[str | None, OMITTED] = None  # the name of the schema its whole output is held to
 
 
 @dataclass
