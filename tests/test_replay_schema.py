@@ -156,3 +156,29 @@ def test_the_replay_tabs_k_per_shape_table_shows_the_schemas_worth_for_the_chose
     for shape in [*none.summary.shapes.values(), none.summary.overall]:
         shape.schema = None
     assert "replay-schema" not in replay_per_k_html(none, "lookup")
+
+
+def test_the_exact_count_and_a_sampling_replay_gives_the_share_without_constrained_walks(pair, replayed):
+    from playground.core.sampling import SamplingConfig
+
+    _, prompt, out, result = replayed
+    assert result.summary.overall.schema.exact_turns == 1
+    assert "turns with a schema: 1 (1 the masked target's greedy output" in replay_table(result)
+    turn = Turn("call", tuple(prompt), (*out, min(pair.eos_ids)), schema=bounded(TOOL_CALL), schema_name="bounded tools")
+    sampled = replay_turns(pair, [turn], ReplayOptions(drafters=["lookup"], ks=[2],
+                                                       sampling=SamplingConfig(do_sample=True, temperature=0.8)))
+    worth = sampled.turns[0].schema_worth
+    assert worth.forced == result.turns[0].schema_worth.forced and worth.exact is None  # the share; no walks
+    assert getattr(sampled.turns[0].drafters["lookup"], "constrained", None) is None
+
+
+def test_a_schema_llguidance_cannot_compile_is_a_note_not_a_failed_turn(pair, tokenizer):
+    schema = {"anyOf": [{"type": "object", "properties": {"name": {"const": "f"}},
+                         "if": {"required": ["name"]}, "then": {"required": ["name"]}}]}
+    out = ids(tokenizer, '{"name": "f"}')
+    result = replay_turns(pair, [Turn("call", (1, 2, 3), tuple(out), schema=schema, schema_name="the tools of line 1")],
+                          ReplayOptions(drafters=["lookup"], ks=[1], controllers=()))
+    assert not result.errors
+    worth = result.turns[0].schema_worth
+    assert worth.forced_share is None and worth.note.startswith("the tools of line 1 cannot be compiled")
+    assert result.turns[0].drafters["lookup"].constrained is None and result.summary.overall.schema is None

@@ -71,7 +71,8 @@ def schema_lines(result: ReplayResult, shape: ShapeSummary) -> list[str]:
     if s is None:
         return []
     share = f" ({s.forced_share:.0%})" if s.forced_share is not None else ""
-    lines = ["", f"turns with a schema: {s.turns}; forced by the schema: {s.forced} of {s.tokens} tokens{share}"]
+    lines = ["", (f"turns with a schema: {s.turns} ({s.exact_turns} the masked target's greedy output, walked "
+             f"exactly); forced by the schema: {s.forced} of {s.tokens} tokens{share}")]
     if s.drafters:
         arms = result.arms
         rows = [[d, *(_schema_cell(cells.get(a)) for a in arms)] for d, cells in s.drafters.items()]

@@ -154,7 +154,8 @@ def schema_shape(turns: list[ReplayedTurn], arms: list[str], drafters: list[str]
         row = {arm: a for arm in arms if (a := _schema_arm(held, d, arm)) is not None}
         if row:
             rows[d] = row
-    return SchemaShape(len(held), tokens, forced, forced / tokens if tokens else None, rows)
+    return SchemaShape(len(held), tokens, forced, forced / tokens if tokens else None, rows,
+                       exact_turns=sum(1 for t in held if t.schema_worth.exact))
 
 
 def summarize_replay(turns: list[ReplayedTurn], arms: list[str], drafters: list[str],

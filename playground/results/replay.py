@@ -261,6 +261,7 @@ class SchemaShape:
     forced: int
     forced_share: float | None
     drafters: dict[str, dict[str, SchemaArm]]
+    exact_turns: int = 0  # those whose recording is the masked target's greedy output: their walks are exact
 
 
 @dataclass

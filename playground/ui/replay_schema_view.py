@@ -45,9 +45,10 @@ def schema_html(result: ReplayResult, drafter: str) -> str:
         name = f"k = {arm[2:]}" if arm.startswith("k=") else f"{arm} k"
         rows.append(f'<tr data-arm="{html.escape(arm)}"><th class="name">{name}</th>{"".join(cells)}</tr>')
     rows.append("</tbody></table></div>")
-    turns = max(s.turns for _, s in shapes)
-    note = (f"<p class='small-note'>What the schema is worth, over the {turns} turn(s) that carry one (a trace line's "
-            "<code>tools</code>, a turn that is one tool call): tokens per target pass of this drafter free / "
+    overall = shapes[-1][1]
+    note = (f"<p class='small-note'>What the schema is worth, over the {overall.turns} turn(s) that carry one (a "
+            f"trace line's <code>tools</code>, a turn that is one tool call; {overall.exact_turns} of them the "
+            "masked target's greedy output, walked exactly): tokens per target pass of this drafter free / "
             "constrained (the schema's forced tokens, then this drafter), and in brackets the constrained run's "
             "predicted speed-up over constrained plain decoding.</p>")
     return "".join(rows) + note
