@@ -42,7 +42,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     add_drafter_arg(p)
     p.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched")
     p.set_defaults(ks=None, k=4, rounds=3, max_new_tokens=None, draws=20_000, min_confidence=None, batch=None,
-                   alpha=0.8)
+                   alpha=0.8, schema=None)
 
 
 def add_drafter_arg(p: argparse.ArgumentParser) -> None:
@@ -87,6 +87,13 @@ def _stop_and_plain(p: argparse.ArgumentParser) -> None:
                    help="a plain run before every N speculative runs of a prompt and after the last; each "
                         "speculative run is divided by plain speed interpolated to its moment (default 3; "
                         "fewer plain runs are quicker, more follow a drifting host closer)")
+
+
+def _schema(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--schema", metavar="FILE|PRESET",
+                   help="also run every arm constrained to this JSON schema (a .json file, or a preset's name: its "
+                        "schema), right after its free run, with the drafter's schema+ variant: the constrained "
+                        "speed-up over constrained plain, tokens per pass constrained and free, the forced share")
 
 
 def _max_new(p: argparse.ArgumentParser, per_prompt: bool) -> None:
@@ -157,6 +164,7 @@ def speed_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-spread-calibration", dest="spread_calibration", action="store_false",
                    help="predict from the calibrations made before the rounds only (default: a short one "
                         "more between rounds, pooled, so the step costs span the minutes the rounds ran)")
+    _schema(p)
     _max_new(p, per_prompt=True)
     add_sampling_args(p)
 
@@ -165,6 +173,7 @@ def sweep_args(p: argparse.ArgumentParser) -> None:
     _ks(p, _SCHEDULES)
     _rounds(p)
     _stop_and_plain(p)
+    _schema(p)
     _max_new(p, per_prompt=True)
     add_sampling_args(p)
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
+from ..constraints.schema import schema_from
 from ..core.engine import K_MAX
 from ..core.sampling import SamplingConfig
 from ..drafters.adaptive import parse_k
@@ -28,12 +29,14 @@ from ..lab.calibration import CalibrationPlan, pooled
 from ..lab.quality import DistributionPlan
 from ..lab.report import experiment_text
 from ..lab.speed import SpeedRequest
+from ..lab.speed_schema import constrained_drafter
 from ..lab.trace_runs import TraceTurns, own_writing, trace_turns, writing_note
 from ..pairs.models import ModelPair
 from ..results import Result
 from ..results.calibration import BatchPredictions, TimingResult
 from ..results.quality import AcceptanceResult, DistributionResult, DivergenceResult
 from ..results.speed import PeersResult, SpeedResult, SweepResult
+from .generate import _grammar  # generate --schema's: the schema compiled for the pair's tokenizer
 from .load import pair_from_args
 
 
@@ -57,6 +60,15 @@ class Job:
 
     def _make(self, **options):
         return make_proposer(self.pair, self.args.drafter, max_ngram=self.args.max_ngram, **options)
+
+    def schema_options(self) -> dict:
+        """speed / sweep --schema: the grammar every arm also runs constrained to, and the drafter's schema+ variant
+        that runs the constrained arms (lab.speed_schema); none without --schema."""
+        if getattr(self.args, "schema", None) is None:
+            return {}
+        name = constrained_drafter(self.pair, self.args.drafter)
+        return {"constraint": _grammar(schema_from(self.args.schema), self.pair),
+                "constrained_proposer": partial(make_proposer, self.pair, name, max_ngram=self.args.max_ngram)}
 
     @property
     def ids(self) -> dict[str, list[int]]:
@@ -155,7 +167,7 @@ def speed_job(job: Job) -> SpeedResult:
     request = SpeedRequest(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds,
                            max_new_tokens=job.lengths, sampling=_sampling(job.args), timing=timings,
                            min_confidence=job.args.min_confidence, memory=job.args.memory,
-                           plain_every=job.args.plain_every,
+                           plain_every=job.args.plain_every, **job.schema_options(),
                            proposers={n: partial(job.proposer, n) for n in job.ids} if job.trace else None)
     result = speed(request, progress=_rest_of_bar(job), between_rounds=_spread(job, timings))
     return replace(result, trace_note=job.trace.note) if job.trace else result
@@ -166,7 +178,8 @@ def sweep_job(job: Job) -> SweepResult:
     timing = _calibrations(job, [name])[name]
     request = SpeedRequest(job.pair, {name: ids}, job.proposer, ks=job.ks, rounds=job.args.rounds,
                            max_new_tokens=job.max_new, sampling=_sampling(job.args), timing=timing,
-                           min_confidence=job.args.min_confidence, plain_every=job.args.plain_every)
+                           min_confidence=job.args.min_confidence, plain_every=job.args.plain_every,
+                           **job.schema_options())
     return sweep(request, progress=_rest_of_bar(job))
 
 
@@ -239,6 +252,11 @@ def _check_trace_args(args: argparse.Namespace) -> None:
     elif args.preset or args.prompt is not None or args.max_new_tokens is not None:
         raise PlaygroundError("--trace runs the trace's turns, each to its recorded length: leave out --preset, "
                               "--prompt and --max-new-tokens")
+    elif getattr(args, "schema", None) is not None:
+        raise PlaygroundError("--schema constrains presets or a prompt, not a --trace's turns (`replay` measures "
+                              "a trace's schema, from its lines' tools)")
+    if getattr(args, "schema", None) is not None:
+        schema_from(args.schema)  # a bad schema is refused before the pair loads
 
 
 def _trace(pair: ModelPair, args: argparse.Namespace) -> TraceTurns | None:

@@ -282,30 +282,29 @@ register_drafter(DrafterSpec(
     sources=(SUFFIX, DRAFT), new_memory=_suffix_memory))
 
 
-def _schema_then(inner: str, source: str):
-    """The build of schema+`inner`: the schema's forced tokens, then a new proposer of `inner` (its tokens tagged
-    `source`), built with the same options."""
+def _schema_spec(inner: str, label: str, help_: str, source: str, sources: tuple, **more) -> DrafterSpec:
+    """schema+`inner`: the schema's forced tokens, then a new proposer of `inner` (its tokens tagged `source`), built
+    with the same options."""
 
     def build(pair, **options) -> Proposer:
         from .schema import SchemaProposer  # imports torch: on use (the module docstring)
 
         return SchemaProposer(make_proposer(pair, inner, **options), source)
 
-    return build
+    return DrafterSpec(f"schema+{inner}", label, _FORCED + help_, build, sources=(SCHEMA, *sources), schema=True,
+                       inner=inner, **more)
+
+
+def schema_variant(name: str) -> str | None:
+    """The schema drafter declared over `name` (its forced tokens, then `name`'s guesses); None where none is."""
+    return next((s.name for s in drafters() if s.inner == name), None)
 
 
 _FORCED = "the schema's forced tokens (constrained runs; no model runs), then "
-register_drafter(DrafterSpec(
-    "schema+llama.cpp", "schema + llama.cpp", _FORCED + "llama.cpp's guesses (embedded target only)",
-    _schema_then("llama.cpp", "draft"), requires=_embedded_only, installed=_llama_cpp_installed,
-    sources=(SCHEMA, DRAFT), schema=True))
-register_drafter(DrafterSpec(
-    "schema+draft", "schema + draft model", _FORCED + "the pair's draft model's guesses",
-    _schema_then("draft", "draft"), draft_model=True, sources=(SCHEMA, DRAFT), schema=True))
-register_drafter(DrafterSpec(
-    "schema+lookup", "schema + lookup", _FORCED + "prompt lookup", _schema_then("lookup", "lookup"),
-    sources=(SCHEMA, LOOKUP), schema=True))
-register_drafter(DrafterSpec(
-    "schema+suffix", "schema + suffix", _FORCED + "suffix decoding", _schema_then("suffix", "suffix"),
-    installed=_suffix_installed, sources=(SCHEMA, SUFFIX), new_memory=_suffix_memory,
-    schema=True))
+register_drafter(_schema_spec("llama.cpp", "schema + llama.cpp", "llama.cpp's guesses (embedded target only)", "draft",
+                              (DRAFT,), requires=_embedded_only, installed=_llama_cpp_installed))
+register_drafter(_schema_spec("draft", "schema + draft model", "the pair's draft model's guesses", "draft", (DRAFT,),
+                              draft_model=True))
+register_drafter(_schema_spec("lookup", "schema + lookup", "prompt lookup", "lookup", (LOOKUP,)))
+register_drafter(_schema_spec("suffix", "schema + suffix", "suffix decoding", "suffix", (SUFFIX,),
+                              installed=_suffix_installed, new_memory=_suffix_memory))

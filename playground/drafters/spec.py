@@ -110,8 +110,12 @@ class DrafterSpec:
     """It proposes a constrained run's forced tokens first (playground.drafters.schema), then its inner drafter's; in
     a run with no schema it is the inner drafter alone, so replay, which constrains nothing, leaves it out of its
     defaults."""
+    inner: str = ""
+    """A schema drafter's inner drafter (the one whose guesses follow the forced tokens); "" for the others."""
 
     def __post_init__(self):
+        if self.schema != bool(self.inner):
+            raise PlaygroundError(f"drafter {self.name!r}: a schema drafter names its inner drafter, and only it does")
         if self.replay not in REPLAY_WALKS:
             raise PlaygroundError(f"a drafter's replay walk is one of {', '.join(REPLAY_WALKS)}, got {self.replay!r}")
         if not all(isinstance(s, Source) for s in self.sources):

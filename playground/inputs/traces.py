@@ -15,7 +15,9 @@ content, so each call becomes the JSON text an agent emits, one object per line 
 not parse). Tool results are messages of role "tool", rendered by the template like any other. `id` (optional)
 names the conversation. `context` (optional, an integer N) marks the first N messages as the prompt every turn
 starts from, not as turns: an agent's system prompt and its few-shot examples, whose assistant messages the agent
-did not write. Other fields (OpenAI's "tools", "refusal", ...) are ignored.
+did not write. `tools` (optional, OpenAI's list of function tools) gives the schema of the line's tool calls
+(tools.py): a turn whose message is one tool call and nothing else carries it (`Turn.schema`), the whole-output
+schema a serving engine that enforces tool calls would have held it to. Other fields ("refusal", ...) are ignored.
 
 A raw {"prompt", "completion"} line is tokenized as is (special tokens parsed; no chat template): the prompt,
 then the completion as the continuation of the same text.
@@ -29,11 +31,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PlaygroundError
 from ..limits import Limits
+from .tools import ToolsError, is_one_call, tools_schema
 
 ROLES = ("system", "user", "assistant", "tool")
 # Agent-style conversations written for this project (tool calls and their results, ReAct, JSON, code, quotes).
@@ -47,7 +50,8 @@ class Turn:
     origin: "trace" (a file), "preset" or "text" (the completion is the target's own greedy output).
     conversation: turns of one conversation share it; a replayed controller's memory carries across them, as
     it would from one call of an agent to the next. max_new_tokens: the run's length limit (default: the
-    completion's length); larger only for a completion that ends with an end-of-sequence token."""
+    completion's length); larger only for a completion that ends with an end-of-sequence token. schema: the JSON
+    schema its whole output is held to (a tool-call turn of a line with `tools`), named `schema_name`."""
 
     name: str
     prompt_ids: tuple[int, ...]
@@ -56,6 +60,8 @@ class Turn:
     conversation: str = ""
     max_new_tokens: int | None = None
     kind: str | None = None
+    schema: dict | None = field(default=None, compare=False)
+    schema_name: str | None = None
 
     @property
     def max_new(self) -> int:
@@ -64,7 +70,7 @@ class Turn:
     def to_dict(self) -> dict:
         return {"name": self.name, "origin": self.origin, "conversation": self.conversation, "kind": self.kind,
                 "prompt_tokens": len(self.prompt_ids), "completion_tokens": len(self.completion_ids),
-                "max_new_tokens": self.max_new}
+                "max_new_tokens": self.max_new, "schema": self.schema_name}
 
 
 @dataclass(frozen=True)
@@ -279,7 +285,10 @@ def _line_turns(obj, number: int, source: str, tokenizer, stops, limits: Limits,
             context = obj.get("context", 0)
             if isinstance(context, bool) or not isinstance(context, int) or not 0 <= context <= len(messages):
                 raise _Bad("context", f"the number of leading messages that are not turns, 0 to {len(messages)}")
-            pieces = [(f"messages[{i}]", p, c) for i, p, c in chat_turns(messages, tokenizer, stops) if i >= context]
+            schema = tools_schema(obj["tools"]) if obj.get("tools") is not None else None
+            held = {i for i, m in enumerate(obj["messages"]) if schema is not None and is_one_call(m)}
+            pieces = [(f"messages[{i}]", p, c, i in held) for i, p, c in chat_turns(messages, tokenizer, stops)
+                      if i >= context]
             if not pieces:
                 raise _Bad("messages", "no assistant message after the first message (and the context): nothing "
                                        "to replay")
@@ -288,13 +297,13 @@ def _line_turns(obj, number: int, source: str, tokenizer, stops, limits: Limits,
                 if not isinstance(obj.get(name), str) or not obj[name]:
                     raise _Bad(name, "missing or not a non-empty string")
             p, c = raw_turn(obj["prompt"], obj["completion"], tokenizer, stops)
-            pieces = [("completion", p, c)]
+            pieces = [("completion", p, c, False)]
         else:
             raise _Bad("messages", 'missing: a line holds "messages" (chat) or "prompt" and "completion" (raw text)')
-    except _Bad as e:
+    except (_Bad, ToolsError) as e:
         yield TraceError(number, e.field, e.message)
         return
-    for j, (where, prompt, completion) in enumerate(pieces, start=1):
+    for j, (where, prompt, completion, held) in enumerate(pieces, start=1):
         if not completion or not prompt:
             yield TraceError(number, where, "renders to no tokens")
             continue
@@ -308,4 +317,5 @@ def _line_turns(obj, number: int, source: str, tokenizer, stops, limits: Limits,
                                             f"context of {max_context}")
             continue
         name = conv if len(pieces) == 1 else f"{conv} turn {j}"
-        yield Turn(name, tuple(prompt), tuple(completion), "trace", conv)
+        yield Turn(name, tuple(prompt), tuple(completion), "trace", conv, schema=schema if held else None,
+                   schema_name=f"the tools of line {number}" if held else None)

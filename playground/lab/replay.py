@@ -55,6 +55,7 @@ from ..results.replay import (
     LineError,
     ReplayedTurn,
     ReplayResult,
+    SchemaWorth,
     SimulatedIteration,
     SimulatedWalk,
     SkippedWalk,
@@ -66,6 +67,7 @@ from .calibration import CalibrationStore
 from .common import Progress, tick
 from .replay_options import ReplayOptions, TraceMemory
 from .replay_sampling import replay_sampled_turn
+from .replay_schema import constrained_walks, grammar_of, schema_worth
 from .replay_suffix import alone, alone_entry, with_alone
 from .replay_summary import summarize_replay
 from .replay_walk import (
@@ -257,7 +259,20 @@ def replay_greedy_turn(pair, turn: Turn, options: ReplayOptions, memory: TraceMe
     for drafter in options.drafters:
         entry = _walk_drafter(pair, passes, drafter, options, memory, drafters, progress)
         drafters[drafter] = entry  # after its walks with no cache (replay_suffix): the file's order
-    return replayed_turn(turn, ex, shapes, drafters)
+    out = with_worth(pair, turn, replayed_turn(turn, ex, shapes, drafters))
+    if out.schema_worth is not None and out.schema_worth.note is None:  # the recording keeps to its schema
+        grammar = grammar_of(turn, pair.tokenizer)
+        out.schema_worth.exact = constrained_walks(pair, passes, grammar, options, memory, drafters)
+    return out
+
+
+def with_worth(pair, turn: Turn, out: ReplayedTurn) -> ReplayedTurn:
+    """`out` with its schema's worth (replay_schema.schema_worth), where the turn carries a schema."""
+    grammar = grammar_of(turn, pair.tokenizer)
+    if grammar is not None:
+        out.schema_worth = grammar if isinstance(grammar, SchemaWorth) else schema_worth(
+            grammar, turn.prompt_ids, turn.completion_ids, pair.eos_ids, out.shapes)
+    return out
 
 
 def _walk_drafter(pair, p: _Passes, drafter: str, options: ReplayOptions, memory: TraceMemory,
@@ -352,7 +367,8 @@ def replay_turns(pair, turns: Sequence[Turn], options: ReplayOptions | None = No
     for turn in turns:
         try:
             _check_turn(pair, turn, options.limits)
-            out_turns.append(replay_turn(pair, turn, options, memory, step(turn.name)))
+            replayed = replay_turn(pair, turn, options, memory, step(turn.name))
+            out_turns.append(replayed if replayed.schema_worth is not None else with_worth(pair, turn, replayed))
         except PlaygroundError as e:
             errors.append(TurnError(turn.name, "(turn)", str(e)))
     tick(progress, 1.0, "done")

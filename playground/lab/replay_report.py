@@ -57,6 +57,30 @@ def shape_table(result: ReplayResult, shape: ShapeSummary) -> str:
     return _table(head, rows)
 
 
+def _schema_cell(a) -> str:
+    if a is None:
+        return "-"
+    return f"{_cell(a.free)} / {_cell(a.constrained)}" + (f" ({a.speedup:.2f}x)" if a.speedup is not None else "")
+
+
+def schema_lines(result: ReplayResult, shape: ShapeSummary) -> list[str]:
+    """What the schema is worth on a shape's turns that carry one (none: no lines): the forced share, then per
+    drafter and arm tokens per target pass free / constrained (schema+ the drafter), and the constrained walk's
+    predicted speed-up over constrained plain decoding."""
+    s = shape.schema
+    if s is None:
+        return []
+    share = f" ({s.forced_share:.0%})" if s.forced_share is not None else ""
+    lines = ["", (f"turns with a schema: {s.turns} ({s.exact_turns} the masked target's greedy output, walked "
+             f"exactly); forced by the schema: {s.forced} of {s.tokens} tokens{share}")]
+    if s.drafters:
+        arms = result.arms
+        rows = [[d, *(_schema_cell(cells.get(a)) for a in arms)] for d, cells in s.drafters.items()]
+        lines += [("tokens per target pass, free / constrained (schema+ the drafter), and the constrained predicted "
+                  "speed-up over constrained plain"), "", _table(["drafter", *arms], rows)]
+    return lines
+
+
 def replay_table(result: ReplayResult) -> str:
     """What `replay` prints: the header line, then per output shape with turns, and overall, the table of
     predicted speed-ups (plain decoding = 1.00) and the recommendation; then the errors."""
@@ -69,10 +93,10 @@ def replay_table(result: ReplayResult) -> str:
         if not s.turns:
             continue
         lines += ["", f"### {LABELS[name]}: {s.turns} turns, {s.tokens} tokens", "", shape_table(result, s), "",
-                  _recommendation(s.recommendation)]
+                  _recommendation(s.recommendation), *schema_lines(result, s)]
     o = summary.overall
     lines += ["", f"### overall: {o.turns} turns, {o.tokens} tokens", "", shape_table(result, o), "",
-              _recommendation(o.recommendation)]
+              _recommendation(o.recommendation), *schema_lines(result, o)]
     for drafter, trust in result.trust.items():
         lines.append(f"calibration of {drafter}: {trust.headline}")
     if result.errors:

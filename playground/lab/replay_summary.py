@@ -10,6 +10,11 @@ costs), for the best k (chosen on the same turns, so it is a little optimistic).
 A recommendation is the (drafter, k) with the highest pooled speed-up. It is withheld (no recommended k, with the
 reason) when that drafter's calibration is not trusted (playground.lab.trust, via Timing.trust), when the shape
 has fewer than MIN_TURNS turns, or when there is no calibration at all.
+
+What the schema is worth (`schema_shape`), over a shape's turns that carry a schema their recording keeps to: the
+share of the shape's tokens the schema forced, and per drafter and arm the tokens per target pass of the free and
+the constrained walks (whole turns: sum of tokens over sum of passes) and the constrained walk's predicted speed-up
+over constrained plain decoding.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from ..results.replay import (
     DrafterTrust,
     ReplayedTurn,
     ReplaySummary,
+    SchemaArm,
+    SchemaShape,
     ShapeRecommendation,
     ShapeRow,
     ShapeSummary,
@@ -114,7 +121,41 @@ def _shape_summary(all_turns: list[ReplayedTurn], arms: list[str], drafters: lis
         interval=best.interval if best else None, recommended_k=None if why or best is None else best.best_k,
         withheld=why, estimate=bool(best) and best.exact_turns < best.turns)
     tokens = sum(sum(t.shapes.tokens.values()) if shape is None else t.shapes.tokens.get(shape, 0) for t in turns)
-    return ShapeSummary(len(turns), tokens, rows, recommendation)
+    return ShapeSummary(len(turns), tokens, rows, recommendation, schema_shape(turns, arms, drafters, shape))
+
+
+def _schema_arm(turns: list[ReplayedTurn], drafter: str, arm: str) -> SchemaArm | None:
+    free, held = [0, 0], [0, 0, 0.0]  # tokens, passes (and the constrained walks' cost)
+    for t in turns:
+        entry = t.drafters.get(drafter)
+        w = entry.walks.get(arm) if entry is not None else None
+        c = (getattr(entry, "constrained", None) or {}).get(arm)
+        if w is None or c is None or isinstance(w, SkippedWalk) or isinstance(c, SkippedWalk):
+            continue
+        free[0], free[1] = free[0] + w.new_tokens, free[1] + w.iterations
+        costs = held[2] if c.cost is not None and held[2] is not None else None
+        held = [held[0] + c.new_tokens, held[1] + c.iterations, None if costs is None else costs + c.cost]
+    if not free[1] or not held[1]:
+        return None
+    return SchemaArm(free[0] / free[1], held[0] / held[1], held[0] / held[2] if held[2] else None)
+
+
+def schema_shape(turns: list[ReplayedTurn], arms: list[str], drafters: list[str],
+                 shape: str | None) -> SchemaShape | None:
+    """The schema's worth over `turns` (a shape's) that carry a schema their recording keeps to; None: no such turn."""
+    held = [t for t in turns if t.schema_worth is not None and t.schema_worth.forced_share is not None]
+    if not held:
+        return None
+    cells = [[t.schema_worth.tokens, t.schema_worth.forced] if shape is None
+             else t.schema_worth.shapes.get(shape, [0, 0]) for t in held]
+    tokens, forced = sum(c[0] for c in cells), sum(c[1] for c in cells)
+    rows = {}
+    for d in drafters:
+        row = {arm: a for arm in arms if (a := _schema_arm(held, d, arm)) is not None}
+        if row:
+            rows[d] = row
+    return SchemaShape(len(held), tokens, forced, forced / tokens if tokens else None, rows,
+                       exact_turns=sum(1 for t in held if t.schema_worth.exact))
 
 
 def summarize_replay(turns: list[ReplayedTurn], arms: list[str], drafters: list[str],

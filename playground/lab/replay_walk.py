@@ -5,9 +5,8 @@ Greedy decoding. An iteration that starts at completion position i proposes up t
 them while each is its arg-max after the text before it, and an accepted proposal IS the recorded token there
 (when the completion is the target's own greedy output), so the target's arg-max at every position, from one
 teacher-forced pass (`target_pass`), decides every iteration of every k. `walk` runs the engine's loop
-(playground.core.engine.speculative_generate) with that pass in place of the verification: the same k
-clipping near the length limit and at an end-of-sequence token, the same controller calls (`next_k(remaining=,
-source=)` before, `observe(iteration)` after), the same proposer calls (`next_source`, `propose`, `rollback`).
+(core.engine.speculative_generate) with that pass in place of the verification: the same k clipping near the
+length limit and at an end-of-sequence token, the same controller and proposer calls.
 
 With live feeding the proposer is the real one: a model drafter's logits may depend on how its cache was fed, by
 much more than rounding (measured on the embedded pair: llama.cpp's batched decode against one token at a time, up
@@ -17,11 +16,11 @@ for two tokens fed together), so only the live feeding reproduces the live propo
 the rest away; what it keeps is the same); replaying a run with a draft confidence stop, it stops where that stop
 does, as live. A shared-pass walk reads a model drafter's proposals from one shared pass instead (`drafter_pass`:
 its own propose, one token at a time, as a live drafter is fed except after a fully accepted iteration, when it
-catches up two tokens at once). Whether that changes the walks is measured, not assumed (playground.lab.replay's
-docstring): for llama.cpp it did not (the logit changes left every arg-max in place); the int8 draft's logits now do
-not change at all (`shared_exact`).
-A completion the target did not write is always walked from the shared pass (`PassProposer`): what is measured
-then is draft/target agreement after the recorded text, an estimate either way.
+catches up two tokens at once). Whether that changes the walks is measured (playground.lab.replay's docstring):
+for llama.cpp it did not; the int8 draft's logits do not change at all (`shared_exact`). A completion the target
+did not write is walked from the shared pass (`PassProposer`): draft/target agreement, an estimate. A walk with a
+guide (ctx.guide) is a constrained run's, as the engine's: proposals cut at the first token the grammar refuses,
+kept forced tokens role FORCED, the end where the grammar is complete (replay_schema.py).
 
 Sampling. Per position, the exact rule accepts a draft token with probability sum_x min(p(x), q(x)) under the
 same warpers (`expected_acceptance`); `expected_walk` runs the iterations in expectation along the recorded
@@ -37,9 +36,9 @@ import numpy as np
 import torch
 
 from ..core.cached import CachedLM
-from ..core.engine import _clip, _cut, drafting_rule, tell_controller  # the engine's own: the walk cannot drift
-from ..core.proposal import EMPTY, Proposal, Proposer, RunContext, top_two
-from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN, Iteration
+from ..core.engine import _clip, _complete, _cut, drafting_rule, tell_controller  # the engine's own: no drift
+from ..core.proposal import EMPTY, FORCED_SOURCE, Proposal, Proposer, RunContext, top_two
+from ..core.records import ACCEPTED, BONUS, CORRECTION, FORCED, PLAIN, Iteration
 from ..core.sampling import SamplingConfig
 from ..drafters.adaptive import CostCurve
 from ..drafters.registry import drafters
@@ -53,10 +52,8 @@ class ReplayContext(RunContext):
     """A RunContext whose `confident` stops a model drafter right after the first proposal that differs from
     `expected` (the target's tokens there): both model drafters call it after every proposal when
     min_confidence is set (the walk sets 0.0). `stopped`: the last propose was cut short by it.
-
     With a `threshold` (a replay of a run with a draft confidence stop) it stops the drafter where a live run's
-    context would, at the first proposal whose draft probability is below it, and not at a rejected one: how far
-    a live drafter goes on after a rejection decides what it costs, and only drafting on tells."""
+    context would, at the first proposal below it, not at a rejected one (how far a live drafter goes on costs)."""
 
     expected: list[int] = field(default_factory=list)
     cursor: int = 0
@@ -281,13 +278,11 @@ class Walk:
 def walk(prompt_ids: Sequence[int], completion_ids: Sequence[int], target: Sequence[int], proposer: Proposer,
          controller, max_new_tokens: int, ctx: ReplayContext) -> Walk:
     """The iterations of a greedy run over the recorded completion, as speculative_generate runs them, with the
-    target's arg-max `target` (one per completion position) in place of its verification pass.
-
-    Acceptance is agreement with the target's arg-max; the tokens committed are the recorded ones (equal, when
-    the completion is the target's own greedy output). Records carry zero timings: nothing was timed. A model
-    proposer stopped by the ReplayContext holds the decided proposals only (the accepted ones and the first
-    rejected one); `drafted` says k for it, what a live drafter drafts (less only if it proposed an
-    end-of-sequence token after the rejected one, which is not known here)."""
+    target's arg-max `target` (one per completion position) in place of its verification pass. Acceptance is
+    agreement with it; the tokens committed are the recorded ones (equal, when the completion is the target's own
+    greedy output). Records carry zero timings. A model proposer stopped by the ReplayContext holds the decided
+    proposals only (the accepted ones and the first rejected one); `drafted` says k for it, what a live drafter
+    drafts (less only if it proposed an end-of-sequence token after the rejected one, not known here)."""
     completion = [int(t) for t in completion_ids]
     committed = [int(t) for t in prompt_ids]
     proposer.begin(committed, ctx)
@@ -299,16 +294,22 @@ def walk(prompt_ids: Sequence[int], completion_ids: Sequence[int], target: Seque
         remaining = max_new_tokens - produced
         source = proposer.next_source(committed) if remaining > 1 else None
         k_i = max(0, min(int(controller.next_k(remaining=remaining, source=source)), remaining - 1))
-        ctx.expect(target[produced: produced + k_i])
+        guide, skip = ctx.guide, len(ctx.guide.forced(committed)[:k_i]) if ctx.guide is not None else 0
+        ctx.expect(target[produced + skip: produced + k_i])  # a model drafter drafts after the schema's forced tokens
         ctx.go_on = drafting_rule(controller, source, k_i)
         proposal = _clip(proposer.propose(committed, k_i), k_i) if k_i > 0 else EMPTY
-        tokens = proposal.tokens
+        if guide is not None and proposal.tokens:  # cut at the first token the grammar refuses, as the engine does
+            proposal = _clip(proposal, guide.legal(committed, proposal.tokens))
+        tokens, sources = proposal.tokens, proposal.sources or ()
         n = 0
         while n < len(tokens) and produced + n < len(target) and tokens[n] == target[produced + n]:
             n += 1
         last = PLAIN if not tokens else (BONUS if n == len(tokens) else CORRECTION)
-        emitted, roles, finished = _cut(completion[produced: produced + n + 1], [ACCEPTED] * n + [last], stops,
-                                        remaining)
+        kept = [FORCED if i < len(sources) and sources[i] == FORCED_SOURCE else ACCEPTED for i in range(n)]
+        emitted, roles, finished = _cut(completion[produced: produced + n + 1], [*kept, last], stops, remaining)
+        if guide is not None:  # a constrained run ends where the grammar is complete ("schema")
+            emitted, roles, finished = _complete(guide, committed, emitted, roles, finished)
+            guide.commit([*committed, *emitted])
         if not emitted:
             raise RuntimeError(f"the replay ran past the recorded completion at position {produced}")
         committed.extend(emitted)

@@ -33,6 +33,7 @@ from .misses import (
     trust_cell,
 )
 from .schedules import schedules_lines
+from .speed_schema import schema_lines
 
 
 def _setup_line(doc: Result) -> str:
@@ -184,7 +185,7 @@ def speed_table(doc: SpeedResult, setup: str, kinds: dict[str, str] | None = Non
         lines.append("")
     lines += [f"note: plain speed on {name} moved {100 * d.spread:.0f}% between rounds (machine drift)"
               for name, d in drifted]
-    lines += host_level_lines(doc) + trace_lines(doc)
+    lines += host_level_lines(doc) + trace_lines(doc) + schema_lines(doc)
     return "\n".join(lines)
 
 
@@ -373,7 +374,7 @@ def speed_report(doc: SpeedResult) -> str:
     flagged = [f"{n} ({d.spread:.0%})" for n, d in doc.drift.items() if d.flagged]
     if flagged:
         lines.append(f"\nplain speed drifted between rounds beyond the limit on: {', '.join(flagged)}")
-    lines += host_level_lines(doc) + trace_lines(doc)
+    lines += host_level_lines(doc) + trace_lines(doc) + schema_lines(doc)
     return "\n".join(lines)
 
 
@@ -385,6 +386,6 @@ def speed_brief(doc: SpeedResult) -> str:
         lines.append(timing_line(TypeAdapter(TimingRecord).validate_python(doc.timing)))
     lines += ["", "medians over every prompt's rounds:", "", k_table(doc), "", f"best k measured: {doc.best_k}"]
     lines += prediction_lines(doc)
-    lines += schedules_lines(doc.schedules)
+    lines += schedules_lines(doc.schedules) + schema_lines(doc)
     lines += [""] + verdict_lines(doc) if doc.trust else []
     return "\n".join(lines)

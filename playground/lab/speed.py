@@ -22,6 +22,7 @@ from .common import Progress, rotated, tick
 from .schedules import compare, iteration_rows
 from .speed_cells import best_fixed, drift_by_prompt, host_level, judge, predict_runs, speed_row, verdicts
 from .speed_request import SpeedRequest
+from .speed_schema import SCHEMA, constrained_run, interleaved
 from .trust import MachineMonitor, recommend
 
 # --- speed: plain against speculative, in adjacent runs ----------------------------------------------
@@ -86,20 +87,24 @@ class _Arms:
         return self.held[key]
 
 
-def _run_plain(request: SpeedRequest, prompt: Sequence[int], max_new: int) -> RunSummary:
-    return summarize(plain_generate(request.pair, prompt, sampling=request.sampling, max_new_tokens=max_new))
+def _run_plain(request: SpeedRequest, prompt: Sequence[int], max_new: int, held: bool = False) -> RunSummary:
+    """held: constrained to the request's schema."""
+    return summarize(plain_generate(request.pair, prompt, sampling=request.sampling, max_new_tokens=max_new,
+                                    constraint=request.constraint if held else None))
 
 
 def _run_spec(request: SpeedRequest, name: str, k: int | str, max_new: int, timing: Timing | None,
-              conversation: Conversation) -> tuple[RunSummary, list]:
+              conversation: Conversation, held: bool = False) -> tuple[RunSummary, list]:
     """The run's summary and its iterations as compact rows (k, accepted, emitted, draft_s, verify_s,
     rollback_s, drafted, source): what lab.fit needs to fit the step costs the loop really paid, and
-    lab.schedules to cost the run's decisions."""
+    lab.schedules to cost the run's decisions. held: constrained to the request's schema, with its proposer."""
     curve = CostCurve.from_timing(timing) if timing is not None else None
     controller = make_controller(k, curve, memory=conversation.controller())
-    records = list(speculative_generate(request.pair, request.prompts[name], proposer=request.proposer(name),
+    proposer = (request.constrained_proposer or request.proposer_factory)() if held else request.proposer(name)
+    options = replace(HEADLESS, constraint=request.constraint) if held else HEADLESS
+    records = list(speculative_generate(request.pair, request.prompts[name], proposer=proposer,
                                         k=controller, sampling=request.sampling, max_new_tokens=max_new,
-                                        options=HEADLESS, min_confidence=request.min_confidence))
+                                        options=options, min_confidence=request.min_confidence))
     return summarize(records), iteration_rows(records)
 
 
@@ -131,6 +136,7 @@ def _measure(request: SpeedRequest, lengths: dict[str, int], memories: _Arms, pr
     arms = [f"k={k}" for k in request.ks]
     runs, plain_runs = [], []
     total = request.rounds * len(request.prompts) * len(bracketed(arms, request.plain_every))
+    total *= 2 if request.constraint is not None else 1
     done = 0
 
     def ran(r: int, name: str, arm: str) -> None:
@@ -143,6 +149,7 @@ def _measure(request: SpeedRequest, lengths: dict[str, int], memories: _Arms, pr
             between_rounds(r - 1)
         for p_index, name in enumerate(request.prompts):
             order = bracketed(rotated(arms, r + p_index), request.plain_every)
+            order = interleaved(order) if request.constraint is not None else order
             spec, plain = _prompt_round(request, r, name, order, lengths[name], memories, ran)
             runs += spec
             plain_runs += plain
@@ -153,23 +160,27 @@ def _prompt_round(request: SpeedRequest, r: int, name: str, order: list[str], le
                   ran: Callable[[int, str, str], None]) -> tuple[list[SpeedRun], list[PlainRun]]:
     """One prompt's runs of round `r`, in `order`, each speculative run divided by plain decoding at its moment."""
     prompt = request.prompts[name]
-    results, iterations, plains, plain_runs = {}, {}, [], []
+    results, iterations, plains, plain_runs = {}, {}, {False: [], True: []}, []
     for arm in order:
         start = time.perf_counter()
-        if arm == "plain":
-            summary = _run_plain(request, prompt, length)
-            plains.append(((start + time.perf_counter()) / 2, summary))
-            plain_runs.append(PlainRun(round=r, prompt=name, tokens_per_s=summary.tokens_per_s))
+        free, held = arm.removesuffix(SCHEMA), arm.endswith(SCHEMA)  # held: constrained (speed_schema.py)
+        if free == "plain":
+            summary = _run_plain(request, prompt, length, held)
+            plains[held].append(((start + time.perf_counter()) / 2, summary))
+            if not held:
+                plain_runs.append(PlainRun(round=r, prompt=name, tokens_per_s=summary.tokens_per_s))
         else:
-            setting = arm[2:]
-            summary, iterations[arm] = _run_spec(request, name, int(setting) if setting.isdigit() else setting,
-                                                 length, request.timing_of(name), memories.of(arm, name))
+            setting = free[2:]
+            summary, rows = _run_spec(request, name, int(setting) if setting.isdigit() else setting, length,
+                                      request.timing_of(name), memories.of(arm, name), held)
+            iterations[arm] = rows
             results[arm] = (summary, (start + time.perf_counter()) / 2)
         ran(r, name, arm)
     runs = []
     for k in request.ks:
         s, mid = results[f"k={k}"]
-        p = _plain_at(plains, mid)
+        p = _plain_at(plains[False], mid)
+        held = results.get(f"k={k}{SCHEMA}")
         runs.append(SpeedRun(
             round=r, prompt=name, k=k, order=order,
             plain_tokens_per_s=p.tokens_per_s, spec_tokens_per_s=s.tokens_per_s,
@@ -183,7 +194,8 @@ def _prompt_round(request: SpeedRequest, r: int, name: str, order: list[str], le
             k_values={str(kk): n for kk, n in s.k_values.items()},
             drafted_values={str(kk): n for kk, n in s.drafted_values.items()},
             source_iterations=s.source_iterations, prefill_s=s.prefill_s, plain_prefill_s=p.prefill_s,
-            iterations=iterations[f"k={k}"]))
+            iterations=iterations[f"k={k}"],
+            schema=constrained_run(held[0], _plain_at(plains[True], held[1])) if held is not None else None))
     return runs, plain_runs
 
 
@@ -214,7 +226,8 @@ def _result(request: SpeedRequest, lengths: dict[str, int], runs: list[SpeedRun]
         drift=drift, host_drift=host, schedules=compare(runs, prompts, ks), runs=runs, plain_runs=plain_runs,
         plain_every=request.plain_every, timing=first.to_dict() if first else None,
         timing_by_prompt={n: request.timing[n].to_dict() for n in prompts if n in request.timing}
-        if isinstance(request.timing, Mapping) else None)
+        if isinstance(request.timing, Mapping) else None,
+        schema=getattr(request.constraint, "name", None))
 
 
 def _e2e(summary) -> float:

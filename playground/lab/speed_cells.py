@@ -13,6 +13,7 @@ from .calibration import Timing
 from .fit import explain_cell, predict_from_neighbours, reached, stop_limit
 from .schedules import costed_ratio, decisions
 from .speed_request import SpeedRequest
+from .speed_schema import schema_cell
 from .trust import (
     check_calibration,
     check_drift,
@@ -108,7 +109,8 @@ def speed_row(k: int | str, runs: list[SpeedRun], timing_of: Callable[[str], Tim
     row = SpeedRow(prompt=prompt, k=k, median_ratio=statistics.median(x.ratio for x in rows),
                    min_ratio=min(x.ratio for x in rows), max_ratio=max(x.ratio for x in rows),
                    median_e2e_ratio=_median(x.e2e_ratio for x in rows), n=len(rows),
-                   alpha=_median(x.alpha for x in rows), median_costed=_median(x.costed for x in rows))
+                   alpha=_median(x.alpha for x in rows), median_costed=_median(x.costed for x in rows),
+                   schema=schema_cell(rows))
     if isinstance(k, str):  # adaptive / heuristic: k varies by iteration; show how it was spread
         row.k_values = _choices(x.k_values for x in rows)
         row.drafted_values = _choices(x.drafted_values for x in rows)

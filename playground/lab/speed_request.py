@@ -35,7 +35,9 @@ class SpeedRequest:
     "none": every run a first call, as replay predicts it. `plain_every`: a plain run before every that many
     speculative runs of a prompt and after the last (`bracketed`). `drift_warning`: how far a prompt's plain
     speed may move between rounds ((max - min) / median) before the verdict fails. `proposers`: a prompt's own
-    factory, where its proposers differ (a trace's turn, with the history before it: lab/trace_runs.py)."""
+    factory, where its proposers differ (a trace's turn, with the history before it: lab/trace_runs.py).
+    `constraint`: a constraints.grammar.Grammar every arm is also run constrained to, right after its free run
+    (speed_schema.py), its speculative runs with a new proposer from `constrained_proposer`."""
 
     pair: ModelPair
     prompts: Mapping[str, Sequence[int]]
@@ -50,6 +52,8 @@ class SpeedRequest:
     plain_every: int = PLAIN_EVERY
     drift_warning: float = 0.15
     proposers: Mapping[str, Callable[[], Proposer]] | None = None
+    constraint: object | None = None
+    constrained_proposer: Callable[[], Proposer] | None = None
 
     def proposer(self, name: str) -> Proposer:
         """A new proposer for a run of prompt `name`."""

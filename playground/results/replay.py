@@ -86,6 +86,23 @@ class SkippedWalk:
 
 
 @dataclass
+class ConstrainedWalk:
+    """One arm of a schema+ drafter over a turn that carries a schema: the constrained run replayed (it ends where
+    the grammar is complete, with no pass for the end-of-sequence token). forced: kept tokens the schema forced;
+    predicted_speedup: over constrained plain decoding, one target step per token (mask costs left out)."""
+
+    arm: str
+    drafter: str
+    iterations: int
+    new_tokens: int
+    tokens_per_pass: float
+    forced: int
+    finished: str | None
+    cost: float | None
+    predicted_speedup: float | None
+
+
+@dataclass
 class WalkedDrafter:
     """One drafter on one turn of a greedy replay. timing: its calibration's index in the result's `timings`;
     feeding: where a model drafter's proposals came from ("live" or "shared pass"; None for a model-free one);
@@ -99,6 +116,7 @@ class WalkedDrafter:
     walks: dict[str, SimulatedWalk | SkippedWalk]
     chunking_differs: dict[str, list[int]]
     estimate_reason: Annotated[str | None, OMITTED] = None
+    constrained: Annotated[dict[str, ConstrainedWalk | SkippedWalk] | None, OMITTED] = None  # per arm
 
 
 @dataclass
@@ -130,6 +148,21 @@ class TurnShapes:
 
 
 @dataclass
+class SchemaWorth:
+    """What a turn's schema forces of its recorded output (lab.replay_schema): of its `tokens` (the output the
+    grammar holds, its end-of-sequence token aside), the `forced` ones, walked as the schema+ drafters propose them;
+    per shape [tokens, forced]. note: why there is no share (the recording leaves the schema, or the schema cannot
+    be compiled). The constrained walks are exact where `exact` is."""
+
+    tokens: int
+    forced: int
+    forced_share: float | None
+    shapes: dict[str, list[int]]
+    note: str | None = None
+    exact: bool | None = None  # greedy replays: the recording is the masked target's greedy output
+
+
+@dataclass
 class ReplayedTurn:
     name: str
     origin: str
@@ -144,6 +177,8 @@ class ReplayedTurn:
     first_mismatches: list[Mismatch]
     shapes: TurnShapes
     drafters: dict[str, WalkedDrafter | ExpectedDrafter]
+    schema: Annotated[str | None, OMITTED] = None  # the name of the schema its whole output is held to
+    schema_worth: Annotated[SchemaWorth | None, OMITTED] = None
 
 
 @dataclass
@@ -206,11 +241,36 @@ class ShapeRecommendation:
 
 
 @dataclass
+class SchemaArm:
+    """One drafter's arm pooled over a shape's turns that keep to their schema: tokens per target pass free (the
+    drafter) and constrained (schema+ the drafter), and the constrained walk's predicted speed-up over constrained
+    plain decoding."""
+
+    free: float | None
+    constrained: float | None
+    speedup: float | None
+
+
+@dataclass
+class SchemaShape:
+    """A shape's turns that carry a schema their recording keeps to: their tokens of the shape, the forced ones,
+    and per drafter and arm the `SchemaArm`."""
+
+    turns: int
+    tokens: int
+    forced: int
+    forced_share: float | None
+    drafters: dict[str, dict[str, SchemaArm]]
+    exact_turns: int = 0  # those whose recording is the masked target's greedy output: their walks are exact
+
+
+@dataclass
 class ShapeSummary:
     turns: int
     tokens: int
     drafters: dict[str, ShapeRow]
     recommendation: ShapeRecommendation
+    schema: Annotated[SchemaShape | None, OMITTED] = None
 
 
 @dataclass

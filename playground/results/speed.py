@@ -23,6 +23,37 @@ saved before the last two were kept have six (lab.schedules)."""
 
 
 @dataclass(kw_only=True)
+class ConstrainedRun:
+    """A speculative run's arm run again constrained to the schema (`speed --schema`), right after it, with the
+    schema+ variant of its drafter: divided by constrained plain decoding at its moment, as the free run is by
+    plain decoding."""
+
+    ratio: float | None = None  # constrained speculative / constrained plain tokens per second, decoding only
+    spec_tokens_per_s: float | None = None
+    plain_tokens_per_s: float | None = None
+    tokens_per_pass: float | None = None
+    forced_share: float | None = None  # of its new tokens, the ones the schema forced (role forced)
+    alpha: float | None = None
+    new_tokens: int = 0
+    plain_new_tokens: int = 0
+    finished: str | None = None  # "schema" where the value was complete
+
+
+@dataclass(kw_only=True)
+class SchemaCell:
+    """Medians over the constrained runs of one k (speed --schema): the constrained speed-up over constrained
+    plain, tokens per target pass constrained and free (the same k's free runs), and the forced share."""
+
+    median_ratio: float | None = None
+    min_ratio: float | None = None
+    max_ratio: float | None = None
+    tokens_per_pass: float | None = None
+    free_tokens_per_pass: float | None = None
+    forced_share: float | None = None
+    n: int = 0
+
+
+@dataclass(kw_only=True)
 class SpeedRun:
     """One speculative run, divided by plain decoding at its moment (interpolated between the plain runs around
     it), with what the cost model predicted for it."""
@@ -56,6 +87,7 @@ class SpeedRun:
     predicted_empirical: float | None = None  # its per-position acceptance through the calibration's costs
     costed: float | None = None  # its own iterations priced by the calibration (lab.schedules)
     predicted_local: float | None = None  # ... through the costs the other arms of its round paid (lab.fit)
+    schema: ConstrainedRun | None = None  # speed --schema: the same arm constrained, run right after it
 
 
 @dataclass(kw_only=True)
@@ -115,6 +147,7 @@ class SpeedRow:
     explained: MissSplit | None = None
     trust: Verdict | None = None
     break_even_alpha: float | None = None  # a sweep's fixed k: None where no alpha pays
+    schema: SchemaCell | None = None  # speed --schema: the same k's constrained runs
 
 
 @dataclass(kw_only=True)
@@ -187,6 +220,7 @@ class SpeedResult(Result):
     timing_by_prompt: dict[str, dict[str, Any]] | None = None
     drafter: str | None = None  # what the command line said (cli.lab)
     command: str | None = None
+    schema: str | None = None  # speed --schema: the schema every arm also ran constrained to (its name)
 
 
 @dataclass(kw_only=True)

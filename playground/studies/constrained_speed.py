@@ -29,7 +29,7 @@ import torch
 
 from ..core.engine import HEADLESS, plain_generate, speculative_generate
 from ..core.records import Iteration, Step, summarize
-from ..drafters.registry import available_drafters, drafters, make_proposer
+from ..drafters.registry import available_drafters, drafters, make_proposer, schema_variant
 from ..envinfo import describe_setup, environment
 from ..errors import PlaygroundError
 from ..lab.common import new_tokens, rotated
@@ -38,7 +38,6 @@ from ..lab.trust import MachineMonitor, Verdict
 
 EXPERIMENT = "constrained-speed"
 PLAIN = "plain"
-SCHEMA_PREFIX = "schema+"
 MASK_GOAL = 0.05  # the issue's goal: the mask costs at most 5% of a target step
 
 
@@ -70,9 +69,7 @@ def partners(pair, wanted: Sequence[str] | None = None) -> dict[str, str]:
     """{X: schema+X} for every drafter X this pair can run (in registration order, `wanted` only if given) whose
     schema+ drafter is registered and can run too."""
     can = set(available_drafters(pair))
-    schema = {s.name for s in drafters() if s.schema}
-    out = {s.name: SCHEMA_PREFIX + s.name for s in drafters()
-           if not s.schema and s.name in can and SCHEMA_PREFIX + s.name in schema & can}
+    out = {s.name: schema_variant(s.name) for s in drafters() if s.name in can and schema_variant(s.name) in can}
     if wanted is not None:
         missing = [x for x in wanted if x not in out]
         if missing:

@@ -6,8 +6,8 @@ from the `ReplayResult` alone (the request is parsed in replay_request.py).
   drawn as the sweep chart draws its recommended k.
 - `replay_recommendation_html`: the recommended k, overall and per shape, or why it is withheld;
   `replay_per_k_html`: per k the pooled speed-ups, the replayed alpha and the break-even alpha of each calibration
-  (core.cost.break_even_alpha with the calibration's c, v and cost per call); `errors_markdown`: the lines and turns
-  not replayed.
+  (core.cost.break_even_alpha with the calibration's c, v and cost per call), then what a schema is worth where
+  turns carry one (replay_schema_view.py); `errors_markdown`: the lines and turns not replayed.
 - `token_view`: one turn at one k (or controller), its simulated iterations through render.py's token HTML.
 
 The summary's recommendation (lab.replay_summary) is shown as the sweep's is (sweep_words.recommendation): never
@@ -37,6 +37,7 @@ from ..results.replay import (
 from . import charts
 from .charts import Axes, _figure, _hline, _note  # the house chart builders, so this chart looks like the others
 from .render import records_html
+from .replay_schema_view import schema_html
 from .verdicts import glossary_html, verdict_html
 
 SHORT = {"json": "JSON / tool call", "code": "code", "copied": "copied text", "prose": "prose", None: "all tokens"}
@@ -292,8 +293,8 @@ def replay_per_k_html(result: ReplayResult, drafter: str) -> str:
             "excluded): a shape's is its tokens over the cost they carried, pooled over its turns. Drafting at k pays "
             "where the replayed \u03b1 is above the break-even \u03b1 (the cost model with the calibration's c, v(n) "
             "and cost per call).</p>")
-    return "".join(rows) + note + glossary_html(["k", "\u03b1 (acceptance rate)", "break-even \u03b1", "speed-up",
-                                                  "calibration"])
+    return "".join(rows) + note + schema_html(result, drafter) + glossary_html([
+        "k", "\u03b1 (acceptance rate)", "break-even \u03b1", "speed-up", "calibration"])
 
 
 def errors_markdown(errors: list[LineError | TurnError]) -> str:

@@ -1,0 +1,85 @@
+"""`speed --schema` / `sweep --schema`: every arm also run constrained to a JSON schema, beside the free one.
+
+With a constraint (SpeedRequest.constraint, a constraints.grammar.Grammar) each arm of a prompt's round runs twice
+in a row, free then constrained (`interleaved`: "plain", "plain|schema", "k=3", "k=3|schema", ...), so the two
+see the same machine. The constrained speculative runs use the schema+ variant of the drafter
+(`constrained_drafter`: it proposes the tokens the grammar forces, then the drafter's own guesses; a drafter with
+no such variant runs as itself) and are divided by constrained plain decoding at their moment (interpolated
+between the constrained plain runs around them, as the free runs are): the speed-up of constrained speculative
+over constrained plain. Beside it, per k: tokens per target pass constrained against free, and the forced share
+(the kept tokens the schema forced, of the run's new tokens). No prediction is made for the constrained arms.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from ..core.records import RunSummary
+from ..drafters import registry
+from ..results.speed import ConstrainedRun, SchemaCell, SpeedResult, SpeedRun
+
+SCHEMA = "|schema"
+
+
+def interleaved(order: list[str]) -> list[str]:
+    """Each arm of `order`, then the same arm constrained."""
+    return [a for arm in order for a in (arm, arm + SCHEMA)]
+
+
+def constrained_drafter(pair, drafter: str) -> str:
+    """The drafter a constrained arm runs: the schema+ variant of `drafter` ("auto": of the one it picks) where one
+    is declared, else `drafter` itself."""
+    name = registry.default_drafter(pair)[0] if drafter == "auto" else drafter
+    if registry.drafter_spec(name).schema:
+        return name
+    return registry.schema_variant(name) or name
+
+
+def constrained_run(summary: RunSummary, plain) -> ConstrainedRun:
+    """A constrained speculative run's figures against constrained plain decoding at its moment (`plain`:
+    lab.speed's interpolated _Plain)."""
+    p = plain.tokens_per_s
+    return ConstrainedRun(ratio=summary.tokens_per_s / p if p else None, spec_tokens_per_s=summary.tokens_per_s,
+                          plain_tokens_per_s=p, tokens_per_pass=summary.tokens_per_pass,
+                          forced_share=summary.forced_share or 0.0, alpha=summary.alpha,
+                          new_tokens=summary.new_tokens, plain_new_tokens=plain.new_tokens,
+                          finished=summary.finished)
+
+
+def _median(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def schema_cell(runs: list[SpeedRun]) -> SchemaCell | None:
+    """Medians over the constrained runs of one k's runs (None: they ran free only)."""
+    held = [x for x in runs if x.schema is not None]
+    if not held:
+        return None
+    ratios = [x.schema.ratio for x in held if x.schema.ratio is not None]
+    return SchemaCell(median_ratio=_median(ratios), min_ratio=min(ratios, default=None),
+                      max_ratio=max(ratios, default=None), tokens_per_pass=_median(x.schema.tokens_per_pass for x in held),
+                      free_tokens_per_pass=_median(x.tokens_per_pass for x in held),
+                      forced_share=_median(x.schema.forced_share for x in held), n=len(held))
+
+
+def _f(x, spec=".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def schema_lines(doc: SpeedResult) -> list[str]:
+    """The report's lines for a constrained measurement: per k over every prompt, the constrained speed-up over
+    constrained plain, tokens per target pass free and constrained, and the forced share (none: no schema)."""
+    rows = [r for r in doc.table if r.schema is not None]
+    if not rows:
+        return []
+    head = ["k", "constrained speed-up (over constrained plain)", "min-max", "tokens/pass free",
+            "tokens/pass constrained", "forced share"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        c = r.schema
+        spread = f"{c.min_ratio:.2f}-{c.max_ratio:.2f}" if c.min_ratio is not None else "-"
+        lines.append(f"| {r.k} | {_f(c.median_ratio)} | {spread} | {_f(c.free_tokens_per_pass)} | "
+                     f"{_f(c.tokens_per_pass)} | {_f(c.forced_share, '.0%')} |")
+    return ["", (f"constrained to {doc.schema or 'a schema'}: each arm run again right after its free run, with the "
+            "schema's forced tokens proposed first; medians over every prompt's rounds"), "", *lines]
