@@ -21,8 +21,11 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# Two workers: the tests run torch on one thread each (tests/conftest.py), so two use both of a 2-core machine's
+# cores; WORKERS=0 runs them in this process.
+WORKERS ?= 2
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile
 
 test-fast: lint
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile -m "not slow"

@@ -1,8 +1,67 @@
+import os
+
 import pytest
 import torch
 
 from playground.backends.vllm_server import free_port
 from tests.tiny import perturbed, tiny_model, tiny_pair
+
+# --- two workers (`make test`: pytest-xdist, --dist loadfile) ------------------------------------------------------
+# A file's tests run on one worker, so its module-scoped fixtures (a loaded model, a launched app) are built once;
+# the files that use the vLLM servers run on one worker together, so the servers start once. xdist's own way to say
+# that (xdist_group marks with --dist loadgroup) does nothing on pytest 9.2 (pytest-xdist#1386: the group suffix it
+# writes into a test's id no longer takes), so the scheduler is named here.
+VLLM_FILES = frozenset({"tests/test_vllm.py", "tests/test_ui_vllm.py", "tests/test_vllm_structured.py",
+                        "tests/test_vllm_suffix.py"})
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFileVllmTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "vllm servers" if file in VLLM_FILES else file
+
+    return ByFileVllmTogether(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The vLLM servers' users first (the longest unit, started last, would leave the other worker idle at the end),
+    and none outside VLLM_FILES (the scheduler above keeps only those on one worker)."""
+    strays = sorted({i.nodeid.split("::")[0] for i in items if "vllm_servers" in i.fixturenames} - VLLM_FILES)
+    if strays:
+        raise pytest.UsageError(f"{', '.join(strays)} use the vLLM servers: add them to tests/conftest.py's VLLM_FILES")
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in VLLM_FILES)  # stable: the rest keep their order
+
+
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+SHARE = max(1, (os.cpu_count() or 1) // WORKERS)
+"""The cores one worker may keep busy: with two workers on two cores, a second torch thread (or a subprocess's
+default of one per core) spins against the other worker's and can run 10x slower."""
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _subprocess_threads():
+    # What the tests start (the CLI, llama.cpp's stress run, the packaged copy) takes its OpenMP threads from here.
+    if WORKERS == 1:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", str(SHARE))
+        yield
+
+
+@pytest.fixture(scope="module")
+def embedded_threads():
+    """Up to two torch threads for a module that runs the embedded model (it runs faster on two), within this
+    worker's share of the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(min(2, SHARE))
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -58,6 +58,8 @@ def test_the_run_document_records_the_constraint():
 def test_the_schema_drafters_are_declared_once_and_left_out_of_replays_defaults(pair64):
     specs = {s.name: s for s in registry.drafters() if s.schema}
     assert set(specs) == {"schema+llama.cpp", "schema+draft", "schema+lookup", "schema+suffix"}
-    assert all(s.sources[0] == "schema" for s in specs.values())
+    assert all(s.sources[0].name == "schema" for s in specs.values())
+    assert {registry.schema_variant(s.inner) for s in specs.values()} == set(specs)  # each over its inner drafter
+    assert registry.schema_variant("hybrid") is None
     chosen = ReplayOptions(ks=[2], controllers=()).resolved(pair64).drafters
     assert "lookup" in chosen and not any(d.startswith("schema+") for d in chosen)

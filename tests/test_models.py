@@ -118,16 +118,8 @@ def test_unknown_drafter(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def embedded(two_threads):
+def embedded(embedded_threads):
     return load_pair(progress=None)
-
-
-@pytest.fixture(scope="module")
-def two_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
 
 
 SHAPES = {

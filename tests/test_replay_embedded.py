@@ -20,7 +20,6 @@ import os
 import time
 
 import pytest
-import torch
 
 from playground.cli import main
 from playground.core.engine import HEADLESS, speculative_generate
@@ -53,13 +52,10 @@ def matrix(drafter: str) -> tuple[list[str], tuple[int, ...]]:
 
 
 @pytest.fixture(scope="module")
-def embedded():
+def embedded(embedded_threads):
     from playground.pairs.loading import load_pair
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield load_pair(progress=None)
-    torch.set_num_threads(before)
+    return load_pair(progress=None)
 
 
 @pytest.fixture(scope="module")
