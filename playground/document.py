@@ -12,7 +12,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .core.records import Record, RunSummary, record_to_dict
 from .core.sampling import SamplingConfig
@@ -20,6 +20,9 @@ from .envinfo import redact
 from .inputs.presets import OutputCheck
 from .lab.calibration import Timing
 from .results.environment import Environment
+
+if TYPE_CHECKING:
+    from .drafters.adaptive import CostCurve
 
 KIND = "speculative-playground run"
 
@@ -37,7 +40,7 @@ class RunConfig:
     preset: str | None = None
     chat_template: bool | None = None
     min_confidence: float | None = None
-    cost_curve: Any = None  # a drafters.adaptive.CostCurve when k was chosen per iteration
+    cost_curve: CostCurve | None = None  # when k was chosen per iteration
     constraint: dict | None = None  # a constrained run's schema (constraints.grammar.Grammar.to_dict), None: none
 
     @property

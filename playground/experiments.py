@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import PlaygroundError
 
-Ref = str | Callable[..., Any]
+Ref = str | Callable[..., object]
 """A function or class: itself, or "package.module:attribute", imported on first use."""
 
 

@@ -21,13 +21,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 from pydantic import TypeAdapter
 
 from ..errors import PlaygroundError
+
+if TYPE_CHECKING:
+    from ..results.base import Json
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
 
@@ -130,7 +133,7 @@ class OutputCheck:
     is_json: bool  # a JSON value was found and parsed
     schema_valid: bool | None  # None when there was no JSON to check
     error: str | None  # why not: the JSON decode error, or the schema error with its JSON path
-    value: Any = None  # the parsed JSON value
+    value: Json = None  # the parsed JSON value
     span: tuple[int, int] | None = None  # where the JSON lies in the text (character offsets)
 
     @property

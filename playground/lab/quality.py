@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from scipy.stats import chisquare
@@ -57,7 +56,7 @@ def acceptance(pair, prompts: dict[str, tuple[str, Sequence[int], int]], propose
                             pooled=pooled)
 
 
-def _acceptance_stats(iterations, k: int) -> dict[str, Any]:
+def _acceptance_stats(iterations, k: int) -> dict[str, object]:
     """PooledAcceptance's measured fields, by name."""
     # Iterations whose k was cut short by the length limit would bias the per-k statistics: keep full-k ones.
     full = [it for it in iterations if it.k == k and it.proposed]
@@ -113,7 +112,7 @@ def divergence(pair, prompts: dict[str, Sequence[int]], proposer_factory, ks: Se
     return DivergenceResult(environment=environment(pair), runs=checked, diverged=len(cases), cases=cases)
 
 
-def _recompute(pair, context: list[int], a: int, b: int, multi: int) -> dict[str, Any]:
+def _recompute(pair, context: list[int], a: int, b: int, multi: int) -> dict[str, object]:
     """DivergenceCase's recomputed fields, by name."""
     ways = {}
     lm = CachedLM(pair.target, pair.device, pair.vocab_size)

@@ -11,12 +11,19 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, ClassVar, Self, TypeAlias
 
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import PlaygroundError
 from ..experiments import experiments, result_type
+
+# A JSON value, as json.load gives it: what a result's free-form fields (memory, kernels, timings) hold. At run
+# time it is `object`, which pydantic neither checks nor converts: those fields load and save as they always did.
+if TYPE_CHECKING:
+    Json: TypeAlias = dict[str, "Json"] | list["Json"] | str | int | float | bool | None
+else:
+    Json = object
 
 FORMAT = 2
 """The version of a saved result. 1: the untyped dicts saved before results were typed (no `format` field);
@@ -33,7 +40,7 @@ class Result:
 
     experiment: ClassVar[str] = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Json]:
         """The JSON-ready document: `experiment` and `format` first, then the fields by name."""
         body = _adapter(type(self)).dump_python(self, mode="json")
         return {"experiment": self.experiment, "format": FORMAT, **body}
@@ -42,7 +49,7 @@ class Result:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
     @classmethod
-    def from_dict(cls, doc: dict[str, Any], source: str = "the result") -> Self:
+    def from_dict(cls, doc: dict[str, Json], source: str = "the result") -> Self:
         """The dataclass from a saved document; a file that does not fit says which field and why."""
         body = {k: v for k, v in doc.items() if k not in ("experiment", "format")}
         try:
@@ -58,7 +65,7 @@ class Result:
                                   ) from None
 
 
-def read_document(path: str | Path) -> dict[str, Any]:
+def read_document(path: str | Path) -> dict[str, Json]:
     """A result file's JSON object, or a PlaygroundError saying what is wrong with the file."""
     try:
         with open(path) as f:
@@ -72,7 +79,7 @@ def read_document(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def from_document(doc: dict[str, Any], source: str = "the result") -> Result:
+def from_document(doc: dict[str, Json], source: str = "the result") -> Result:
     """The typed result of a document already read (a saved file, or an upload in the browser)."""
     kind = result_type(doc.get("experiment"))
     if kind is None:

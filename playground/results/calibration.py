@@ -11,9 +11,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from .base import Result
+from .base import Json, Result
 from .environment import Environment
 from .trust import Verdict
 
@@ -129,7 +128,7 @@ class TimingResult(TimingRecord, Result):
 
     experiment = "timing"
     environment: Environment = field(default_factory=Environment)
-    memory: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Json] = field(default_factory=dict)
     batch: BatchResult | None = None
     drafter: str | None = None
     command: str | None = None
@@ -257,7 +256,7 @@ class ForwardsResult(Result):
     device: str | None = None
     dtype: str | None = None
     environment: Environment = field(default_factory=Environment)
-    kernels: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> pairs.kernels.KernelChoice's dict
+    kernels: dict[str, dict[str, Json]] = field(default_factory=dict)  # role -> pairs.kernels.KernelChoice's dict
     shape: PairShape | None = None
     command: str | None = None
     setup: str | None = None

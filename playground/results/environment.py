@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+
+from .base import Json
 
 
 @dataclass
@@ -21,7 +22,7 @@ class PairRecord:
     max_context: int | None = None
     target_params: int | None = None
     draft_params: int | None = None
-    kernels: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kernels: dict[str, dict[str, Json]] = field(default_factory=dict)
 
     def target_kernels(self) -> str | None:
         """"blas" or "onednn" where the target's linear layers were placed on one, else None."""
@@ -45,6 +46,6 @@ class Environment:
     variables: dict[str, str] = field(default_factory=dict)
     pair: PairRecord | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Json]:
         """The JSON document (a run document embeds it as is)."""
         return dataclasses.asdict(self)

@@ -10,12 +10,12 @@ otherwise, as it did before results were typed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
 from ..core.records import Iteration
-from .base import Result
+from .base import Json, Result
 from .environment import Environment
 
 OMITTED = Field(exclude_if=lambda v: v is None)
@@ -310,7 +310,7 @@ class ReplayResult(Result):
     records_note: str
     turns: list[ReplayedTurn]
     errors: list[LineError | TurnError]
-    timings: dict[str, list[dict[str, Any]]]
+    timings: dict[str, list[dict[str, Json]]]
     trust: dict[str, DrafterTrust]
     summary: ReplaySummary
     calibration: Annotated[str | CalibrationUse | None, OMITTED] = None

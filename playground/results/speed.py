@@ -10,9 +10,8 @@ fixed k, the choices of a schedule, a sweep's break-even alpha)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from .base import Result
+from .base import Json, Result
 from .calibration import Spread
 from .environment import Environment
 from .trust import MachineLoad, Verdict
@@ -216,8 +215,8 @@ class SpeedResult(Result):
     runs: list[SpeedRun] = field(default_factory=list)
     plain_runs: list[PlainRun] = field(default_factory=list)
     plain_every: int | None = None  # None: one plain run per prompt and round (results saved before)
-    timing: dict[str, Any] | None = None  # the (first prompt's) calibration, as lab.calibration.Timing saves it
-    timing_by_prompt: dict[str, dict[str, Any]] | None = None
+    timing: dict[str, Json] | None = None  # the (first prompt's) calibration, as lab.calibration.Timing saves it
+    timing_by_prompt: dict[str, dict[str, Json]] | None = None
     drafter: str | None = None  # what the command line said (cli.lab)
     command: str | None = None
     schema: str | None = None  # speed --schema: the schema every arm also ran constrained to (its name)

@@ -9,9 +9,8 @@ speculative config (`spec`, `spec_config`) stays the dict vLLM was started with:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from .base import Result
+from .base import Json, Result
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class VllmServerRecord:
     pid: int | None = None
     model: str | None = None
     served_model_name: str | None = None
-    spec: dict[str, Any] | None = None  # vLLM's --speculative-config; None: the plain server
+    spec: dict[str, Json] | None = None  # vLLM's --speculative-config; None: the plain server
     enforce_eager: bool | None = None
     dtype: str | None = None
     max_model_len: int | None = None
@@ -185,7 +184,7 @@ class VllmCell:
     kind: str
     method: str
     k: int
-    spec_config: dict[str, Any]  # vLLM's --speculative-config of the speculative server
+    spec_config: dict[str, Json]  # vLLM's --speculative-config of the speculative server
     concurrency: int
     round: int
     first_arm: str

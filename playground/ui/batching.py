@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..envinfo import describe_setup
 from ..lab.batch import NEARLY_FREE, batch_predictions, batch_table, batch_timing
@@ -28,6 +28,9 @@ from . import charts, serving
 from .progress import Tracker, clock_text, load_with_progress, mapped, progress_lines, ticker
 from .serving import Background, PairProvider, stoppable
 from .session import RunRequest, Session, encode_request
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 BATCHES = (1, 4, 8)
 N_MAX = 9  # passes over 1..9 new tokens per sequence: k up to 8 (the sweep's default largest k)
@@ -45,7 +48,7 @@ INTRO = ("**Time batches 1, 4, 8** times the target's pass over B copies of this
 class BatchView:
     session: Session
     status: str
-    figure: Any = None  # the sweep chart with the batch lines (when the tab has a sweep)
+    figure: go.Figure | None = None  # the sweep chart with the batch lines (when the tab has a sweep)
     note: str | None = None
 
 

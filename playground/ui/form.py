@@ -8,7 +8,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
+
+Widget: TypeAlias = str | int | float | bool | list | dict | None
+"""One control's raw value, as Gradio hands it to a handler: text, a number, a box's tick, a multiple choice's list,
+None where it is empty (an API call may send any JSON value, a dict too). The parsers check it."""
 
 
 @dataclass(frozen=True)
@@ -16,35 +20,35 @@ class Controls:
     """Every control an event may read, by its component's name; None where the event does not send it."""
 
     # the Run tab
-    prompt: Any = None
-    preset: Any = None
-    chat: Any = None
-    drafter: Any = None
-    k: Any = None
-    k_mode: Any = None
-    decoding: Any = None
-    temperature: Any = None
-    top_k: Any = None
-    top_p: Any = None
-    seed: Any = None
-    max_new_tokens: Any = None
-    min_confidence: Any = None
-    careful: Any = None
-    constrain: Any = None
+    prompt: Widget = None
+    preset: Widget = None
+    chat: Widget = None
+    drafter: Widget = None
+    k: Widget = None
+    k_mode: Widget = None
+    decoding: Widget = None
+    temperature: Widget = None
+    top_k: Widget = None
+    top_p: Widget = None
+    seed: Widget = None
+    max_new_tokens: Widget = None
+    min_confidence: Widget = None
+    careful: Widget = None
+    constrain: Widget = None
     # the k-per-shape tab (a sweep)
-    k_max: Any = None
-    rounds: Any = None
+    k_max: Widget = None
+    rounds: Widget = None
     # the Replay tab
-    source: Any = None
-    trace_file: Any = None
-    presets: Any = None
-    ks: Any = None
-    controllers: Any = None
-    calibration: Any = None
-    first_turns: Any = None
+    source: Widget = None
+    trace_file: Widget = None
+    presets: Widget = None
+    ks: Widget = None
+    controllers: Widget = None
+    calibration: Widget = None
+    first_turns: Widget = None
 
     @classmethod
-    def of(cls, values: Controls | Mapping[str, Any]) -> Controls:
+    def of(cls, values: Controls | Mapping[str, Widget]) -> Controls:
         """The controls from an event's dict (names the form does not hold are left out), or as given."""
         if isinstance(values, Controls):
             return values

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..core.engine import K_MAX
 from ..drafters.registry import make_proposer
@@ -50,6 +50,9 @@ from .session import (
     without_idle_stop,
 )
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
 SHORT = (SHORT_CALIBRATION.repeats, SHORT_CALIBRATION.warmup)  # (repeats, warm-up cycles) of the Calibrate button
 CAREFUL = (12, 3)  # ... of a careful calibration
 N_NEEDED = K_MAX + 1  # passes timed up to this many tokens: one calibration serves any fixed k, adaptive k, a sweep
@@ -66,7 +69,7 @@ class CalibrateView:
 class SweepView:
     session: Session
     status: str
-    figure: Any = None
+    figure: go.Figure | None = None
     table: list | None = None
     summary: str | None = None
     doc: dict | None = None  # the result as JSON (the sweep's Download)

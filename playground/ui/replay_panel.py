@@ -22,7 +22,6 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import gradio as gr
 
@@ -86,7 +85,7 @@ class ReplayState:
 
     doc: ReplayResult | None = None
     drafter: str | None = None
-    tokenizer: Any = None  # the pair's tokenizer (shared, read-only), to draw the token view
+    tokenizer: object | None = None  # the pair's tokenizer (shared, read-only; ModelPair's), to draw the token view
     special_ids: frozenset = field(default_factory=frozenset)
     stopped: bool = False
     outcome: str | None = None

@@ -24,12 +24,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ..drafters.registry import PairFacts, drafters
 from ..errors import PlaygroundError
 from ..lab.calibration import CalibrationStore
-from ..pairs.models import EMBEDDED_NAME, release_memory
+from ..pairs.models import EMBEDDED_NAME, ModelPair, release_memory
 from ..pairs.registry import (
     ALLOW_ANY_ENV,
     PAIRS,
@@ -100,7 +99,7 @@ class PairCache:
 
     def __init__(self, load=None, max_pairs: int | None = None):
         self._lock = threading.Lock()
-        self._pairs: dict[PairChoice, Any] = {}
+        self._pairs: dict[PairChoice, ModelPair] = {}
         self._calibrations: dict[PairChoice, CalibrationStore] = {}
         self._loading: dict[PairChoice, float] = {}  # what is loading now, since when (the health check reads it)
         self._load = load
@@ -272,7 +271,7 @@ class Background:
     iteration to finish. The worker stops at its next record and releases the device lock.
     """
 
-    def __init__(self, work: Callable[[Callable[[Any], None], Callable[[], bool]], Any], name: str = "playground",
+    def __init__(self, work: Callable[[Callable[[object], None], Callable[[], bool]], object], name: str = "playground",
                  lock: threading.Lock | None = None):
         self._work = work
         self._lock = lock

@@ -18,25 +18,29 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..constraints.schema import schema_presets
 from ..core.engine import check_k, check_request
-from ..core.records import Iteration
+from ..core.records import Iteration, RunSummary
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.adaptive import CostCurve, make_controller
 from ..drafters.conversation import Conversation
 from ..drafters.registry import EXAMPLE_DRAFTER
 from ..drafters.registry import names as drafter_names
 from ..errors import PlaygroundError
-from ..inputs.presets import get_preset
+from ..inputs.presets import OutputCheck, Preset, get_preset
 from ..inputs.text import check_prompt_text, encode_prompt
 from ..lab.calibration import CalibrationStore, Timing
 from ..limits import Limits
 from ..pairs.registry import PairChoice
 from ..results.calibration import BatchResult
 from ..results.speed import SweepResult
-from .form import Controls
+from .form import Controls, Widget
+
+if TYPE_CHECKING:
+    from ..constraints.grammar import Grammar
+    from ..results.trust import MachineLoad
 
 DECODINGS = ("greedy", "sample")
 K_MODES = {"fixed": "the k above, every iteration", "adaptive": "chosen per iteration by the cost model",
@@ -112,7 +116,7 @@ def _number(value, what: str) -> float:
     return x
 
 
-def parse_request(controls: Controls | Mapping[str, Any], drafters: Sequence[str] | None = None,
+def parse_request(controls: Controls | Mapping[str, Widget], drafters: Sequence[str] | None = None,
                   limits: Limits | None = None) -> RunRequest:
     """The controls' raw values, by name (prompt, preset, chat, drafter, k, decoding, temperature, top_k,
     top_p, max_new_tokens, seed, k_mode: "fixed" when missing, min_confidence: 0 or missing for none, constrain:
@@ -185,7 +189,7 @@ def without_idle_stop(request: RunRequest, proposer) -> RunRequest:
     return replace(request, min_confidence=None)
 
 
-def parse_sweep(controls: Controls | Mapping[str, Any], drafters: Sequence[str] | None = None,
+def parse_sweep(controls: Controls | Mapping[str, Widget], drafters: Sequence[str] | None = None,
                 limits: Limits | None = None) -> SweepRequest:
     """The sweep's controls (the run's but k and k_mode, plus k_max and rounds) -> a SweepRequest."""
     controls = Controls.of(controls)
@@ -247,22 +251,22 @@ class RunResult:
     prompt_ids: list[int]
     drafter: str  # proposer.describe()
     records: list
-    summary: Any  # RunSummary
+    summary: RunSummary | None  # None until its records are first summarized
     text: str
-    preset: Any  # Preset | None
-    check: Any  # OutputCheck | None
+    preset: Preset | None
+    check: OutputCheck | None
     setup: str
     environment: dict
     finished: bool  # False while streaming (or if it was stopped)
     ended_at: float = 0.0  # time.perf_counter() when the last record arrived
-    plain: Any = None  # RunSummary of the plain run right after ("Compare with plain")
+    plain: RunSummary | None = None  # the plain run right after ("Compare with plain")
     plain_gap_s: float | None = None  # seconds between the speculative run's end and the plain run's start
     plain_setup: str | None = None
-    machine: Any = None  # lab.trust.MachineLoad: other processes' CPU use during the speculative run
-    plain_machine: Any = None  # ... and during the plain run after it
+    machine: MachineLoad | None = None  # other processes' CPU use during the speculative run
+    plain_machine: MachineLoad | None = None  # ... and during the plain run after it
     streamed: bool = True  # tokens drawn while it decoded (False: Compare's run, drawn at the end)
     tokens_html: str | None = None  # a run not streamed: its tokens so far, for the page if it is stopped
-    constraint: Any = None  # constraints.grammar.Grammar of a constrained run ("Constrain to the schema"), else None
+    constraint: Grammar | None = None  # a constrained run's grammar ("Constrain to the schema"), else None
 
     @property
     def sampling(self) -> SamplingConfig:

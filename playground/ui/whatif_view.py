@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import PlaygroundError
 from ..lab.calibration import Timing
@@ -27,9 +27,13 @@ from ..results.calibration import WhatifResult
 from . import charts
 from .batching import sweep_timing
 from .charts import RunPoint
+from .form import Widget
 from .markup import fold
 from .session import Session, _number, run_timing
 from .verdicts import GLOSSARY
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 MODES = {"iid": "iid \u03b1", "positions": "per position"}
 
@@ -39,12 +43,12 @@ class WhatifInputs:
     """The panel's inputs as typed (any of them may be what the user typed: text, None, out of range), in the
     order the events take them."""
 
-    acceptance: Any = "iid"  # "iid" or "positions"
-    alpha: Any = 0.85
-    positions: Any = "0.95, 0.9, 0.85, 0.8"
-    c: Any = 0.38
-    overhead: Any = 0.0
-    v: Any = "flat"
+    acceptance: Widget = "iid"  # "iid" or "positions"
+    alpha: Widget = 0.85
+    positions: Widget = "0.95, 0.9, 0.85, 0.8"
+    c: Widget = 0.38
+    overhead: Widget = 0.0
+    v: Widget = "flat"
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class RunMark:
 @dataclass
 class WhatifView:
     status: str
-    figure: Any
+    figure: go.Figure
     table: str  # HTML: per k
     grid: str  # HTML: alpha x k
     doc: WhatifResult  # lab.whatif.whatif's result
