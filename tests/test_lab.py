@@ -272,7 +272,7 @@ def test_plain_runs_bracket_every_few_speculative_runs():
 def test_plain_speed_is_interpolated_to_each_speculative_run():
     from types import SimpleNamespace
 
-    from playground.lab.speed import _plain_at
+    from playground.lab.speed.run import _plain_at
     # a host slowing steadily: plain steps of 50 ms at t = 0 and 60 ms at t = 10 (40 tokens each)
     early = SimpleNamespace(new_tokens=40, decode_s=40 * 0.050, prefill_s=0.2)
     late = SimpleNamespace(new_tokens=40, decode_s=40 * 0.060, prefill_s=0.4)
