@@ -158,7 +158,7 @@ for _e in (
     Experiment("batch", result="playground.results.calibration:BatchResult", table="playground.lab.batch:batch_table",
                command="timing"),  # timing --batch, and the browser's "Time batches"
     Experiment("replay", result="playground.results.replay:ReplayResult",
-               report="playground.lab.replay_report:replay_table", command="replay"),
+               report="playground.lab.replay.report:replay_table", command="replay"),
     Experiment("whatif", result="playground.results.calibration:WhatifResult",
                report="playground.lab.whatif:whatif_text", command="whatif"),
     Experiment("vllm-sweep", result="playground.results.vllm:VllmSweepResult",

@@ -9,7 +9,7 @@ round runs, back to back in an order that rotates from round to round:
   on, N thr  the drafter prefills itself beside the target's prefill, llama.cpp on N threads (one arm per
              --prefill-threads value; torch keeps all of its own).
 Each speculative run is divided by the plain run of its round. Printed: the end-to-end ratio (prefill counted,
-lab.speed._e2e), the decode-only ratio, each as median and min-max over rounds, the paired gain of each arm
+lab.speed.run._e2e), the decode-only ratio, each as median and min-max over rounds, the paired gain of each arm
 over "off" (median of the per-round differences of the end-to-end ratio), and the median prefill times: target,
 drafter total (its own prefill wall time, or the copy), drafter not hidden (what the run waited for after the
 target finished) and the phase's wall time.
@@ -38,7 +38,7 @@ from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup, environment
 from playground.inputs.presets import get_preset
 from playground.lab.common import rotated
-from playground.lab.speed import _e2e
+from playground.lab.speed.run import _e2e
 from playground.lab.trust import MachineMonitor, Verdict
 from playground.pairs.registry import load_named_pair
 from playground.studies.bench_prefill import EXPERIMENT, markdown

@@ -29,8 +29,7 @@ from playground.envinfo import describe_setup
 from playground.inputs.traces import SAMPLE_TRACE, read_trace
 from playground.lab import SpeedRequest, calibrate, sweep
 from playground.lab.calibration import CalibrationPlan, CalibrationStore
-from playground.lab.replay import calibration_contexts, replay_turns
-from playground.lab.replay_options import ReplayOptions
+from playground.lab.replay import ReplayOptions, calibration_contexts, replay_turns
 from playground.pairs.registry import choose_pair, load_choice
 
 

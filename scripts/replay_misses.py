@@ -39,8 +39,7 @@ from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup, environment
 from playground.inputs.presets import get_preset, preset_names
 from playground.lab.calibration import CalibrationPlan, calibrate, pooled
-from playground.lab.replay import preset_turns, replay_turns
-from playground.lab.replay_options import ReplayOptions
+from playground.lab.replay import ReplayOptions, preset_turns, replay_turns
 from playground.lab.speed import SpeedRequest, speed
 from playground.lab.trust import MachineMonitor, Verdict
 from playground.pairs.registry import load_named_pair

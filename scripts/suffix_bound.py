@@ -27,7 +27,7 @@ from playground.drafters.proposers import lookup
 from playground.drafters.suffix import SuffixProposer
 from playground.drafters.suffix_cache import SuffixCache
 from playground.inputs.traces import read_trace
-from playground.lab.replay_summary import MIN_SHAPE_TOKENS
+from playground.lab.replay.summary import MIN_SHAPE_TOKENS
 from playground.lab.shapes import LABELS, SHAPES, segment
 from playground.pairs.registry import load_named_pair
 from playground.studies.suffix_bound import ARMS, COPY, EXPERIMENT, markdown

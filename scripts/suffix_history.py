@@ -18,8 +18,8 @@ import argparse
 import datetime
 import sys
 
-from playground.lab.replay_report import header
-from playground.lab.replay_summary import turns_of
+from playground.lab.replay.report import header
+from playground.lab.replay.summary import turns_of
 from playground.lab.shapes import LABELS, SHAPES
 from playground.results import load_result
 from playground.results.replay import ReplayResult, SimulatedWalk

@@ -11,7 +11,7 @@ from playground.core.sampling import GREEDY
 from playground.document import RunConfig
 from playground.drafters import registry
 from playground.errors import PlaygroundError
-from playground.lab.replay_options import ReplayOptions
+from playground.lab.replay import ReplayOptions
 from playground.ui import render
 from playground.ui.session import parse_request
 from playground.ui.theme import CSS

@@ -12,7 +12,7 @@ import pytest
 from playground import lab
 from playground.drafters.proposers import DraftModelProposer
 from playground.lab import SpeedRequest
-from playground.lab.speed_cells import drift_by_prompt, host_level, verdicts
+from playground.lab.speed.cells import drift_by_prompt, host_level, verdicts
 from playground.lab.trust import FAIL, WARN, MachineLoad, MachineMonitor
 from playground.results.speed import PlainRun
 

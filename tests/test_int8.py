@@ -125,7 +125,7 @@ def test_the_embedded_int8_draft_is_chunk_invariant_on_real_weights():
 def test_replay_shares_one_pass_only_for_a_draft_whose_rows_are_independent():
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    from playground.lab.replay_walk import shared_exact
+    from playground.lab.replay.walk import shared_exact
 
     from .tiny import tiny_pair
 

@@ -272,7 +272,7 @@ def test_plain_runs_bracket_every_few_speculative_runs():
 def test_plain_speed_is_interpolated_to_each_speculative_run():
     from types import SimpleNamespace
 
-    from playground.lab.speed import _plain_at
+    from playground.lab.speed.run import _plain_at
     # a host slowing steadily: plain steps of 50 ms at t = 0 and 60 ms at t = 10 (40 tokens each)
     early = SimpleNamespace(new_tokens=40, decode_s=40 * 0.050, prefill_s=0.2)
     late = SimpleNamespace(new_tokens=40, decode_s=40 * 0.060, prefill_s=0.4)
@@ -292,7 +292,7 @@ def test_plain_speed_is_interpolated_to_each_speculative_run():
 def test_a_run_that_ended_on_an_eos_is_predicted_with_its_last_iteration_as_run():
     from playground.core import cost
     from playground.lab.calibration import Timing
-    from playground.lab.speed_cells import run_prediction
+    from playground.lab.speed.cells import run_prediction
     from playground.results.speed import SpeedRun
     t = Timing(target_step_s=0.05, verify_s={n: 0.05 * (1 + 0.1 * (n - 1)) for n in range(1, 6)},
                draft_step_s=0.025, context_tokens=10)
@@ -313,7 +313,7 @@ def test_a_model_free_drafters_prediction_counts_the_iterations_that_drafted_not
     from playground.drafters.adaptive import CostCurve
     from playground.lab.calibration import Timing
     from playground.lab.schedules import costed_ratio
-    from playground.lab.speed_cells import run_prediction, variable_lengths
+    from playground.lab.speed.cells import run_prediction, variable_lengths
     from playground.results.speed import SpeedRun
     t = Timing(target_step_s=0.05, verify_s={n: 0.05 * (1 + 0.02 * (n - 1)) for n in range(1, 18)},
                draft_step_s=0.0005, context_tokens=10)

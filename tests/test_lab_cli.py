@@ -184,9 +184,9 @@ def test_bad_lab_arguments(dirs, capsys):
     assert main(["speed", "--target", dirs[0], "--draft", "none", "--drafter", "lookup", "--prompt", "w1",
                  "--plain-every", "0"]) == 2
     assert "--plain-every must be >= 1" in capsys.readouterr().err
-    # the parser spells out lab.speed_request.PLAIN_EVERY (it imports nothing that loads torch): the two agree
+    # the parser spells out lab.speed.request.PLAIN_EVERY (it imports nothing that loads torch): the two agree
     from playground.cli.entry import build_parser
-    from playground.lab.speed_request import PLAIN_EVERY
+    from playground.lab.speed import PLAIN_EVERY
     assert build_parser().parse_args(["sweep"]).plain_every == PLAIN_EVERY
     assert main(["speed", "--target", dirs[0], "--draft", "none", "--drafter", "lookup", "--prompt", "w1", "--ks", "a,b"]) == 2
     assert "comma-separated k values" in capsys.readouterr().err

@@ -27,10 +27,9 @@ from playground.drafters.registry import DrafterSpec, PairFacts, Source, make_pr
 from playground.errors import PlaygroundError
 from playground.experiments import experiments
 from playground.lab import acceptance
-from playground.lab.replay import greedy_turn, replay_turns
-from playground.lab.replay_options import ReplayOptions
+from playground.lab.replay import ReplayOptions, greedy_turn, replay_turns
 from playground.lab.speed import SpeedRequest, speed
-from playground.lab.trace_runs import TraceTurns
+from playground.lab.speed.trace import TraceTurns
 from playground.pairs.models import ModelPair
 from playground.ui import handlers, render, serving, session
 from tests.tiny import perturbed, tiny_model, word_tokenizer

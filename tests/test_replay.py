@@ -23,12 +23,10 @@ from playground.drafters.proposers import DraftModelProposer
 from playground.drafters.registry import make_proposer, names
 from playground.errors import PlaygroundError
 from playground.inputs.traces import TraceError, Turn
-from playground.lab import replay_summary
 from playground.lab.calibration import Timing
-from playground.lab.replay import greedy_turn, replay_turns
-from playground.lab.replay_options import FEEDINGS, ReplayOptions
-from playground.lab.replay_report import replay_table
-from playground.lab.replay_walk import PassProposer, expected_walk, replay_context, walk
+from playground.lab.replay import FEEDINGS, ReplayOptions, greedy_turn, replay_table, replay_turns
+from playground.lab.replay import summary as replay_summary
+from playground.lab.replay.walk import PassProposer, expected_walk, replay_context, walk
 from playground.results import FORMAT, load_result
 from playground.results.replay import (
     CalibrationUse,

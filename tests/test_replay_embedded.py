@@ -31,9 +31,8 @@ from playground.inputs.presets import preset_names
 from playground.inputs.traces import SAMPLE_TRACE
 from playground.lab.calibration import Timing
 from playground.lab.quality import _recompute
-from playground.lab.replay import preset_turns, replay_turns
-from playground.lab.replay_options import ReplayOptions
-from playground.lab.replay_report import _recommendation
+from playground.lab.replay import ReplayOptions, preset_turns, replay_turns
+from playground.lab.replay.report import _recommendation
 from playground.results.replay import ShapeRecommendation, SimulatedIteration
 
 FULL = os.environ.get("PLAYGROUND_FULL_REPLAY_CHECK") == "1"

@@ -1,4 +1,4 @@
-"""What a turn's schema is worth in a replay (playground.lab.replay_schema): the forced share of a recorded tool
+"""What a turn's schema is worth in a replay (playground.lab.replay.schema): the forced share of a recorded tool
 call, walked as the schema+ drafters propose; a recording that leaves its schema named, not counted; the
 constrained walks of a greedy replay equal live constrained runs (schema+lookup, schema+draft; fixed k and the
 heuristic), pooled per shape beside the free walks; the table and the saved result keep them. A tiny random model
@@ -18,10 +18,8 @@ from playground.drafters.adaptive import make_controller
 from playground.drafters.registry import make_proposer
 from playground.inputs.presets import get_preset
 from playground.inputs.traces import Turn
-from playground.lab.replay import replay_turns
-from playground.lab.replay_options import ReplayOptions
-from playground.lab.replay_report import replay_table
-from playground.lab.replay_schema import forced_positions, schema_worth
+from playground.lab.replay import ReplayOptions, replay_table, replay_turns
+from playground.lab.replay.schema import forced_positions, schema_worth
 from playground.pairs.loading import ensure_embedded_safetensors, load_tokenizer
 from playground.pairs.models import ModelPair
 from playground.results import load_result

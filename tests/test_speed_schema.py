@@ -1,4 +1,4 @@
-"""speed / sweep --schema (playground.lab.speed_schema): every arm also run constrained, right after its free run,
+"""speed / sweep --schema (playground.lab.speed.schema): every arm also run constrained, right after its free run,
 with the drafter's schema+ variant, divided by constrained plain decoding; per k the constrained speed-up, tokens
 per pass constrained and free, and the forced share, in the result, the printed table and the saved file; the
 command line's refusals. A tiny random model whose vocabulary is the embedded tokenizer's."""
@@ -20,7 +20,7 @@ from playground.drafters.registry import make_proposer
 from playground.inputs.presets import get_preset
 from playground.lab.report import experiment_text
 from playground.lab.speed import SpeedRequest
-from playground.lab.speed_schema import SCHEMA, constrained_drafter
+from playground.lab.speed.schema import SCHEMA, constrained_drafter
 from playground.pairs.loading import ensure_embedded_safetensors, load_tokenizer
 from playground.pairs.models import ModelPair
 from playground.results import load_result

@@ -9,8 +9,7 @@ from playground.core.sampling import GREEDY, SamplingConfig
 from playground.drafters.adaptive import CostCurve, make_controller
 from playground.drafters.registry import make_proposer
 from playground.drafters.suffix_cache import SuffixCache, suffix_tree_available
-from playground.lab.replay import greedy_turn, replay_turns
-from playground.lab.replay_options import ReplayOptions
+from playground.lab.replay import ReplayOptions, greedy_turn, replay_turns
 from tests.test_replay import EOS, fake_timing
 from tests.tiny import tiny_pair
 
@@ -98,7 +97,7 @@ def test_memory_stays_bounded_over_a_thousand_turn_replay(capsys):
 
     from playground.core.engine import FixedK
     from playground.drafters.suffix import SuffixProposer
-    from playground.lab.replay_walk import replay_context, walk
+    from playground.lab.replay.walk import replay_context, walk
 
     rng, cache, rss = random.Random(0), SuffixCache(max_responses=64, max_tokens=8_000), psutil.Process().memory_info
     words = [[rng.randrange(2, 3000) for _ in range(rng.randrange(3, 12))] for _ in range(400)]  # "phrases"

@@ -14,7 +14,7 @@ from playground.drafters.suffix_cache import suffix_tree_available
 from playground.errors import PlaygroundError
 from playground.inputs.traces import Turn
 from playground.lab.speed import SpeedRequest, speed
-from playground.lab.trace_runs import TraceTurns, own_writing, trace_turns, writing_note
+from playground.lab.speed.trace import TraceTurns, own_writing, trace_turns, writing_note
 from playground.pairs.loading import load_pair
 from tests.test_lab_cli import dirs  # noqa: F401  the tiny local pair, saved once per module
 from tests.tiny import tiny_pair
@@ -167,7 +167,7 @@ def test_the_parser_spells_out_the_shapes():
 
 
 def test_a_figure_over_several_prompts_is_judged_by_its_rounds_not_by_how_the_prompts_differ():
-    from playground.lab.speed_cells import judge
+    from playground.lab.speed.cells import judge
     from playground.results.speed import SpeedRow, SpeedRun
     from playground.results.trust import Verdict
 

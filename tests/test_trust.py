@@ -199,7 +199,7 @@ def test_a_clean_run_recommends_and_explains_each_cell(pair64, quiet):
 
 @pytest.mark.parametrize("trusted", [True, False])
 def test_the_speed_table_recommends_its_best_k_exactly_when_its_verdict_passes(pair64, quiet, monkeypatch, trusted):
-    speed = importlib.import_module("playground.lab.speed")  # the module (playground.lab.speed is its function)
+    speed = importlib.import_module("playground.lab.speed.run")  # the module (playground.lab.speed is its function)
 
     verdict = Verdict.of() if trusted else Verdict.of(check_rounds(1))
     monkeypatch.setattr(speed, "verdicts", lambda request, *_: (verdict, dict.fromkeys(request.prompts, verdict)))

@@ -82,7 +82,7 @@ def _rounds(p: argparse.ArgumentParser) -> None:
 def _stop_and_plain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-confidence", type=float, default=None,
                    help="model drafters stop after a token they gave less than this probability")
-    # lab.speed_request.PLAIN_EVERY, spelled out: the parser imports nothing that loads torch
+    # lab.speed.request.PLAIN_EVERY, spelled out: the parser imports nothing that loads torch
     p.add_argument("--plain-every", type=int, default=3, metavar="N",
                    help="a plain run before every N speculative runs of a prompt and after the last; each "
                         "speculative run is divided by plain speed interpolated to its moment (default 3; "
@@ -146,7 +146,7 @@ def acceptance_args(p: argparse.ArgumentParser) -> None:
 
 
 def speed_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("a recorded trace's turns instead of presets (lab/trace_runs.py)")
+    g = p.add_argument_group("a recorded trace's turns instead of presets (lab/speed/trace.py)")
     g.add_argument("--trace", metavar="FILE", help="run the turns of this JSONL trace (as `replay` reads it), each "
                    "to its recorded length; the suffix drafters hold the responses before each turn")
     # lab.shapes.SHAPES, spelled out: the parser imports nothing that loads torch

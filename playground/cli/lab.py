@@ -28,9 +28,8 @@ from ..lab.batch import batch_predictions, batch_timing
 from ..lab.calibration import CalibrationPlan, pooled
 from ..lab.quality import DistributionPlan
 from ..lab.report import experiment_text
-from ..lab.speed import SpeedRequest
-from ..lab.speed_schema import constrained_drafter
-from ..lab.trace_runs import TraceTurns, own_writing, trace_turns, writing_note
+from ..lab.speed import SpeedRequest, constrained_drafter
+from ..lab.speed.trace import TraceTurns, own_writing, trace_turns, writing_note
 from ..pairs.models import ModelPair
 from ..results import Result
 from ..results.calibration import BatchPredictions, TimingResult
@@ -63,7 +62,7 @@ class Job:
 
     def schema_options(self) -> dict:
         """speed / sweep --schema: the grammar every arm also runs constrained to, and the drafter's schema+ variant
-        that runs the constrained arms (lab.speed_schema); none without --schema."""
+        that runs the constrained arms (lab.speed.schema); none without --schema."""
         if getattr(self.args, "schema", None) is None:
             return {}
         name = constrained_drafter(self.pair, self.args.drafter)

@@ -16,9 +16,15 @@ from ..envinfo import describe_setup, redact
 from ..errors import PlaygroundError
 from ..inputs.traces import read_trace
 from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, calibrated_timing
-from ..lab.replay import calibration_contexts, preset_turns, replay_turns, text_turn
-from ..lab.replay_options import ReplayOptions, check_confidence
-from ..lab.replay_report import replay_table
+from ..lab.replay import (
+    ReplayOptions,
+    calibration_contexts,
+    check_confidence,
+    preset_turns,
+    replay_table,
+    replay_turns,
+    text_turn,
+)
 from ..lab.report import report
 from ..limits import Limits
 from .lab import _progress_bar  # the lab commands' progress bar, shared so every command draws the same one

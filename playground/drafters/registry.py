@@ -1,7 +1,7 @@
 """Drafters by name: one declaration (`DrafterSpec`) per drafter, which every reader takes its drafters from.
 
 The CLI's --drafter choices (playground.cli), the browser's drafter menus (playground.ui.serving), replay
-(playground.lab.replay, replay_sampling, replay_walk) and the lab's commands (playground.cli.experiments) all read
+(playground.lab.replay: its run, sampling and walk) and the lab's commands (playground.cli.experiments) all read
 `drafters()` / `drafter_spec(name)`; none keeps a list of its own. `make_proposer` builds one by name, "auto" picks the best
 this pair can run (`default_drafter`), and `available_drafters` says which a pair can run.
 

@@ -85,7 +85,7 @@ class DrafterSpec:
     replay: str = "live"
     """How replay walks it: "live", a model-free drafter whose proposals depend on the text only, walked by its own
     proposer (exact); "pass", a model drafter, whose proposals replay reads from one teacher-forced pass per turn
-    (playground.lab.replay_walk.shared_pass) or feeds it live; "hybrid", prompt lookup else the pair's model
+    (playground.lab.replay.walk.shared_pass) or feeds it live; "hybrid", prompt lookup else the pair's model
     drafter, built around that drafter's walk (the `model` build option)."""
     draft_model: bool = False
     """It runs the pair's draft model (so it needs one)."""

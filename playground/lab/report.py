@@ -33,7 +33,7 @@ from .misses import (
     trust_cell,
 )
 from .schedules import schedules_lines
-from .speed_schema import schema_lines
+from .speed.schema import schema_lines
 
 
 def _setup_line(doc: Result) -> str:
@@ -200,7 +200,7 @@ def host_level_lines(doc: SpeedResult) -> list[str]:
 
 
 def trace_lines(doc: SpeedResult) -> list[str]:
-    """speed --trace: whether the trace's responses are the target's own writing (lab.trace_runs.writing_note)."""
+    """speed --trace: whether the trace's responses are the target's own writing (lab.speed.trace.writing_note)."""
     return [f"trace: {doc.trace_note}"] if doc.trace_note else []
 
 

@@ -52,7 +52,7 @@ def check_drift(prompt: str, plain_tokens_per_s: Sequence[float], limits: TrustL
 
 def check_host_level(levels: Sequence[float], prompts: int, limits: TrustLimits = LIMITS,
                      load: MachineLoad | None = None) -> list[Finding]:
-    """The host's plain level over every prompt (lab.speed_cells.host_level: each round's median of the prompts'
+    """The host's plain level over every prompt (lab.speed.cells.host_level: each round's median of the prompts'
     plain speeds, each relative to its own median) that moved between rounds: the machine changed under all of
     them, so every figure over them fails."""
     return _moved(levels, f"the {prompts} prompts",

@@ -149,7 +149,7 @@ class TurnShapes:
 
 @dataclass
 class SchemaWorth:
-    """What a turn's schema forces of its recorded output (lab.replay_schema): of its `tokens` (the output the
+    """What a turn's schema forces of its recorded output (lab.replay.schema): of its `tokens` (the output the
     grammar holds, its end-of-sequence token aside), the `forced` ones, walked as the schema+ drafters propose them;
     per shape [tokens, forced]. note: why there is no share (the recording leaves the schema, or the schema cannot
     be compiled). The constrained walks are exact where `exact` is."""

@@ -209,8 +209,8 @@ class SpeedResult(Result):
     by_prompt: list[SpeedRow] = field(default_factory=list)
     best_k_by_prompt: dict[str, int | str] = field(default_factory=dict)
     drift: dict[str, Drift] = field(default_factory=dict)  # by prompt
-    host_drift: Drift | None = None  # every prompt's plain level per round, relative (lab.speed_cells.host_level)
-    trace_note: str | None = None  # --trace, greedy: whether its responses are the target's own (lab.trace_runs)
+    host_drift: Drift | None = None  # every prompt's plain level per round, relative (lab.speed.cells.host_level)
+    trace_note: str | None = None  # --trace, greedy: whether its responses are the target's own (lab.speed.trace)
     schedules: list[ScheduleEntry] = field(default_factory=list)
     runs: list[SpeedRun] = field(default_factory=list)
     plain_runs: list[PlainRun] = field(default_factory=list)

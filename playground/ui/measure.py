@@ -27,8 +27,7 @@ from ..lab.calibration import (
     calibrated_timing,
     pass_lengths,
 )
-from ..lab.speed import bracketed, sweep
-from ..lab.speed_request import PLAIN_EVERY, SpeedRequest
+from ..lab.speed import PLAIN_EVERY, SpeedRequest, bracketed, sweep
 from ..limits import Limits
 from ..results.speed import SweepResult
 from . import charts, serving, sweep_words, verdicts

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 
 from ..drafters import registry
-from ..lab.replay_walk import target_chunks
+from ..lab.replay import target_chunks
 from ..limits import ENV_VARS, Limits
 from .progress import clock_text
 

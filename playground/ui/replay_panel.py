@@ -32,8 +32,7 @@ from ..errors import PlaygroundError
 from ..inputs.presets import load_presets
 from ..inputs.traces import SAMPLE_TRACE, read_trace
 from ..lab.calibration import SHORT_CALIBRATION, CalibrationStore, calibrated_timing
-from ..lab.replay import calibration_contexts, preset_turns, replay_turns
-from ..lab.replay_options import ReplayOptions
+from ..lab.replay import ReplayOptions, calibration_contexts, preset_turns, replay_turns
 from ..limits import Limits
 from ..results.replay import CalibrationUse, LineError, ReplayResult
 from . import javascript, serving

@@ -17,7 +17,7 @@ from ..core.engine import K_MAX, check_k
 from ..core.sampling import SamplingConfig
 from ..errors import PlaygroundError
 from ..inputs.presets import get_preset
-from ..lab.replay_options import check_confidence
+from ..lab.replay import check_confidence
 from ..limits import ENV_VARS, Limits
 from .form import Controls
 from .session import _integer, parse_request

@@ -2,7 +2,7 @@
 that carry a schema (a trace line's `tools`, one tool call), per output shape the share of its tokens the schema
 forced, and per k (and controller) the chosen drafter's tokens per target pass free and constrained (schema+ the
 drafter), with the constrained walk's predicted speed-up over constrained plain decoding. Built from the
-`ReplayResult` alone (lab.replay_summary.schema_shape pooled it); nothing where no turn carries a schema.
+`ReplayResult` alone (lab.replay.summary.schema_shape pooled it); nothing where no turn carries a schema.
 """
 
 from __future__ import annotations

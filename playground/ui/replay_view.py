@@ -10,7 +10,7 @@ from the `ReplayResult` alone (the request is parsed in replay_request.py).
   turns carry one (replay_schema_view.py); `errors_markdown`: the lines and turns not replayed.
 - `token_view`: one turn at one k (or controller), its simulated iterations through render.py's token HTML.
 
-The summary's recommendation (lab.replay_summary) is shown as the sweep's is (sweep_words.recommendation): never
+The summary's recommendation (lab.replay.summary) is shown as the sweep's is (sweep_words.recommendation): never
 from an untrusted calibration, and never a k predicted slower than plain decoding.
 """
 

@@ -1,7 +1,7 @@
 """The drafters with a memory (DrafterSpec.new_memory: the suffix drafters) in a replay: their earlier turns.
 
 A live agent's suffix cache holds the responses it wrote before. A replay builds it the same way: one memory per
-drafter and arm (k or controller) for the whole trace (its arm's `Conversation`, replay_options.TraceMemory.arm),
+drafter and arm (k or controller) for the whole trace (its arm's `Conversation`, options.TraceMemory.arm),
 grown by that arm's walks turn by turn in the file's order (each walk begins a run over the turn's prompt and
 appends the committed tokens, as a live run does), across conversations. So a walk is the live run that had the
 same history: replay equals a live run fed the same earlier turns, iteration by iteration
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..drafters.registry import new_memory
-from ..results.replay import DrafterTrust, WalkedDrafter
+from ...drafters.registry import new_memory
+from ...results.replay import DrafterTrust, WalkedDrafter
 
 ALONE = " (no cache)"
 

@@ -6,15 +6,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
-from ..drafters.adaptive import CostCurve
-from ..results.speed import Drift, PlainRun, SpeedRow, SpeedRun
-from ..results.trust import WARN, Finding, MachineLoad, TrustLimits, Verdict
-from .calibration import Timing
-from .fit import explain_cell, predict_from_neighbours, reached, stop_limit
-from .schedules import costed_ratio, decisions
-from .speed_request import SpeedRequest
-from .speed_schema import schema_cell
-from .trust import (
+from ...drafters.adaptive import CostCurve
+from ...results.speed import Drift, PlainRun, SpeedRow, SpeedRun
+from ...results.trust import WARN, Finding, MachineLoad, TrustLimits, Verdict
+from ..calibration import Timing
+from ..fit import explain_cell, predict_from_neighbours, reached, stop_limit
+from ..schedules import costed_ratio, decisions
+from ..trust import (
     check_calibration,
     check_drift,
     check_host_level,
@@ -25,6 +23,8 @@ from .trust import (
     check_spread,
     relative_spread,
 )
+from .request import SpeedRequest
+from .schema import schema_cell
 
 
 def predict_runs(request: SpeedRequest, runs: list[SpeedRun]) -> None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import statistics
 
-from ..core.records import RunSummary
-from ..drafters import registry
-from ..results.speed import ConstrainedRun, SchemaCell, SpeedResult, SpeedRun
+from ...core.records import RunSummary
+from ...drafters import registry
+from ...results.speed import ConstrainedRun, SchemaCell, SpeedResult, SpeedRun
 
 SCHEMA = "|schema"
 

@@ -1,56 +1,28 @@
-"""Replay: which k for an agent, from its recorded outputs, without generating anything.
-
-`replay_turns(pair, turns, options)` takes recorded turns (playground.inputs.traces: a trace file; or presets / a
-prompt whose completion is the target's own greedy output, `preset_turns` / `text_turn`) and, per turn and drafter,
-walks every k and controller of the `ReplayOptions` (replay_options.py) through the engine's loop with
-teacher-forced passes in place of generation (replay_walk.py says how). `feeding` decides where a model drafter's
-proposals come from: "live" walks it through its own proposer, fed as a live run feeds it; "shared" reads them from
-one pass per turn (its own propose, one token at a time); "auto" (the default) takes the shared pass where its
-walks equal the live-fed ones (replay_walk.shared_exact): for llama.cpp (72 of 72 walks, 4 presets x k = 1..16 and
-both controllers; tests/test_replay_embedded.py) and for the int8 draft on the lean forward, whose logits do not depend
-on how its feed was chunked (core.int8; the same 72 walks equal, 2026-12-04; 47 differed with activations scaled per
-feed), and live feeding for other draft models; adaptive k, which stops a drafter on its confidence past a rejection
-too, feeds it live wherever the turn is exact. A completion the target did not write is read from the shared pass.
-Each walk yields the simulated `Iteration` records (zero timings, marked simulated), the accepted-length histogram,
-per-position acceptance, the controller's choices and, with a calibration (`timing_of(drafter, prompt_ids) ->
-Timing`), the predicted speed-up: sum over iterations of k*c + overhead + v(k+1) target steps (playground.core.cost)
-against one step per token for plain decoding.
-
-A turn is *exact* when decoding is greedy and the completion is the target's own greedy continuation (checked:
-the target's teacher-forced arg-max equals the recorded token at every position); then a replayed walk is the
-live run's iterations, up to floating-point near-ties of the target (reported with their logit gaps). A
-completion written by another model, a shared-pass replay of a draft model fed live otherwise, and every sampling
-replay are estimates, and say so. replay_summary.py pools the turns per output shape and recommends a k. The
-result is a `ReplayResult` (playground.results.replay).
-
-`min_confidence` replays runs with a draft confidence stop (`speculative_generate(min_confidence=)`, transformers'
-assistant_confidence_threshold): a model drafter stops drafting after a proposal whose own probability is below it.
-Where it stops depends on the drafter's probabilities after its own proposals, which one shared pass does not have,
-so every model drafter is then fed live, a completion the target did not write included (an estimate, as always).
-"""
+"""Replay's run: `replay_turns` over recorded turns, and the turns it takes (`preset_turns`, `text_turn`,
+`greedy_turn`); the package's docstring (playground.lab.replay) says what a replay is."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..core.cached import CachedLM
-from ..core.engine import plain_generate
-from ..core.lean import copy_lm
-from ..core.proposal import RunContext
-from ..core.records import Step, summarize
-from ..core.sampling import GREEDY
-from ..drafters import registry
-from ..drafters.adaptive import CostCurve, make_controller
-from ..drafters.proposers import DraftModelProposer
-from ..drafters.registry import DRAFT, HYBRID_WALK, make_proposer
-from ..envinfo import environment
-from ..errors import PlaygroundError
-from ..inputs.presets import get_preset
-from ..inputs.text import encode_prompt
-from ..inputs.traces import Turn
-from ..limits import Limits
-from ..results.replay import (
+from ...core.cached import CachedLM
+from ...core.engine import plain_generate
+from ...core.lean import copy_lm
+from ...core.proposal import RunContext
+from ...core.records import Step, summarize
+from ...core.sampling import GREEDY
+from ...drafters import registry
+from ...drafters.adaptive import CostCurve, make_controller
+from ...drafters.proposers import DraftModelProposer
+from ...drafters.registry import DRAFT, HYBRID_WALK, make_proposer
+from ...envinfo import environment
+from ...errors import PlaygroundError
+from ...inputs.presets import get_preset
+from ...inputs.text import encode_prompt
+from ...inputs.traces import Turn
+from ...limits import Limits
+from ...results.replay import (
     DrafterTrust,
     LineError,
     ReplayedTurn,
@@ -63,14 +35,15 @@ from ..results.replay import (
     WalkedDrafter,
     arm_label,
 )
-from .calibration import CalibrationStore
-from .common import Progress, tick
-from .replay_options import ReplayOptions, TraceMemory
-from .replay_sampling import replay_sampled_turn
-from .replay_schema import constrained_walks, grammar_of, schema_worth
-from .replay_suffix import alone, alone_entry, with_alone
-from .replay_summary import summarize_replay
-from .replay_walk import (
+from ..calibration import CalibrationStore
+from ..common import Progress, tick
+from ..shapes import segment
+from .options import ReplayOptions, TraceMemory
+from .sampling import replay_sampled_turn
+from .schema import constrained_walks, grammar_of, schema_worth
+from .suffix import alone, alone_entry, with_alone
+from .summary import summarize_replay
+from .walk import (
     PassProposer,
     TargetPass,
     exactness,
@@ -84,7 +57,6 @@ from .replay_walk import (
     walk,
     walk_costs,
 )
-from .shapes import segment
 
 _COMPUTED = "simulated: these iterations were computed from teacher-forced passes over the recorded text, not run; "
 SIMULATED = _COMPUTED + ("their timings are 0, and a model drafter's proposals stop at the first one the target rejects "
@@ -258,7 +230,7 @@ def replay_greedy_turn(pair, turn: Turn, options: ReplayOptions, memory: TraceMe
     drafters: dict[str, WalkedDrafter] = {}
     for drafter in options.drafters:
         entry = _walk_drafter(pair, passes, drafter, options, memory, drafters, progress)
-        drafters[drafter] = entry  # after its walks with no cache (replay_suffix): the file's order
+        drafters[drafter] = entry  # after its walks with no cache (suffix.py): the file's order
     out = with_worth(pair, turn, replayed_turn(turn, ex, shapes, drafters))
     if out.schema_worth is not None and out.schema_worth.note is None:  # the recording keeps to its schema
         grammar = grammar_of(turn, pair.tokenizer)
@@ -267,7 +239,7 @@ def replay_greedy_turn(pair, turn: Turn, options: ReplayOptions, memory: TraceMe
 
 
 def with_worth(pair, turn: Turn, out: ReplayedTurn) -> ReplayedTurn:
-    """`out` with its schema's worth (replay_schema.schema_worth), where the turn carries a schema."""
+    """`out` with its schema's worth (schema.schema_worth), where the turn carries a schema."""
     grammar = grammar_of(turn, pair.tokenizer)
     if grammar is not None:
         out.schema_worth = grammar if isinstance(grammar, SchemaWorth) else schema_worth(
@@ -305,7 +277,7 @@ def _walk_drafter(pair, p: _Passes, drafter: str, options: ReplayOptions, memory
         proposer = p.proposers.get(drafter, live, conversation.memory(drafter))
         w = walk(turn.prompt_ids, turn.completion_ids, p.target.argmax, proposer, controller, turn.max_new, ctx)
         entry.walks[label] = _walked(w, curve, p.shapes, options.records, label)
-        for name, cache in alone(drafter):  # a drafter with a memory again, with none (replay_suffix)
+        for name, cache in alone(drafter):  # a drafter with a memory again, with none (suffix.py)
             ctl = make_controller(arm, curve, memory=memory.arm(name, label).controller(turn.conversation))
             w = walk(turn.prompt_ids, turn.completion_ids, p.target.argmax, p.proposers.get(drafter, live, cache),
                      ctl, turn.max_new, ctx)

@@ -1,5 +1,5 @@
-"""Speed: plain against speculative decoding in adjacent runs, with the cost model's prediction beside
-each figure; the k sweep of one prompt."""
+"""Speed's run: `speed` (plain against speculative decoding in adjacent runs, with the cost model's prediction
+beside each figure) and `sweep` (the k sweep of one prompt)."""
 
 from __future__ import annotations
 
@@ -8,22 +8,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..core import cost
-from ..core.engine import HEADLESS, K_MAX, plain_generate, speculative_generate
-from ..core.records import RunSummary, summarize
-from ..drafters.adaptive import CostCurve, make_controller
-from ..drafters.conversation import Conversation
-from ..envinfo import environment
-from ..errors import PlaygroundError
-from ..results.speed import PlainRun, SpeedResult, SpeedRun, SweepResult
-from ..results.trust import MachineLoad, Verdict
-from .calibration import CalibrationPlan, Timing, calibrate, pass_lengths
-from .common import Progress, rotated, tick
-from .schedules import compare, iteration_rows
-from .speed_cells import best_fixed, drift_by_prompt, host_level, judge, predict_runs, speed_row, verdicts
-from .speed_request import SpeedRequest
-from .speed_schema import SCHEMA, constrained_run, interleaved
-from .trust import MachineMonitor, recommend
+from ...core import cost
+from ...core.engine import HEADLESS, K_MAX, plain_generate, speculative_generate
+from ...core.records import RunSummary, summarize
+from ...drafters.adaptive import CostCurve, make_controller
+from ...drafters.conversation import Conversation
+from ...envinfo import environment
+from ...errors import PlaygroundError
+from ...results.speed import PlainRun, SpeedResult, SpeedRun, SweepResult
+from ...results.trust import MachineLoad, Verdict
+from ..calibration import CalibrationPlan, Timing, calibrate, pass_lengths
+from ..common import Progress, rotated, tick
+from ..schedules import compare, iteration_rows
+from ..trust import MachineMonitor, recommend
+from .cells import best_fixed, drift_by_prompt, host_level, judge, predict_runs, speed_row, verdicts
+from .request import SpeedRequest
+from .schema import SCHEMA, constrained_run, interleaved
 
 # --- speed: plain against speculative, in adjacent runs ----------------------------------------------
 
@@ -118,7 +118,7 @@ def speed(request: SpeedRequest, progress: Progress = None,
     Quoted: the median ratio over rounds (and prompts). A prompt whose plain speed (the median of a round's plain
     runs) moved by more than `drift_warning` between rounds ((max - min) / median) fails its figures: its ratios
     are still adjacent, but the machine changed under them. From 3 prompts on, the figures over every prompt fail
-    when the host's level moved so (speed_cells.host_level), and one prompt's drift only warns them.
+    when the host's level moved so (cells.host_level), and one prompt's drift only warns them.
     `between_rounds(r)` runs after round r but the last (a calibration to pool, say). See SpeedRequest for the rest.
     """
     lengths = _lengths(request.prompts, request.max_new_tokens)
@@ -163,7 +163,7 @@ def _prompt_round(request: SpeedRequest, r: int, name: str, order: list[str], le
     results, iterations, plains, plain_runs = {}, {}, {False: [], True: []}, []
     for arm in order:
         start = time.perf_counter()
-        free, held = arm.removesuffix(SCHEMA), arm.endswith(SCHEMA)  # held: constrained (speed_schema.py)
+        free, held = arm.removesuffix(SCHEMA), arm.endswith(SCHEMA)  # held: constrained (schema.py)
         if free == "plain":
             summary = _run_plain(request, prompt, length, held)
             plains[held].append(((start + time.perf_counter()) / 2, summary))

@@ -4,8 +4,8 @@ finishes and by `report FILE` for a saved result, from the same function."""
 
 from __future__ import annotations
 
-from ..results.replay import ReplayResult, ShapeRecommendation, ShapeSummary
-from .shapes import LABELS, SHAPES
+from ...results.replay import ReplayResult, ShapeRecommendation, ShapeSummary
+from ..shapes import LABELS, SHAPES
 
 
 def _cell(x, spec=".2f") -> str:

@@ -15,7 +15,7 @@ Constrained walks (`constrained_walks`, greedy replays, where the recording keep
 teacher-forced pass again, each row masked by what the grammar allows after the recorded text before it
 (`masked_argmax`: the constrained target's greedy choice), then each drafter that has a schema+ variant (registry)
 walked again, wrapped in the schema's drafter, with the run's guide in the walk's context: the engine's constrained
-loop (replay_walk.walk) with the masked arg-max as the verification. A model drafter is fed live there (a live
+loop (walk.walk) with the masked arg-max as the verification. A model drafter is fed live there (a live
 constrained run masks its logits too, which no shared pass did). Where the recording is the masked target's
 greedy output (`SchemaWorth.exact`: an agent served with enforced tool calls writes it) the walk is the live
 constrained run's. A remembering drafter (suffix decoding) is not walked constrained: its cache holds the free
@@ -26,16 +26,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..constraints.grammar import Grammar
-from ..constraints.guide import restrict
-from ..constraints.schema import Schema, SchemaError
-from ..core.records import summarize
-from ..core.sampling import GREEDY
-from ..drafters import registry
-from ..drafters.adaptive import CostCurve, make_controller
-from ..drafters.schema import SchemaProposer
-from ..results.replay import ConstrainedWalk, SchemaWorth, SkippedWalk, TurnShapes, WalkedDrafter, arm_label
-from .replay_walk import replay_context, target_chunks, walk, walk_costs
+from ...constraints.grammar import Grammar
+from ...constraints.guide import restrict
+from ...constraints.schema import Schema, SchemaError
+from ...core.records import summarize
+from ...core.sampling import GREEDY
+from ...drafters import registry
+from ...drafters.adaptive import CostCurve, make_controller
+from ...drafters.schema import SchemaProposer
+from ...results.replay import ConstrainedWalk, SchemaWorth, SkippedWalk, TurnShapes, WalkedDrafter, arm_label
+from .walk import replay_context, target_chunks, walk, walk_costs
 
 
 def grammar_of(turn, tokenizer) -> Grammar | SchemaWorth | None:

@@ -7,13 +7,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..core.engine import K_MAX, check_min_confidence
-from ..core.sampling import GREEDY, SamplingConfig
-from ..drafters import registry
-from ..drafters.conversation import Conversation
-from ..drafters.registry import make_proposer
-from ..errors import PlaygroundError
-from ..limits import Limits
+from ...core.engine import K_MAX, check_min_confidence
+from ...core.sampling import GREEDY, SamplingConfig
+from ...drafters import registry
+from ...drafters.conversation import Conversation
+from ...drafters.registry import make_proposer
+from ...errors import PlaygroundError
+from ...limits import Limits
 
 FEEDINGS = ("auto", "live", "shared")
 RECORDS = ("full", "compact", "none")
@@ -82,7 +82,7 @@ class TimingIndex:
 @dataclass
 class TraceMemory:
     """What the turns of one replay share, walked in the file's order: each arm's `Conversation` (per drafter and
-    arm: its drafter's memory of the whole trace, replay_suffix.py, and its controller's state per conversation of
+    arm: its drafter's memory of the whole trace, suffix.py, and its controller's state per conversation of
     the trace), and each drafter's calibrations."""
 
     arms: dict[tuple[str, str], Conversation] = field(default_factory=dict)

@@ -1,5 +1,5 @@
 """A sampling replay of one turn: per-position expected acceptance along the recorded text and fixed-k walks in
-expectation (replay_walk.expected_walk). Always an estimate: a sampled run's accepted tokens are draws, not the
+expectation (walk.expected_walk). Always an estimate: a sampled run's accepted tokens are draws, not the
 recorded ones, so its later contexts differ from the text replayed here.
 
 Model drafters: at completion position t, the exact rule accepts a draft token with probability
@@ -18,17 +18,18 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..core.proposal import LOOKUP_MAX, RunContext
-from ..core.sampling import probabilities
-from ..drafters import registry
-from ..drafters.adaptive import CostCurve
-from ..drafters.proposers import lookup
-from ..drafters.registry import DRAFT, HYBRID_WALK, LOOKUP, make_proposer
-from ..errors import PlaygroundError
-from ..inputs.traces import Turn
-from ..results.replay import ExpectedDrafter, ExpectedWalk, ReplayedTurn
-from .replay_options import ReplayOptions, TraceMemory
-from .replay_walk import (
+from ...core.proposal import LOOKUP_MAX, RunContext
+from ...core.sampling import probabilities
+from ...drafters import registry
+from ...drafters.adaptive import CostCurve
+from ...drafters.proposers import lookup
+from ...drafters.registry import DRAFT, HYBRID_WALK, LOOKUP, make_proposer
+from ...errors import PlaygroundError
+from ...inputs.traces import Turn
+from ...results.replay import ExpectedDrafter, ExpectedWalk, ReplayedTurn
+from ..shapes import segment
+from .options import ReplayOptions, TraceMemory
+from .walk import (
     TargetPass,
     drafter_pass,
     exactness,
@@ -40,7 +41,6 @@ from .replay_walk import (
     summarize_rows,
     target_chunks,
 )
-from .shapes import segment
 
 
 def lookups(prompt_ids: Sequence[int], completion_ids: Sequence[int], max_ngram: int, min_ngram: int,

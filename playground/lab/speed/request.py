@@ -1,15 +1,15 @@
-"""What `speed` and `sweep` are asked to measure (`SpeedRequest`): the request lab/speed.py runs and
-lab/speed_cells.py judges the cells of."""
+"""What `speed` and `sweep` are asked to measure (`SpeedRequest`): the request run.py runs and
+cells.py judges the cells of."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..core.proposal import Proposer
-from ..core.sampling import GREEDY, SamplingConfig
-from ..pairs.models import ModelPair
-from .calibration import Timing
+from ...core.proposal import Proposer
+from ...core.sampling import GREEDY, SamplingConfig
+from ...pairs.models import ModelPair
+from ..calibration import Timing
 
 # A plain run before every PLAIN_EVERY speculative runs of a prompt and after the last (speed(), `plain_every`).
 # With one plain run per prompt and round, a speculative run 10 runs from it (half a minute on the AMD EPYC VM)
@@ -35,9 +35,9 @@ class SpeedRequest:
     "none": every run a first call, as replay predicts it. `plain_every`: a plain run before every that many
     speculative runs of a prompt and after the last (`bracketed`). `drift_warning`: how far a prompt's plain
     speed may move between rounds ((max - min) / median) before the verdict fails. `proposers`: a prompt's own
-    factory, where its proposers differ (a trace's turn, with the history before it: lab/trace_runs.py).
+    factory, where its proposers differ (a trace's turn, with the history before it: lab/speed/trace.py).
     `constraint`: a constraints.grammar.Grammar every arm is also run constrained to, right after its free run
-    (speed_schema.py), its speculative runs with a new proposer from `constrained_proposer`."""
+    (schema.py), its speculative runs with a new proposer from `constrained_proposer`."""
 
     pair: ModelPair
     prompts: Mapping[str, Sequence[int]]

@@ -20,7 +20,7 @@ catches up two tokens at once). Whether that changes the walks is measured (play
 for llama.cpp it did not; the int8 draft's logits do not change at all (`shared_exact`). A completion the target
 did not write is walked from the shared pass (`PassProposer`): draft/target agreement, an estimate. A walk with a
 guide (ctx.guide) is a constrained run's, as the engine's: proposals cut at the first token the grammar refuses,
-kept forced tokens role FORCED, the end where the grammar is complete (replay_schema.py).
+kept forced tokens role FORCED, the end where the grammar is complete (schema.py).
 
 Sampling. Per position, the exact rule accepts a draft token with probability sum_x min(p(x), q(x)) under the
 same warpers (`expected_acceptance`); `expected_walk` runs the iterations in expectation along the recorded
@@ -35,16 +35,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..core.cached import CachedLM
-from ..core.engine import _clip, _complete, _cut, drafting_rule, tell_controller  # the engine's own: no drift
-from ..core.proposal import EMPTY, FORCED_SOURCE, Proposal, Proposer, RunContext, top_two
-from ..core.records import ACCEPTED, BONUS, CORRECTION, FORCED, PLAIN, Iteration
-from ..core.sampling import SamplingConfig
-from ..drafters.adaptive import CostCurve
-from ..drafters.registry import drafters
-from ..results.replay import Mismatch, ReplayedTurn, ShapeCost, TurnShapes
-from .quality import _spacing  # the dtype spacing the divergence experiment compares logit gaps with
-from .shapes import runs
+from ...core.cached import CachedLM
+from ...core.engine import _clip, _complete, _cut, drafting_rule, tell_controller  # the engine's own: no drift
+from ...core.proposal import EMPTY, FORCED_SOURCE, Proposal, Proposer, RunContext, top_two
+from ...core.records import ACCEPTED, BONUS, CORRECTION, FORCED, PLAIN, Iteration
+from ...core.sampling import SamplingConfig
+from ...drafters.adaptive import CostCurve
+from ...drafters.registry import drafters
+from ...results.replay import Mismatch, ReplayedTurn, ShapeCost, TurnShapes
+from ..quality import _spacing  # the dtype spacing the divergence experiment compares logit gaps with
+from ..shapes import runs
 
 
 @dataclass

@@ -4,7 +4,7 @@ an agent had when it made that call.
 A live agent's drafter memory (the suffix drafters' cache) holds the responses it wrote before the call at hand.
 So in every run of a turn, a drafter with a memory (DrafterSpec.new_memory) gets a new `Conversation` whose memory
 holds the trace's earlier turns' recorded responses in the file's order (every turn before it, whichever turns the
-selection keeps), and not the turn's own. That is the history replay grows turn by turn (lab/replay_suffix.py), so
+selection keeps), and not the turn's own. That is the history replay grows turn by turn (lab/replay/suffix.py), so
 a live run measures what replay predicts. A new one per run, since a run adds its own response to its memory: the
 next round of the same turn must not find its answer there.
 
@@ -25,15 +25,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.sampling import GREEDY
-from ..drafters.conversation import Conversation
-from ..drafters.registry import new_memory
-from ..errors import PlaygroundError
-from ..inputs.traces import Turn, read_trace
-from ..limits import Limits
-from .replay_summary import MIN_SHAPE_TOKENS
-from .replay_walk import exactness, target_pass
-from .shapes import SHAPES, segment
+from ...core.sampling import GREEDY
+from ...drafters.conversation import Conversation
+from ...drafters.registry import new_memory
+from ...errors import PlaygroundError
+from ...inputs.traces import Turn, read_trace
+from ...limits import Limits
+from ..replay.summary import MIN_SHAPE_TOKENS
+from ..replay.walk import exactness, target_pass
+from ..shapes import SHAPES, segment
 
 
 @dataclass(frozen=True)

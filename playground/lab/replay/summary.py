@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import bootstrap
 
-from ..results.replay import (
+from ...results.replay import (
     DrafterTrust,
     ReplayedTurn,
     ReplaySummary,
@@ -33,7 +33,7 @@ from ..results.replay import (
     ShapeSummary,
     SkippedWalk,
 )
-from .shapes import SHAPES
+from ..shapes import SHAPES
 
 MIN_SHAPE_TOKENS = 4
 MIN_TURNS = 3
