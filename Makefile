@@ -22,10 +22,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # Two workers: the tests run torch on one thread each (tests/conftest.py), so two use both of a 2-core machine's
-# cores; WORKERS=0 runs them in this process.
+# cores; then the tests that use the vLLM servers, in one process (their servers would not fit in memory beside two
+# workers). WORKERS=0 runs the first part in this process too.
 WORKERS ?= 2
 test: lint
-	$(PY) -m pytest -n $(WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile -m "not vllm_servers"
+	$(PY) -m pytest -m vllm_servers
 
 test-fast: lint
-	$(PY) -m pytest -n $(WORKERS) --dist loadfile -m "not slow"
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile -m "not slow and not vllm_servers"
+	$(PY) -m pytest -m "not slow and vllm_servers"

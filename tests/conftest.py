@@ -6,35 +6,17 @@ import torch
 from playground.backends.vllm_server import free_port
 from tests.tiny import perturbed, tiny_model, tiny_pair
 
-# --- two workers (`make test`: pytest-xdist, --dist loadfile) ------------------------------------------------------
-# A file's tests run on one worker, so its module-scoped fixtures (a loaded model, a launched app) are built once;
-# the files that use the vLLM servers run on one worker together, so the servers start once. xdist's own way to say
-# that (xdist_group marks with --dist loadgroup) does nothing on pytest 9.2 (pytest-xdist#1386: the group suffix it
-# writes into a test's id no longer takes), so the scheduler is named here.
-VLLM_FILES = frozenset({"tests/test_vllm.py", "tests/test_ui_vllm.py", "tests/test_vllm_structured.py",
-                        "tests/test_vllm_suffix.py"})
+# --- two workers (`make test`: pytest-xdist with --dist loadfile, then the vLLM tests alone) ------------------------
+# The tests that use the vLLM servers are marked `vllm_servers`: `make test` runs the rest on two workers (a file's
+# tests on one worker, so its module-scoped fixtures are built once) and then these in one process. The four
+# servers hold about 13 GiB while they run: beside two workers' models they ran a 24 GiB machine out of memory.
 
 
-def pytest_xdist_make_scheduler(config, log):
-    if config.getoption("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class ByFileVllmTogether(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            file = nodeid.split("::", 1)[0]
-            return "vllm servers" if file in VLLM_FILES else file
-
-    return ByFileVllmTogether(config, log)
-
-
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the marks
 def pytest_collection_modifyitems(config, items):
-    """The vLLM servers' users first (the longest unit, started last, would leave the other worker idle at the end),
-    and none outside VLLM_FILES (the scheduler above keeps only those on one worker)."""
-    strays = sorted({i.nodeid.split("::")[0] for i in items if "vllm_servers" in i.fixturenames} - VLLM_FILES)
-    if strays:
-        raise pytest.UsageError(f"{', '.join(strays)} use the vLLM servers: add them to tests/conftest.py's VLLM_FILES")
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in VLLM_FILES)  # stable: the rest keep their order
+    for item in items:
+        if "vllm_servers" in item.fixturenames:
+            item.add_marker(pytest.mark.vllm_servers)
 
 
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))

@@ -25,8 +25,8 @@ walk's turns, and a second walk would see its own turn.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ...constraints.grammar import Grammar
 from ...constraints.guide import restrict
 from ...constraints.schema import Schema, SchemaError
 from ...core.records import summarize
@@ -37,12 +37,18 @@ from ...drafters.schema import SchemaProposer
 from ...results.replay import ConstrainedWalk, SchemaWorth, SkippedWalk, TurnShapes, WalkedDrafter, arm_label
 from .walk import replay_context, target_chunks, walk, walk_costs
 
+if TYPE_CHECKING:
+    from ...constraints.grammar import Grammar
+
 
 def grammar_of(turn, tokenizer) -> Grammar | SchemaWorth | None:
     """The turn's schema compiled for the tokenizer; a SchemaWorth with the note where it cannot be; None: none."""
     if turn.schema is None:
         return None
     try:
+        # llguidance loads on use: every lab command imports this module, and the GPU image carries no llguidance
+        from ...constraints.grammar import Grammar
+
         return Grammar(Schema(turn.schema, turn.schema_name or "the turn's schema"), tokenizer)
     except SchemaError as e:
         return SchemaWorth(0, 0, None, {}, note=str(e))
