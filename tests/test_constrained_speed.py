@@ -17,11 +17,8 @@ from playground.drafters.registry import make_proposer
 from playground.errors import PlaygroundError
 from playground.experiments import experiment_named
 from playground.inputs.presets import get_preset
-from playground.pairs.loading import ensure_embedded_safetensors, load_tokenizer
-from playground.pairs.models import ModelPair
 from playground.studies import constrained_speed as study
-from tests.test_constraints import bounded
-from tests.tiny import perturbed, tiny_model
+from tests.schema_models import bounded, embedded_tokenizer, tiny_schema_pair
 
 NEW = 12
 PRESETS = schema_presets()[:2]
@@ -29,14 +26,12 @@ PRESETS = schema_presets()[:2]
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return load_tokenizer(ensure_embedded_safetensors(progress=None))
+    return embedded_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def pair(tokenizer):
-    target = tiny_model(vocab=len(tokenizer), seed=3, hidden=32, scale=0.5, max_positions=1024)
-    return ModelPair(target=target, tokenizer=None, draft=perturbed(target, 0.05),
-                     eos_ids=frozenset({tokenizer.eos_token_id}), target_name="tiny", draft_name="tiny-draft")
+    return tiny_schema_pair(tokenizer)
 
 
 @pytest.fixture(scope="module")

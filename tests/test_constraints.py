@@ -28,45 +28,22 @@ from playground.drafters.proposers import DraftModelProposer, PromptLookupPropos
 from playground.drafters.schema import SchemaProposer
 from playground.drafters.suffix import SuffixProposer
 from playground.inputs.presets import get_preset
-from playground.pairs.loading import ensure_embedded_safetensors, int8_copy, load_tokenizer
-from playground.pairs.models import ModelPair
-from tests.tiny import perturbed, tiny_model, tokens
+from playground.pairs.loading import int8_copy
+from tests.schema_models import bounded, embedded_tokenizer, tiny_schema_pair
+from tests.tiny import tokens
 
 NEW = 40
 CURVE = CostCurve(c=0.3, v={n: 1.0 + 0.05 * (n - 1) for n in range(1, 18)})
 
 
-def bounded(schema):
-    """`schema` with every free string at most 6 characters, every number one digit (1..9) and every array at most
-    two items: a random model then completes a value in a few tokens. What validates here validates against it."""
-    if isinstance(schema, list):
-        return [bounded(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: bounded(v) for k, v in schema.items()}
-    kind = out.get("type")
-    if kind == "string" and "enum" not in out and "const" not in out:
-        out["maxLength"] = 6
-    if kind in ("number", "integer"):
-        out.update(type="integer", minimum=1, maximum=9)
-        out.pop("exclusiveMinimum", None)
-    if kind == "array":
-        out["maxItems"] = 2
-    return out
-
-
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
-    return load_tokenizer(ensure_embedded_safetensors(progress=None))
+    return embedded_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def pair(tokenizer):
-    target = tiny_model(vocab=len(tokenizer), seed=3, hidden=32, scale=0.5, max_positions=1024)
-    return ModelPair(target=target, tokenizer=None, draft=perturbed(target, 0.05),
-                     eos_ids=frozenset({tokenizer.eos_token_id}), target_name="tiny", draft_name="tiny-draft")
+    return tiny_schema_pair(tokenizer)
 
 
 @pytest.fixture(scope="module")

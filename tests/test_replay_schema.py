@@ -20,12 +20,10 @@ from playground.inputs.presets import get_preset
 from playground.inputs.traces import Turn
 from playground.lab.replay import ReplayOptions, replay_table, replay_turns
 from playground.lab.replay.schema import forced_positions, schema_worth
-from playground.pairs.loading import ensure_embedded_safetensors, load_tokenizer
-from playground.pairs.models import ModelPair
 from playground.results import load_result
 from playground.results.replay import TurnShapes
-from tests.test_constraints import bounded
-from tests.tiny import perturbed, tiny_model, tokens
+from tests.schema_models import bounded, embedded_tokenizer, tiny_schema_pair
+from tests.tiny import tokens
 
 TOOL_CALL = get_preset("tool_call").output_schema
 CALL = '{"name": "get_weather", "arguments": {"location": "Paris", "unit": "celsius"}}'
@@ -34,7 +32,7 @@ NEW = 40
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return load_tokenizer(ensure_embedded_safetensors(progress=None))
+    return embedded_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +75,7 @@ def test_a_recording_that_does_not_keep_to_its_schema_has_no_share_and_says_why(
 
 @pytest.fixture(scope="module")
 def pair(tokenizer):
-    target = tiny_model(vocab=len(tokenizer), seed=3, hidden=32, scale=0.5, max_positions=1024)
-    return ModelPair(target=target, tokenizer=tokenizer, draft=perturbed(target, 0.05),
-                     eos_ids=frozenset({tokenizer.convert_tokens_to_ids("<|im_end|>")}), target_name="tiny",
-                     draft_name="tiny-draft")
+    return tiny_schema_pair(tokenizer, keep_tokenizer=True)
 
 
 @pytest.fixture(scope="module")

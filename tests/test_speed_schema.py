@@ -21,26 +21,20 @@ from playground.inputs.presets import get_preset
 from playground.lab.report import experiment_text
 from playground.lab.speed import SpeedRequest
 from playground.lab.speed.schema import SCHEMA, constrained_drafter
-from playground.pairs.loading import ensure_embedded_safetensors, load_tokenizer
-from playground.pairs.models import ModelPair
 from playground.results import load_result
-from tests.test_constraints import bounded
-from tests.tiny import perturbed, tiny_model
+from tests.schema_models import bounded, embedded_tokenizer, tiny_schema_pair
 
 NEW = 40
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return load_tokenizer(ensure_embedded_safetensors(progress=None))
+    return embedded_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def pair(tokenizer):
-    target = tiny_model(vocab=len(tokenizer), seed=3, hidden=32, scale=0.5, max_positions=1024)
-    return ModelPair(target=target, tokenizer=tokenizer, draft=perturbed(target, 0.05),
-                     eos_ids=frozenset({tokenizer.convert_tokens_to_ids("<|im_end|>")}), target_name="tiny",
-                     draft_name="tiny-draft")
+    return tiny_schema_pair(tokenizer, keep_tokenizer=True)
 
 
 @pytest.fixture(scope="module")
