@@ -31,4 +31,3 @@ test: lint
 
 test-fast: lint
 	$(PY) -m pytest -n $(WORKERS) --dist loadfile -m "not slow and not vllm_servers"
-	$(PY) -m pytest -m "not slow and vllm_servers"
