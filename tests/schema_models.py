@@ -21,6 +21,15 @@ def tiny_schema_pair(tokenizer, keep_tokenizer: bool = False) -> ModelPair:
                      eos_ids=frozenset({tokenizer.eos_token_id}), target_name="tiny", draft_name="tiny-draft")
 
 
+def bounded_grammar(preset_name: str, tokenizer):
+    """The preset's output schema, bounded, compiled for `tokenizer`."""
+    from playground.constraints.grammar import Grammar  # loads llguidance: only the tests that constrain a run
+    from playground.constraints.schema import Schema
+    from playground.inputs.presets import get_preset
+
+    return Grammar(Schema(bounded(get_preset(preset_name).output_schema), f"bounded {preset_name}"), tokenizer)
+
+
 def bounded(schema):
     """`schema` with every free string at most 6 characters, every number one digit (1..9) and every array at most
     two items: a random model then completes a value in a few tokens. What validates here validates against it."""

@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from playground.constraints.grammar import Grammar
-from playground.constraints.schema import Schema, schema_presets
+from playground.constraints.schema import schema_presets
 from playground.core.engine import LoopOptions, speculative_generate
 from playground.core.records import ACCEPTED, FORCED, Iteration
 from playground.drafters.registry import make_proposer
@@ -18,7 +17,7 @@ from playground.errors import PlaygroundError
 from playground.experiments import experiment_named
 from playground.inputs.presets import get_preset
 from playground.studies import constrained_speed as study
-from tests.schema_models import bounded, embedded_tokenizer, tiny_schema_pair
+from tests.schema_models import bounded_grammar, embedded_tokenizer, tiny_schema_pair
 
 NEW = 12
 PRESETS = schema_presets()[:2]
@@ -39,7 +38,7 @@ def cases(tokenizer):
     out = []
     for name in PRESETS:
         preset = get_preset(name)
-        grammar = Grammar(Schema(bounded(preset.output_schema), f"bounded {name}"), tokenizer)
+        grammar = bounded_grammar(name, tokenizer)
         out.append(study.Case(name, preset.prompt_ids(tokenizer), grammar, NEW))
     return out
 

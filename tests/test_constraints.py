@@ -17,8 +17,7 @@ import pytest
 import torch
 from jsonschema import Draft202012Validator
 
-from playground.constraints.grammar import Grammar
-from playground.constraints.schema import Schema, schema_presets
+from playground.constraints.schema import schema_presets
 from playground.core import engine
 from playground.core.engine import LoopOptions, plain_generate, speculative_generate
 from playground.core.records import FORCED, Iteration, summarize
@@ -29,7 +28,7 @@ from playground.drafters.schema import SchemaProposer
 from playground.drafters.suffix import SuffixProposer
 from playground.inputs.presets import get_preset
 from playground.pairs.loading import int8_copy
-from tests.schema_models import bounded, embedded_tokenizer, tiny_schema_pair
+from tests.schema_models import bounded_grammar, embedded_tokenizer, tiny_schema_pair
 from tests.tiny import tokens
 
 NEW = 40
@@ -52,7 +51,7 @@ def cases(tokenizer):
     out = []
     for name in schema_presets():
         preset = get_preset(name)
-        grammar = Grammar(Schema(bounded(preset.output_schema), f"bounded {name}"), tokenizer)
+        grammar = bounded_grammar(name, tokenizer)
         out.append((name, preset.prompt_ids(tokenizer), grammar, preset.output_schema))
     return out
 
