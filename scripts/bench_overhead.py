@@ -5,7 +5,7 @@ Two arms, alternating A B A B in one process, on each preset (tool_call, prose, 
   A  headless: `list(speculative_generate(...))`, options=HEADLESS, as the lab runs it;
   B  the browser's Run event, with no server: the app's real Blocks (playground.ui.build_ui around the same loaded
      pair) and its "run" event driven through Gradio's own `Blocks.process_api`, update after update, as Gradio's
-     queue drives it: the wiring's event function (ui/wiring.py), ui.handlers.stream_run with the engine in its
+     queue drives it: the wiring's event function (ui/wiring.py), ui.run_panel.stream_run with the engine in its
      worker thread, the token HTML, counters and plotly figures of every update, each component's postprocess,
      the streaming diffs, and each message serialised as the queue's SSE route does.
   C  (--chromium) a real browser on the same cores: the same Blocks served on a loopback port and driven from

@@ -234,17 +234,17 @@ def test_the_ui_runs_adaptive_and_heuristic_k_and_shows_the_choices():
     """Through the handler the browser calls: adaptive k calibrates once (kept on the pair), every
     iteration's k is in the record, the status says which k were chosen, and greedy output is unchanged."""
     from playground.pairs.models import ModelPair
-    from playground.ui import handlers
+    from playground.ui import run_panel
     from tests.test_ui_handlers import WORDS, request
     from tests.tiny import perturbed, word_tokenizer
 
     target = tiny_model(vocab=64, seed=0, dtype=torch.float32)
     pair = ModelPair(target=target, tokenizer=word_tokenizer(WORDS), draft=perturbed(target, noise=0.015),
                      eos_ids=frozenset({63}), target_name="tiny-target", draft_name="tiny-draft")
-    provider = handlers.PairProvider(pair=pair)
+    provider = run_panel.PairProvider(pair=pair)
     outs = {}
     for mode in ("fixed", "adaptive", "heuristic"):
-        views = list(handlers.stream_run(provider, None, request(provider, max_new_tokens=20, k_mode=mode)))
+        views = list(run_panel.stream_run(provider, None, request(provider, max_new_tokens=20, k_mode=mode)))
         final = views[-1]
         run = final.session.run
         assert run.finished and final.doc["config"]["k_mode"] == mode
@@ -255,7 +255,7 @@ def test_the_ui_runs_adaptive_and_heuristic_k_and_shows_the_choices():
     assert outs["adaptive"] == outs["fixed"] == outs["heuristic"]
     assert len(provider.calibrations) == 1  # calibrated once, kept for the pair
     with pytest.raises(PlaygroundError, match="k per iteration"):
-        list(handlers.stream_run(provider, None, request(provider, max_new_tokens=20, k_mode="random")))
+        list(run_panel.stream_run(provider, None, request(provider, max_new_tokens=20, k_mode="random")))
 
 
 def test_schedules_carry_their_state_from_run_to_run_when_given_a_memory(pair64):

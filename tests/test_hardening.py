@@ -30,7 +30,7 @@ from playground.limits import Limits
 from playground.pairs.loading import check_vocab
 from playground.pairs.models import ModelPair
 from playground.pairs.registry import PairChoice
-from playground.ui import handlers, serving
+from playground.ui import handlers, run_panel, serving
 from playground.ui.session import Session, parse_request, parse_sweep
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
@@ -75,7 +75,7 @@ def ui_request(provider, **changes):
 
 def ui_run(provider, **changes):
     """The run event's handler to the end (what /run and the Run button call): the request, then the run."""
-    return list(handlers.stream_run(provider, None, ui_request(provider, **changes)))
+    return list(run_panel.stream_run(provider, None, ui_request(provider, **changes)))
 
 
 def cli(capsys, *argv) -> tuple[int, str, str]:

@@ -29,7 +29,7 @@ from playground.pairs.models import ModelPair
 from playground.results import from_document
 from playground.results.calibration import WhatifResult, WhatifRow
 from playground.results.speed import SpeedRun
-from playground.ui import charts, chromium, handlers, markup, serving
+from playground.ui import charts, chromium, markup, run_panel, serving
 from playground.ui.session import parse_request
 from tests.tiny import perturbed, tiny_model, tiny_pair, word_tokenizer
 
@@ -165,7 +165,7 @@ def test_a_streamed_run_ends_on_its_time_split(word_pair):
     provider = serving.PairProvider(pair=word_pair)
     values = {"prompt": PROMPT, "preset": "", "chat": True, "drafter": "draft", "k": 3, "decoding": "greedy",
               "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 12, "seed": 0}
-    views = list(handlers.stream_run(provider, None, parse_request(values, provider.drafter_names())))
+    views = list(run_panel.stream_run(provider, None, parse_request(values, provider.drafter_names())))
     summary, done = views[-1].session.run.summary, views[-1].counters
     assert 'data-bucket="outside"' in done and f"draft {summary.draft_s:.2f} s" in done
 

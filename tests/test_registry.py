@@ -31,7 +31,7 @@ from playground.lab.replay import ReplayOptions, greedy_turn, replay_turns
 from playground.lab.speed import SpeedRequest, speed
 from playground.lab.speed.trace import TraceTurns
 from playground.pairs.models import ModelPair
-from playground.ui import handlers, render, serving, session
+from playground.ui import handlers, render, run_panel, serving, session
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
 TOY = "zeros"
@@ -286,7 +286,7 @@ def test_a_browser_tab_carries_a_drafters_memory_from_run_to_run(recall, word_pa
 
     provider = serving.PairProvider(pair=word_pair)
     tab = session.Session()
-    views = [list(handlers.stream_run(provider, tab, request(provider, drafter=RECALL, k=2, max_new_tokens=6)))
+    views = [list(run_panel.stream_run(provider, tab, request(provider, drafter=RECALL, k=2, max_new_tokens=6)))
              for _ in range(2)]
     assert views[1][-1].status.startswith("Done:") and "the toy remembers" in views[1][-1].status
     assert ("recalled" in _sources(tab.run.records)) is recall

@@ -16,7 +16,7 @@ from playground.lab.misses import prediction_lines
 from playground.lab.speed import SpeedRequest, speed
 from playground.limits import Limits
 from playground.pairs.models import ModelPair
-from playground.ui import handlers, markup, measure, replay_request, serving
+from playground.ui import handlers, markup, measure, replay_request, run_panel, serving
 from playground.ui.session import Session, parse_request, parse_sweep
 from tests.test_replay import fake_timing
 from tests.test_ui_handlers import sweep_result
@@ -49,7 +49,7 @@ def request(**changes):
 
 
 def run(provider, session=None, **changes):
-    return list(handlers.stream_run(provider, session if session is not None else Session(), request(**changes)))
+    return list(run_panel.stream_run(provider, session if session is not None else Session(), request(**changes)))
 
 
 def iterations(run_result) -> list[Iteration]:
@@ -201,7 +201,7 @@ def test_a_compare_far_from_its_prediction_fails_on_the_page_and_in_the_download
     p = serving.PairProvider(pair=word_pair)
     p.calibrations.put(make_proposer(word_pair, "draft").describe(), fake_timing(c=20.0))
     session = Session()
-    list(handlers.stream_run(p, session, request(k_mode=mode)))
+    list(run_panel.stream_run(p, session, request(k_mode=mode)))
     final = list(handlers.stream_compare(p, session))[-1]
     checks = {f["check"]: f["severity"] for f in final.doc["trust"]["findings"]}
     assert checks.get("prediction-miss") == "fail" and "-fold" in final.prediction

@@ -24,7 +24,7 @@ from playground.pairs.models import ModelPair
 from playground.pairs.registry import PairChoice
 from playground.results import from_document
 from playground.results.speed import SpeedRun, SweepResult
-from playground.ui import charts, handlers, markup, measure, render, serving, sweep_words, verdicts
+from playground.ui import charts, handlers, markup, measure, render, run_panel, serving, sweep_words, verdicts
 from playground.ui.session import Session, parse_request, parse_sweep
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
@@ -75,7 +75,7 @@ def sweep_request(provider, k_max, rounds, max_new_tokens, drafter="draft"):
 
 def run_to_end(provider, session=None, prompt=PROMPT, drafter="draft", k=3, decoding="greedy", max_new=24, **kw):
     req = request(provider, prompt=prompt, drafter=drafter, k=k, decoding=decoding, max_new_tokens=max_new, **kw)
-    return list(handlers.stream_run(provider, session, req))
+    return list(run_panel.stream_run(provider, session, req))
 
 
 # --- render -------------------------------------------------------------------------------------------------
@@ -359,7 +359,7 @@ def test_run_with_prompt_lookup_and_sampling(provider):
 
 def test_bad_input_fails_before_anything_runs(provider):
     with pytest.raises(PlaygroundError, match="the prompt is empty"):
-        next(handlers.stream_run(provider, None, request(provider, prompt="", k=4, max_new_tokens=16)))
+        next(run_panel.stream_run(provider, None, request(provider, prompt="", k=4, max_new_tokens=16)))
     with pytest.raises(PlaygroundError, match="context holds 256"):
         run_to_end(provider, max_new=300)
 
@@ -381,8 +381,8 @@ def test_stopping_a_run_stops_the_engine_thread(provider, monkeypatch):
             yield rec
 
     monkeypatch.setattr(playground.core.engine, "speculative_generate", slowed)
-    monkeypatch.setattr(handlers, "YIELD_EVERY_S", 0.02)  # tokens drawn before the run can end
-    gen = handlers.stream_run(provider, None, request(provider, k=2, max_new_tokens=200))
+    monkeypatch.setattr(run_panel, "YIELD_EVERY_S", 0.02)  # tokens drawn before the run can end
+    gen = run_panel.stream_run(provider, None, request(provider, k=2, max_new_tokens=200))
     session = None
     for view in gen:
         session = view.session
@@ -413,8 +413,8 @@ def test_a_stopped_compare_run_still_shows_its_tokens(provider, monkeypatch):
 
     real = playground.core.engine.speculative_generate
     monkeypatch.setattr(playground.core.engine, "speculative_generate", slowed)
-    monkeypatch.setattr(handlers, "HEARTBEAT_QUIET_S", 0.0)
-    gen = handlers.stream_run(provider, None, request(provider, k=2, max_new_tokens=200), stream_tokens=False)
+    monkeypatch.setattr(run_panel, "HEARTBEAT_QUIET_S", 0.0)
+    gen = run_panel.stream_run(provider, None, request(provider, k=2, max_new_tokens=200), stream_tokens=False)
     session = None
     for view in gen:
         session = view.session
@@ -443,8 +443,8 @@ def test_compare_needs_a_run_then_measures_plain_right_after(provider):
 def test_compares_run_draws_the_page_at_the_end_as_its_plain_run_does(provider, word_pair, monkeypatch):
     """A browser drawing the streamed tokens and charts on the same 2 cores slowed the run it showed 2.2x, and
     the plain run after it is not streamed: Compare's speculative run shows its progress only, then everything."""
-    monkeypatch.setattr(handlers, "HEARTBEAT_QUIET_S", 0.0)  # a view at every new record, either way
-    monkeypatch.setattr(handlers, "YIELD_EVERY_S", 0.02)
+    monkeypatch.setattr(run_panel, "HEARTBEAT_QUIET_S", 0.0)  # a view at every new record, either way
+    monkeypatch.setattr(run_panel, "YIELD_EVERY_S", 0.02)
     # every pass a few ms (on the embedding, which each forward runs), so that a run spans several views
     slow = word_pair.target.model.embed_tokens.register_forward_pre_hook(lambda *_: time.sleep(0.005))
     request_ = request(provider, k=2, max_new_tokens=40)
@@ -455,7 +455,7 @@ def test_compares_run_draws_the_page_at_the_end_as_its_plain_run_does(provider, 
 
 
 def _check_compare_draws_at_the_end(provider, req):
-    quiet = list(handlers.stream_run(provider, None, req, stream_tokens=False))
+    quiet = list(run_panel.stream_run(provider, None, req, stream_tokens=False))
     middle = quiet[1:-1]
     assert middle and all(v.tokens is None and v.counters is None and v.figures is None for v in middle)
     assert any("tokens and charts when it ends" in v.status for v in middle)  # its progress, said
@@ -464,7 +464,7 @@ def _check_compare_draws_at_the_end(provider, req):
     assert session.run.streamed is False
     final = list(handlers.stream_compare(provider, session))[-1]
     assert "Both runs showed only their progress while they decoded" in final.prediction
-    streamed = list(handlers.stream_run(provider, None, req))
+    streamed = list(run_panel.stream_run(provider, None, req))
     assert any(v.tokens for v in streamed[1:-1])  # the Run button's run streams its tokens and counters ...
     assert any(v.counters for v in streamed[1:-1])
     # ... but draws its charts only when it ends: redrawn while streaming, they cost a third of its speed
@@ -807,7 +807,7 @@ def test_a_run_under_load_says_so_on_its_done_line(provider, monkeypatch):
     done = run_to_end(provider, max_new=12)[-1].status
     assert done.startswith("Done") and "other processes used 0.52 of the 2 cores during this run" in done
     assert "a browser showing this page on this machine counts" in done
-    quiet_run = list(handlers.stream_run(provider, None, request(provider, k=3, max_new_tokens=12), stream_tokens=False))
+    quiet_run = list(run_panel.stream_run(provider, None, request(provider, k=3, max_new_tokens=12), stream_tokens=False))
     assert "other processes" not in quiet_run[-1].status  # Compare's run: the comparison's verdict says it
 
 

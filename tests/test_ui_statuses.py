@@ -219,8 +219,9 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
 
     import playground.lab.calibration as lab_calibration
     from playground.drafters.registry import make_proposer
-    from playground.ui import handlers, measure
-    from playground.ui.session import Session, find_timing, nearest_timing
+    from playground.run import nearest_timing
+    from playground.ui import measure, run_panel
+    from playground.ui.session import Session, find_timing
     from tests.test_replay import fake_timing
     from tests.test_ui_handlers import request
 
@@ -238,7 +239,7 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
     monkeypatch.setattr(measure, "calibrate", lambda *a, **k: calls.append(k) or fake_timing())
     long_prompt = " ".join(f"w{i % 60 + 1}" for i in range(180))  # ~190 tokens with the chat template: bucket 256
     session = Session()
-    views = list(handlers.stream_run(provider, session, request(provider, prompt=long_prompt, drafter="lookup",
+    views = list(run_panel.stream_run(provider, session, request(provider, prompt=long_prompt, drafter="lookup",
                                                                 k_mode="adaptive", max_new_tokens=6)))
     assert not calls and views[-1].status.startswith("Done")  # no calibration inside the run
     assert "the nearest calibrated length (128 tokens) stands in for this prompt's" in views[-1].prediction
@@ -343,7 +344,7 @@ def test_a_failed_verdict_names_the_best_measured_k_whether_or_not_it_beat_plain
 
 def test_no_single_c_prediction_for_a_hybrid_run(word_pair):  # noqa: F811 - the fixture
     from playground.drafters.registry import make_proposer
-    from playground.ui import handlers, verdicts
+    from playground.ui import run_panel, verdicts
     from playground.ui.session import Session
     from tests.test_replay import fake_timing
     from tests.test_ui_handlers import request
@@ -354,7 +355,7 @@ def test_no_single_c_prediction_for_a_hybrid_run(word_pair):  # noqa: F811 - the
     panels = {}
     for drafter in ("hybrid", "draft"):
         session = Session()
-        list(handlers.stream_run(provider, session, request(provider, drafter=drafter, k=4, max_new_tokens=12)))
+        list(run_panel.stream_run(provider, session, request(provider, drafter=drafter, k=4, max_new_tokens=12)))
         panels[drafter] = verdicts.prediction_markdown(session, provider.calibrations.get(
             make_proposer(word_pair, drafter).describe(), len(session.run.prompt_ids), 5))
     assert "no model for this drafter" in panels["hybrid"] and "| costed: this run's own iterations |" in panels["hybrid"]

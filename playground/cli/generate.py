@@ -9,17 +9,15 @@ import os
 import sys
 
 from ..constraints.schema import schema_from
-from ..core.engine import LoopOptions, check_request, plain_generate, speculative_generate
+from ..core.engine import plain_generate
 from ..core.records import Iteration, RunSummary, describe_choices, prefill_note, summarize
 from ..core.sampling import SamplingConfig
-from ..document import RunConfig, RunOutcome, run_document
-from ..drafters.adaptive import make_controller, parse_k
-from ..drafters.registry import make_proposer
-from ..envinfo import describe_setup, environment, redact
-from ..inputs.presets import Preset, check_output, get_preset
-from ..inputs.text import check_prompt_text, encode_prompt, read_prompt_file, token_pieces
-from ..lab import calibrated_curve
+from ..drafters.adaptive import parse_k
+from ..envinfo import describe_setup, redact
+from ..inputs.presets import get_preset
+from ..inputs.text import check_prompt_text, read_prompt_file, token_pieces
 from ..limits import Limits
+from ..run import Finished, PreparedRun, RunSpec, prepare
 from .load import pair_from_args
 
 COLOURS = {"accepted": "\033[32m", "correction": "\033[1;31m", "bonus": "\033[1;36m", "plain": "",
@@ -28,73 +26,59 @@ RESET = "\033[0m"
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    # Every argument is checked before the pair loads (seconds), so a bad one fails at once.
-    k_setting = parse_k(args.k)
+    """Check every argument before the pair loads (seconds), so a bad one fails at once; then run through
+    playground.run and print: the tokens as they come, then the summary (or, with --json, the run document)."""
+    spec, limits = _spec(args)
+    pair = pair_from_args(args, quiet=args.json)
+    run = prepare(pair, spec, limits=limits)  # the prompt within the limits and the target's context, first
+    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+    out = sys.stdout
+    if not args.json:
+        _header(run, args.k, colour)
+    streamer = _Streamer(pair.tokenizer, colour, out) if not args.json else None
+    for rec in run.records():
+        if streamer is not None and isinstance(rec, Iteration):
+            streamer.add(rec)
+    finished = run.finish()
+    plain_summary = None
+    if args.compare_plain:
+        plain_summary = summarize(plain_generate(pair, run.prompt_ids, sampling=spec.sampling,
+                                                 max_new_tokens=run.max_new_tokens, constraint=run.constraint))
+    if args.json:
+        json.dump(run.document(finished, plain_summary), out, indent=1)
+        out.write("\n")
+        return 0
+    out.write("\n\n")
+    _print_summary(finished, plain_summary, describe_setup(pair))
+    return 0
+
+
+def _spec(args: argparse.Namespace) -> tuple[RunSpec, Limits]:
+    """The run `generate`'s arguments ask for, each checked (the schema too) before anything loads."""
+    k = parse_k(args.k)
     sampling = SamplingConfig(do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, seed=args.seed)
     limits = Limits.from_env()
     if args.max_new_tokens is not None:
         limits.check_max_new_tokens(args.max_new_tokens)
+    prompt = args.prompt
     if args.prompt_file is not None:
-        args.prompt = read_prompt_file(args.prompt_file, limits.max_prompt_chars)
-    if args.prompt is not None:
-        check_prompt_text(args.prompt, limits.max_prompt_chars)
-    preset = get_preset(args.preset) if args.preset is not None else None
+        prompt = read_prompt_file(args.prompt_file, limits.max_prompt_chars)
+    if prompt is not None:
+        check_prompt_text(prompt, limits.max_prompt_chars)
+    if args.preset is not None:
+        get_preset(args.preset)
     schema = schema_from(args.schema) if getattr(args, "schema", None) is not None else None
-    pair = pair_from_args(args, quiet=args.json)
-    constraint = _grammar(schema, pair)
-    proposer = make_proposer(pair, args.drafter, max_ngram=args.max_ngram)
-    if preset is not None:
-        prompt_ids = preset.prompt_ids(pair.tokenizer)
-        default_new = preset.max_new_tokens
-    else:
-        prompt_ids = encode_prompt(pair.tokenizer, args.prompt, chat=not args.raw)
-        default_new = 64
-    max_new = args.max_new_tokens if args.max_new_tokens is not None else min(default_new, limits.max_new_tokens)
-    limits.check_max_new_tokens(max_new)
-    limits.check_prompt_tokens(len(prompt_ids))
-    check_request(pair, prompt_ids, max_new)  # the target's context, before anything is printed
+    return RunSpec(drafter=args.drafter, k=k, sampling=sampling, max_new_tokens=args.max_new_tokens, prompt=prompt,
+                   preset=args.preset, chat=None if args.preset is not None else not args.raw,
+                   min_confidence=args.min_confidence, schema=schema,
+                   drafter_options={"max_ngram": args.max_ngram}), limits
 
-    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
-    out = sys.stdout
-    if not args.json:
-        _header(pair, proposer, args.k, sampling, constraint, colour)
 
-    curve = calibrated_curve(pair, prompt_ids, proposer, sampling=sampling) if k_setting == "adaptive" else None
-    controller = make_controller(k_setting, curve)
-    records = []
-    streamer = _Streamer(pair.tokenizer, colour, out) if not args.json else None
-    for rec in speculative_generate(pair, prompt_ids, proposer=proposer, k=controller, sampling=sampling,
-                                    min_confidence=args.min_confidence, max_new_tokens=max_new,
-                                    options=LoopOptions(constraint=constraint)):
-        records.append(rec)
-        if streamer is not None and isinstance(rec, Iteration):
-            streamer.add(rec)
-    summary = summarize(records)
-    tokens = [t for r in records if isinstance(r, Iteration) for t in r.emitted]
-    text = pair.tokenizer.decode(tokens, skip_special_tokens=True)
-    check = check_output(preset, text) if preset is not None else None
-    if constraint is not None and (check is None or preset.output_schema != constraint.schema.value):
-        check = check_output(_schema_check(constraint), text)
-    plain_summary = None
-    if args.compare_plain:
-        plain_summary = summarize(plain_generate(pair, prompt_ids, sampling=sampling, max_new_tokens=max_new,
-                                                 constraint=constraint))
-
-    if args.json:
-        config = RunConfig(prompt_ids=prompt_ids, drafter=proposer.describe(), k=k_setting, sampling=sampling,
-                           max_new_tokens=max_new, prompt=args.prompt, preset=args.preset,
-                           chat_template=None if preset is not None else not args.raw,
-                           min_confidence=args.min_confidence, cost_curve=curve,
-                           constraint=constraint.to_dict() if constraint is not None else None)
-        outcome = RunOutcome(records, environment(pair), text, summary=summary, setup=describe_setup(pair),
-                             check=check, plain_summary=plain_summary)
-        json.dump(run_document(config, outcome), out, indent=1)
-        out.write("\n")
-        return 0
-
-    out.write("\n\n")
-    print(format_summary(summary, describe_setup(pair)))
+def _print_summary(finished: Finished, plain_summary: RunSummary | None, setup: str) -> None:
+    """The summary, the output check and the measured speed-up against plain decoding, as text."""
+    summary, check = finished.summary, finished.check
+    print(format_summary(summary, setup))
     if check is not None:
         verdict = "valid against the schema" if check.schema_valid else (
             "valid JSON" if check.is_json and check.schema_valid is None else "NOT valid")
@@ -103,33 +87,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
         ratio = summary.tokens_per_s / plain_summary.tokens_per_s if plain_summary.tokens_per_s else float("nan")
         print(f"plain decoding, run right after: {plain_summary.tokens_per_s:.1f} tokens/s -> measured speed-up "
               f"{ratio:.2f}x (one adjacent pair of runs, prefill excluded: a noisy figure on a shared machine)")
-    return 0
 
 
-def _header(pair, proposer, k, sampling, constraint, colour: bool) -> None:
+def _header(run: PreparedRun, k: str, colour: bool) -> None:
     """The lines before a run's text (on stderr): the pair, drafter and settings, the schema, the colours' key."""
-    print(f"# {redact(pair.target_name)} | drafter: {proposer.describe()} | k={k} | {sampling.describe()} | "
-          f"{describe_setup(pair)}", file=sys.stderr)
-    if constraint is not None:
-        print(f"# constrained to {constraint.describe()}", file=sys.stderr)
+    print(f"# {redact(run.pair.target_name)} | drafter: {run.drafter} | k={k} | {run.spec.sampling.describe()} | "
+          f"{describe_setup(run.pair)}", file=sys.stderr)
+    if run.constraint is not None:
+        print(f"# constrained to {run.constraint.describe()}", file=sys.stderr)
     if colour:
         print(f"# {_paint('accepted', 'accepted')}  {_paint('forced', 'forced')}  "
               f"{_paint('correction', 'correction')}  {_paint('bonus', 'bonus')}  plain", file=sys.stderr)
-
-
-def _grammar(schema, pair):
-    """The schema compiled for the pair's tokenizer (None without one): a SchemaError names a schema it cannot use."""
-    if schema is None:
-        return None
-    from ..constraints.grammar import Grammar  # imports llguidance: only a constrained run needs it
-
-    return Grammar(schema, pair.tokenizer)
-
-
-def _schema_check(constraint):
-    """A stand-in preset that checks the output, one JSON value, against the constraint's schema."""
-    return Preset(name="schema", title="schema", kind="json", description=constraint.name, max_new_tokens=1,
-                  output_format="json", prompt="-", output_schema=constraint.schema.value)
 
 
 def _paint(text: str, role: str) -> str:

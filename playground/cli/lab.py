@@ -35,7 +35,7 @@ from ..results import Result
 from ..results.calibration import BatchPredictions, TimingResult
 from ..results.quality import AcceptanceResult, DistributionResult, DivergenceResult
 from ..results.speed import PeersResult, SpeedResult, SweepResult
-from .generate import _grammar  # generate --schema's: the schema compiled for the pair's tokenizer
+from ..run import compile_schema
 from .load import pair_from_args
 
 
@@ -66,7 +66,7 @@ class Job:
         if getattr(self.args, "schema", None) is None:
             return {}
         name = constrained_drafter(self.pair, self.args.drafter)
-        return {"constraint": _grammar(schema_from(self.args.schema), self.pair),
+        return {"constraint": compile_schema(schema_from(self.args.schema), self.pair.tokenizer),
                 "constrained_proposer": partial(make_proposer, self.pair, name, max_ngram=self.args.max_ngram)}
 
     @property

@@ -12,12 +12,12 @@ Speed is only ever compared in adjacent runs: plain and speculative runs alterna
 from round to round, ratios are taken within a round, and medians over rounds are quoted with their spread.
 """
 
-from .calibration import CalibrationPlan, CalibrationStore, Timing, calibrate, calibrated_curve, calibrated_timing
+from .calibration import CalibrationPlan, CalibrationStore, Timing, calibrate, calibrated_timing
 from .common import now_stamp, set_threads
 from .peers import peers
 from .quality import DistributionPlan, acceptance, distribution, divergence
 from .speed import SpeedRequest, speed, sweep
 
 __all__ = ["CalibrationPlan", "CalibrationStore", "DistributionPlan", "SpeedRequest", "Timing", "acceptance", "calibrate",
-           "calibrated_curve", "calibrated_timing", "distribution", "divergence", "now_stamp", "peers", "set_threads",
+           "calibrated_timing", "distribution", "divergence", "now_stamp", "peers", "set_threads",
            "speed", "sweep"]

@@ -15,7 +15,6 @@ from pydantic import TypeAdapter, ValidationError
 from ..core import cost
 from ..core.engine import K_MAX
 from ..core.sampling import GREEDY, SamplingConfig
-from ..drafters.adaptive import CostCurve
 from ..drafters.registry import DRAFT
 from ..results.calibration import Spread, TimingRecord, TimingSamples, VerifyFit
 from ..results.trust import Verdict
@@ -321,13 +320,3 @@ def calibrated_timing(pair, prompt_ids, proposer, store: CalibrationStore | None
     if store is not None:
         store.put(drafter, timing)
     return timing, False
-
-
-def calibrated_curve(pair, prompt_ids, proposer, store: CalibrationStore | None = None,
-                     repeats: int = SHORT_CALIBRATION.repeats,
-                     progress: Progress = None, sampling: SamplingConfig = GREEDY) -> CostCurve:
-    """The cost curve adaptive k needs (passes up to K_MAX + 1 tokens) under `sampling`, through
-    `calibrated_timing`."""
-    plan = replace(SHORT_CALIBRATION, repeats=repeats, sampling=sampling)
-    timing, _ = calibrated_timing(pair, prompt_ids, proposer, store, plan, progress)
-    return CostCurve.from_timing(timing)

@@ -1,7 +1,7 @@
 """The browser playground's events, as plain functions and generators (no gradio here).
 
-`blocks.py` wires these to components; tests call them directly. The run and compare events (here) and the
-calibrate and sweep events (measure.py) take the tab's `Session` (kept per browser tab in a `gr.State`) and a
+`blocks.py` wires these to components; tests call them directly. The run event (run_panel.py), the compare event
+(here) and the calibrate and sweep events (measure.py) take the tab's `Session` (kept per browser tab in a `gr.State`) and a
 request already parsed and validated (`session.RunRequest` / `SweepRequest`); each event yields view objects
 that blocks.py turns into component updates, and raises `PlaygroundError`, with a message for a person, for
 what it can only find out on the pair (a prompt longer than the target's context, an unknown preset, a
@@ -20,56 +20,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..core import engine
-from ..core.engine import K_MAX
-from ..core.records import Iteration, summarize
-from ..envinfo import describe_setup, environment
+from ..core.records import summarize
+from ..envinfo import describe_setup
 from ..errors import PlaygroundError
-from ..inputs.presets import check_output, get_preset, load_presets
-from ..lab.calibration import SHORT_CALIBRATION, calibrated_timing
+from ..inputs.presets import get_preset, load_presets
 from ..lab.trust import MachineMonitor
-from ..limits import Limits
 from ..pairs.registry import PAIRS, ModelPolicy
 from . import markup, serving, verdicts
 from .downloads import document, save_document
 from .measure import stream_calibrate, stream_sweep  # noqa: F401 - re-exported: the lab events' first home
-from .progress import Tracker, clock_text, eta_text, load_with_progress, loading_message, mapped, phase, ticker
-from .render import TokenRenderer
+from .progress import clock_text, eta_text, load_with_progress, loading_message, mapped
 from .serving import Background, PairProvider, stoppable
-from .session import (
-    RunRequest,
-    RunResult,
-    Session,
-    encode_request,
-    find_timing,
-    k_controller,
-    prompt_key,
-    run_constraint,
-    run_timing,
-    without_idle_stop,
-)
-
-# Each update costs the run the server's postprocessing of every output (CPU and GIL), and a browser on the same
-# cores its drawing: scripts/bench_overhead.py --chromium measures both. Redrawing the three plotly charts while
-# streaming cost a run a third of its speed there, tokens every 0.25 s another few percent; so a streamed run
-# draws its tokens and counters twice a second and its charts once, at the end.
-YIELD_EVERY_S = 0.5  # token / counter updates at most this often
-HEARTBEAT_QUIET_S = 0.5  # status-only updates of a run that is not streamed (Compare's), as for the plain run
-
+from .session import Session, run_timing
 
 # --- views: one update of a panel each; None for a field means 'unchanged' ----------------------------------
-
-
-@dataclass
-class RunView:
-    session: Session
-    status: str
-    tokens: str | None = None
-    counters: str | None = None
-    figures: markup.RunFigures | None = None
-    check: str | None = None
-    prediction: str | None = None
-    doc: dict | None = None
-    download: str | None = None
 
 
 @dataclass
@@ -131,138 +95,6 @@ def stopped_view(session: Session | None) -> StoppedView:
     if what == "batch":
         return StoppedView("Batch timing stopped: nothing was kept." + again)
     return StoppedView("Stopped." + again)
-
-
-@stoppable("run")
-def stream_run(provider: PairProvider, session: Session | None, request: RunRequest,
-               limits: Limits | None = None, stream_tokens: bool = True) -> Iterator[RunView]:
-    """Speculative decoding of the prompt, streamed: token HTML and counters as records arrive (at most every
-    YIELD_EVERY_S), the charts once, when it ends.
-
-    stream_tokens=False (Compare's run): the status line only until the end, as for the plain run after it. A
-    browser drawing the tokens on the same cores slows the run it shows (bench_overhead.py --chromium), so
-    streamed, one side of the comparison would pay for it and the other not."""
-    started = time.monotonic()
-    limits = limits or Limits.from_env()
-    pair = yield from mapped(load_with_progress(provider, started), lambda line: RunView(session, line))
-    ids, preset_obj = encode_request(pair, request, request.max_new_tokens, limits)
-    proposer = session.conversation.proposer(pair, request.drafter)
-    request = without_idle_stop(request, proposer)
-    run = RunResult(request=request, prompt_ids=ids, drafter=proposer.describe(), records=[], summary=None, text="",
-                    preset=preset_obj, check=None, setup=describe_setup(pair), environment=environment(pair),
-                    finished=False, streamed=stream_tokens, constraint=run_constraint(request, pair.tokenizer))
-    session.run = run  # the session keeps the partial run if the user stops it
-    tokenizer = pair.tokenizer
-    special = getattr(tokenizer, "all_special_ids", []) if tokenizer is not None else []
-    renderer = TokenRenderer(tokenizer, greedy=request.sampling.greedy, special_ids=special)
-    head = (f"Running: drafter {run.drafter}, k = {markup.k_text(request)}, {request.sampling.describe()}, "
-            f"{len(ids)} prompt tokens, up to {request.max_new_tokens} new{markup.constraint_text(run)} \u00b7 {run.setup}")
-    yield RunView(session, f"{head} \u2014 prefill \u2026", tokens="",
-                  counters=markup.counters_html(None, request.max_new_tokens, True), figures=markup.figures([], None),
-                  check=markup.check_html(preset_obj, None),
-                  prediction=verdicts.prediction_markdown(session))
-    tracker = Tracker(head, started, "prefill")
-    work = _run_work(provider, session, pair, proposer, run)
-    with Background(work, "playground-run", serving.device_lock(pair.device)) as bg:
-        yield from _run_progress(bg, session, run, tracker, renderer, started)
-        bg.raise_error()
-    yield _run_done(provider, session, run, pair.tokenizer, renderer, started)
-
-
-def _run_work(provider: PairProvider, session: Session, pair, proposer, run: RunResult):
-    """The worker's job: calibrate first if adaptive k has no timing for this context, then the engine's loop,
-    each record emitted as it comes, the other processes' CPU use watched meanwhile."""
-    request, ids, name, store = run.request, run.prompt_ids, run.drafter, provider.calibrations
-
-    def work(emit, stopped):
-        timing = None
-        if request.k_mode == "adaptive":
-            timing = find_timing(session, store, name, ids, K_MAX + 1, request.sampling)
-            if timing is None:
-                phase(emit, "calibrating for adaptive k (once per pair, drafter, context length and decoding)")
-                timing, _ = calibrated_timing(pair, ids, proposer, store, SHORT_CALIBRATION.under(request.sampling),
-                                              progress=ticker(emit, stopped))
-            session.timings[(name, prompt_key(ids))] = timing
-            phase(emit, "")
-        controller = k_controller(request, session, name, timing)
-        monitor = MachineMonitor().__enter__()
-        gen = engine.speculative_generate(pair, ids, proposer=proposer, k=controller, sampling=request.sampling,
-                                          max_new_tokens=request.max_new_tokens, min_confidence=request.min_confidence,
-                                          options=engine.LoopOptions(constraint=run.constraint))
-        try:
-            for rec in gen:
-                emit(rec)
-                if stopped():
-                    return
-        finally:
-            gen.close()
-            run.ended_at = time.perf_counter()
-            run.machine = monitor.stop()
-
-    return work
-
-
-def _run_progress(bg: Background, session: Session, run: RunResult, tracker: Tracker, renderer: TokenRenderer,
-                  started: float) -> Iterator[RunView]:
-    """While the worker runs: the records into the session's run, and a status update now and then (tokens and
-    counters too when the run is streamed; a heartbeat when nothing came, so that Stop is never kept waiting)."""
-    head = tracker.what
-    last_yield = 0.0
-    dirty, n_iterations = False, 0
-    while not bg.finished:
-        for rec in tracker.take(bg.poll(timeout=YIELD_EVERY_S)):
-            run.records.append(rec)
-            renderer.add(rec)
-            n_iterations += isinstance(rec, Iteration)
-            dirty = True
-        now = time.monotonic()
-        if bg.finished:
-            break
-        clock = clock_text(now - started)
-        if dirty and not run.streamed and n_iterations and now - last_yield >= HEARTBEAT_QUIET_S:
-            run.tokens_html = renderer.html()  # drawn only if the run is stopped (stopped_view)
-            yield RunView(session, f"{head} \u2014 iteration {n_iterations} \u00b7 {clock} (tokens and charts "
-                                   "when it ends, so that drawing them does not slow what is compared)")
-            last_yield, dirty = now, False
-        elif dirty and run.streamed and now - last_yield >= YIELD_EVERY_S:
-            summary = summarize(run.records)
-            yield RunView(session, f"{head} \u2014 iteration {summary.target_passes} \u00b7 {clock} (charts "
-                                   "when it ends)", tokens=renderer.html(),
-                          counters=markup.counters_html(summary, run.request.max_new_tokens, True))
-            last_yield, dirty = now, False
-        elif tracker.phase and (tracker.ticked or now - last_yield >= serving.HEARTBEAT_S):
-            yield RunView(session, tracker.line())  # calibrating for adaptive k
-            last_yield = now
-        elif now - last_yield >= serving.HEARTBEAT_S:
-            # Nothing new (the prefill, or a slow iteration): still hand control back to Gradio now and
-            # then, so that Stop can close this generator promptly.
-            what = "prefill" if len(run.records) == 0 else f"iteration {len(run.records)}"
-            yield RunView(session, f"{head} \u2014 {what} \u00b7 {clock} \u2026")
-            last_yield = now
-
-
-def _run_done(provider: PairProvider, session: Session, run: RunResult, tokenizer, renderer: TokenRenderer,
-              started: float) -> RunView:
-    """The finished run: its text, output check and summary kept in the session; the page drawn whole."""
-    request = run.request
-    summary = summarize(run.records)
-    tokens = [t for r in run.records if isinstance(r, Iteration) for t in r.emitted]
-    run.text = tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else ""
-    run.summary = summary
-    run.check = check_output(run.preset, run.text) if run.preset is not None else None
-    run.finished = True
-    doc = document(provider, session)
-    done = (f"Done: {summary.new_tokens} new tokens in {summary.target_passes} target passes, finished by "
-            f"{summary.finished} \u00b7 drafter {run.drafter}, k = {markup.k_text(request, summary)}, "
-            f"{request.sampling.describe()} \u00b7 {run.setup} \u00b7 {clock_text(time.monotonic() - started)}"
-            + (verdicts.run_load_note(run) if run.streamed else "")
-            + (f" \u00b7 {held}" if (held := session.conversation.describe(request.drafter)) else "")
-            + markup.constraint_text(run, summary))
-    return RunView(session, done, tokens=renderer.html(),
-                   counters=markup.counters_html(summary, request.max_new_tokens, False),
-                   figures=markup.figures(run.records, summary), check=markup.check_html(run.preset, run.check),
-                   prediction=verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)),
-                   doc=doc, download=save_document(doc))
 
 
 @stoppable("compare")

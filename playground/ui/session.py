@@ -4,17 +4,14 @@
   (handlers.py). `parse_request` / `parse_sweep` build one from the controls' raw values, by name, and are
   where bad input is refused, with a `PlaygroundError` that says what to fix; an event trusts the request
   it is given.
-- `encode_request` (`resolve_prompt`, then `check_prompt_ids`), `prompt_key`: a request's prompt as token
-  ids, within the limits.
-- `Session` (held per tab in a `gr.State`, never in module globals), the `RunResult` it keeps, `find_timing`
-  (the calibration behind a prediction: this tab's own, else the pair's shared store) and `k_controller`: a
-  request's k setting, with the adaptive state the session carries between runs.
+- `encode_request`: a request's prompt as token ids (playground.run.resolve_prompt), within the limits.
+- `Session` (held per tab in a `gr.State`, never in module globals), the `RunResult` it keeps, and `find_timing`
+  (the calibration behind a prediction: this tab's own, else the pair's shared store).
 - `SHOW_ME`: the example the page opens on, ready to run: one click shows every token role.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,18 +21,19 @@ from ..constraints.schema import schema_presets
 from ..core.engine import check_k, check_request
 from ..core.records import Iteration, RunSummary
 from ..core.sampling import GREEDY, SamplingConfig
-from ..drafters.adaptive import CostCurve, make_controller
 from ..drafters.conversation import Conversation
 from ..drafters.registry import EXAMPLE_DRAFTER
 from ..drafters.registry import names as drafter_names
 from ..errors import PlaygroundError
-from ..inputs.presets import OutputCheck, Preset, get_preset
-from ..inputs.text import check_prompt_text, encode_prompt
+from ..inputs.presets import OutputCheck, Preset
+from ..inputs.text import check_prompt_text
 from ..lab.calibration import CalibrationStore, Timing
 from ..limits import Limits
 from ..pairs.registry import PairChoice
 from ..results.calibration import BatchResult
 from ..results.speed import SweepResult
+from ..run import RunSpec, prompt_key, resolve_prompt
+from ..run import find_timing as run_find_timing
 from .form import Controls, Widget
 
 if TYPE_CHECKING:
@@ -78,6 +76,13 @@ class RunRequest:
     k_mode: str = "fixed"  # "fixed" (the k slider), "adaptive" or "heuristic" (k chosen per iteration)
     min_confidence: float | None = None  # a model drafter stops after a token it gave less (None: draft all k)
     constrain: bool = False  # every token masked by the preset's JSON schema ("Constrain to the schema")
+
+    def spec(self) -> RunSpec:
+        """The run this request asks for, as playground.run takes it."""
+        return RunSpec(drafter=self.drafter, k=self.k if self.k_mode == "fixed" else self.k_mode,
+                       sampling=self.sampling, max_new_tokens=self.max_new_tokens, prompt=self.prompt,
+                       preset=self.preset, chat=self.chat, min_confidence=self.min_confidence,
+                       schema=self.preset if self.constrain else None)
 
 
 @dataclass(frozen=True)
@@ -172,18 +177,9 @@ def stop_text(min_confidence: float | None) -> str:
     return "" if min_confidence is None else f"drafting stopped below confidence {min_confidence:g}"
 
 
-def run_constraint(request: RunRequest, tokenizer):
-    """The grammar of a constrained request (its preset's schema compiled for `tokenizer`), None otherwise."""
-    if not request.constrain:
-        return None
-    from ..constraints.grammar import Grammar  # imports llguidance: only a constrained run needs it
-
-    return Grammar(request.preset, tokenizer)
-
-
 def without_idle_stop(request: RunRequest, proposer) -> RunRequest:
     """The request as it runs with `proposer`: a confidence stop is dropped for a drafter that has no probabilities
-    to stop on (prompt lookup), so that neither the page nor the run's record claims a stop that did nothing."""
+    to stop on (prompt lookup), as playground.run drops it from a run."""
     if request.min_confidence is None or getattr(proposer, "confidence_stops", False):
         return request
     return replace(request, min_confidence=None)
@@ -208,35 +204,11 @@ def parse_sweep(controls: Controls | Mapping[str, Widget], drafters: Sequence[st
 # --- the request's prompt -----------------------------------------------------------------------------------
 
 
-def prompt_key(ids: Sequence[int]) -> str:
-    return hashlib.sha256(",".join(str(int(t)) for t in ids).encode()).hexdigest()[:16]
-
-
-def resolve_prompt(pair, req: RunRequest):
-    """(prompt ids, preset or None). The preset's exact ids when the box still holds its text unchanged."""
-    if pair.tokenizer is None:
-        raise PlaygroundError("this model pair has no tokenizer, so a text prompt cannot be encoded")
-    preset = None
-    if req.preset:
-        preset = get_preset(req.preset)
-        try:
-            if req.prompt == preset.prompt_text(pair.tokenizer):
-                return preset.prompt_ids(pair.tokenizer), preset
-        except PlaygroundError:
-            pass
-    return encode_prompt(pair.tokenizer, req.prompt, chat=req.chat), preset
-
-
-def check_prompt_ids(pair, ids, max_new_tokens: int, limits: Limits) -> None:
-    """The encoded prompt within this playground's token limit and, with the new tokens, the target's context."""
-    limits.check_prompt_tokens(len(ids))
-    check_request(pair, ids, max_new_tokens)
-
-
 def encode_request(pair, req: RunRequest, new_tokens: int, limits: Limits):
     """(prompt ids, preset or None) of a request, checked to leave room for `new_tokens` after the prompt."""
-    ids, preset = resolve_prompt(pair, req)
-    check_prompt_ids(pair, ids, new_tokens, limits)
+    ids, preset = resolve_prompt(pair, req.spec())
+    limits.check_prompt_tokens(len(ids))
+    check_request(pair, ids, new_tokens)
     return ids, preset
 
 
@@ -306,14 +278,6 @@ class Session:
     def timings(self) -> dict:
         return self.conversation.timings
 
-    def timing_for(self, drafter: str, ids_key: str, n_needed: int = 1, sampling: SamplingConfig = GREEDY):
-        """This tab's calibration of this drafter and prompt, if it reaches passes of `n_needed` tokens and was
-        timed under `sampling` (a greedy one never predicts a sampled run, nor the reverse)."""
-        t = self.timings.get((drafter, ids_key))
-        if t is not None and max(t.verify_s) >= n_needed and t.sampling == sampling.timing_label():
-            return t
-        return None
-
 
 def new_session() -> Session:
     return Session()
@@ -321,29 +285,8 @@ def new_session() -> Session:
 
 def find_timing(session: Session, store: CalibrationStore | None, drafter: str, ids: Sequence[int],
                 n_needed: int = 1, sampling: SamplingConfig = GREEDY, nearest: bool = True) -> Timing | None:
-    """The calibration of this drafter on this context, under `sampling`, reaching passes of `n_needed` tokens:
-    the tab's own for this very prompt, else the pair's (shared by every tab) for this context length, else (with
-    `nearest`) the pair's for the nearest calibrated length (`is_nearest` says so), else None."""
-    timing = session.timing_for(drafter, prompt_key(ids), n_needed, sampling)
-    if timing is None and store is not None:
-        timing = store.get(drafter, len(ids), n_needed, sampling)
-        if timing is None and nearest:
-            timing = nearest_timing(store, drafter, len(ids), n_needed, sampling)
-    return timing
-
-
-def nearest_timing(store: CalibrationStore, drafter: str, context_tokens: int, n_needed: int = 1,
-                   sampling: SamplingConfig = GREEDY) -> Timing | None:
-    """The pair's calibration of this drafter and decoding on the bucket nearest this context length (in doublings,
-    the shorter on a tie): a step's cost changes slowly with the context, so a neighbour's stands in until this
-    length is calibrated."""
-    bucket = CalibrationStore.bucket(context_tokens)
-    for d in range(1, 13):
-        for other in (bucket >> d, bucket << d):
-            timing = store.get(drafter, other, n_needed, sampling) if other >= 64 else None
-            if timing is not None:
-                return timing
-    return None
+    """playground.run.find_timing over this tab's conversation: its own calibration, else the pair's."""
+    return run_find_timing(session.conversation, store, drafter, ids, n_needed, sampling, nearest)
 
 
 def is_nearest(timing: Timing | None, context_tokens: int) -> bool:
@@ -369,17 +312,3 @@ def run_timing(session: Session, store: CalibrationStore | None) -> Timing | Non
     deepest = run.request.k if run.request.k_mode == "fixed" else max(
         (len(r.proposed) for r in run.records if isinstance(r, Iteration)), default=0)
     return find_timing(session, store, run.drafter, run.prompt_ids, deepest + 1, run.request.sampling)
-
-
-def k_controller(request: RunRequest, session: Session, drafter: str, timing: Timing | None = None):
-    """The request's k as the loop takes it: an int, or a controller choosing k per iteration. Adaptive k needs
-    the cost curve of this pair, drafter and context (`timing`, see `find_timing`). The controller's state
-    carries over between the session's runs (per drafter)."""
-    if request.k_mode == "fixed":
-        return request.k
-    curve = None
-    if request.k_mode == "adaptive":
-        if timing is None:
-            raise PlaygroundError("adaptive k needs a calibration of this pair and drafter: press Calibrate")
-        curve = CostCurve.from_timing(timing)
-    return make_controller(request.k_mode, curve, memory=session.conversation.controller(drafter))

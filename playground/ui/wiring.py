@@ -29,7 +29,7 @@ import gradio as gr
 from ..envinfo import redact
 from ..errors import PlaygroundError
 from ..limits import Limits
-from . import handlers, javascript, measure
+from . import handlers, javascript, measure, run_panel
 from .controls import wire_controls
 from .form import Controls
 from .markup import RunFigures, fold
@@ -204,7 +204,7 @@ def _wire_run(w: _Wiring):
         def views():
             refuse_moved(values.pop("moved", None), values)
             request = parse_request(values, w.drafters_of(session), limits)
-            yield from handlers.stream_run(provider, session, request, limits=limits, stream_tokens=stream_tokens)
+            yield from run_panel.stream_run(provider, session, request, limits=limits, stream_tokens=stream_tokens)
 
         yield from _guarded(views(), run_outputs_of, len(run_outputs))
 

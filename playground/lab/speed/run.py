@@ -9,14 +9,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ...core import cost
-from ...core.engine import HEADLESS, K_MAX, plain_generate, speculative_generate
+from ...core.engine import K_MAX, plain_generate
 from ...core.records import RunSummary, summarize
-from ...drafters.adaptive import CostCurve, make_controller
 from ...drafters.conversation import Conversation
 from ...envinfo import environment
 from ...errors import PlaygroundError
 from ...results.speed import PlainRun, SpeedResult, SpeedRun, SweepResult
 from ...results.trust import MachineLoad, Verdict
+from ...run import RunSpec, prepare
 from ..calibration import CalibrationPlan, Timing, calibrate, pass_lengths
 from ..common import Progress, rotated, tick
 from ..schedules import compare, iteration_rows
@@ -97,15 +97,16 @@ def _run_spec(request: SpeedRequest, name: str, k: int | str, max_new: int, timi
               conversation: Conversation, held: bool = False) -> tuple[RunSummary, list]:
     """The run's summary and its iterations as compact rows (k, accepted, emitted, draft_s, verify_s,
     rollback_s, drafted, source): what lab.fit needs to fit the step costs the loop really paid, and
-    lab.schedules to cost the run's decisions. held: constrained to the request's schema, with its proposer."""
-    curve = CostCurve.from_timing(timing) if timing is not None else None
-    controller = make_controller(k, curve, memory=conversation.controller())
+    lab.schedules to cost the run's decisions. held: constrained to the request's schema, with its proposer.
+    It runs through playground.run, as generate and the browser do, with this arm's proposer and calibration."""
     proposer = (request.constrained_proposer or request.proposer_factory)() if held else request.proposer(name)
-    options = replace(HEADLESS, constraint=request.constraint) if held else HEADLESS
-    records = list(speculative_generate(request.pair, request.prompts[name], proposer=proposer,
-                                        k=controller, sampling=request.sampling, max_new_tokens=max_new,
-                                        options=options, min_confidence=request.min_confidence))
-    return summarize(records), iteration_rows(records)
+    spec = RunSpec(drafter=proposer.describe(), k=k, sampling=request.sampling, max_new_tokens=max_new, chat=None,
+                   prompt_ids=request.prompts[name], min_confidence=request.min_confidence,
+                   schema=request.constraint if held else None, headless=True)
+    run = prepare(request.pair, spec, conversation, proposer=proposer, timing=timing)
+    for _ in run.records():
+        pass
+    return summarize(run.kept), iteration_rows(run.kept)
 
 
 def speed(request: SpeedRequest, progress: Progress = None,
