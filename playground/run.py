@@ -36,7 +36,7 @@ from .lab.common import Progress
 from .limits import Limits
 
 DEFAULT_NEW_TOKENS = 64  # a typed prompt's new tokens when none are asked for (a preset brings its own)
-CALIBRATING = "calibrating for adaptive k (once per pair, drafter, context length and decoding)"
+CALIBRATING = "calibrating for adaptive k"  # the phase a first adaptive run begins with, on a status line
 
 
 @dataclass(frozen=True)

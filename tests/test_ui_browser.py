@@ -525,6 +525,11 @@ def test_statuses_say_what_is_true_now(tiny_app_url, page):
     page.locator("#run-btn").click()
     wait_status(page, "Done")
     assert "drafting stopped below confidence 0.5" in status(page)
+    page.locator("#k-mode label", has_text="adaptive").click()  # a first adaptive run calibrates (seconds here)
+    page.locator("#run-btn").click()
+    wait_status(page, "Running: calibrating for adaptive k")  # the news in sight, the run's settings in the fold
+    assert re.search(r"\d+ s \u2026", page.locator("#status").inner_text())
+    wait_status(page, "Done")
 
 
 @pytest.mark.parametrize("width, height", [(390, 844), (1440, 1000)])

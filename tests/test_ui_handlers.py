@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import html
 import json
+import re
 import threading
 import time
 
@@ -962,3 +963,15 @@ def test_the_page_opens_on_an_example_ready_to_run_and_the_k_slider_follows_the_
     shown = {k: v for k, v in dataclasses.asdict(SHOW_ME).items() if v is not None and k != "prompt"}
     req = parse_request({**CONTROLS, **shown, "prompt": PROMPT}, serving.PairProvider(pair=word_pair).drafter_names())
     assert req.drafter == "hybrid" and req.k == 4 and req.sampling.greedy
+
+
+def test_a_first_adaptive_runs_visible_line_says_it_calibrates_and_for_how_long(provider):
+    """The 'more' fold holds the run's settings; what happens now (the calibration, its share done, the clock) stays
+    in the visible part of the line."""
+    views = list(run_panel.stream_run(provider, Session(), request(provider, k_mode="adaptive", max_new_tokens=8)))
+    visible = [markup.fold(v.status).split("<details")[0] for v in views]
+    calibrating = [line for line in visible if "calibrating for adaptive k" in line]
+    assert calibrating and all(line.startswith("Running: calibrating") for line in calibrating)
+    assert all(re.search(r"\d+ s \u2026", line) for line in calibrating)
+    assert "<details" in markup.fold(views[1].status)  # the settings went into the fold, not the news
+    assert views[-1].status.startswith("Done:")

@@ -81,17 +81,21 @@ class Tracker:
                 rest.append(x)
         return rest
 
-    def line(self) -> str:
-        now = time.monotonic()
-        head = f"{self.what} \u2014 {self.phase}" if self.phase else self.what
+    def doing(self) -> str:
+        """What the work does now: the phase, its last message, the share done and the time left."""
         done = []
         if self.fraction is not None:
             done.append(f"{100 * self.fraction:.0f}%")
-            left = eta_text(now - self.phase_started, self.fraction)
+            left = eta_text(time.monotonic() - self.phase_started, self.fraction)
             if left:
                 done.append(left)
         extra = f" ({', '.join(done)})" if done else ""
-        return f"{head}: {self.message}{extra} \u00b7 {clock_text(now - self.started)} \u2026"
+        return f"{self.phase}: {self.message}{extra}" if self.phase else f"{self.message}{extra}"
+
+    def line(self) -> str:
+        head = f"{self.what} \u2014 {self.phase}" if self.phase else self.what
+        doing = self.doing().removeprefix(f"{self.phase}: ") if self.phase else self.doing()
+        return f"{head}: {doing} \u00b7 {clock_text(time.monotonic() - self.started)} \u2026"
 
 
 def progress_lines(bg: Background, tracker: Tracker) -> Iterator[str]:

@@ -25,7 +25,7 @@ from . import markup, serving, verdicts
 from .downloads import document, save_document
 from .progress import Tracker, load_with_progress, mapped, phase, ticker
 from .render import TokenRenderer
-from .run_view import RunView, done_text, first_view, head_text, progress_text, waiting_text
+from .run_view import RunView, calibrating_text, done_text, first_view, progress_text, waiting_text
 from .serving import Background, PairProvider, stoppable
 from .session import RunRequest, RunResult, Session, run_timing
 
@@ -55,7 +55,7 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     special = getattr(pair.tokenizer, "all_special_ids", []) if pair.tokenizer is not None else []
     renderer = TokenRenderer(pair.tokenizer, greedy=request.sampling.greedy, special_ids=special)
     yield first_view(session, run, prepared.needs_calibration)
-    tracker = Tracker(head_text(run), started, "prefill")
+    tracker = Tracker("Running", started, "prefill")
     with Background(_work(prepared, run), "playground-run", serving.device_lock(pair.device)) as bg:
         yield from _progress(bg, session, run, tracker, renderer, started)
         bg.raise_error()
@@ -121,7 +121,7 @@ def _progress(bg: Background, session: Session, run: RunResult, tracker: Tracker
                                                                                 True))
             last_yield, dirty = now, False
         elif tracker.phase and (tracker.ticked or now - last_yield >= serving.HEARTBEAT_S):
-            yield RunView(session, tracker.line())  # calibrating for adaptive k
+            yield RunView(session, calibrating_text(run, tracker))
             last_yield = now
         elif now - last_yield >= serving.HEARTBEAT_S:
             yield RunView(session, waiting_text(run, now - started))
