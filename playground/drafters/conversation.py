@@ -51,8 +51,9 @@ class Conversation:
             memory.add_response(prompt_ids, response_ids)
 
     def describe(self, drafter: str) -> str | None:
-        """What `drafter`'s memory holds, in a sentence for a status line; None for a stateless drafter."""
-        memory = self.memory(drafter)
+        """What `drafter`'s memory holds, in a sentence for a status line; None for a stateless drafter, or one
+        that has not run in this conversation (nothing is made to be described)."""
+        memory = self._memories.get(new_memory(drafter))
         return memory.describe() if memory is not None else None
 
     def forget(self) -> str:
