@@ -272,20 +272,20 @@ def test_plain_runs_bracket_every_few_speculative_runs():
 def test_plain_speed_is_interpolated_to_each_speculative_run():
     from types import SimpleNamespace
 
-    from playground.lab.speed.run import _plain_at
+    from playground.lab.speed.run import plain_at
     # a host slowing steadily: plain steps of 50 ms at t = 0 and 60 ms at t = 10 (40 tokens each)
     early = SimpleNamespace(new_tokens=40, decode_s=40 * 0.050, prefill_s=0.2)
     late = SimpleNamespace(new_tokens=40, decode_s=40 * 0.060, prefill_s=0.4)
-    mid = _plain_at([(0.0, early), (10.0, late)], 5.0)
+    mid = plain_at([(0.0, early), (10.0, late)], 5.0)
     assert mid.decode_s / mid.new_tokens == pytest.approx(0.055) and mid.prefill_s == pytest.approx(0.3)
     assert mid.tokens_per_s == pytest.approx(1 / 0.055)
-    assert _plain_at([(0.0, early), (10.0, late)], 7.5).decode_s == pytest.approx(40 * 0.0575)
+    assert plain_at([(0.0, early), (10.0, late)], 7.5).decode_s == pytest.approx(40 * 0.0575)
     # before the first or after the last plain run: that run as it was
-    assert _plain_at([(0.0, early), (10.0, late)], 12.0).decode_s == pytest.approx(late.decode_s)
-    assert _plain_at([(0.0, early), (10.0, late)], -1.0).decode_s == pytest.approx(early.decode_s)
+    assert plain_at([(0.0, early), (10.0, late)], 12.0).decode_s == pytest.approx(late.decode_s)
+    assert plain_at([(0.0, early), (10.0, late)], -1.0).decode_s == pytest.approx(early.decode_s)
     # a sampled plain run may stop early: the step time is interpolated, the token count is the nearer run's
     short = SimpleNamespace(new_tokens=20, decode_s=20 * 0.060, prefill_s=0.4)
-    near_short = _plain_at([(0.0, early), (10.0, short)], 8.0)
+    near_short = plain_at([(0.0, early), (10.0, short)], 8.0)
     assert near_short.new_tokens == 20 and near_short.decode_s / 20 == pytest.approx(0.058)
 
 

@@ -6,7 +6,7 @@ runs on the same prompt, plain decoding without and with the schema, and for eac
 partner in the registry (`partners`): X unconstrained, X constrained and schema+X constrained. The order rotates from
 round to round (lab.common.rotated), with a pair of plain runs (free and constrained) before every `plain_every`
 drafters and after the last (lab.speed.bracketed); each speculative run is divided by plain decoding of its own kind
-(free or constrained), interpolated to its moment between the plain runs around it (lab.speed.run's `_plain_at`).
+(free or constrained), interpolated to its moment between the plain runs around it (lab.speed.run's `plain_at`).
 
 Every run is a conversation's first call: each proposer is new (the registry builds it), so the suffix drafters start
 with an empty cache and nothing but the prompt to copy from. Decoding is greedy, so every constrained run must write
@@ -33,7 +33,7 @@ from ..drafters.registry import available_drafters, drafters, make_proposer, sch
 from ..envinfo import describe_setup, environment
 from ..errors import PlaygroundError
 from ..lab.common import new_tokens, rotated
-from ..lab.speed.run import _plain_at, bracketed  # the plain speed at a run's moment, and the plain runs' places
+from ..lab.speed.run import bracketed, plain_at  # the plain speed at a run's moment, and the plain runs' places
 from ..lab.trust import MachineMonitor, Verdict
 
 EXPERIMENT = "constrained-speed"
@@ -140,7 +140,7 @@ def _round(pair, case: Case, plan: Plan, r: int, index: int, state: dict) -> lis
                      "forced_share": s.forced_share if arm[0] != PLAIN else None})
     for run in runs:
         if run["drafter"] != PLAIN:
-            plain = _plain_at(plains[run["schema"]], run["mid"]).tokens_per_s
+            plain = plain_at(plains[run["schema"]], run["mid"]).tokens_per_s
             run["ratio"] = run["tokens_per_s"] / plain if plain else None
     return runs
 

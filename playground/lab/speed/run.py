@@ -55,7 +55,7 @@ class _Plain:
         return self.new_tokens / self.decode_s if self.decode_s > 0 else 0.0
 
 
-def _plain_at(plains: Sequence[tuple[float, object]], when: float) -> _Plain:
+def plain_at(plains: Sequence[tuple[float, object]], when: float) -> _Plain:
     """Plain decoding at `when` (a perf_counter time), from the plain runs (midpoint time, summary) of one prompt
     and round: the step time and prefill of the runs just before and after it, interpolated linearly in time
     (a host drifting steadily between them cancels), or the one run on a side where the other has none."""
@@ -115,7 +115,7 @@ def speed(request: SpeedRequest, progress: Progress = None,
 
     In each round, for each prompt, every k runs back to back in an order that rotates from round to round,
     with a plain run before every `plain_every` of them and after the last (`bracketed`); each speculative run is
-    divided by plain decoding interpolated to its moment between the plain runs around it (`_plain_at`).
+    divided by plain decoding interpolated to its moment between the plain runs around it (`plain_at`).
     Quoted: the median ratio over rounds (and prompts). A prompt whose plain speed (the median of a round's plain
     runs) moved by more than `drift_warning` between rounds ((max - min) / median) fails its figures: its ratios
     are still adjacent, but the machine changed under them. From 3 prompts on, the figures over every prompt fail
@@ -180,7 +180,7 @@ def _prompt_round(request: SpeedRequest, r: int, name: str, order: list[str], le
     runs = []
     for k in request.ks:
         s, mid = results[f"k={k}"]
-        p = _plain_at(plains[False], mid)
+        p = plain_at(plains[False], mid)
         held = results.get(f"k={k}{SCHEMA}")
         runs.append(SpeedRun(
             round=r, prompt=name, k=k, order=order,
@@ -196,7 +196,7 @@ def _prompt_round(request: SpeedRequest, r: int, name: str, order: list[str], le
             drafted_values={str(kk): n for kk, n in s.drafted_values.items()},
             source_iterations=s.source_iterations, prefill_s=s.prefill_s, plain_prefill_s=p.prefill_s,
             iterations=iterations[f"k={k}"],
-            schema=constrained_run(held[0], _plain_at(plains[True], held[1])) if held is not None else None))
+            schema=constrained_run(held[0], plain_at(plains[True], held[1])) if held is not None else None))
     return runs, plain_runs
 
 
