@@ -1,14 +1,23 @@
 """The Replay tab's status lines as a user sees them, without a browser (issue 56): the part before the "more" fold
-never ends inside brackets."""
+never ends inside brackets, and after Stop the line above the tabs says what the tab says, whichever of the two
+listeners Gradio's page runs on a cancel answers first. test_ui_replay.py has the tiny pair these use."""
 
 from __future__ import annotations
 
 import re
 
+import gradio as gr
 import pytest
 
 from playground.ui.markup import STATUS_CHARS, fold
+from playground.ui.replay_panel import STARTING, TAB_STARTING, ReplayState
+from playground.ui.wiring import STOP_JS
 from tests import test_ui_replay as rp
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return rp.pair.__wrapped__()
 
 
 def visible(line: str) -> str:
@@ -42,3 +51,46 @@ def test_the_fold_never_cuts_inside_brackets(line):
     head = visible(line)
     assert head != line and len(head) <= STATUS_CHARS and not unbalanced(head), head
     assert squeezed(rp.shown(fold(line))) == squeezed(line)  # nothing lost, only folded
+
+
+# --- Stop ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo(pair):
+    from playground.ui import build_ui  # builds the whole app: only the Stop tests need it
+
+    return build_ui(rp.provider.__wrapped__(pair))
+
+
+def listeners(demo):
+    """The replay event's `.failure` and `.then` listeners: Gradio's page runs both when Stop cancels it."""
+    fns = list(demo.fns.values())
+    event = next(f for f in fns if f.api_name == "replay")
+    after = [f for f in fns if f.trigger_after == event._id]
+    return (next(f.fn for f in after if f.trigger_only_on_failure),
+            next(f.fn for f in after if not f.trigger_only_on_failure and not f.trigger_only_on_success))
+
+
+def stop_js(line: str) -> str:
+    """What the Stop button's js does to the line above the tabs (STOP_JS's regular expression, read by Python)."""
+    pattern = re.search(r"/(\^\(.*?\))/", STOP_JS)[1]
+    return "Stopping \u2026" if re.match(pattern, line) else line
+
+
+@pytest.mark.parametrize("tab", [TAB_STARTING, "Reading line 3 of big.jsonl (40%, 13 s) \u00b7 the sample trace",
+                                 "Replaying turn 2 of 7 (29%, 5 s) \u00b7 weather: lookup k=2"])
+@pytest.mark.parametrize("heard", [False, True])  # whether the replay's generator was closed yet
+@pytest.mark.parametrize("failure_first", [False, True])  # whose answer the page applies first
+def test_after_stop_the_line_above_the_tabs_says_what_the_tab_says(demo, tab, heard, failure_first):
+    failed, after = listeners(demo)
+    top = stop_js(STARTING)
+    answers = [failed(top, tab), after(ReplayState(stopped=heard), top)]  # both read the lines as Stop left them
+    lines = {"top": top, "tab": tab}
+    for answer in answers if failure_first else answers[::-1]:
+        for key, value in zip(lines, answer, strict=True):
+            if not isinstance(value, type(gr.skip())):
+                lines[key] = value
+    assert lines["top"] == lines["tab"] and lines["top"].startswith("Stopped"), lines
+    done = "Replay done: recommended k = 3 for all tokens with draft"
+    assert stop_js(done) == done  # a finished replay's line is no 'starting' one

@@ -342,9 +342,11 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
     ui.stop_btn.click(None, None, None, cancels=[replay_ev], queue=False)
 
     def after_replay(state, status):
-        """Runs after the replay: 'Stopped', or how it ended, on the status line above the tabs."""
-        if state is not None and state.stopped:
-            state.stopped = False
+        """Runs after the replay: 'Stopped' (Stop turned the line above the tabs to 'Stopping', and the replay
+        may not have heard it yet), or how it ended, on the status line above the tabs."""
+        if (state is not None and state.stopped) or (isinstance(status, str) and status.startswith("Stopping")):
+            if state is not None:
+                state.stopped = False
             line = "Stopped: the replay was stopped; the tab keeps the last finished one."
             return line, line
         if isinstance(status, str) and status.startswith(STARTING[:14]):
