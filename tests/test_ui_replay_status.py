@@ -1,15 +1,20 @@
 """The Replay tab's status lines as a user sees them, without a browser (issue 56): the part before the "more" fold
-never ends inside brackets, and after Stop the line above the tabs says what the tab says, whichever of the two
-listeners Gradio's page runs on a cancel answers first. test_ui_replay.py has the tiny pair these use."""
+never ends inside brackets and keeps a model load's clock, and after Stop the line above the tabs says what the tab
+says, whichever of the two listeners Gradio's page runs on a cancel answers first. test_ui_replay.py has the tiny
+pair these use."""
 
 from __future__ import annotations
 
 import re
+import time
 
 import gradio as gr
 import pytest
 
+from playground.pairs.registry import PairChoice
+from playground.ui import serving
 from playground.ui.markup import STATUS_CHARS, fold
+from playground.ui.progress import load_with_progress
 from playground.ui.replay_panel import STARTING, TAB_STARTING, ReplayState
 from playground.ui.wiring import STOP_JS
 from tests import test_ui_replay as rp
@@ -94,3 +99,24 @@ def test_after_stop_the_line_above_the_tabs_says_what_the_tab_says(demo, tab, he
     assert lines["top"] == lines["tab"] and lines["top"].startswith("Stopped"), lines
     done = "Replay done: recommended k = 3 for all tokens with draft"
     assert stop_js(done) == done  # a finished replay's line is no 'starting' one
+
+
+# --- while it runs, and when it ends ------------------------------------------------------------------------
+
+
+def test_a_long_loader_message_keeps_the_clock_in_view():
+    said = []
+
+    def slow_load(target, draft, device, dtype, progress):
+        progress("fetching model.safetensors (HuggingFaceTB/SmolLM2-1.7B-Instruct)")
+        time.sleep(1.2)
+        said.append(True)
+        return "the pair"
+
+    provider = serving.PairProvider(choice=PairChoice("HuggingFaceTB/SmolLM2-1.7B-Instruct",
+                                                      "HuggingFaceTB/SmolLM2-135M-Instruct", "cpu", "float32"),
+                                    cache=serving.PairCache(load=slow_load))
+    lines = list(load_with_progress(provider, time.monotonic() - 65))
+    assert said and lines[0].startswith("Loading the model pair HuggingFaceTB/SmolLM2-1.7B-Instruct")
+    assert any(re.match(r"Loading the model pair, 1 min 0\d s so far \u00b7 fetching model.safetensors", visible(x))
+               for x in lines[1:]), lines
