@@ -63,7 +63,8 @@ def test_the_replay_tab_runs_the_sample_trace_and_shows_k_per_shape(replay_url, 
     assert "lookup" in status and "hybrid" not in status  # the drafter chosen on the tab
     # A k, or none and why, depends on this host's speed: the line and the tab agree on which, whichever it is
     # (test_ui_replay's done-status test says both outcomes' words, on any host)
-    said = re.search(r"^Replay done: (?:recommended k = (\d+) for all tokens|no recommended k) with lookup", status)
+    said = re.search(r"^Replay done: (?:recommended k = (\d+)(?: \([^)]*\))? for all tokens|no recommended k) with lookup",
+                     status)
     shown = re.search(r"(?:Recommended k = (\d+) with lookup|No recommended k): ", verdict)
     assert said and shown and said[1] == shown[1], (status, verdict)
     assert "an estimate" in verdict and "Estimates" in verdict  # the sample was not written by the target

@@ -1,28 +1,40 @@
 """The Replay tab's status lines as a user sees them, without a browser (issue 56): the part before the "more" fold
-never ends inside brackets and keeps a model load's clock, and after Stop the line above the tabs says what the tab
-says, whichever of the two listeners Gradio's page runs on a cancel answers first. test_ui_replay.py has the tiny
-pair these use."""
+says what happens now (reading the trace, which turn is replayed, with the share done and the clock; what to do
+about a big trace; a best k at the top of the range), the fold never cuts inside brackets, and after Stop the line
+above the tabs says what the tab says, whichever of the two listeners Gradio's page runs on a cancel answers first.
+test_ui_replay.py has the tiny pair and the trace these use; test_ui_browser_replay.py watches the same in Chromium."""
 
 from __future__ import annotations
 
 import re
+import threading
 import time
+from dataclasses import replace
+from types import SimpleNamespace
 
 import gradio as gr
 import pytest
 
+from playground.drafters.registry import make_proposer
+from playground.limits import Limits
 from playground.pairs.registry import PairChoice
-from playground.ui import serving
+from playground.ui import replay_announce, replay_panel, serving
 from playground.ui.markup import STATUS_CHARS, fold
 from playground.ui.progress import load_with_progress
 from playground.ui.replay_panel import STARTING, TAB_STARTING, ReplayState
 from playground.ui.wiring import STOP_JS
 from tests import test_ui_replay as rp
+from tests.test_replay import fake_timing
 
 
 @pytest.fixture(scope="module")
 def pair():
     return rp.pair.__wrapped__()
+
+
+@pytest.fixture(scope="module")
+def trace(pair, tmp_path_factory):
+    return rp.trace.__wrapped__(pair, tmp_path_factory)
 
 
 def visible(line: str) -> str:
@@ -120,3 +132,70 @@ def test_a_long_loader_message_keeps_the_clock_in_view():
     assert said and lines[0].startswith("Loading the model pair HuggingFaceTB/SmolLM2-1.7B-Instruct")
     assert any(re.match(r"Loading the model pair, 1 min 0\d s so far \u00b7 fetching model.safetensors", visible(x))
                for x in lines[1:]), lines
+
+
+def test_reading_a_trace_says_so_with_its_progress_and_stops_on_stop(pair, trace, monkeypatch):
+    """A big file takes seconds to read (each turn goes through the tokenizer): the line says which line of which
+    file, how much is read and for how long, not 'waiting for the device', and a Stop there is heard."""
+    real = replay_panel.read_trace
+
+    def slow_read(*args, **kwargs):  # the real reader, each line a slow one
+        progress = args[5]
+        return real(*args[:5], lambda f, m: (progress(f, m), time.sleep(0.4)))
+
+    monkeypatch.setattr(replay_panel, "read_trace", slow_read)
+    provider = rp.provider.__wrapped__(pair)
+    state = ReplayState()
+    gen = replay_panel.stream_replay(provider, state, None, rp.request(trace_file=trace), Limits())
+    first = next(gen)
+    assert visible(first.status).startswith("Reading (0 s)") and not first.status.startswith("Starting")
+    line = next(u.status for u in gen if "line 2" in u.status)
+    assert re.match(r"Reading line 2 of trace\.jsonl \(\d+%, \d+ s\) \u00b7 ", visible(line)), line
+    gen.close()
+    assert state.stopped
+    deadline = time.monotonic() + 10
+    while any(t.name == "playground-read" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name == "playground-read" for t in threading.enumerate())
+
+
+def test_the_replay_line_shows_the_turn_its_share_and_the_clock_before_the_fold(pair, trace, monkeypatch):
+    real = replay_panel.replay_turns
+    held = []
+
+    def slow_replay(pair, turns, options, progress=None):  # the real replay, held a moment at turn 2's first tick
+        def tick(f, m):
+            progress(f, m)
+            if m.startswith("turn 2 of") and not held:
+                held.append(m)
+                time.sleep(0.6)
+        return real(pair, turns, options, progress=tick)
+
+    monkeypatch.setattr(replay_panel, "replay_turns", slow_replay)
+    updates = list(replay_panel.stream_replay(rp.provider.__wrapped__(pair), None, None, rp.request(trace_file=trace),
+                                              Limits()))
+    shown = [visible(u.status) for u in updates]
+    assert held and any(re.match(r"Replaying turn 2 of 4 \(\d+%, (~.+ left, )?\d+ s\) \u00b7 t1: ", s) for s in shown), \
+        shown
+    assert updates[-1].status.startswith("Replay done")
+
+
+def test_a_big_trace_says_what_to_do_before_the_fold():
+    turns = [SimpleNamespace(prompt_ids=(1,) * 900, completion_ids=(2,) * 400)] * 200
+    line = replay_announce.announcement(turns, 141, 3, 750.0, Limits())
+    assert "set First turns to 16 (about 1 min 00 s)" in visible(line), line
+    for said in ("press Run replay again for all 200 turns (about 12 min 30 s)", "260,000 tokens",
+                 "141 turns past the cap of", "3 lines refused"):
+        assert said in line
+
+
+@pytest.mark.parametrize("drafter", ["draft", "schema+suffix-hybrid"])  # the shortest and the longest name
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_best_k_at_the_top_of_the_range_shows_before_the_fold(pair, trace, drafter, exact):
+    provider = serving.PairProvider(pair=pair)
+    provider.calibrations.put(make_proposer(pair, "draft").describe(), fake_timing(c=0.2))  # k = 3 pays most
+    doc = rp.run(provider, rp.request(trace_file=trace, ks="1-2"))[-1].doc
+    doc = doc if exact else replace(doc, turns=[replace(t, exact=False) for t in doc.turns])
+    line = replay_announce.done_status(doc, drafter, 65.0)
+    assert "k = 2 is the largest replayed: try 1-16" in visible(line), line
+    assert ("(estimates)" in line) != exact and line.endswith("1 min 05 s")
