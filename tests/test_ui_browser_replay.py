@@ -1,11 +1,14 @@
 """The Replay tab in a real headless Chromium (tests/test_ui_browser.py's browser, page and label check): the
 sample trace replays (its first 7 turns, prompt lookup, k = 1, 2, 4: seconds of model work) and shows a
 recommendation or the reason it is withheld, the same on the status line and on the tab, the turns past the limit
-listed as not replayed, a per-shape chart whose labels do not overlap, and a token view that changes with k."""
+listed as not replayed, a per-shape chart whose labels do not overlap, and a token view that changes with k; while
+a replay runs, the line's visible part (its fold closed) says which turn with a moving clock, and after Stop the
+line above the tabs says what the tab says."""
 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -26,6 +29,12 @@ def replay_url(launch_app):
     from playground.ui import build_ui
 
     return launch_app(build_ui(limits=Limits(max_replay_turns=TURNS)))
+
+
+# The status line as it shows with its fold closed: what a glance at the page reads
+VISIBLE_JS = """sel => { const c = document.querySelector(sel).cloneNode(true);
+    c.querySelectorAll('details, [data-testid="status-tracker"]').forEach(t => t.remove());
+    return c.textContent.replace(/\\s+/g, ' ').trim(); }"""
 
 
 def text_of(page, selector: str) -> str:
@@ -63,7 +72,8 @@ def test_the_replay_tab_runs_the_sample_trace_and_shows_k_per_shape(replay_url, 
     assert "lookup" in status and "hybrid" not in status  # the drafter chosen on the tab
     # A k, or none and why, depends on this host's speed: the line and the tab agree on which, whichever it is
     # (test_ui_replay's done-status test says both outcomes' words, on any host)
-    said = re.search(r"^Replay done: (?:recommended k = (\d+) for all tokens|no recommended k) with lookup", status)
+    said = re.search(r"^Replay done: (?:recommended k = (\d+)(?: \([^)]*\))? for all tokens|no recommended k) with lookup",
+                     status)
     shown = re.search(r"(?:Recommended k = (\d+) with lookup|No recommended k): ", verdict)
     assert said and shown and said[1] == shown[1], (status, verdict)
     assert "an estimate" in verdict and "Estimates" in verdict  # the sample was not written by the target
@@ -91,3 +101,39 @@ def test_the_replay_tab_runs_the_sample_trace_and_shows_k_per_shape(replay_url, 
     page.screenshot(path=str(tmp_path / "replay.png"), full_page=True)
     print(f"screenshot: {tmp_path / 'replay.png'}")
     assert not errors, errors
+
+
+def test_the_line_shows_the_replay_going_and_after_stop_the_line_above_agrees(replay_url, page, monkeypatch):
+    """The replay is held at its second turn until Stop (the app runs in this process), so what is seen does not
+    depend on the machine's speed: the visible line names the turn, its share and a clock that moves; after Stop
+    both lines say 'Stopped', whichever of the listeners Gradio runs on a cancel answers first."""
+    from playground.ui import replay_panel
+
+    real, held = replay_panel.replay_turns, []
+
+    def hold_turn_2(pair, turns, options, progress=None):
+        def tick(f, m):
+            progress(f, m)
+            while m.startswith("turn 2 of") and len(held) < 600:  # a minute at most, if Stop were never heard
+                held.append(m)
+                time.sleep(0.1)
+                progress(f, m)  # raises Stopped once Stop closed the event
+        return real(pair, turns, options, progress=tick)
+
+    monkeypatch.setattr(replay_panel, "replay_turns", hold_turn_2)
+    page.goto(replay_url)
+    page.get_by_role("tab", name="Replay").click()
+    page.locator("#replay-drafter label", has_text="prompt lookup").click()
+    page.locator("#replay-ks input, #replay-ks textarea").first.fill("1,2")
+    page.locator("#replay-btn").click()
+    going = r"^Replaying turn 2 of 7 \(\d+%, (~[^)]+ left, )?(\d+ min )?\d+ s\) \u00b7 "
+    page.wait_for_function(f"new RegExp({going!r}).test(({VISIBLE_JS})('#replay-status'))", timeout=REPLAY_MS)
+    first = page.evaluate(VISIBLE_JS, "#replay-status")
+    assert len(first) <= 120, first
+    page.wait_for_function(f"({VISIBLE_JS})('#replay-status') !== {first!r}", timeout=10_000)  # the clock moves
+    page.locator("#stop-btn").click()
+    agree = (f"(() => {{ const tab = ({VISIBLE_JS})('#replay-status'), top = ({VISIBLE_JS})('#status');"
+             f" return tab.startsWith('Stopped') && top === tab; }})()")
+    page.wait_for_function(agree, timeout=30_000)
+    page.wait_for_timeout(1000)  # a late answer of the other listener would show by now
+    assert page.evaluate(agree), (house.status(page, "#status"), house.status(page, "#replay-status"))

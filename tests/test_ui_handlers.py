@@ -920,8 +920,9 @@ def test_a_slow_load_reports_what_it_loads_and_for_how_long():
             lines.append(next(gen))
     except StopIteration as e:
         assert e.value == "the pair"
-    assert all(line.startswith("Loading the model pair t + no draft model") for line in lines)
-    assert any("fetching config.json" in line and " s \u2026" in line for line in lines[1:])
+    assert lines[0].startswith("Loading the model pair t + no draft model")
+    assert all(line.startswith("Loading the model pair, ") and " t + no draft model: " in line for line in lines[1:])
+    assert any(" s so far \u00b7 fetching config.json \u00b7 " in line for line in lines[1:])
 
 
 def test_typed_values_out_of_range_get_a_message_not_a_silent_clamp():

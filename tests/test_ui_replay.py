@@ -119,7 +119,8 @@ def test_an_oversize_or_empty_upload_is_refused_naming_the_limits(tmp_path):
 
 def test_a_trace_replays_with_its_bad_line_listed_and_a_recommended_k(provider, trace):
     updates = run(provider, request(trace_file=trace))
-    assert updates[0].status.startswith("Starting") and any("Replaying 4 turns" in u.status for u in updates)
+    assert updates[0].status.startswith("Reading") and any("4 turns of an uploaded trace file with draft" in u.status
+                                                           for u in updates)
     last = updates[-1]
     doc = last.doc
     assert last.status.startswith("Replay done: recommended k = ")

@@ -186,8 +186,7 @@ def test_a_big_trace_is_announced_before_it_runs_and_its_first_turns_offered(tmp
     from playground.ui import replay_announce, replay_panel, replay_request
     from tests import test_ui_replay as rp
 
-    for module in (replay_panel, replay_announce):
-        monkeypatch.setattr(module, "BIG_TURNS", 1)  # more turns than this are big, whatever the estimate
+    monkeypatch.setattr(replay_announce, "BIG_TURNS", 1)  # more turns than this are big, whatever the estimate
     pair = rp.pair.__wrapped__()  # the module's fixtures, built here: a tiny pair with a perfect draft
     provider = rp.provider.__wrapped__(pair)
     trace = rp.trace.__wrapped__(pair, type("F", (), {"mktemp": lambda self, name: tmp_path})())
@@ -200,9 +199,10 @@ def test_a_big_trace_is_announced_before_it_runs_and_its_first_turns_offered(tmp
     first = list(replay_panel.stream_replay(provider, state, None, req(), limits))
     line = first[-1].status
     assert first[-1].doc is None and not any("Replaying" in u.status for u in first)  # nothing ran
-    assert line.startswith("\u26a0 Not started: 2 turns, ") and ", about " in line  # turns, tokens, time
+    assert line.startswith("\u26a0 Not started: set First turns to 1 (about ")  # what to do first, then the rest
+    assert ", or press Run replay again for all 2 turns (about " in line and " tokens \u00b7 " in line
     assert "2 turns past the cap of 2 (PLAYGROUND_MAX_REPLAY_TURNS) skipped" in line and "1 lines refused" in line
-    assert "press Run replay again to replay all 2, or set First turns to 1" in line
+    assert first[-2].status == replay_announce.ESTIMATING  # the probe's second or so says what it does
     assert state.outcome == line  # the line above the tabs says it too
     again = list(replay_panel.stream_replay(provider, state, None, req(), limits))
     assert again[-1].status.startswith("Replay done") and len(again[-1].doc.turns) == 2  # pressed again: runs

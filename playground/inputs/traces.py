@@ -30,7 +30,7 @@ tokenizer is passed in.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,9 +219,9 @@ class Trace:
     skipped_turns: int = 0  # turns past the turn limit
 
 
-def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, str | None, str | None]]:
-    """(line number, text, None) per line, or (line number, None, why) for a line that is too long or not UTF-8;
-    reads at most `max_bytes` + 1 of a line at a time, so memory stays bounded."""
+def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, str | None, str | None, int]]:
+    """(line number, text, None, bytes read so far) per line, or (line number, None, why, bytes) for a line that is
+    too long or not UTF-8; reads at most `max_bytes` + 1 of a line at a time, so memory stays bounded."""
     with open(path, "rb") as f:
         number = 0
         while True:
@@ -232,24 +232,27 @@ def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, str | None, str | 
             if len(raw) > max_bytes and not raw.endswith(b"\n"):
                 while raw and not raw.endswith(b"\n"):  # skip the rest of this line
                     raw = f.readline(max_bytes + 1)
-                yield number, None, f"longer than {max_bytes} bytes (PLAYGROUND_MAX_REPLAY_TOKENS x 64)"
+                yield number, None, f"longer than {max_bytes} bytes (PLAYGROUND_MAX_REPLAY_TOKENS x 64)", f.tell()
                 continue
             try:
-                yield number, raw.decode("utf-8"), None
+                yield number, raw.decode("utf-8"), None, f.tell()
             except UnicodeDecodeError as e:
-                yield number, None, f"not UTF-8 text: the byte 0x{raw[e.start]:02x} at offset {e.start}"
+                yield number, None, f"not UTF-8 text: the byte 0x{raw[e.start]:02x} at offset {e.start}", f.tell()
 
 
 def read_trace(path: str | Path, tokenizer, stop_ids: Iterable[int] = (), limits: Limits | None = None,
-               max_context: int | None = None) -> Trace:
-    """The turns of a JSONL trace file and the errors of its bad lines (see the module docstring)."""
+               max_context: int | None = None, progress: Callable[[float, str], None] | None = None) -> Trace:
+    """The turns of a JSONL trace file and the errors of its bad lines (see the module docstring); `progress`
+    (optional) hears the share of the file read and the line being read, before each line."""
     limits = limits or Limits()
     path = Path(path)
     stops = list(stop_ids) or [t for t in (getattr(tokenizer, "eos_token_id", None),) if t is not None]
     if not path.is_file():
         raise PlaygroundError(f"no trace file at {str(path)!r}")
-    trace = Trace([], [])
-    for number, text, why in _lines(path, limits.max_trace_line_bytes):
+    trace, size = Trace([], []), max(1, path.stat().st_size)
+    for number, text, why, read in _lines(path, limits.max_trace_line_bytes):
+        if progress is not None:
+            progress(read / size, f"line {number} of {path.name}")
         trace.lines = number
         if why is not None:
             trace.errors.append(TraceError(number, "(line)", why))

@@ -23,24 +23,45 @@ FOLD_AT = (" \u00b7 ", " \u2014 ", ". ", "; ", " (", ": ", ", ", " ")  # where a
 
 def fold(line, limit: int = STATUS_CHARS):
     """A status line of at most `limit` visible characters: a longer one keeps its first part, cut after a whole
-    part (at ' · ', then ' — ', '; ', ...), and puts the rest in a "more" fold that opens on a tap or a click
-    (its text is also the fold's hover title). Anything but a string (a gr.skip) is returned as it is."""
+    part (at ' · ', then ' — ', '; ', ...; never inside brackets or a bold span), and puts the rest in a "more"
+    fold that opens on a tap or a click (its text is also the fold's hover title). Anything but a string (a
+    gr.skip) is returned as it is."""
     if not isinstance(line, str) or len(line) <= limit or "<details" in line:
         return line
     head = line[:limit - 6]
-    for sep in FOLD_AT:
-        cut = head.rfind(sep)
-        if cut >= limit // 3:
-            cut += sep == ". "  # a sentence keeps its full stop
-            break
-    else:
-        cut = len(head)
-    if line[:cut].count("**") % 2:  # never inside a bold span
-        cut = line.rfind("**", 0, cut)
+    cut = next((c for sep in FOLD_AT for c in _cuts(head, sep, limit // 3)), None)
+    if cut is None:  # no separator outside brackets: before the bracket (or bold span) still open at the limit
+        cut = _opened(head)
+    if not cut:
+        return line
     rest = line[cut:].lstrip(" \u00b7;:,")
     rest = rest.removeprefix("\u2014 ")
     return (f"{line[:cut]} <details class='status-more' title='{html.escape(rest, quote=True)}'>"
             f"<summary>more</summary>{rest}</details>")
+
+
+def _cuts(head: str, sep: str, least: int):
+    """Where `head` may be cut at `sep`, the last first: past `least` and outside every bracket and bold span."""
+    at = head.rfind(sep)
+    while at >= least:
+        cut = at + (sep == ". ")  # a sentence keeps its full stop
+        if _opened(head[:cut]) == cut:
+            yield cut
+        at = head.rfind(sep, 0, at)
+
+
+def _opened(text: str) -> int:
+    """Where the first bracket or bold span still open at the end of `text` opens (len(text) when none is)."""
+    opened: list[int] = []
+    bold = None
+    for i, ch in enumerate(text):
+        if text.startswith("**", i) and (i == 0 or text[i - 1] != "*"):
+            bold = i if bold is None else None
+        elif ch in "([{":
+            opened.append(i)
+        elif ch in ")]}" and opened:
+            opened.pop()
+    return min([*opened[:1], *([bold] if bold is not None else []), len(text)])
 
 
 def pair_info(provider: PairProvider) -> str:

@@ -122,8 +122,9 @@ def mapped(gen, to_view: Callable):
         gen.close()
 
 
-def loading_message(provider: PairProvider) -> str:
-    """What is loading, and what that involves, for the status line."""
+def loading_message(provider: PairProvider, now: str = "") -> str:
+    """What is loading, and what that involves, for the status line; `now` (how long it has loaded, what the loader
+    said last) goes first, where a folded line still shows it."""
     choice = provider.choice
     what = choice.describe()
     if choice.target == "embedded":
@@ -131,7 +132,7 @@ def loading_message(provider: PairProvider) -> str:
                "2 cores; later loads take a few seconds")
     else:
         how = "from the Hugging Face cache, or downloaded from the hub the first time (that needs the network)"
-    return f"Loading the model pair {what}: {how}"
+    return f"Loading the model pair{now} {what}: {how}"
 
 
 def load_with_progress(provider: PairProvider, started: float) -> Generator[str, None, object]:
@@ -139,20 +140,18 @@ def load_with_progress(provider: PairProvider, started: float) -> Generator[str,
     thread while status lines say what loads, what the loader said last, and for how long."""
     if provider.loaded():
         return provider.get()
-    base = loading_message(provider)
-    said = [""]
+    said = ""
 
     def work(emit, stopped):
         return provider.get(lambda message: emit(("said", str(message))))
 
-    yield f"{base} \u2026"
+    yield f"{loading_message(provider)} \u2026"
     with Background(work, "playground-load") as bg:
         while not bg.finished:
-            for x in bg.poll(timeout=HEARTBEAT_S):
-                if isinstance(x, tuple) and x[0] == "said":
-                    said[0] = x[1].strip()
+            said = next((x[1].strip() for x in reversed(bg.poll(timeout=HEARTBEAT_S))
+                         if isinstance(x, tuple) and x[0] == "said"), said)
             if not bg.finished:
-                last = f" \u2014 {said[0][:160]}" if said[0] else ""
-                yield f"{base}{last} \u00b7 {clock_text(time.monotonic() - started)} \u2026"
+                now = f", {clock_text(time.monotonic() - started)} so far \u00b7" + (f" {said[:160]} \u00b7" if said else "")
+                yield f"{loading_message(provider, now)} \u2026"
         bg.raise_error()
     return bg.result

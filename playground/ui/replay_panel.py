@@ -5,7 +5,7 @@ replay_view.py, both without gradio.
 The turns come from an uploaded JSONL trace (playground.inputs.traces: chat conversations or prompt/completion
 lines), the sample trace shipped with the playground, or presets (their completions are the target's own greedy
 output, generated first, so they replay exactly). The event is a device event like Calibrate and the sweep: one at a
-time per device (its worker holds serving.device_lock), stopped by Stop, with status lines from progress.Tracker.
+time per device (its worker holds serving.device_lock), stopped by Stop, with status lines from replay_announce.
 The predictions use the pair's calibrations (`PairProvider.calibrations`, shared with every tab, through
 lab.calibration.calibrated_timing): one on the turn of median prompt length, or one per context-length bucket. The
 trace's bad lines are listed, and the rest is replayed. The result stays in the tab's own gr.State (a
@@ -17,15 +17,14 @@ gradio_client.handle_file). It returns the panels and the result without its per
 
 from __future__ import annotations
 
-import html
 import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import gradio as gr
 
-from ..core.engine import K_MAX
 from ..core.sampling import GREEDY, SamplingConfig
 from ..drafters.registry import available_drafters, make_proposer
 from ..errors import PlaygroundError
@@ -38,22 +37,27 @@ from ..results.replay import CalibrationUse, LineError, ReplayResult
 from . import javascript, serving
 from .downloads import jsonable
 from .markup import fold
-from .progress import Tracker, clock_text, load_with_progress, mapped, phase, progress_lines, ticker
+from .progress import load_with_progress, mapped, phase, progress_lines, ticker
 from .ranges import refuse_moved
 from .render import legend_html
-from .replay_announce import BIG_TURNS, announcement, estimate_seconds, probe_seconds_per_token, tokens_of
-from .replay_request import SOURCES, ReplayRequest, parse_replay
+from .replay_announce import (
+    ESTIMATING,
+    ReplayTracker,
+    announcement,
+    done_status,
+    estimate_seconds,
+    is_big,
+    probe_seconds_per_token,
+)
+from .replay_request import SOURCES, ReplayRequest, parse_replay, size_text
 from .replay_view import (
     EMPTY_TOKENS,
     arm_choices,
     default_arm,
-    edge_note,
     errors_markdown,
-    estimate_note,
     public_doc,
     replay_figure,
     replay_per_k_html,
-    replay_recommendation,
     replay_recommendation_html,
     token_view,
     turn_choices,
@@ -65,7 +69,6 @@ from .wiring import _event, _guarded, _skip, on_failure
 STARTING = "Replay: starting; its progress shows on the Replay tab \u2026"
 TAB_STARTING = "Starting: waiting for the device if another event is using it \u2026"
 DEFAULT_PRESETS = ("tool_call", "json_extract", "code", "prose")
-PROBE_TOKENS = 20_000  # a trace of more tokens is timed before it runs (replay_announce)
 QUIET = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
 INTRO = (
     "Which k for **your** agent, from what it actually wrote: each recorded turn is replayed with teacher-forced "
@@ -122,7 +125,7 @@ def calibrations(pair, turns, drafter: str, store: CalibrationStore, how: str, p
     found, reused = {}, 0
     for i, (b, ids) in enumerate(firsts.items()):
         n = len(ids)
-        tick = (lambda f, m, i=i, n=n: progress((i + f) / len(firsts), f"on {n} tokens of context: {m}"))
+        tick = (lambda f, m, i=i, n=n: progress((i + f) / len(firsts), f"on {n} tokens of context \u00b7 {m}"))
         found[b], was = calibrated_timing(pair, ids, make_proposer(pair, drafter), store,
                                           SHORT_CALIBRATION.under(sampling), progress=tick)
         reused += was
@@ -132,22 +135,36 @@ def calibrations(pair, turns, drafter: str, store: CalibrationStore, how: str, p
     return (lambda d, ids: found[bucket(len(ids))]), reused, len(found)
 
 
-def _read(pair, req: ReplayRequest, limits: Limits):
-    """(turns, errors, turns skipped past the cap) of a trace source; ([], [], 0) for presets (generated in the
-    worker)."""
+def _tracked(work, tracker, state: ReplayState, lock=None, name: str = "playground-replay"):
+    """`work(emit, stopped)` in a worker thread (holding `lock`), its status lines as updates; returns its result."""
+    yield ReplayUpdate(tracker.line(), state)
+    with Background(work, name, lock) as bg:
+        for line in progress_lines(bg, tracker):
+            yield ReplayUpdate(line, state)
+        bg.raise_error()
+    return bg.result
+
+
+def _read(pair, req: ReplayRequest, limits: Limits, state: ReplayState, started: float):
+    """(turns, errors, turns skipped past the cap) of a trace source, read in a worker thread while the status line
+    says how far; ([], [], 0) for presets (generated in the worker)."""
     if pair.tokenizer is None:
         raise PlaygroundError("this model pair has no tokenizer, so no text can be replayed")
     if req.source == "presets":
         return [], [], 0
-    trace = read_trace(req.path if req.source == "file" else SAMPLE_TRACE, pair.tokenizer, pair.eos_ids, limits,
-                       pair.max_context)
+    path = Path(req.path if req.source == "file" else SAMPLE_TRACE)
+    tracker = ReplayTracker(f"{SOURCES[req.source]}, {size_text(path.stat().st_size)}: each turn tokenized for "
+                            f"the pair", started, ["Reading"])
+
+    def work(emit, stopped):
+        return read_trace(path, pair.tokenizer, pair.eos_ids, limits, pair.max_context, ticker(emit, stopped))
+
+    trace = yield from _tracked(work, tracker, state, name="playground-read")
     return trace.turns, trace.errors, trace.skipped_turns
 
 
 def _announce(pair, req: ReplayRequest, state: ReplayState, turns, errors, skipped: int, limits: Limits):
     """The line that stops a big replay before it starts, once per request (None: run it)."""
-    if state.announced == repr(req) or not (len(turns) > BIG_TURNS or tokens_of(turns) > PROBE_TOKENS):
-        return None
     with serving.device_lock(pair.device):
         per_token = probe_seconds_per_token(pair, turns[0], limits.replay_chunk_tokens)
     note = announcement(turns, skipped, len(errors) - bool(skipped), estimate_seconds(turns, per_token, req.drafter),
@@ -156,15 +173,42 @@ def _announce(pair, req: ReplayRequest, state: ReplayState, turns, errors, skipp
     return note
 
 
-def _done_status(result: ReplayResult, drafter: str, seconds: float) -> str:
-    k, why = replay_recommendation(result.summary.overall)
-    head = (f"Replay done: recommended k = {k} for all tokens with {drafter}" if k is not None
-            else f"Replay done: no recommended k with {drafter} \u2014 {html.escape(why)}")
-    exact = sum(1 for t in result.turns if t.exact)
-    bad = f", {len(result.errors)} not replayed (listed below)" if result.errors else ""
-    kind = " (estimates)" if estimate_note(result) else ""
-    edge = f" \u00b7 k = {max(result.ks)} is the largest replayed: try 1-{K_MAX}" if edge_note(result) else ""
-    return f"{head}{kind}{edge} \u00b7 {len(result.turns)} turns ({exact} exact){bad} \u00b7 {clock_text(seconds)}"
+def _work(pair, req: ReplayRequest, turns, errors, limits: Limits, store: CalibrationStore):
+    """The replay's work in its worker thread: the presets' turns (generated), the calibrations, the replay."""
+
+    def work(emit, stopped):
+        tick = ticker(emit, stopped)
+        replayed = list(turns)
+        if req.source == "presets":
+            phase(emit, "Generating")
+            for i, name in enumerate(req.presets):
+                tick(i / len(req.presets), f"the target's greedy output of preset {i + 1} of {len(req.presets)} "
+                                           f"\u00b7 {name}")
+                replayed += preset_turns(pair, [name])
+        phase(emit, "Calibrating")
+        timing_of, reused, count = calibrations(pair, replayed, req.drafter, store, req.calibration, tick,
+                                                req.sampling)
+        phase(emit, "Replaying")
+        options = ReplayOptions(drafters=[req.drafter], ks=req.ks, controllers=req.controllers, timing_of=timing_of,
+                                sampling=req.sampling, limits=limits, records="full", errors=errors,
+                                min_confidence=req.min_confidence)
+        result = replay_turns(pair, replayed, options, progress=tick)
+        result.calibration = CalibrationUse(req.calibration, count, reused)
+        return result
+
+    return work
+
+
+def _tracker(req: ReplayRequest, turns, started: float) -> ReplayTracker:
+    """The replay's status lines: its steps, and what it replays with what, as the detail."""
+    n = len(req.presets) if req.source == "presets" else len(turns)
+    what = f"{n} preset(s)" if req.source == "presets" else f"{n} turns of {SOURCES[req.source]}"
+    arms = ", ".join([f"k = {','.join(map(str, req.ks))}", *[f"{c} k" for c in req.controllers]])
+    stop = f", {stop_text(req.min_confidence)}" if req.min_confidence is not None else ""
+    how = "one, on the median prompt" if req.calibration == "once" else "one per context length"
+    steps = ["Generating"] * (req.source == "presets") + ["Calibrating", "Replaying"]
+    return ReplayTracker(f"{what} with {req.drafter}: {arms}; {req.sampling.describe()}{stop}; calibration: {how}",
+                         started, steps)
 
 
 def stream_replay(provider: PairProvider, state: ReplayState | None, session, req: ReplayRequest,
@@ -176,13 +220,12 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
     state.stopped, state.outcome = False, None
     provider = provider.for_session(session)  # the pair this tab chose
     try:
-        yield ReplayUpdate(TAB_STARTING, state)
         pair = yield from mapped(load_with_progress(provider, started), lambda line: ReplayUpdate(line, state))
         offered = available_drafters(pair)
         if req.drafter not in offered:
             raise PlaygroundError(f"the {req.drafter} drafter cannot replay on this pair; choose one of "
                                   f"{', '.join(offered)}")
-        turns, errors, skipped = _read(pair, req, limits)
+        turns, errors, skipped = yield from _read(pair, req, limits, state, started)
         if req.source != "presets" and not turns:
             if not errors:
                 raise PlaygroundError("nothing to replay: the file holds no turn (blank lines only?)")
@@ -192,50 +235,17 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
             raise PlaygroundError(f"nothing to replay: the file's {len(errors)} bad line(s) are listed on the tab")
         if req.first_turns:
             turns = turns[: req.first_turns]
-        elif req.source != "presets":
+        elif req.source != "presets" and is_big(turns) and state.announced != repr(req):
+            yield ReplayUpdate(ESTIMATING, state)
             state.outcome = _announce(pair, req, state, turns, errors, skipped, limits)
             if state.outcome:
                 yield ReplayUpdate(state.outcome, state)
                 return
-        n = len(req.presets) if req.source == "presets" else len(turns)
-        what = f"{n} preset(s)" if req.source == "presets" else f"{n} turns of {SOURCES[req.source]}"
-        arms = ", ".join([f"k = {','.join(map(str, req.ks))}", *[f"{c} k" for c in req.controllers]])
-        tracker = Tracker(f"Replaying {what} with {req.drafter}", started,
-                          f"{arms}; {req.sampling.describe()}"
-                          + (f", {stop_text(req.min_confidence)}" if req.min_confidence is not None else "")
-                          + "; calibration: "
-                          + ("one, on the median prompt" if req.calibration == "once" else "one per context length"))
-
-        def work(emit, stopped):
-            tick = ticker(emit, stopped)
-            replayed = list(turns)
-            step, steps = 1, 3 if req.source == "presets" else 2
-            if req.source == "presets":
-                phase(emit, f"step 1 of {steps}, the target's greedy output of each preset")
-                for i, name in enumerate(req.presets):
-                    tick(i / len(req.presets), name)
-                    replayed += preset_turns(pair, [name])
-                step += 1
-            phase(emit, f"step {step} of {steps}, calibrating")
-            timing_of, reused, count = calibrations(pair, replayed, req.drafter, provider.calibrations,
-                                                    req.calibration, tick, req.sampling)
-            phase(emit, f"step {step + 1} of {steps}, replaying")
-            options = ReplayOptions(drafters=[req.drafter], ks=req.ks, controllers=req.controllers,
-                                    timing_of=timing_of, sampling=req.sampling, limits=limits, records="full",
-                                    errors=errors, min_confidence=req.min_confidence)
-            result = replay_turns(pair, replayed, options, progress=tick)
-            result.calibration = CalibrationUse(req.calibration, count, reused)
-            return result
-
-        yield ReplayUpdate(tracker.line(), state)
-        with Background(work, "playground-replay", serving.device_lock(pair.device)) as bg:
-            for line in progress_lines(bg, tracker):
-                yield ReplayUpdate(line, state)
-            bg.raise_error()
-        doc = bg.result
+        work = _work(pair, req, turns, errors, limits, provider.calibrations)
+        doc = yield from _tracked(work, _tracker(req, turns, started), state, serving.device_lock(pair.device))
         state.doc, state.drafter = doc, req.drafter
         state.tokenizer, state.special_ids = pair.tokenizer, frozenset(pair.eos_ids)
-        state.outcome = _done_status(doc, req.drafter, time.monotonic() - started)
+        state.outcome = done_status(doc, req.drafter, time.monotonic() - started)
         if not doc.turns:
             state.outcome = "\u26a0 Nothing was replayed: every turn was refused (listed below)"
         yield ReplayUpdate(state.outcome, state, doc)
@@ -342,9 +352,11 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
     ui.stop_btn.click(None, None, None, cancels=[replay_ev], queue=False)
 
     def after_replay(state, status):
-        """Runs after the replay: 'Stopped', or how it ended, on the status line above the tabs."""
-        if state is not None and state.stopped:
-            state.stopped = False
+        """Runs after the replay: 'Stopped' (Stop turned the line above the tabs to 'Stopping', and the replay
+        may not have heard it yet), or how it ended, on the status line above the tabs."""
+        if (state is not None and state.stopped) or (isinstance(status, str) and status.startswith("Stopping")):
+            if state is not None:
+                state.stopped = False
             line = "Stopped: the replay was stopped; the tab keeps the last finished one."
             return line, line
         if isinstance(status, str) and status.startswith(STARTING[:14]):

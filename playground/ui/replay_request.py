@@ -67,7 +67,7 @@ def upload_limit(limits: Limits) -> int:
     return BYTES_PER_TOKEN * limits.max_replay_tokens * limits.max_replay_turns
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB" if n >= 1000 else f"{n} bytes"
 
 
@@ -80,7 +80,7 @@ def check_upload(path, limits: Limits) -> str:
     size, cap = p.stat().st_size, upload_limit(limits)
     if size > cap:
         raise PlaygroundError(
-            f"the trace file is {_size(size)}; this playground replays files of at most {_size(cap)} "
+            f"the trace file is {size_text(size)}; this playground replays files of at most {size_text(cap)} "
             f"({BYTES_PER_TOKEN} bytes per token x {limits.max_replay_tokens} tokens per turn "
             f"({ENV_VARS['max_replay_tokens']}) x {limits.max_replay_turns} turns ({ENV_VARS['max_replay_turns']})): "
             f"upload a part of it, or replay it with `python -m playground replay FILE`")

@@ -42,9 +42,8 @@ PROGRESS = gr.Progress()  # a marker: Gradio hands each call a tracker of its ow
 STARTING = "Starting: waiting for the device if another event is using it \u2026"
 SHOW_STARTING = "Starting: waiting for the device to run the example (Show me loads it and runs it) \u2026"
 SWEEP_STARTING = "Sweep k: starting; its progress shows on the 'k per output shape' tab \u2026"
-STOP_JS = ("(s) => /^(Starting|Running|Loading|Calibrating|Plain decoding|Sweep k|Sweeping|Timing batches)/"
-           ".test(s || '') "
-           "? 'Stopping \u2026' : s")
+STOP_JS = ("(s) => /^(Starting|Running|Loading|Calibrating|Plain decoding|Sweep k|Sweeping|Timing batches"
+           "|Replay: starting)/.test(s || '') ? 'Stopping \u2026' : s")
 
 
 def _error(e: Exception, visible: bool = True) -> gr.Error:
@@ -115,18 +114,19 @@ def on_failure(event, starting: str, what: str, status, tab_status=None) -> None
     listeners only after it succeeded or was cancelled (one that raised gr.Error, in its own code or in Gradio's
     checks of the inputs, runs its `.failure` listeners alone), so the `after` events chained with `.then` never
     ran after an error: this chains one with `.failure`. While the status line (and the tab's, `tab_status`) still
-    shows `starting`, it gets the tab's error line or NOT_RUN; a line already describing the error stays."""
+    shows `starting`, it gets the tab's error line or NOT_RUN; a line already describing the error stays. Stop runs
+    an event's `.failure` listeners too, beside its `.then` ones (Gradio 6's page does so on a cancel), after
+    STOP_JS turned the line to 'Stopping': then the `.then` listener says what became of it, and this nothing."""
 
     def failed(top, tab=None):
-        def starts(line):
-            return isinstance(line, str) and line.startswith(starting[:12])
-
+        if not (isinstance(top, str) and top.startswith(starting[:12])):
+            return gr.skip() if tab_status is None else (gr.skip(), gr.skip())
         tab_error = tab if isinstance(tab, str) and tab.startswith("\u26a0") else None
-        line = fold(f"\u26a0 {what}: {tab_error[1:].strip()}" if tab_error else NOT_RUN) if starts(top) else None
+        line = fold(f"\u26a0 {what}: {tab_error[1:].strip()}" if tab_error else NOT_RUN)
         if tab_status is None:
-            return _skip(line)
+            return line
         starting_tab = isinstance(tab, str) and tab.startswith(("Starting", starting[:12]))
-        return _skip(line), (NOT_RUN if starting_tab else gr.skip())
+        return line, (NOT_RUN if starting_tab else gr.skip())
 
     inputs, outputs = ([status], [status]) if tab_status is None else ([status, tab_status], [status, tab_status])
     event.failure(failed, inputs, outputs, queue=False, api_visibility="private", show_progress="hidden")
@@ -351,8 +351,7 @@ def _after(kind: str):
                 line = (session.sweep_status if session is not None and session.sweep_status
                         else "The sweep did not finish: its tab says why.")
             elif status.startswith(STARTING[:9]):
-                line = ("\u26a0 Not run: a value was refused before it began (the message says which); fix it "
-                        "and press the button again.")
+                line = NOT_RUN
             elif status.startswith("Stopping"):
                 line = "Stopped before it began. Press Run to start again."
         return (_skip(fold(line)), _skip(v.counters), *_figure_outputs(v.figures), _skip(v.sweep_status),

@@ -326,20 +326,20 @@ def replay_turns(pair, turns: Sequence[Turn], options: ReplayOptions | None = No
                           + sum(s.model for s in registry.drafters()))
     done = [0]
 
-    def step(turn_name: str) -> Callable[[str], None]:
-        def say(what: str) -> None:
+    def step(i: int, turn_name: str) -> Callable[[str], None]:
+        def say(what: str) -> None:  # what happens now, then ' · ' and the detail (a status line folds the detail)
             done[0] += 1
-            tick(progress, done[0] / steps, f"{turn_name}: {what}")
+            tick(progress, done[0] / steps, f"turn {i} of {len(turns)} \u00b7 {turn_name}: {what}")
         return say
 
     memory = TraceMemory()
     out_turns: list[ReplayedTurn] = []
     errors: list[LineError | TurnError] = [LineError(e.line, e.field, e.message) for e in options.errors]
     replay_turn = replay_greedy_turn if options.sampling.greedy else replay_sampled_turn
-    for turn in turns:
+    for i, turn in enumerate(turns, 1):
         try:
             _check_turn(pair, turn, options.limits)
-            replayed = replay_turn(pair, turn, options, memory, step(turn.name))
+            replayed = replay_turn(pair, turn, options, memory, step(i, turn.name))
             out_turns.append(replayed if replayed.schema_worth is not None else with_worth(pair, turn, replayed))
         except PlaygroundError as e:
             errors.append(TurnError(turn.name, "(turn)", str(e)))
