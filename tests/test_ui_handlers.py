@@ -966,9 +966,10 @@ def test_the_page_opens_on_an_example_ready_to_run_and_the_k_slider_follows_the_
     assert req.drafter == "hybrid" and req.k == 4 and req.sampling.greedy
 
 
-def test_a_first_adaptive_runs_visible_line_says_it_calibrates_and_for_how_long(provider):
+def test_a_first_adaptive_runs_visible_line_says_it_calibrates_and_for_how_long(word_pair):
     """The 'more' fold holds the run's settings; what happens now (the calibration, its share done, the clock) stays
     in the visible part of the line."""
+    provider = serving.PairProvider(pair=word_pair)  # no calibration stored by another test
     views = list(run_panel.stream_run(provider, Session(), request(provider, k_mode="adaptive", max_new_tokens=8)))
     visible = [markup.fold(v.status).split("<details")[0] for v in views]
     calibrating = [line for line in visible if "calibrating for adaptive k" in line]
