@@ -4,6 +4,8 @@ test_ui_browser.py)."""
 
 from __future__ import annotations
 
+import html
+
 import gradio as gr
 import pytest
 
@@ -33,6 +35,21 @@ def test_every_device_event_has_a_listener_for_its_failure(demo):
     failing = {f.trigger_after for f in fns if f.trigger_only_on_failure}
     missing = [f.name for f in device if f._id not in failing]
     assert len(device) >= 8 and not missing, missing  # run, compare (2), calibrate, sweep, show me, replay, batches
+
+
+def test_the_drafter_help_explains_every_drafter_in_the_menu_in_the_registrys_words(demo):
+    """The user found the suffix drafters unexplained: the help named three drafters by hand."""
+    from playground.drafters.registry import drafter_spec
+    from playground.ui.serving import drafter_help
+
+    radio, shown = by_elem_id(demo)["drafter"], by_elem_id(demo)["drafter-help"].value
+    names = [name for _, name in radio.choices if name != "auto"]
+    assert {"suffix", "suffix-hybrid", "schema+draft"} <= set(names)
+    for name in names:
+        spec = drafter_spec(name)
+        assert f"<dt>{html.escape(spec.label)}</dt><dd>{html.escape(spec.description)}</dd>" in shown, name
+    assert "<dt>auto</dt><dd>the first this pair can run of llama.cpp, else draft model, else prompt lookup" in shown
+    assert "suffix decoding</dt>" not in drafter_help([("lookup", "lookup")])  # the menu's own drafters only
 
 
 def failure_listener(demo, event_name: str):
