@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import html
 import json
+import re
 import threading
 import time
 
@@ -884,10 +885,28 @@ def test_progress_lines_count_the_whole_event_and_estimate_the_time_left():
     assert progress.eta_text(10.0, 0.02) is None
     assert progress.eta_text(10.0, 0.25) == "~30 s left"
     tracker = progress.Tracker("Sweeping", started=time.monotonic() - 65)
-    tracker.take([("phase", "step 2 of 2, measuring", time.monotonic() - 10), ("progress", 0.5, "round 1/3")])
+    tracker.take([("phase", "step 2 of 2, measuring", time.monotonic() - 10, None), ("progress", 0.5, "round 1/3")])
     line = tracker.line()
     assert line.startswith("Sweeping \u2014 step 2 of 2, measuring: round 1/3 (50%, ~10 s left)")
     assert "\u00b7 1 min 05 s" in line  # elapsed since the event began, not since the phase did
+
+
+def test_a_sweeps_first_estimate_is_its_calibrations_not_its_slow_first_runs():
+    """The user's 107 s sweep first said ~11 min: two warm-up-slowed runs of 39, extrapolated. Where the sweep's
+    calibration says how long its runs take (measure.sweep_seconds), that stands until a quarter is done."""
+    from playground.ui import progress
+    from tests.test_replay import fake_timing
+
+    assert progress.eta_text(35.0, 0.05) == "~11 min 05 s left"  # the runs so far alone
+    assert progress.eta_text(35.0, 0.05, 100.0) == "~1 min 05 s left (from the calibration)"
+    assert progress.eta_text(35.0, None, 100.0) == "~1 min 05 s left (from the calibration)"  # before a tick
+    assert progress.eta_text(40.0, 0.4, 100.0) == "~1 min 00 s left"  # a quarter done: the runs' own pace
+    assert progress.eta_text(120.0, 0.1, 100.0) == "~18 min 00 s left"  # past the expectation: the runs' pace
+    tracker = progress.Tracker("Sweeping", started=time.monotonic() - 40)
+    tracker.take([("phase", "measuring", time.monotonic() - 35, 100.0), ("progress", 0.05, "round 1/3, k=1")])
+    assert re.search(r"\(5%, ~1 min 0\d s left \(from the calibration\)\)", tracker.line()), tracker.line()
+    req = parse_request({**CONTROLS, "max_new_tokens": 31})
+    assert measure.sweep_seconds(fake_timing(), 39, req) == 39 * 32 * 1.0  # each run: 31 tokens and a prompt pass
 
 
 def test_the_loading_line_names_the_pair_being_loaded():

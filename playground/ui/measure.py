@@ -148,6 +148,12 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
     yield CalibrateView(session, status, verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)))
 
 
+def sweep_seconds(timing: Timing, runs: int, req: RunRequest) -> float:
+    """What a sweep's `runs` take by the calibration: each at plain decoding's speed, its new tokens and a pass over
+    its prompt (a speculative run that pays is faster, one that loses slower)."""
+    return runs * (req.max_new_tokens + 1) * timing.target_step_s
+
+
 @stoppable("sweep")
 def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: SweepRequest,
                  sweep_fn: Callable[..., SweepResult] | None = None, limits: Limits | None = None) -> Iterator[SweepView]:
@@ -175,7 +181,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
             phase(emit, "step 1 of 2, calibrating")
             t, reused = calibrated_timing(pair, ids, factory(), store, SHORT_CALIBRATION.under(req.sampling),
                                           progress=ticker(emit, stopped))
-        phase(emit, "step 2 of 2, measuring" if timing is None else "measuring")
+        phase(emit, "step 2 of 2, measuring" if timing is None else "measuring", sweep_seconds(t, runs, req))
         lab_request = SpeedRequest(pair, {"prompt": ids}, factory, ks=ks, rounds=rounds,
                                    max_new_tokens=req.max_new_tokens, sampling=req.sampling, timing=t,
                                    min_confidence=req.min_confidence)
@@ -185,7 +191,8 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     plan = (f"{rounds} round(s) of k = 1..{k_max} and adaptive k back to back, plain decoding before every "
             f"{PLAIN_EVERY} and after the last{stop}, "
             f"{req.max_new_tokens} new tokens per run: {runs} runs"
-            + (f"; {reused_text(timing, False, len(ids))}" if timing is not None else ", after a short calibration"))
+            + (f"; {reused_text(timing, False, len(ids))}; about {clock_text(sweep_seconds(timing, runs, req))} "
+               "at plain decoding's speed" if timing is not None else ", after a short calibration"))
     tracker = Tracker(f"Sweeping k = 1..{k_max}", started, plan)
     yield SweepView(session, tracker.line(), figure=charts.sweep_figure(None))
     with Background(work, "playground-sweep", serving.device_lock(pair.device)) as bg:
