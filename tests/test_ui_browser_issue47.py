@@ -180,8 +180,8 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
     assert not any("calibrating" in t for t in seen(page, "#status")), seen(page, "#status")  # none inside the run
     assert "k = adaptive" in line, line
     prediction = page.locator("#prediction").inner_text()
-    note = re.search(r"the nearest calibrated length \(64 tokens\) stands in for this prompt's (\d+); "
-                     r"Calibrate times this length", prediction)
+    note = re.search(r"the calibration on \d+ tokens of context \(the 64-token bucket\) stands in for this "
+                     r"prompt's (\d+) tokens; Calibrate times this length", prediction)
     assert note and int(note[1]) > 128, prediction
     line = calibrate(page)  # times this length: not 'Already calibrated' from the short prompt's bucket
     assert line.startswith("Calibrated "), line

@@ -258,7 +258,8 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
     views = list(handlers.stream_run(provider, session, request(provider, prompt=long_prompt, drafter="lookup",
                                                                 k_mode="adaptive", max_new_tokens=6)))
     assert not calls and views[-1].status.startswith("Done")  # no calibration inside the run
-    assert "the nearest calibrated length (128 tokens) stands in for this prompt's" in views[-1].prediction
+    assert ("the calibration on 70 tokens of context (the 128-token bucket) stands in for this prompt's"
+            in views[-1].prediction)  # one label for one calibration, its length and its bucket
     cal = list(measure.stream_calibrate(provider, session, request(provider, prompt=long_prompt, drafter="lookup"),
                                         repeats=1, warmup=0))
     assert len(calls) == 1 and cal[-1].status.startswith("Calibrated")  # this length, not 'Already calibrated'

@@ -21,7 +21,6 @@ from ..envinfo import describe_setup
 from ..lab.calibration import (
     SHORT_CALIBRATION,
     CalibrationPlan,
-    CalibrationStore,
     Timing,
     calibrate,
     calibrated_timing,
@@ -42,7 +41,6 @@ from .session import (
     encode_request,
     find_timing,
     is_nearest,
-    nearest_note,
     prompt_key,
     run_timing,
     stop_text,
@@ -78,10 +76,9 @@ def reused_text(timing: Timing, own: bool, context_tokens: int | None = None) ->
     if own:
         return "reused this tab's calibration of this prompt"
     if context_tokens is not None and is_nearest(timing, context_tokens):
-        return nearest_note(timing, context_tokens).replace("**", "")
-    bucket = CalibrationStore.bucket(timing.context_tokens)
-    return (f"reused the calibration from {bucket} tokens (one serves every context of up to {bucket} tokens on "
-            f"this pair and drafter, in every tab)")
+        return verdicts.stand_in_note(timing, context_tokens).replace("**", "")
+    return (f"reused the calibration on {verdicts.context_label(timing)}: one serves every context in its bucket on "
+            "this pair and drafter, in every tab")
 
 
 def timing_text(timing: Timing) -> str:
@@ -143,8 +140,9 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
     session.timings[(name, key)] = timing
     session.calibration = (name, timing)
     how = reused_text(timing, False) if reused else f"{reps} timed cycles after {warm} warm-up"
-    status = (f"Calibrated {name} on {len(ids)} tokens of context ({how}, {clock_text(time.monotonic() - started)}): "
-              f"{timing_text(timing)} \u2014 {timing.trust.headline()}")
+    clock = clock_text(time.monotonic() - started)
+    status = (f"Calibrated {name} on {verdicts.context_label(timing)} ({how}, {clock}): {timing_text(timing)}"
+              f" \u2014 {timing.trust.headline()}")
     yield CalibrateView(session, status, verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)))
 
 

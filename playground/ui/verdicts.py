@@ -13,9 +13,10 @@ from ..core.cost import break_even_alpha, verify_cost
 from ..core.records import Iteration, describe_choices
 from ..drafters.adaptive import AdaptiveSettings, CostCurve
 from ..drafters.registry import one_cost
+from ..lab.calibration import CalibrationStore
 from ..lab.schedules import costed_ratio, iteration_rows
 from ..lab.trust import FAIL, WARN, Finding, MachineLoad, Verdict
-from .session import RunResult, Session, nearest_note, stop_text
+from .session import RunResult, Session, is_nearest, stop_text
 
 PRIOR_ALPHA = AdaptiveSettings().prior  # what adaptive k assumes before it has seen a proposal
 SWEEP_COLUMNS = ["k", "measured", "min", "max", "\u03b1", "predicted (iid)", "predicted (per position)",
@@ -130,6 +131,21 @@ def compare_verdict(run: RunResult, timing=None, predicted: float | None = None)
                       timing.trust if timing is not None else None, miss_findings(predicted, run.measured_speedup))
 
 
+def context_label(timing) -> str:
+    """The context a calibration was timed on, said one way everywhere: its real length and the bucket it serves
+    (lab.calibration.CalibrationStore: one calibration per power of two of context length)."""
+    n = timing.context_tokens
+    return f"{n} tokens of context (the {CalibrationStore.bucket(n)}-token bucket)"
+
+
+def stand_in_note(timing, context_tokens: int) -> str:
+    """'' or the words that label a calibration of another bucket standing in for this context (`is_nearest`)."""
+    if not is_nearest(timing, context_tokens):
+        return ""
+    return (f"the calibration on {context_label(timing)} stands in for this prompt's {context_tokens} tokens; "
+            "**Calibrate** times this length")
+
+
 def cost_inputs(timing, k: int) -> str:
     """The cost model's inputs, in words."""
     v = timing.v
@@ -139,8 +155,8 @@ def cost_inputs(timing, k: int) -> str:
     return (f"Cost model inputs: the drafter costs **{timing.c:.2f}** target steps per proposed token (c); checking "
             f"k = {k} proposals is one pass over {k + 1} tokens, which costs **{verify_cost(v, k + 1):.2f}** target "
             f"steps (v({k + 1})); so drafting at k = {k} pays from \u03b1 = "
-            f"{pays} (break-even \u03b1). Calibrated on "
-            f"{timing.context_tokens} tokens of context, {reps} timed repeats per pass length after warm-up.")
+            f"{pays} (break-even \u03b1). Calibrated on {context_label(timing)}, {reps} timed repeats per pass length "
+            "after warm-up.")
 
 
 def per_k_table(timing, alpha: float, k_max: int = 8) -> str:
@@ -215,8 +231,8 @@ def prediction_markdown(session: Session, timing=None) -> str:
     elif timing is not None:
         lines.append(verdict_html(timing.trust, "The prediction's calibration"))
     lines.append("\n".join(rows))
-    if nearest_note(timing, len(run.prompt_ids)):
-        lines.append(f"Calibration: {nearest_note(timing, len(run.prompt_ids))}.")
+    if note := stand_in_note(timing, len(run.prompt_ids)):
+        lines.append(f"Calibration: {note}.")
     if timing is not None and not varying:
         lines.append(cost_inputs(timing, k))
     elif timing is not None and s.alpha is not None:

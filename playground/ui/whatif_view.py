@@ -30,7 +30,7 @@ from .charts import RunPoint
 from .form import Widget
 from .markup import fold
 from .session import Session, _number, run_timing
-from .verdicts import GLOSSARY
+from .verdicts import GLOSSARY, context_label
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -326,16 +326,15 @@ def last_calibration(session: Session | None, store) -> Found | None:
         return None
     if session.calibration is not None:
         drafter, t = session.calibration
-        return Found(t, f"this tab's last Calibrate ({drafter}, {t.context_tokens} tokens of context)",
-                     session.calibration)
+        return Found(t, f"this tab's last Calibrate of {drafter} on {context_label(t)}", session.calibration)
     t = run_timing(session, store)
     if t is not None:
-        return Found(t, f"the calibration behind the last run ({session.run.drafter}, {t.context_tokens} tokens of "
-                        f"context)", t)
+        return Found(t, f"the calibration of {session.run.request.drafter} behind the last run, on {context_label(t)}",
+                     t)
     sweep = session.sweep
     t = sweep_timing(sweep)
     if t is not None:
-        return Found(t, f"the last sweep's calibration ({t.context_tokens} tokens of context)", sweep)
+        return Found(t, f"the last sweep's calibration, on {context_label(t)}", sweep)
     return None
 
 
