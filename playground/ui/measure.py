@@ -114,7 +114,7 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
         if found is not None and not is_nearest(found, len(ids)):  # a stand-in an adaptive run kept: time this one
             own = session.timings.get((name, key)) is found
             session.timings[(name, key)] = found
-            session.calibration = (name, found)
+            session.calibration = (request.drafter, found)  # the registry's name: its traits (verdicts.pricing)
             yield CalibrateView(session, f"Already calibrated: {reused_text(found, own)} \u00b7 {name}: "
                                          f"{timing_text(found)} \u2014 {found.trust.headline()}",
                                 verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)))
@@ -138,7 +138,7 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
         bg.raise_error()
     timing, reused = bg.result
     session.timings[(name, key)] = timing
-    session.calibration = (name, timing)
+    session.calibration = (request.drafter, timing)
     how = reused_text(timing, False) if reused else f"{reps} timed cycles after {warm} warm-up"
     clock = clock_text(time.monotonic() - started)
     status = (f"Calibrated {name} on {verdicts.context_label(timing)} ({how}, {clock}): {timing_text(timing)}"
