@@ -3,8 +3,9 @@ the handler-level checks of tests/test_ui_statuses.py, asserted through what the
 
 3. a sweep's words agree with its numbers: the summary's recommended k and its 'largest k swept' sentence name
    the k at which the table's measured column and every curve of the chart peak;
-4. a hybrid run gets no prediction from a single-c model: its panel says 'no model for this drafter' and costs
-   the run's own iterations, where the draft model's run gets its iid prediction;
+4. a hybrid gets no prediction from a single-c model, the same after Calibrate, after Compare and in What-if:
+   'no model for this drafter' and the run's own iterations costed (issue 56), where the draft model's run gets its
+   iid prediction;
 5. a calibration on another length stands in, labelled, with no calibration hidden inside the run, and Calibrate
    then times this length;
 7. a trace over the turn cap (PLAYGROUND_MAX_REPLAY_TURNS lowered to 2) is announced before it runs: turns,
@@ -147,24 +148,37 @@ def test_the_sweep_summary_chart_and_table_tell_one_story(app_url, page):
     wait_status(page, "Sweep done: recommended k = 8")  # and above the tabs
 
 
-def test_a_hybrid_run_gets_no_single_c_prediction(app_url, page):
+def test_a_hybrid_gets_one_kind_of_prediction_after_calibrate_compare_and_in_whatif(app_url, page):
     page.goto(app_url)
+    page.locator("#drafter-help summary").click()  # every drafter explained, in the registry's words
+    assert "suffix hybrid\nsuffix decoding where its match" in page.locator("#drafter-help").inner_text()
     page.locator("#prompt textarea").fill(TINY_PROMPT)
     page.locator("#k-mode label", has_text="fixed k").click()
     set_value(page, "#k input[type=number]", "4")
     set_value(page, "#max-new input", "12")
-    panels = {}
-    for drafter in ("hybrid", "draft model"):
-        pick_drafter(page, drafter)
-        assert f"drafter {drafter}" in run(page) or drafter != "hybrid"
-        line = calibrate(page)
-        assert "UNTRUSTWORTHY" in line or "trusted" in line, line
-        page.wait_for_function("document.querySelector('#prediction').innerText.includes('Calibrated on ')")
-        panels[drafter] = page.locator("#prediction").inner_text()
-    hybrid, draft = panels["hybrid"], panels["draft model"]
-    assert "no model for this drafter" in hybrid and "costed: this run's own iterations" in hybrid, hybrid
-    assert "predicted, iid" not in hybrid and "per-position acceptance" not in hybrid, hybrid
-    assert "predicted, iid" in draft and "no model for this drafter" not in draft, draft
+    pick_drafter(page, "hybrid")
+    calibrate(page)  # before any run: no per-k table of one c
+    page.wait_for_function("document.querySelector('#prediction').innerText.includes('Calibrated on ')")
+    calibrated = page.locator("#prediction").inner_text()
+    assert "No prediction per k for hybrid \u2014 no model for this drafter" in calibrated, calibrated
+    assert "Predicted speed-up per k" not in calibrated
+    page.locator("#compare-btn").click()
+    wait_status(page, "Compared")
+    compared = page.locator("#prediction").inner_text()
+    costed = re.search(r"costed: this run's own iterations\s+([\d.]+)\u00d7", compared)
+    assert "no model for this drafter" in compared and costed, compared
+    assert "predicted, iid" not in compared and "per-position acceptance" not in compared, compared
+    page.get_by_role("tab", name="What if").click()
+    wait_text(page, "#whatif-from", "of hybrid's model drafter alone (no model for this drafter")
+    whatif = page.evaluate(STATUS_JS, "#whatif-status")
+    assert "no model for this drafter" in whatif and f"its own iterations costed: {costed[1]}\u00d7" in whatif, whatif
+    assert "predicted with these costs" not in whatif
+    page.get_by_role("tab", name="Run").click()
+    pick_drafter(page, "draft model")  # the model fits the draft model: its iid prediction, as before
+    run(page)
+    calibrate(page)
+    page.wait_for_function("document.querySelector('#prediction').innerText.includes('predicted, iid')")
+    assert "no model for this drafter" not in page.locator("#prediction").inner_text()
 
 
 def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_this_one(app_url, page):
@@ -180,8 +194,8 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
     assert not any("calibrating" in t for t in seen(page, "#status")), seen(page, "#status")  # none inside the run
     assert "k = adaptive" in line, line
     prediction = page.locator("#prediction").inner_text()
-    note = re.search(r"the nearest calibrated length \(64 tokens\) stands in for this prompt's (\d+); "
-                     r"Calibrate times this length", prediction)
+    note = re.search(r"the calibration on \d+ tokens of context \(the 64-token bucket\) stands in for this "
+                     r"prompt's (\d+) tokens; Calibrate times this length", prediction)
     assert note and int(note[1]) > 128, prediction
     line = calibrate(page)  # times this length: not 'Already calibrated' from the short prompt's bucket
     assert line.startswith("Calibrated "), line

@@ -860,7 +860,7 @@ def test_the_calibration_store_is_reused_by_every_tab_calibrate_run_and_sweep(wo
     other_tab = Session()
     again = list(measure.stream_calibrate(provider, other_tab, req))
     assert len(calls) == 1 and len(again) == 1
-    assert "reused the calibration from 64 tokens" in again[0].status
+    assert "reused the calibration on " in again[0].status and "(the 64-token bucket)" in again[0].status
     seen = {}
 
     def fake_sweep(request, progress=None):
@@ -870,7 +870,7 @@ def test_the_calibration_store_is_reused_by_every_tab_calibrate_run_and_sweep(wo
     views = list(measure.stream_sweep(provider, Session(), sweep_request(provider, 2, 1, 8, drafter="lookup"),
                                       sweep_fn=fake_sweep))
     assert len(calls) == 1 and seen["timing"] is other_tab.calibration[1]
-    assert "reused the calibration from 64 tokens" in views[0].status
+    assert "reused the calibration on " in views[0].status and "at plain decoding's speed" in views[0].status
     run_to_end(provider, Session(), drafter="lookup", k=3, max_new=8, k_mode="adaptive")
     assert len(calls) == 1  # adaptive k found it too
     list(measure.stream_calibrate(provider, Session(), req, careful=True, repeats=2, warmup=1))
@@ -885,10 +885,28 @@ def test_progress_lines_count_the_whole_event_and_estimate_the_time_left():
     assert progress.eta_text(10.0, 0.02) is None
     assert progress.eta_text(10.0, 0.25) == "~30 s left"
     tracker = progress.Tracker("Sweeping", started=time.monotonic() - 65)
-    tracker.take([("phase", "step 2 of 2, measuring", time.monotonic() - 10), ("progress", 0.5, "round 1/3")])
+    tracker.take([("phase", "step 2 of 2, measuring", time.monotonic() - 10, None), ("progress", 0.5, "round 1/3")])
     line = tracker.line()
     assert line.startswith("Sweeping \u2014 step 2 of 2, measuring: round 1/3 (50%, ~10 s left)")
     assert "\u00b7 1 min 05 s" in line  # elapsed since the event began, not since the phase did
+
+
+def test_a_sweeps_first_estimate_is_its_calibrations_not_its_slow_first_runs():
+    """The user's 107 s sweep first said ~11 min: two warm-up-slowed runs of 39, extrapolated. Where the sweep's
+    calibration says how long its runs take (measure.sweep_seconds), that stands until a quarter is done."""
+    from playground.ui import progress
+    from tests.test_replay import fake_timing
+
+    assert progress.eta_text(35.0, 0.05) == "~11 min 05 s left"  # the runs so far alone
+    assert progress.eta_text(35.0, 0.05, 100.0) == "~1 min 05 s left (from the calibration)"
+    assert progress.eta_text(35.0, None, 100.0) == "~1 min 05 s left (from the calibration)"  # before a tick
+    assert progress.eta_text(40.0, 0.4, 100.0) == "~1 min 00 s left"  # a quarter done: the runs' own pace
+    assert progress.eta_text(120.0, 0.1, 100.0) == "~18 min 00 s left"  # past the expectation: the runs' pace
+    tracker = progress.Tracker("Sweeping", started=time.monotonic() - 40)
+    tracker.take([("phase", "measuring", time.monotonic() - 35, 100.0), ("progress", 0.05, "round 1/3, k=1")])
+    assert re.search(r"\(5%, ~1 min 0\d s left \(from the calibration\)\)", tracker.line()), tracker.line()
+    req = parse_request({**CONTROLS, "max_new_tokens": 31})
+    assert measure.sweep_seconds(fake_timing(), 39, req) == 39 * 32 * 1.0  # each run: 31 tokens and a prompt pass
 
 
 def test_the_loading_line_names_the_pair_being_loaded():

@@ -4,6 +4,8 @@ test_ui_browser.py)."""
 
 from __future__ import annotations
 
+import html
+
 import gradio as gr
 import pytest
 
@@ -33,6 +35,21 @@ def test_every_device_event_has_a_listener_for_its_failure(demo):
     failing = {f.trigger_after for f in fns if f.trigger_only_on_failure}
     missing = [f.name for f in device if f._id not in failing]
     assert len(device) >= 8 and not missing, missing  # run, compare (2), calibrate, sweep, show me, replay, batches
+
+
+def test_the_drafter_help_explains_every_drafter_in_the_menu_in_the_registrys_words(demo):
+    """The user found the suffix drafters unexplained: the help named three drafters by hand."""
+    from playground.drafters.registry import drafter_spec
+    from playground.ui.serving import drafter_help
+
+    radio, shown = by_elem_id(demo)["drafter"], by_elem_id(demo)["drafter-help"].value
+    names = [name for _, name in radio.choices if name != "auto"]
+    assert {"suffix", "suffix-hybrid", "schema+draft"} <= set(names)
+    for name in names:
+        spec = drafter_spec(name)
+        assert f"<dt>{html.escape(spec.label)}</dt><dd>{html.escape(spec.description)}</dd>" in shown, name
+    assert "<dt>auto</dt><dd>the first this pair can run of llama.cpp, else draft model, else prompt lookup" in shown
+    assert "suffix decoding</dt>" not in drafter_help([("lookup", "lookup")])  # the menu's own drafters only
 
 
 def failure_listener(demo, event_name: str):
@@ -242,7 +259,8 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
     views = list(run_panel.stream_run(provider, session, request(provider, prompt=long_prompt, drafter="lookup",
                                                                 k_mode="adaptive", max_new_tokens=6)))
     assert not calls and views[-1].status.startswith("Done")  # no calibration inside the run
-    assert "the nearest calibrated length (128 tokens) stands in for this prompt's" in views[-1].prediction
+    assert ("the calibration on 70 tokens of context (the 128-token bucket) stands in for this prompt's"
+            in views[-1].prediction)  # one label for one calibration, its length and its bucket
     cal = list(measure.stream_calibrate(provider, session, request(provider, prompt=long_prompt, drafter="lookup"),
                                         repeats=1, warmup=0))
     assert len(calls) == 1 and cal[-1].status.startswith("Calibrated")  # this length, not 'Already calibrated'
@@ -342,39 +360,65 @@ def test_a_failed_verdict_names_the_best_measured_k_whether_or_not_it_beat_plain
     assert "**No recommended k**: 1 round: a single run has no spread." in text and said in text
 
 
-def test_no_single_c_prediction_for_a_hybrid_run(word_pair):  # noqa: F811 - the fixture
+def test_calibrate_compare_and_whatif_give_a_hybrid_one_kind_of_prediction(word_pair, monkeypatch):  # noqa: F811
+    """The user's hybrid got a model prediction after Calibrate (a per-k table) and in What-if, but 'no model for
+    this drafter' after Compare: all three now say why through verdicts.pricing and show the run's costed figure,
+    where the draft model gets its model prediction on each."""
     from playground.drafters.registry import make_proposer
-    from playground.ui import run_panel, verdicts
+    from playground.ui import measure, run_panel, verdicts
     from playground.ui.session import Session
+    from playground.ui.whatif_view import DEFAULTS, prefill, whatif_view
     from tests.test_replay import fake_timing
     from tests.test_ui_handlers import request
 
     provider = serving.PairProvider(pair=word_pair)
+    said = {}
     for drafter in ("hybrid", "draft"):
         provider.calibrations.put(make_proposer(word_pair, drafter).describe(), fake_timing())
-    panels = {}
-    for drafter in ("hybrid", "draft"):
-        session = Session()
-        list(run_panel.stream_run(provider, session, request(provider, drafter=drafter, k=4, max_new_tokens=12)))
-        panels[drafter] = verdicts.prediction_markdown(session, provider.calibrations.get(
-            make_proposer(word_pair, drafter).describe(), len(session.run.prompt_ids), 5))
-    assert "no model for this drafter" in panels["hybrid"] and "| costed: this run's own iterations |" in panels["hybrid"]
-    assert "predicted, iid" not in panels["hybrid"] and "per-position acceptance |" not in panels["hybrid"]
-    assert "predicted, iid" in panels["draft"] and "no model for this drafter" not in panels["draft"]
+        session, req = Session(), request(provider, drafter=drafter, k=4, max_new_tokens=12)
+        calibrated = list(measure.stream_calibrate(provider, session, req))[-1].prediction  # 'Already calibrated'
+        _, line = prefill(session, provider.calibrations)
+        list(run_panel.stream_run(provider, session, req))
+        timing = provider.calibrations.get(make_proposer(word_pair, drafter).describe(), len(session.run.prompt_ids))
+        priced = verdicts.pricing(drafter, timing, session.run)
+        said[drafter] = (priced, verdicts.pricing(drafter, timing).why, calibrated, verdicts.prediction_markdown(session, timing), line,
+                         whatif_view(session, DEFAULTS, provider.calibrations).status)
+    (priced, before, calibrated, compared, filled, whatif), draft = said["hybrid"], said["draft"]
+    assert not priced.single_c and priced.why.startswith("no model for this drafter") and priced.costed
+    assert "lookup (a search: 0.010 target steps a call; " in priced.why and "draft (a model: c = 0.20 + " in priced.why
+    assert before.startswith("no model for this drafter") and html.escape(before, False) in calibrated  # before a run
+    why = html.escape(priced.why, False)  # ... and after it, the sources' iterations counted
+    assert "| k | predicted speed-up |" not in calibrated and "| k | predicted speed-up |" not in calibrated  # no per-k table of a single c
+    assert why in compared and f"**{priced.costed:.2f}\u00d7**" in compared and "predicted, iid" not in compared
+    assert "of hybrid's model drafter alone (no model for this drafter" in filled
+    assert why in whatif and f"its own iterations costed: {priced.costed:.2f}\u00d7" in whatif
+    assert "predicted with these costs" not in whatif
+    priced, before, calibrated, compared, filled, whatif = draft
+    assert priced.single_c and not priced.why and not before
+    assert "| k | predicted speed-up |" in calibrated and "predicted, iid" in compared
+    assert "model drafter alone" not in filled and "predicted with these costs" in whatif
 
 
 @pytest.mark.parametrize("hybrid", ["hybrid", "suffix-hybrid"])
 def test_a_hybrid_sweep_shows_no_single_c_prediction(hybrid):
-    from playground.ui import charts
+    from playground.ui import batching, charts
+    from playground.ui.session import Session
     from playground.ui.sweep_words import fit_to_drafter, sweep_summary
+    from tests.test_replay import fake_timing
+    from tests.test_ui_whatif import fake_batch
 
-    result, no_model = fit_to_drafter(recorded_sweep(), hybrid)
+    timing = fake_timing().to_dict()  # a calibration to draw the batch lines from
+    result, no_model = fit_to_drafter(recorded_sweep(timing=timing), hybrid)
     names = [t.name for t in charts.sweep_figure(result).data]
     assert "predicted (iid \u03b1)" not in names and "predicted (per position)" not in names
     assert "predicted (loop costs)" in names  # priced from the runs' own iterations: it fits any drafter
     assert "no model for this drafter" in sweep_summary(result, "cpu", 3, 32, no_model=no_model)
-    kept, none = fit_to_drafter(recorded_sweep(), "draft")
+    assert batching.batch_curves(result, fake_batch()) is None  # nor the single-c model's lines per batch size
+    assert "No batch lines for the sweep's drafter: no model for this drafter" in batching.batch_note(
+        Session(sweep=result, batch=fake_batch()))
+    kept, none = fit_to_drafter(recorded_sweep(timing=timing), "draft")
     assert "predicted (iid \u03b1)" in [t.name for t in charts.sweep_figure(kept).data] and not none
+    assert batching.batch_curves(kept, fake_batch())
 
 
 @pytest.mark.parametrize("drafter, fits", [
@@ -387,9 +431,9 @@ def test_the_single_c_model_fits_a_drafter_by_the_sources_the_registry_declares(
     from types import SimpleNamespace
 
     from playground.ui.sweep_words import fit_to_drafter
-    from playground.ui.verdicts import one_cost_fits
+    from playground.ui.verdicts import pricing
 
-    run = SimpleNamespace(request=SimpleNamespace(drafter=drafter),
+    run = SimpleNamespace(request=SimpleNamespace(drafter=drafter), records=[],
                           summary=SimpleNamespace(source_iterations={"draft": 9}))
-    assert one_cost_fits(run) is fits
+    assert pricing(drafter, None, run).single_c is fits
     assert (fit_to_drafter(recorded_sweep(), drafter)[1] == []) is fits

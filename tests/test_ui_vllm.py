@@ -136,6 +136,13 @@ def test_no_server_at_the_url_is_a_message_on_the_tab_not_a_traceback():
         next(views)
     with pytest.raises(VllmClientError, match="no vLLM server answers"):
         next(sweep_views(settings, values, LIMITS))
+    # The error the API client gets marks the components Gradio's tracker draws on with a red badge: the hidden
+    # #activity, as on the other tabs, never the status line that says what went wrong (nor the tab's outputs).
+    demo = build_ui(vllm=settings)
+    activity = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "activity")
+    for name in ("vllm_run", "vllm_concurrency"):
+        fn = next(f for f in demo.fns.values() if f.api_name == name)
+        assert fn.show_progress_on == [activity], name
 
 
 # --- against real servers -----------------------------------------------------------------------------------

@@ -138,7 +138,7 @@ def test_the_tab_fills_from_the_last_calibration_once_and_on_the_button():
     session = Session(calibration=("draft", TIMING))
     changes, line = prefill(session, None)
     assert changes == {"c": round(TIMING.c, 4), "overhead": round(TIMING.overhead, 4), "v": v_text(TIMING.v)}
-    assert "this tab's last Calibrate (draft, 9 tokens of context)" in line
+    assert "this tab's last Calibrate of draft on 9 tokens of context (the 64-token bucket)" in line
     view = whatif_view(session, values(**changes))
     assert view.doc == whatif(changes["c"], alpha=0.85, v=parse_v(changes["v"]), overhead=changes["overhead"],
                               alphas=ALPHAS)

@@ -5,7 +5,8 @@ predicted lines per batch size.
   tab's prompt) in a worker thread under the device's lock, with status lines like Calibrate's; the result is
   kept in the tab's Session (`session.batch`) for the sweep chart.
 - `batch_curves`: the predicted speed-up per k at each batch, through lab.batch.batch_predictions (the what-if
-  path: core.cost), with the sweep's own calibration for the drafter's cost and the alpha it measured at each k.
+  path: core.cost), with the sweep's own calibration for the drafter's cost and the alpha it measured at each k;
+  none for a drafter the single-c model does not fit (verdicts.pricing), as the sweep's own curves.
 - `batch_note`: the lab's table of v_B(n) and what the curves are, said plainly: the loop itself runs batch 1,
   batched serving is measured on vLLM.
 """
@@ -13,7 +14,6 @@ predicted lines per batch size.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +28,7 @@ from . import charts, serving
 from .progress import Tracker, clock_text, load_with_progress, mapped, progress_lines, ticker
 from .serving import Background, PairProvider, stoppable
 from .session import RunRequest, Session, encode_request
+from .verdicts import pricing
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -60,24 +61,24 @@ def sweep_timing(sweep: SweepResult | None) -> Timing | None:
 def batch_curves(sweep: SweepResult | None, batch: BatchResult | None) -> dict[int, dict[int, float]] | None:
     """{B: {k: predicted speed-up}} for the sweep's fixed ks within the batch timing's pass lengths, or None.
 
-    Each k takes the sweep's median alpha at that k and the drafter's cost from the sweep's calibration (a
-    hybrid's, mixed over the sources its runs at that k proposed from), which was timed at batch 1."""
+    Each k takes the sweep's median alpha at that k and the drafter's cost from the sweep's calibration, which was
+    timed at batch 1. None for a drafter with no single-c model (a hybrid: `no_lines`)."""
     timing = sweep_timing(sweep)
-    if timing is None or batch is None:
+    if timing is None or batch is None or no_lines(sweep):
         return None
     curves: dict[int, dict[int, float]] = {}
     for row in sweep.table:
         k, alpha = row.k, row.alpha
         if not isinstance(k, int) or alpha is None or k > batch.n_max - 1:
             continue
-        sources: Counter = Counter()
-        for x in sweep.runs:
-            if x.k == k:
-                sources.update(x.source_iterations or {})
-        c, overhead = timing.mixed(dict(sources))
-        for b, by_k in batch_predictions(batch, c, alpha, overhead, ks=[k]).items():
+        for b, by_k in batch_predictions(batch, timing.c, alpha, timing.overhead, ks=[k]).items():
             curves.setdefault(b, {})[k] = by_k[k]
     return curves or None
+
+
+def no_lines(sweep: SweepResult | None) -> str:
+    """Why the sweep's drafter gets no batch lines ('' where it gets them): the model's single c does not fit it."""
+    return pricing(sweep.drafter).why if sweep is not None else ""
 
 
 def batch_note(session: Session | None) -> str:
@@ -87,8 +88,8 @@ def batch_note(session: Session | None) -> str:
         return INTRO
     drawn = batch_curves(session.sweep, doc) is not None
     where = ("The chart above draws the predicted speed-up at each batch size (dotted, labelled on the right) at the "
-             "sweep's \u03b1 per k." if drawn else "Sweep k to see the predicted speed-up at each batch size on "
-             "the chart.")
+             "sweep's \u03b1 per k." if drawn else f"No batch lines for the sweep's drafter: {no_lines(session.sweep)}."
+             if no_lines(session.sweep) else "Sweep k to see the predicted speed-up at each batch size on the chart.")
     table = batch_table(doc, doc.setup or "this machine").replace("\nThe loop runs batch 1; batched serving "
                                                                         "with speculation is measured on vLLM.", "")
     return f"{where} {LOOP_NOTE}\n\n{table}"

@@ -20,7 +20,7 @@ from . import charts, handlers, measure, replay_panel, verdicts, vllm_panel, wha
 from .javascript import TOKEN_DETAILS
 from .markup import READY, counters_html, pair_info
 from .render import EMPTY_TOKENS, legend_html
-from .serving import AUTO_HELP, PairProvider
+from .serving import PairProvider, drafter_help
 from .session import SHOW_ME, SHOW_ME_NOTE, Session
 from .wiring import _guarded, wire  # noqa: F401 - _guarded: its first home, where tests import it
 
@@ -54,8 +54,8 @@ def _controls(ui, preset_list):
 def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, default_drafter):
     pair_list, pair_value, pair_typed = handlers.pair_choices(provider)
     with gr.Column(elem_id="settings", min_width=300):
-        ui.drafter = gr.Radio(drafter_choices, value=default_drafter, label="Drafter", info=AUTO_HELP,
-                              elem_id="drafter")
+        ui.drafter = gr.Radio(drafter_choices, value=default_drafter, label="Drafter", elem_id="drafter")
+        ui.drafter_help = gr.HTML(drafter_help(drafter_choices), elem_id="drafter-help")
         ui.k = gr.Slider(1, 16, value=SHOW_ME.k, step=1, label="k (proposals per iteration)", elem_id="k",
                          info=K_HELP)
         # The number boxes name their range but leave checking it to the events (session.parse_request): Gradio's

@@ -21,7 +21,6 @@ from ..envinfo import describe_setup
 from ..lab.calibration import (
     SHORT_CALIBRATION,
     CalibrationPlan,
-    CalibrationStore,
     Timing,
     calibrate,
     calibrated_timing,
@@ -42,7 +41,6 @@ from .session import (
     encode_request,
     find_timing,
     is_nearest,
-    nearest_note,
     prompt_key,
     run_timing,
     stop_text,
@@ -78,10 +76,9 @@ def reused_text(timing: Timing, own: bool, context_tokens: int | None = None) ->
     if own:
         return "reused this tab's calibration of this prompt"
     if context_tokens is not None and is_nearest(timing, context_tokens):
-        return nearest_note(timing, context_tokens).replace("**", "")
-    bucket = CalibrationStore.bucket(timing.context_tokens)
-    return (f"reused the calibration from {bucket} tokens (one serves every context of up to {bucket} tokens on "
-            f"this pair and drafter, in every tab)")
+        return verdicts.stand_in_note(timing, context_tokens).replace("**", "")
+    return (f"reused the calibration on {verdicts.context_label(timing)}: one serves every context in its bucket on "
+            "this pair and drafter, in every tab")
 
 
 def timing_text(timing: Timing) -> str:
@@ -117,7 +114,7 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
         if found is not None and not is_nearest(found, len(ids)):  # a stand-in an adaptive run kept: time this one
             own = session.timings.get((name, key)) is found
             session.timings[(name, key)] = found
-            session.calibration = (name, found)
+            session.calibration = (request.drafter, found)  # the registry's name: its traits (verdicts.pricing)
             yield CalibrateView(session, f"Already calibrated: {reused_text(found, own)} \u00b7 {name}: "
                                          f"{timing_text(found)} \u2014 {found.trust.headline()}",
                                 verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)))
@@ -141,11 +138,18 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
         bg.raise_error()
     timing, reused = bg.result
     session.timings[(name, key)] = timing
-    session.calibration = (name, timing)
+    session.calibration = (request.drafter, timing)
     how = reused_text(timing, False) if reused else f"{reps} timed cycles after {warm} warm-up"
-    status = (f"Calibrated {name} on {len(ids)} tokens of context ({how}, {clock_text(time.monotonic() - started)}): "
-              f"{timing_text(timing)} \u2014 {timing.trust.headline()}")
+    clock = clock_text(time.monotonic() - started)
+    status = (f"Calibrated {name} on {verdicts.context_label(timing)} ({how}, {clock}): {timing_text(timing)}"
+              f" \u2014 {timing.trust.headline()}")
     yield CalibrateView(session, status, verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)))
+
+
+def sweep_seconds(timing: Timing, runs: int, req: RunRequest) -> float:
+    """What a sweep's `runs` take by the calibration: each at plain decoding's speed, its new tokens and a pass over
+    its prompt (a speculative run that pays is faster, one that loses slower)."""
+    return runs * (req.max_new_tokens + 1) * timing.target_step_s
 
 
 @stoppable("sweep")
@@ -175,7 +179,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
             phase(emit, "step 1 of 2, calibrating")
             t, reused = calibrated_timing(pair, ids, factory(), store, SHORT_CALIBRATION.under(req.sampling),
                                           progress=ticker(emit, stopped))
-        phase(emit, "step 2 of 2, measuring" if timing is None else "measuring")
+        phase(emit, "step 2 of 2, measuring" if timing is None else "measuring", sweep_seconds(t, runs, req))
         lab_request = SpeedRequest(pair, {"prompt": ids}, factory, ks=ks, rounds=rounds,
                                    max_new_tokens=req.max_new_tokens, sampling=req.sampling, timing=t,
                                    min_confidence=req.min_confidence)
@@ -185,7 +189,8 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     plan = (f"{rounds} round(s) of k = 1..{k_max} and adaptive k back to back, plain decoding before every "
             f"{PLAIN_EVERY} and after the last{stop}, "
             f"{req.max_new_tokens} new tokens per run: {runs} runs"
-            + (f"; {reused_text(timing, False, len(ids))}" if timing is not None else ", after a short calibration"))
+            + (f"; {reused_text(timing, False, len(ids))}; about {clock_text(sweep_seconds(timing, runs, req))} "
+               "at plain decoding's speed" if timing is not None else ", after a short calibration"))
     tracker = Tracker(f"Sweeping k = 1..{k_max}", started, plan)
     yield SweepView(session, tracker.line(), figure=charts.sweep_figure(None))
     with Background(work, "playground-sweep", serving.device_lock(pair.device)) as bg:

@@ -1,7 +1,8 @@
 """Status lines for the work an event waits on: what is happening, the time since the event began (over every
 phase, never reset), and an estimate of the time left from the speed so far.
 
-- `clock_text`, `eta_text`: '1 min 05 s', '~40 s left' (no estimate until enough is done to make one).
+- `clock_text`, `eta_text`: '1 min 05 s', '~40 s left' (from a calibration's expectation where the caller has one,
+  else no estimate until enough is done to make one).
 - `ticker`, `phase`: what a worker thread (serving.Background) emits: progress ticks, and the start of a phase.
 - `Tracker`: reads those from a worker's output and writes the status line; `progress_lines` for work that emits
   nothing else.
@@ -19,6 +20,7 @@ from .serving import HEARTBEAT_S, Background, PairProvider, Stopped
 
 MIN_ELAPSED_S = 2.0  # no estimate of the time left before this much of a phase has run ...
 MIN_FRACTION = 0.04  # ... and this share of it is done: the first cycles include warm-up
+EXPECTED_UNTIL = 0.25  # a phase's expected length, where one is known, stands until this share of it is done
 
 
 def clock_text(seconds: float) -> str:
@@ -33,8 +35,12 @@ def clock_text(seconds: float) -> str:
     return f"{h} h {m:02d} min"
 
 
-def eta_text(elapsed: float, fraction: float | None) -> str | None:
-    """'~40 s left', from how long the done `fraction` took; None until a fair estimate can be made."""
+def eta_text(elapsed: float, fraction: float | None, expected_s: float | None = None) -> str | None:
+    """'~40 s left': from the phase's `expected_s` (what a calibration says it takes) while less than
+    EXPECTED_UNTIL of it is done and it has not run over, else from how long the done `fraction` took (the first
+    runs, slowed by warm-up, would say minutes for a sweep of seconds); None until a fair estimate can be made."""
+    if expected_s is not None and (fraction is None or fraction < EXPECTED_UNTIL) and elapsed < expected_s:
+        return f"~{clock_text(expected_s - elapsed)} left (from the calibration)"
     if fraction is None or not MIN_FRACTION <= fraction < 1.0 or elapsed < MIN_ELAPSED_S:
         return None
     return f"~{clock_text(elapsed * (1.0 - fraction) / fraction)} left"
@@ -51,9 +57,10 @@ def ticker(emit, stopped):
     return tick
 
 
-def phase(emit, label: str) -> None:
-    """Tell the consumer a new phase of the work begins (its estimate of the time left starts over)."""
-    emit(("phase", label, time.monotonic()))
+def phase(emit, label: str, expected_s: float | None = None) -> None:
+    """Tell the consumer a new phase of the work begins (its estimate of the time left starts over, from
+    `expected_s` where the phase's length is known)."""
+    emit(("phase", label, time.monotonic(), expected_s))
 
 
 class Tracker:
@@ -61,7 +68,7 @@ class Tracker:
 
     def __init__(self, what: str, started: float, message: str = "starting"):
         self.what, self.started = what, started
-        self.phase, self.phase_started = "", time.monotonic()
+        self.phase, self.phase_started, self.expected_s = "", time.monotonic(), None
         self.fraction: float | None = None
         self.message = message
         self.ticked = False  # set by `take` when a tick or a phase arrived
@@ -75,7 +82,7 @@ class Tracker:
                 _, self.fraction, self.message = x
                 self.ticked = True
             elif isinstance(x, tuple) and x and x[0] == "phase":
-                _, self.phase, self.phase_started = x
+                _, self.phase, self.phase_started, self.expected_s = x
                 self.fraction, self.message, self.ticked = None, "starting", True
             else:
                 rest.append(x)
@@ -83,12 +90,10 @@ class Tracker:
 
     def doing(self) -> str:
         """What the work does now: the phase, its last message, the share done and the time left."""
-        done = []
-        if self.fraction is not None:
-            done.append(f"{100 * self.fraction:.0f}%")
-            left = eta_text(time.monotonic() - self.phase_started, self.fraction)
-            if left:
-                done.append(left)
+        done = [f"{100 * self.fraction:.0f}%"] if self.fraction is not None else []
+        left = eta_text(time.monotonic() - self.phase_started, self.fraction, self.expected_s)
+        if left:
+            done.append(left)
         extra = f" ({', '.join(done)})" if done else ""
         return f"{self.phase}: {self.message}{extra}" if self.phase else f"{self.message}{extra}"
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import html
 import os
 import queue
 import threading
@@ -44,9 +45,16 @@ from .session import new_session
 
 HEARTBEAT_S = 0.5  # a status update at least this often, so a Stop never waits on a silent generator
 AUTO_LABEL = "auto"
-AUTO_HELP = ("auto: llama.cpp for the embedded target when llama-cpp-python is installed, else the pair's draft "
-             "model, else prompt lookup \u00b7 lookup: copies what followed the last match in the text (no model) "
-             "\u00b7 hybrid: lookup where the last tokens occurred before, the best model drafter otherwise")
+
+
+def drafter_help(choices) -> str:
+    """The drafter menu's help, behind a fold (`choices`: the menu's (label, name) pairs): what "auto" picks and what
+    each drafter in the menu proposes, in the registry's words (DrafterSpec.description), so every one is explained."""
+    specs = {s.name: s for s in drafters()}
+    said = {AUTO_LABEL: "the first this pair can run of " + ", else ".join(s.label for s in drafters() if s.auto)}
+    said.update((specs[n].label, specs[n].description) for _, n in choices if n in specs)
+    items = "".join(f"<dt>{html.escape(label)}</dt><dd>{html.escape(text)}</dd>" for label, text in said.items())
+    return f'<details class="glossary"><summary>What each drafter does</summary><dl>{items}</dl></details>'
 
 
 # --- which pair ---------------------------------------------------------------------------------------------

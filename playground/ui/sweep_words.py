@@ -8,12 +8,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..core.records import describe_choices
-from ..drafters.registry import one_cost
 from ..lab.misses import noise_bound, noise_line
 from ..results.speed import SpeedRow, SweepResult
 from ..results.trust import FAIL, Verdict
 from .session import SWEEP_K_MAX
-from .verdicts import glossary_html, miss_findings, verdict_html
+from .verdicts import glossary_html, miss_findings, pricing, verdict_html
 
 PREDICTIONS: dict[str, Callable[[SpeedRow], float | None]] = {
     "iid \u03b1": lambda r: r.predicted_iid, "per position": lambda r: r.predicted_empirical,
@@ -22,11 +21,12 @@ SINGLE_C = ("iid \u03b1", "per position")  # the models that charge every propos
 
 
 def fit_to_drafter(result: SweepResult, drafter: str) -> tuple[SweepResult, list[str]]:
-    """The result as the tab shows it for `drafter`, and the predictions it leaves out: a drafter with several
-    sources (a hybrid) copies at a search cost and drafts with a model at c (registry.one_cost), so the single-c
-    predictions are dropped (no model for this drafter) and only the loop-cost prediction, priced from the runs'
-    own iterations, is drawn and said."""
-    if one_cost(drafter):
+    """The result as the tab shows it for `drafter` (named in it, for the batch lines and What-if), and the
+    predictions it leaves out: a drafter with several sources (a hybrid) copies at a search cost and drafts with a
+    model at c (verdicts.pricing), so the single-c predictions are dropped (no model for this drafter) and only the
+    loop-cost prediction, priced from the runs' own iterations, is drawn and said."""
+    result.drafter = drafter
+    if pricing(drafter).single_c:
         return result, []
     for row in result.table:
         row.predicted_iid = row.predicted_empirical = None

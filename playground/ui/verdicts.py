@@ -1,6 +1,7 @@
 """Whether a figure may be believed, on the page: the trust verdict (lab.trust) of the prediction, of a Compare
-and of a sweep, with each reason and its fix; the prediction panel; the sweep's summary, its table and its
-recommendation, which never comes from a failed verdict; and the glossary of the terms these use.
+and of a sweep, with each reason and its fix; the prediction panel; what kind of prediction a drafter gets on
+every surface (`pricing`: the fixed-k model, or the run's iterations priced per source); and the glossary of the
+terms these use.
 
 Strings only (HTML inside Markdown); no gradio here. Every text from a finding is escaped.
 """
@@ -8,14 +9,16 @@ Strings only (HTML inside Markdown); no gradio here. Every text from a finding i
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 
 from ..core.cost import break_even_alpha, verify_cost
 from ..core.records import Iteration, describe_choices
 from ..drafters.adaptive import AdaptiveSettings, CostCurve
-from ..drafters.registry import one_cost
+from ..drafters.registry import drafter_spec, one_cost, source
+from ..lab.calibration import CalibrationStore
 from ..lab.schedules import costed_ratio, iteration_rows
 from ..lab.trust import FAIL, WARN, Finding, MachineLoad, Verdict
-from .session import RunResult, Session, nearest_note, stop_text
+from .session import RunResult, Session, is_nearest, stop_text
 
 PRIOR_ALPHA = AdaptiveSettings().prior  # what adaptive k assumes before it has seen a proposal
 SWEEP_COLUMNS = ["k", "measured", "min", "max", "\u03b1", "predicted (iid)", "predicted (per position)",
@@ -130,17 +133,33 @@ def compare_verdict(run: RunResult, timing=None, predicted: float | None = None)
                       timing.trust if timing is not None else None, miss_findings(predicted, run.measured_speedup))
 
 
-def cost_inputs(timing, k: int) -> str:
-    """The cost model's inputs, in words."""
+def context_label(timing) -> str:
+    """The context a calibration was timed on, said one way everywhere: its real length and the bucket it serves
+    (lab.calibration.CalibrationStore: one calibration per power of two of context length)."""
+    n = timing.context_tokens
+    return f"{n} tokens of context (the {CalibrationStore.bucket(n)}-token bucket)"
+
+
+def stand_in_note(timing, context_tokens: int) -> str:
+    """'' or the words that label a calibration of another bucket standing in for this context (`is_nearest`)."""
+    if not is_nearest(timing, context_tokens):
+        return ""
+    return (f"the calibration on {context_label(timing)} stands in for this prompt's {context_tokens} tokens; "
+            "**Calibrate** times this length")
+
+
+def cost_inputs(timing, k: int, single_c: bool = True) -> str:
+    """The cost model's inputs, in words (a drafter with no model: its sources' costs are in `Pricing.why`)."""
     v = timing.v
     be = break_even_alpha(k, timing.c, v, timing.overhead)
     pays = "never (no \u03b1 is high enough)" if be is None else f"{be:.2f}"
     reps = len(timing.raw.target_pass_s.get(1, []))
-    return (f"Cost model inputs: the drafter costs **{timing.c:.2f}** target steps per proposed token (c); checking "
-            f"k = {k} proposals is one pass over {k + 1} tokens, which costs **{verify_cost(v, k + 1):.2f}** target "
-            f"steps (v({k + 1})); so drafting at k = {k} pays from \u03b1 = "
-            f"{pays} (break-even \u03b1). Calibrated on "
-            f"{timing.context_tokens} tokens of context, {reps} timed repeats per pass length after warm-up.")
+    check = (f"checking k = {k} proposals is one pass over {k + 1} tokens, which costs **{verify_cost(v, k + 1):.2f}** "
+             f"target steps (v({k + 1}))")
+    said = (f"Cost model inputs: the drafter costs **{timing.c:.2f}** target steps per proposed token (c); {check}; "
+            f"so drafting at k = {k} pays from \u03b1 = {pays} (break-even \u03b1)." if single_c else
+            f"Cost inputs: each source's cost as above; {check}.")
+    return f"{said} Calibrated on {context_label(timing)}, {reps} timed repeats per pass length after warm-up."
 
 
 def per_k_table(timing, alpha: float, k_max: int = 8) -> str:
@@ -153,6 +172,12 @@ def per_k_table(timing, alpha: float, k_max: int = 8) -> str:
 
 def _calibration_only(session: Session) -> list[str]:
     drafter, timing = session.calibration
+    said = pricing(drafter, timing)
+    if not said.single_c:
+        intro = (f"No prediction per k for {html.escape(drafter)} \u2014 {html.escape(said.why, False)}. **Run** it and "
+                 "the panel prices the run's own iterations per source (the costed row); **Compare with plain** "
+                 "measures it.")
+        return [verdict_html(timing.trust, "The calibration"), intro, cost_inputs(timing, 4, single_c=False)]
     last = session.run.summary.alpha if session.run is not None and session.run.summary is not None else None
     if last is not None:
         alpha, whence = last, "the last run's"
@@ -178,16 +203,16 @@ def prediction_markdown(session: Session, timing=None) -> str:
     k = run.request.k
     varying = run.request.k_mode != "fixed"
     rows = ["| | speed-up | from |", "|---|---:|---|"]
-    model, costed = _model_prediction(run, timing), costed_speedup(run, timing)
+    said = pricing(run.request.drafter, timing, run)
+    model, costed = _model_prediction(run, timing, said), said.costed
     if varying:
         rows.append(f"| predicted | \u2013 | k was chosen per iteration ({_k_chosen(run)}); the cost model "
                     f"predicts a fixed k (the **k per output shape** tab compares them) |")
     elif timing is not None and run.request.min_confidence is not None:
         rows.append(f"| predicted | \u2013 | {stop_text(run.request.min_confidence)} ({_drafted_text(run)}); the "
                     "fixed-k model drafts all k, so only the costed row below applies |")
-    elif timing is not None and not one_cost_fits(run):
-        rows.append(f"| predicted | \u2013 | no model for this drafter: the model charges every proposal one "
-                    f"drafter's c, and these came from {_sources(s)}; the costed row prices each source |")
+    elif timing is not None and not said.single_c:
+        rows.append(f"| predicted | \u2013 | {html.escape(said.why, False)} |")
     elif timing is not None:
         positions = [a for a in s.per_position_acceptance if a is not None]
         if s.alpha is not None:
@@ -215,11 +240,11 @@ def prediction_markdown(session: Session, timing=None) -> str:
     elif timing is not None:
         lines.append(verdict_html(timing.trust, "The prediction's calibration"))
     lines.append("\n".join(rows))
-    if nearest_note(timing, len(run.prompt_ids)):
-        lines.append(f"Calibration: {nearest_note(timing, len(run.prompt_ids))}.")
+    if note := stand_in_note(timing, len(run.prompt_ids)):
+        lines.append(f"Calibration: {note}.")
     if timing is not None and not varying:
-        lines.append(cost_inputs(timing, k))
-    elif timing is not None and s.alpha is not None:
+        lines.append(cost_inputs(timing, k, said.single_c))
+    elif timing is not None and s.alpha is not None and said.single_c:
         lines.append(f"Predicted speed-up per k at this run's \u03b1 = {s.alpha:.2f}, under the same calibration: "
                      "what a fixed k would have given")
         lines.append(per_k_table(timing, s.alpha))
@@ -237,24 +262,55 @@ def prediction_markdown(session: Session, timing=None) -> str:
     return "\n\n".join(lines)
 
 
-def one_cost_fits(run: RunResult) -> bool:
-    """Whether the fixed-k model, which charges every proposal one drafter's cost c, fits the run's drafter: not a
-    drafter with several sources (a hybrid: copies at a search cost, model proposals at c; registry.one_cost),
-    nor a run whose iterations came from more than one source."""
-    return one_cost(run.request.drafter) and len(run.summary.source_iterations if run.summary else {}) <= 1
+@dataclass(frozen=True)
+class Pricing:
+    """How the page predicts a drafter under a calibration, the same wherever it says it (the run's panel after
+    Run, Calibrate or Compare, What-if, the sweep's batch lines): the fixed-k model where it fits (`single_c`), else
+    no model, `why`, and the run's own iterations priced at each source's cost (`costed`, for either kind)."""
+
+    single_c: bool
+    costed: float | None = None
+    why: str = ""
 
 
-def _sources(s) -> str:
-    return ", ".join(f"{src} ({n} iterations)" for src, n in s.source_iterations.items()) or "more than one source"
+def pricing(drafter: str | None, timing=None, run: RunResult | None = None) -> Pricing:
+    """The prediction's kind for `drafter` (a registry name) under `timing`. The fixed-k model charges every
+    proposal one drafter cost c: it fits a drafter whose declared sources share one cost kind (registry.one_cost)
+    and a run whose iterations came from one source. A hybrid copies at a search cost and drafts with a model at c,
+    so it gets no model and, once `run` (a finished run of it) exists, that run's iterations priced per source."""
+    ran = run if run is not None and run.summary is not None and run.request.drafter == drafter else None
+    counts = ran.summary.source_iterations if ran is not None else {}
+    costed = costed_speedup(ran, timing) if ran is not None else None
+    if one_cost(drafter) and len(counts) <= 1:
+        return Pricing(True, costed)
+    return Pricing(False, costed, f"no model for this drafter: the model charges every proposal one drafter's c, "
+                                  f"and {drafter}'s come from {_source_words(drafter, timing, counts)}; the costed "
+                                  "figure prices each source")
 
 
-def _model_prediction(run: RunResult, timing) -> float | None:
+def _source_words(drafter, timing, counts: dict) -> str:
+    """'lookup (a search: 0.004 target steps a call; 9 iterations), draft (a model: c = 0.38 + 0.065 a call)'."""
+    costs = timing.source_costs if timing is not None else {}
+    declared = [] if one_cost(drafter) or drafter == "auto" else [s.name for s in drafter_spec(drafter).sources]
+    out = []
+    for name in dict.fromkeys([*declared, *counts]):
+        kind = {"search": "a search", "none": "free", "model": "a model"}.get(getattr(source(name), "cost", ""), "")
+        c, call = costs.get(name, (None, None))
+        priced = "" if c is None else f"{call:.3f} target steps a call" if not c else f"c = {c:.2f} + {call:.3f} a call"
+        bits = [f"{kind}: {priced}" if priced else kind,
+                f"{counts[name]} iteration{'s' * (counts[name] != 1)}" if name in counts else ""]
+        said = "; ".join(b for b in bits if b)
+        out.append(f"{name} ({said})" if said else name)
+    return ", ".join(out) or "more than one source"
+
+
+def _model_prediction(run: RunResult, timing, said: Pricing) -> float | None:
     """The model's prediction of a fixed-k run that drafted every k: its per-position acceptance, at its length
-    (None where the model does not fit the drafter: `one_cost_fits`)."""
+    (None where the model does not fit the drafter: `pricing`)."""
     s = run.summary
     positions = [a for a in s.per_position_acceptance if a is not None]
     if timing is None or run.request.k_mode != "fixed" or run.request.min_confidence is not None or not positions \
-            or not one_cost_fits(run):
+            or not said.single_c:
         return None
     return timing.predict(positions, run.request.k, new_tokens=s.new_tokens or None,
                           limit=run.request.max_new_tokens if s.finished == "eos" else None)
@@ -265,8 +321,9 @@ def compared_prediction(run: RunResult, timing) -> float | None:
     (a fixed k, every k drafted), else the run's own iterations costed."""
     if run.summary is None:
         return None
-    model = _model_prediction(run, timing)
-    return model if model is not None else costed_speedup(run, timing)
+    said = pricing(run.request.drafter, timing, run)
+    model = _model_prediction(run, timing, said)
+    return model if model is not None else said.costed
 
 
 def _drafted_text(run: RunResult) -> str:

@@ -260,12 +260,15 @@ def wire_vllm(ui, settings: VllmSettings, limits: Limits) -> None:
         yield from _guarded(sweep_views(settings, values, limits), lambda v: (v[0], v[1] or gr.skip()), 2)
 
     inputs = [ui.vllm_prompt, ui.vllm_preset, ui.vllm_chat, ui.vllm_max_new]
+    # Gradio's tracker (and its red 'Error' badge when an event raises for the API client) draws in the hidden
+    # #activity, as the other tabs' events do: a refusal is read on the tab's status line, uncovered.
+    on_status = {"show_progress": "minimal", "show_progress_on": [ui.activity]}
     run_ev = ui.vllm_run_btn.click(
         vllm_run, inputs, [ui.vllm_status, ui.vllm_tokens, ui.vllm_counters, ui.vllm_hist, ui.vllm_metrics,
-                           ui.vllm_json], api_name="vllm_run", show_progress="minimal", concurrency_limit=4,
+                           ui.vllm_json], api_name="vllm_run", concurrency_limit=4, **on_status,
         concurrency_id="vllm-run")
     sweep_ev = ui.vllm_sweep_btn.click(vllm_concurrency, inputs, [ui.vllm_sweep_status, ui.vllm_sweep_table],
-                                       api_name="vllm_concurrency", show_progress="minimal", concurrency_limit=1,
+                                       api_name="vllm_concurrency", concurrency_limit=1, **on_status,
                                        concurrency_id="vllm-sweep")
     ui.vllm_stop_btn.click(None, None, None, cancels=[run_ev, sweep_ev], queue=False)
 

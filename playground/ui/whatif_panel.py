@@ -108,7 +108,7 @@ def wire_whatif(ui, provider) -> None:
 
     def view_of(session, values) -> tuple:
         try:
-            v = whatif_view(session, values)
+            v = whatif_view(session, values, provider.for_session(session).calibrations if session else None)
         except PlaygroundError as e:
             return error_status(e), gr.skip(), gr.skip(), gr.skip()
         except Exception:  # a bug, not bad input: say so on the tab, log the traceback

@@ -30,7 +30,7 @@ from .charts import RunPoint
 from .form import Widget
 from .markup import fold
 from .session import Session, _number, run_timing
-from .verdicts import GLOSSARY
+from .verdicts import GLOSSARY, Pricing, context_label, pricing
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -80,6 +80,7 @@ class RunMark:
     positions: tuple[float, ...]
     measured: float | None  # its Compare's measured speed-up, if any
     drafter: str
+    priced: Pricing  # the kind of prediction its drafter gets (verdicts.pricing): a hybrid has no model
 
 
 @dataclass
@@ -91,7 +92,8 @@ class WhatifView:
     doc: WhatifResult  # lab.whatif.whatif's result
 
 
-def run_mark(session: Session | None) -> RunMark | None:
+def run_mark(session: Session | None, store=None) -> RunMark | None:
+    """The tab's last finished run, priced under the calibration behind it (the pair's `store` or the tab's)."""
     run = session.run if session is not None else None
     if run is None or not run.finished or run.summary is None or run.summary.alpha is None:
         return None
@@ -101,7 +103,8 @@ def run_mark(session: Session | None) -> RunMark | None:
             break
         positions.append(a)
     k = run.request.k if run.request.k_mode == "fixed" else None
-    return RunMark(run.summary.alpha, k, tuple(positions), run.measured_speedup, run.drafter)
+    return RunMark(run.summary.alpha, k, tuple(positions), run.measured_speedup, run.drafter,
+                   pricing(run.request.drafter, run_timing(session, store), run))
 
 
 # --- the inputs ---------------------------------------------------------------------------------------------
@@ -172,13 +175,14 @@ def _grid_alphas(alpha: float | None, mark: RunMark | None) -> list[float]:
     return sorted(out)
 
 
-def whatif_view(session: Session | None, values: WhatifInputs) -> WhatifView:
-    """Everything the tab shows for these inputs (raises PlaygroundError with what to fix).
+def whatif_view(session: Session | None, values: WhatifInputs, store=None) -> WhatifView:
+    """Everything the tab shows for these inputs (raises PlaygroundError with what to fix); `store`: the pair's
+    calibrations, which price the last run.
 
     An alpha typed outside [0, 1] gets the library's message; the slider then moves to its bound (Gradio clamps
     it) and the next view, at that bound, keeps the message and says where the slider went."""
     q = parse_inputs(values)
-    mark = run_mark(session)
+    mark = run_mark(session, store)
     alpha = q.alpha
     try:
         result = whatif(q.c, alpha=q.alpha, positions=q.positions, v=q.v, overhead=q.overhead,
@@ -193,7 +197,7 @@ def whatif_view(session: Session | None, values: WhatifInputs) -> WhatifView:
     if session is not None:
         session.whatif_refused = None
     point = None
-    if mark is not None and mark.k is not None and mark.k in result.ks:
+    if mark is not None and mark.k is not None and mark.k in result.ks and mark.priced.single_c:
         at = _row_of([g.alpha for g in result.grid], mark.alpha)
         row = next(g for g in result.grid if g.alpha == at)
         point = RunPoint(k=mark.k, alpha=mark.alpha, predicted=row.speedups[mark.k], measured=mark.measured)
@@ -219,7 +223,11 @@ def _status(result: WhatifResult, mark: RunMark | None, point: RunPoint | None) 
         head = (f"**No k pays**: the best is {best.speedup:.2f}\u00d7 at k = {best.k}, below plain decoding; "
                 f"a cheaper drafter (smaller c) or a higher \u03b1 would change that")
     line = f"{head} ({describe_inputs(result)}). Predictions of the cost model, not measurements."
-    if point is not None:
+    if mark is not None and not mark.priced.single_c:  # as the run's panel says it (verdicts.pricing)
+        costed = "" if mark.priced.costed is None else f"; its own iterations costed: {mark.priced.costed:.2f}\u00d7"
+        measured = f", {mark.measured:.2f}\u00d7 measured by Compare" if mark.measured else ""
+        line += f" Your last run (\u03b1 = {mark.alpha:.2f}): {html.escape(mark.priced.why, False)}{costed}{measured}."
+    elif point is not None:
         line += (f" Your last run (\u03b1 = {mark.alpha:.2f}, k = {mark.k}): {point.predicted:.2f}\u00d7 predicted "
                  f"with these costs" + (f", {mark.measured:.2f}\u00d7 measured by Compare." if mark.measured else "."))
     elif mark is not None:
@@ -318,6 +326,7 @@ class Found:
     timing: Timing
     whence: str
     token: object  # what identifies it between events (the tab fills from one calibration once)
+    drafter: str | None  # its drafter's registry name (verdicts.pricing); None: a sweep saved without one
 
 
 def last_calibration(session: Session | None, store) -> Found | None:
@@ -326,16 +335,15 @@ def last_calibration(session: Session | None, store) -> Found | None:
         return None
     if session.calibration is not None:
         drafter, t = session.calibration
-        return Found(t, f"this tab's last Calibrate ({drafter}, {t.context_tokens} tokens of context)",
-                     session.calibration)
+        return Found(t, f"this tab's last Calibrate of {drafter} on {context_label(t)}", session.calibration, drafter)
     t = run_timing(session, store)
     if t is not None:
-        return Found(t, f"the calibration behind the last run ({session.run.drafter}, {t.context_tokens} tokens of "
-                        f"context)", t)
+        drafter = session.run.request.drafter
+        return Found(t, f"the calibration of {drafter} behind the last run, on {context_label(t)}", t, drafter)
     sweep = session.sweep
     t = sweep_timing(sweep)
     if t is not None:
-        return Found(t, f"the last sweep's calibration ({t.context_tokens} tokens of context)", sweep)
+        return Found(t, f"the last sweep's calibration, on {context_label(t)}", sweep, sweep.drafter)
     return None
 
 
@@ -349,13 +357,15 @@ def prefill(session: Session, store, force: str | None = None) -> tuple[dict, st
     Without `force`, what is new since the tab was last filled: a calibration (c, v(n), cost per call) and a
     finished run (alpha, per-position acceptance). `force` ("calibration" or "run", the buttons) fills from
     that one even if it was used before, and says so when there is none."""
-    found, mark = last_calibration(session, store), run_mark(session)
+    found, mark = last_calibration(session, store), run_mark(session, store)
     seen_cal, seen_run = session.whatif_from or (None, None)
     values, filled, notes = {}, [], []
     if found is not None and (force == "calibration" or (force is None and found.token is not seen_cal)):
-        t = found.timing
+        t, said = found.timing, pricing(found.drafter, found.timing)
         values.update(c=round(t.c, 4), overhead=round(t.overhead, 4), v=v_text(t.v))
-        filled.append(f"c = {t.c:.3f}, the cost per call and v(n) from {html.escape(found.whence, quote=False)}")
+        whose = "" if said.single_c else f" of {found.drafter}'s model drafter alone ({said.why})"
+        filled.append(f"c = {t.c:.3f}, the cost per call and v(n){html.escape(whose, quote=False)} from "
+                      f"{html.escape(found.whence, quote=False)}")
         seen_cal = found.token
     elif force == "calibration":
         notes.append("No calibration in this tab yet: press **Calibrate** (it times c and v(n) on this pair and "

@@ -34,7 +34,7 @@ from .controls import wire_controls
 from .form import Controls
 from .markup import RunFigures, fold
 from .ranges import refuse_moved
-from .serving import PairProvider
+from .serving import PairProvider, drafter_help
 from .session import SHOW_ME, SHOW_ME_NOTE, parse_request, parse_sweep
 
 log = logging.getLogger(__name__)
@@ -334,9 +334,11 @@ def _wire_preset_and_pair(w: _Wiring) -> None:
     ui.preset.input(load_preset, [ui.preset, ui.prompt, ui.session], [ui.prompt, ui.max_new, ui.chat, ui.preset_info],
                     api_name="load_preset", show_progress="minimal", show_progress_on=[ui.preset_info],
                     concurrency_limit=4, concurrency_id="presets")
-    ui.pair_menu.input(select_pair, [ui.session, ui.pair_menu], [ui.drafter, ui.pair_note, ui.session],
-                       api_name="select_pair", show_progress="minimal", show_progress_on=[ui.pair_note],
-                       concurrency_limit=4, concurrency_id="presets")
+    pair_ev = ui.pair_menu.input(select_pair, [ui.session, ui.pair_menu], [ui.drafter, ui.pair_note, ui.session],
+                                 api_name="select_pair", show_progress="minimal", show_progress_on=[ui.pair_note],
+                                 concurrency_limit=4, concurrency_id="presets")
+    pair_ev.then(lambda session: drafter_help(provider.for_session(session).drafter_choices()), [ui.session],
+                 [ui.drafter_help], queue=False, api_visibility="private", show_progress="hidden")
 
 
 def _after(kind: str):
