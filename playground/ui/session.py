@@ -295,14 +295,6 @@ def is_nearest(timing: Timing | None, context_tokens: int) -> bool:
         context_tokens)
 
 
-def nearest_note(timing: Timing | None, context_tokens: int) -> str:
-    """'' or the words that label a stand-in calibration."""
-    if not is_nearest(timing, context_tokens):
-        return ""
-    return (f"the nearest calibrated length ({CalibrationStore.bucket(timing.context_tokens)} tokens) stands in for "
-            f"this prompt's {context_tokens}; **Calibrate** times this length")
-
-
 def run_timing(session: Session, store: CalibrationStore | None) -> Timing | None:
     """The calibration behind the prediction for the session's run, timed under the run's sampling and reaching
     its deepest pass (k + 1 tokens at a fixed k; where k varied, the most it drafted + 1); None when there is none."""
