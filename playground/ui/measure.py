@@ -119,8 +119,8 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
                                          f"{timing_text(found)} \u2014 {found.trust.headline()}",
                                 verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)))
             return
-    tracker = Tracker(f"Calibrating {name} on {len(ids)} tokens of context" + (" (careful)" if careful else ""),
-                      started, calibrate_plan(N_NEEDED, reps, warm))
+    tracker = Tracker(f"Calibrating on {len(ids)} tokens of context" + (" (careful)" if careful else ""),
+                      started, calibrate_plan(N_NEEDED, reps, warm), about=name)
     yield CalibrateView(session, tracker.line())
 
     def work(emit, stopped):

@@ -66,8 +66,8 @@ def phase(emit, label: str, expected_s: float | None = None) -> None:
 class Tracker:
     """What a worker said about its progress, as one status line."""
 
-    def __init__(self, what: str, started: float, message: str = "starting"):
-        self.what, self.started = what, started
+    def __init__(self, what: str, started: float, message: str = "starting", about: str = ""):
+        self.what, self.started, self.about = what, started, about
         self.phase, self.phase_started, self.expected_s = "", time.monotonic(), None
         self.fraction: float | None = None
         self.message = message
@@ -88,19 +88,23 @@ class Tracker:
                 rest.append(x)
         return rest
 
-    def doing(self) -> str:
-        """What the work does now: the phase, its last message, the share done and the time left."""
+    def numbers(self) -> list[str]:
+        """The share of the phase done and the time left in it, as far as they are known."""
         done = [f"{100 * self.fraction:.0f}%"] if self.fraction is not None else []
         left = eta_text(time.monotonic() - self.phase_started, self.fraction, self.expected_s)
-        if left:
-            done.append(left)
-        extra = f" ({', '.join(done)})" if done else ""
+        return done + ([left] if left else [])
+
+    def doing(self) -> str:
+        """What the work does now: the phase, its last message, the share done and the time left."""
+        extra = f" ({', '.join(self.numbers())})" if self.numbers() else ""
         return f"{self.phase}: {self.message}{extra}" if self.phase else f"{self.message}{extra}"
 
     def line(self) -> str:
+        """What happens now, its numbers and the time since the event began first (markup.fold keeps them in
+        sight), then `about`, the detail."""
         head = f"{self.what} \u2014 {self.phase}" if self.phase else self.what
-        doing = self.doing().removeprefix(f"{self.phase}: ") if self.phase else self.doing()
-        return f"{head}: {doing} \u00b7 {clock_text(time.monotonic() - self.started)} \u2026"
+        shown = ", ".join([*self.numbers(), clock_text(time.monotonic() - self.started)])
+        return f"{head}: {self.message} ({shown})" + (f" \u00b7 {self.about}" if self.about else "") + " \u2026"
 
 
 def progress_lines(bg: Background, tracker: Tracker) -> Iterator[str]:
