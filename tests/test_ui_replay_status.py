@@ -199,3 +199,21 @@ def test_a_best_k_at_the_top_of_the_range_shows_before_the_fold(pair, trace, dra
     line = replay_announce.done_status(doc, drafter, 65.0)
     assert "k = 2 is the largest replayed: try 1-16" in visible(line), line
     assert ("(estimates)" in line) != exact and line.endswith("1 min 05 s")
+
+
+@pytest.mark.parametrize("heard", [False, True])  # whether the worker heard the Stop before the page's listener ran
+def test_after_stop_the_batch_timing_and_the_sweep_say_stopped_above_the_tabs_as_in_their_tab(demo, heard):
+    from playground.ui.session import Session
+    from playground.ui.whatif_panel import BATCH_STARTING
+    from playground.ui.wiring import SWEEP_STARTING
+
+    fns = list(demo.fns.values())
+    for api, kind, starting in (("time_batches", "batch", BATCH_STARTING), ("sweep", "sweep", SWEEP_STARTING)):
+        event = next(f for f in fns if f.api_name == api)
+        after = next(f.fn for f in fns if f.trigger_after == event._id and not f.trigger_only_on_failure
+                     and not f.trigger_only_on_success)
+        session = Session(stopped=kind if heard else None)
+        lines = after(session, stop_js(starting))
+        top, tab = lines[0], lines[1 if kind == "batch" else 5]  # the sweep's: status, counters, 3 charts, its tab
+        assert top.startswith(("Batch timing stopped", "Sweep stopped")), (api, lines)
+        assert tab.split(" Press")[0] == top.split(" Press")[0], (api, top, tab)

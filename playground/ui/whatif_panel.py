@@ -191,8 +191,8 @@ def wire_batch(ui, provider, limits) -> None:
     def after_batch(session, status):
         """Runs after the batch timing: 'Stopped', or how it ended, on the status line above the tabs."""
         stopped = handlers.stopped_view(session).status
-        if stopped:
-            return stopped, "Batch timing stopped: nothing was kept."
+        if stopped or (isinstance(status, str) and status.startswith("Stopping")):  # its worker may not know yet
+            return "Batch timing stopped: nothing was kept.", "Batch timing stopped: nothing was kept."
         if isinstance(status, str) and status.startswith(BATCH_STARTING[:14]):
             done = session.batch_status if session is not None and session.batch_status else None
             return fold(done) if done else "The batch timing did not finish: its tab says why.", gr.skip()

@@ -346,6 +346,8 @@ def _after(kind: str):
         """Runs after a model event (Gradio runs it once a cancellation is complete): says 'Stopped', or what
         became of an event that never began (refused by a component's range check, or stopped in the queue),
         or, for a sweep, its outcome on the status line above the tabs."""
+        if kind == "sweep" and session is not None and isinstance(status, str) and status.startswith("Stopping"):
+            session.stopped = session.stopped or "sweep"  # stopped while it ran, before its worker heard the Stop
         v = handlers.stopped_view(session)
         line = v.status
         if line is None and isinstance(status, str):
