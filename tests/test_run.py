@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -74,3 +76,12 @@ def test_adaptive_k_calibrates_once_per_conversation_and_prompt(word_pair):  # n
     assert not again.needs_calibration and again.timing is first.timing
     assert prepare(word_pair, spec, Conversation()).needs_calibration  # another conversation has none
     assert not prepare(word_pair, RunSpec(drafter="draft", k=3, prompt=PROMPT, chat=False)).needs_calibration
+
+
+@pytest.mark.parametrize("module", ["playground.run", "playground.cli.generate", "playground.lab.speed"])
+def test_the_service_and_its_users_import_first_in_a_fresh_interpreter(module):
+    """playground.run loads the lab, whose speed arms use the service: in a test process the lab is already loaded,
+    so only a fresh interpreter shows whether importing one first finds the other half-made."""
+    done = subprocess.run([sys.executable, "-c", f"import {module}"], check=False, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
