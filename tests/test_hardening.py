@@ -30,7 +30,7 @@ from playground.limits import Limits
 from playground.pairs.loading import check_vocab
 from playground.pairs.models import ModelPair
 from playground.pairs.registry import PairChoice
-from playground.ui import handlers, run_panel, serving
+from playground.ui import handlers, measure, run_panel, serving
 from playground.ui.session import Session, parse_request, parse_sweep
 from tests.tiny import perturbed, tiny_model, word_tokenizer
 
@@ -277,7 +277,7 @@ def test_sweep_size_is_limited(provider, monkeypatch):
 
 def test_calibrate_checks_the_prompt_against_the_context(provider):
     with pytest.raises(PlaygroundError, match="context holds 256"):
-        list(handlers.stream_calibrate(provider, Session(), ui_request(provider, prompt=LONG), repeats=1, warmup=0))
+        list(measure.stream_calibrate(provider, Session(), ui_request(provider, prompt=LONG), repeats=1, warmup=0))
 
 
 # --- presets: unknown, malformed, and output that is not what the preset asks for -------------------------------
@@ -461,7 +461,7 @@ def test_the_lab_out_file_never_holds_a_secret(secret_env, capsys, cli_pair, tmp
 def test_the_ui_never_shows_logs_or_exports_a_secret(secret_env, provider, caplog):
     import gradio as gr
 
-    from playground.ui.blocks import _guarded
+    from playground.ui.wiring import _guarded
 
     final = ui_run(provider, max_new_tokens=4)[-1]
     assert final.doc["environment"]["pair"]["target"].startswith("https://user:<redacted>@")

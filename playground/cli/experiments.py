@@ -54,13 +54,13 @@ def add_drafter_arg(p: argparse.ArgumentParser) -> None:
                         + "; ".join(f"{s.name}: {s.description}" for s in specs))
 
 
-def add_sampling_args(p: argparse.ArgumentParser, always: bool = False) -> None:
+def add_sampling_args(p: argparse.ArgumentParser, always: bool = False,
+                      sample_help: str = "sampling with the exact rule (the target's distribution is kept)") -> None:
     """--greedy / --sample and the warpers, as `generate` takes them (always: the command always samples)."""
     if not always:
         mode = p.add_mutually_exclusive_group()
         mode.add_argument("--greedy", dest="sample", action="store_false", help="greedy decoding (default)")
-        mode.add_argument("--sample", dest="sample", action="store_true",
-                          help="sampling with the exact rule (the target's distribution is kept)")
+        mode.add_argument("--sample", dest="sample", action="store_true", help=sample_help)
     p.set_defaults(sample=always)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0, help="0 = off")

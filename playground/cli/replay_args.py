@@ -4,6 +4,7 @@ its parser, and answer --help, without loading anything heavy."""
 from __future__ import annotations
 
 from ..drafters.registry import names as drafter_names
+from .experiments import add_sampling_args
 
 CONTROLLERS = ("adaptive", "heuristic")
 FEEDINGS = ("auto", "live", "shared")  # playground.lab.replay.FEEDINGS (the same test keeps them equal)
@@ -43,14 +44,6 @@ def add_replay_parser(sub, add_pair_args) -> None:
     p.add_argument("--records", choices=["full", "compact", "none"], default="full",
                    help="simulated iteration records in --out: every field, [k, drafted, accepted, emitted, source] "
                         "rows, or none")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--greedy", dest="sample", action="store_false", help="greedy decoding (default)")
-    mode.add_argument("--sample", dest="sample", action="store_true",
-                      help="sampling: expected acceptance sum min(p, q) per position (an estimate)")
-    p.set_defaults(sample=False)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0, help="0 = off")
-    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
-    p.add_argument("--seed", type=int, default=0)
+    add_sampling_args(p, sample_help="sampling: expected acceptance sum min(p, q) per position (an estimate)")
     p.add_argument("--out", help="write the JSON result here")
     add_pair_args(p)

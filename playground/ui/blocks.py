@@ -22,7 +22,7 @@ from .markup import READY, counters_html, pair_info
 from .render import EMPTY_TOKENS, legend_html
 from .serving import PairProvider, drafter_help
 from .session import SHOW_ME, SHOW_ME_NOTE, Session
-from .wiring import _guarded, wire  # noqa: F401 - _guarded: its first home, where tests import it
+from .wiring import wire
 
 TITLE = "Speculative decoding playground"
 # What Calibrate reports is what the box promises: its timed cycles and warm-ups are measure.SHORT and CAREFUL.

@@ -28,7 +28,6 @@ from ..lab.trust import MachineMonitor
 from ..pairs.registry import PAIRS, ModelPolicy
 from . import markup, serving, verdicts
 from .downloads import document, save_document
-from .measure import stream_calibrate, stream_sweep  # noqa: F401 - re-exported: the lab events' first home
 from .progress import clock_text, eta_text, load_with_progress, loading_message, mapped
 from .serving import Background, PairProvider, stoppable
 from .session import Session, run_timing

@@ -117,6 +117,14 @@ def figures(records, summary) -> RunFigures:
                       alpha=charts.alpha_figure(its))
 
 
+def cards_html(cards, state: str) -> str:
+    """A row of counter cards: (key, label, value, tip) each; `state` is "running" or "done"."""
+    return "".join([f'<div class="counters {state}">',
+                    *(f'<div class="counter" data-counter="{key}" title="{html.escape(tip, quote=True)}">'
+                      f'<div class="value">{html.escape(value)}</div><div class="label">{html.escape(label)}</div></div>'
+                      for key, label, value, tip in cards), "</div>"])
+
+
 def counters_html(summary, max_new_tokens: int | None, running: bool, prefill_s: float | None = None) -> str:
     """The live counters: iterations, alpha, tokens per target pass, tokens/s, elapsed."""
     s = summary
@@ -135,12 +143,7 @@ def counters_html(summary, max_new_tokens: int | None, running: bool, prefill_s:
         ("elapsed", "Decode time", elapsed, "wall time since decoding started (prefill excluded)"),
         ("new_tokens", "New tokens", new, "tokens generated / max new tokens"),
     ]
-    state = "running" if running else "done"
-    out = [f'<div class="counters {state}">']
-    for key, label, value, tip in cards:
-        out.append(f'<div class="counter" data-counter="{key}" title="{html.escape(tip, quote=True)}">'
-                   f'<div class="value">{html.escape(value)}</div><div class="label">{html.escape(label)}</div></div>')
-    out.append("</div>")
+    out = [cards_html(cards, "running" if running else "done")]
     split = time_split_html(s)
     if split:
         out.append(split)

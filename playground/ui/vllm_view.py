@@ -26,6 +26,7 @@ from ..core.records import ACCEPTED, BONUS, CORRECTION, PLAIN
 from ..envinfo import redact
 from ..results.vllm import ServedArmFigures
 from . import charts
+from .markup import cards_html
 from .render import ROLE_CLASS, ROLE_HELP, ROLE_LABEL, escape_piece
 
 ENV_URL = "PLAYGROUND_VLLM_URL"
@@ -246,11 +247,7 @@ def vllm_counters_html(steps: Sequence[ServedStep], max_new: int, k: int | None,
              ("tokens_per_s", "Tokens / s", _num(tps, 1), "new tokens / decode time, prefill excluded"),
              ("elapsed", "Decode time", "\u2013" if decode is None else f"{decode:.2f} s", "first token to last"),
              ("new_tokens", "New tokens", f"{tokens} / {max_new}", "tokens streamed / max new tokens")]
-    out = [f'<div class="counters {"done" if req else "running"}">']
-    for key, label, value, tip in cards:
-        out.append(f'<div class="counter" data-counter="{key}" title="{html.escape(tip, quote=True)}">'
-                   f'<div class="value">{html.escape(value)}</div><div class="label">{html.escape(label)}</div></div>')
-    out.append("</div>")
+    out = [cards_html(cards, "done" if req else "running")]
     if req is not None:
         out.append(f'<div class="counters-note">time to first token {req.ttft_s:.2f} s ({req.prompt_tokens} prompt '
                    "tokens), not counted in tokens/s</div>")
