@@ -1,16 +1,7 @@
 """The limits a public playground needs, in one place: how long a prompt, how many new tokens, how big a
-sweep, how many waiting events. Configuration, not code: each has an environment variable, read when a
-front end asks (`Limits.from_env()` when the app is built or a command starts), never at import.
-
-    PLAYGROUND_MAX_PROMPT_CHARS   100000  characters in a typed or pasted prompt (checked before tokenizing)
-    PLAYGROUND_MAX_PROMPT_TOKENS    4096  tokens in the encoded prompt (the model's context also applies)
-    PLAYGROUND_MAX_NEW_TOKENS       2048  max new tokens per run
-    PLAYGROUND_MAX_SWEEP_RUNS         85  runs in one k sweep: rounds x (largest k + 1 plain run)
-    PLAYGROUND_QUEUE_SIZE             16  events waiting in the app's queue; one more gets "queue full"
-    PLAYGROUND_MAX_REPLAY_TURNS     2000  assistant turns one replay reads (`replay FILE`); the rest is skipped
-    PLAYGROUND_MAX_REPLAY_TOKENS    8192  prompt + completion tokens of one replayed turn (the context also applies)
-    PLAYGROUND_REPLAY_CHUNK_TOKENS   256  tokens per teacher-forced pass of a replay: its logits, chunk x vocabulary
-                                          floats (50 MB for SmolLM2), are all it holds at once
+sweep, how many waiting events, how much a replay reads. Configuration, not code: each `Limits` field has the
+environment variable `ENV_VARS` names (docs/hardening.md and docs/replay.md table them), read when a front end
+asks (`Limits.from_env()` when the app is built or a command starts), never at import.
 
 The browser app / API and `python -m playground generate` apply them; the lab commands are the operator's
 own experiments and are not limited, except `replay`, which reads files of any size and applies the three replay
@@ -47,7 +38,7 @@ class Limits:
     queue_size: int = 16
     max_replay_turns: int = 2000
     max_replay_tokens: int = 8192  # SmolLM2's context
-    replay_chunk_tokens: int = 256
+    replay_chunk_tokens: int = 256  # its logits, chunk x vocabulary floats, are all a replay holds at once
 
     def __post_init__(self):
         for f in fields(self):

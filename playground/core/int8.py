@@ -3,18 +3,14 @@
 torch.ao's dynamic int8 product quantizes its input with one scale over every row it is given, so the same token
 gives other logits when it is fed alone than beside another (a two-token catch-up after a fully accepted draft):
 the draft's proposals then depend on how the schedule chunked its feeds, and two schedules over the same prompt
-draw different proposals from the same prefix (measured 2026-12-03, AMD EPYC: adaptive k and the heuristic then
-parted on quote, sql and json_extract over one chunk-dependent proposal, where a replay with shared proposals had
-adaptive level or ahead).
+draw different proposals from the same prefix.
 
 `RowInt8Linear` keeps the same int8 weights (per output channel) and, for a feed of a few rows, multiplies the
 activations in bfloat16 with them (`torch._weight_int8pack_mm`, weight-only int8): nothing is scaled across rows,
 and each row's result is bitwise that of the row fed alone (tests/test_int8.py checks it on the machine it runs
 on). Why by hand (the house prefers a maintained library): torch.ao's dynamic product has no per-row activation
-scale, torch's `_int_mm` on this CPU took 10x as long as it (AMD EPYC, 2026-12-04: 15.7 ms against 1.5 ms for one
-layer's products and the lm_head at one row), and torchao's int8 configs were slower than the fp32 target here (see
-loading.int8_copy). The same EPYC ran one layer's four products at one row in 168 us weight-only against 237 us for
-torch.ao's in isolation, but a whole draft step 4% slower (docs/results.md, "The int8 draft's rows fed
+scale, torch's `_int_mm` on this CPU took 10x as long as it, and torchao's int8 configs were slower than the fp32
+target here (loading.int8_copy). A whole draft step is 4% slower (docs/results.md, "The int8 draft's rows fed
 independently"), and at 330 rows (a prompt) 2x slower than a float product: a long feed, which no schedule chunks
 differently (a prompt is fed whole), keeps torch.ao's product.
 """

@@ -4,22 +4,14 @@ Both are `KController`s for `speculative_generate`: `next_k(remaining, source)` 
 `observe(iteration)` after it. The k each iteration used is in its record, so the UI and the lab can
 show the decisions.
 
-`AdaptiveK` chooses the k in 0..k_max that maximises expected tokens per unit of time under the cost
-model of cost.py (unit: one plain target step). With per-position acceptance a_1..a_k, where
-a_i = P(proposal i accepted | proposals 1..i-1 accepted), an iteration that drafts k proposals emits
-
-    E(k) = 1 + sum_{j=1..k} prod_{i<=j} a_i   tokens   for   k*c + v(k+1) + o   target steps
-
-(c: one draft step; v(n): one target pass over n tokens; o: the drafter's fixed cost per call), and a
-plain step (k = 0) emits 1 token for 1 step. c, v and o come from a timing calibration of the pair and
-drafter (`lab.calibrate`, read through `CostCurve`); the a_i are estimated online with exponential
-forgetting, so k follows the text as it changes within one response (prose, then a JSON tool call).
-`AdaptiveSettings` (settings.py) holds the controller's tuning constants.
-
-Schedules that look at acceptance only (transformers' constant and heuristic schedules, confidence
-thresholds) cannot account for v(n): when a pass over more tokens costs more, which depends on the
-model and the hardware and is what the calibration measures, the best k is smaller than acceptance
-alone suggests.
+`AdaptiveK` chooses the k in 0..k_max that maximises expected tokens per unit of time under the cost model
+(core/cost.py: E(k) tokens for k*c + v(k+1) + o target steps; a plain step, k = 0, is 1 token for 1 step), with
+c, v and o from a timing calibration of the pair and drafter (`lab.calibrate`, read through `CostCurve`) and the
+per-position acceptance estimated online with exponential forgetting, so k follows the text as it changes within
+one response (prose, then a JSON tool call). `AdaptiveSettings` (settings.py) holds its tuning constants.
+Schedules that look at acceptance only (transformers' constant and heuristic schedules, confidence thresholds)
+cannot account for v(n): when a pass over more tokens costs more, the best k is smaller than acceptance alone
+suggests.
 """
 
 from __future__ import annotations

@@ -6,17 +6,12 @@ of (the arg-max survives where the distribution is flat), and a small draft of a
 wrong. What a greedy target checks is whether its arg-max is the draft's, which a near-tie between the draft's first
 and second choices puts in doubt, and a flat tail does not: so a proposal's sureness is its margin, 1 - (the
 runner-up's probability / the proposal's), 0 at a tie, 1 when nothing else has any. Measured on the embedded pair
-(AMD EPYC, 2026-12-03, the int8 draft over every preset, greedy, k = 3 and 8, 64 new tokens; 770 judged
-proposals, 52 rejected): the margin tells accepted from rejected proposals with an area under the ROC curve of
-0.958 against 0.923 for the probability, and among proposals under probability 0.5 (where the stop rule decides)
-0.82 against 0.64.
+(AMD EPYC, 2026-12-03, the int8 draft, 770 judged proposals): the margin tells accepted from rejected proposals with
+an area under the ROC curve of 0.958 against 0.923 for the probability, and under probability 0.5 0.82 against 0.64.
 
-Where the rejections are (AMD EPYC, 2026-12-04, every preset at its own length, greedy, k = 16 drafted in full;
-923 judged proposals): by margin 0-0.05 / 0.05-0.1 / 0.1-0.2 / 0.2-0.3 / 0.3 and up, the int8 draft had 0.67 (of 6)
-/ 0.67 (6) / 0.93 (14) / 0.94 (16) / 1.00 (416) accepted, the llama.cpp drafter 0.40 (5) / 0.88 (8) / 0.95 (20) /
-1.00 (9) / 1.00 (423). So the first bin ends at 0.1: one bin for 0-0.3 let a near-tie's rejection lower the rate of
-the 0.1-0.3 proposals, nearly all accepted, and on the next call on ReAct the rule stopped a first draft at 7-11
-proposals where transformers' heuristic drafted 16, all accepted (docs/results.md).
+The first bin ends at 0.1 because that is where the rejections are (2026-12-04, k = 16 drafted in full: 0.40-0.67
+accepted below a margin of 0.1, 0.88-1.00 above it): one bin for 0-0.3 let a near-tie's rejection lower the rate of
+the 0.1-0.3 proposals, nearly all accepted, and the rule then stopped a sure first draft early (docs/results.md).
 
 Each bin counts its evaluated proposals (the accepted ones and the first rejected one of an iteration) and how many
 were accepted, and `accepted_given` shrinks a bin's rate with `weight` observations towards the controller's
@@ -71,16 +66,11 @@ class ConfidenceBins:
         or the sureness where that is higher; less at a near-tie). With nothing observed in the bin, that prior.
 
         Why s is a floor before anything is learnt: a greedy target keeps the draft's arg-max wherever its own
-        arg-max is the same, which a draft trained as the target was is more often than its sureness says.
-        Measured on the embedded pair (AMD EPYC, 2026-12-03, every preset, 64 new tokens, proposals judged per bin
-        0-0.3 / 0.3-0.5 / 0.5-0.7 / 0.7-0.85 / 0.85-0.95 / 0.95+), for the int8 draft: by margin (k = 3 and 8)
-        acceptance 0.51 / 0.79 / 0.96 / 0.97 / 1.00 / 1.00 at mean margins 0.16 / 0.40 / 0.59 / 0.79 / 0.91 / 0.99;
-        by probability (k = 8) 0.63 / 0.83 / 0.95 / 1.00 / 1.00 / 1.00 at mean probabilities 0.19 / 0.40 / 0.62 /
-        0.78 / 0.91 / 0.99; the llama.cpp drafter 0.90 and 1.00 in every other probability bin. Without the floor a
-        first call drafted the steady choice's 7 where the drafter was sure of 16 (replayed code edit and tool call:
-        an iteration more than transformers' heuristic, which starts at its deepest k). A draft that is sure and
-        wrong (not seen here) is corrected as its bin counts proposals: after `weight` of them they weigh as much
-        as the prior."""
+        arg-max is the same, which a draft trained as the target was is more often than its sureness says (on the
+        embedded pair, AMD EPYC, 2026-12-03: the int8 draft's proposals at margins 0.16 / 0.40 / 0.59 were accepted
+        at 0.51 / 0.79 / 0.96; the llama.cpp drafter's at 0.90 and up in every bin). Without the floor a first call
+        drafted the steady choice's 7 where the drafter was sure of 16. A draft that is sure and wrong is corrected
+        as its bin counts proposals: after `weight` of them they weigh as much as the prior."""
         reached, accepted = self.counts.get(source, ([0.0] * BINS, [0.0] * BINS))
         return lambda s, i: (accepted[b := confidence_bin(s)] + prior(s, rates[i]) * weight) / (reached[b] + weight)
 

@@ -1,26 +1,18 @@
-"""Recorded agent outputs as replay turns: a JSONL trace file, read line by line.
+"""Recorded agent outputs as replay turns: a JSONL trace file, read line by line (the format: docs/replay.md).
 
 Each line is one JSON object, either a conversation in the OpenAI chat format or one raw prompt and its completion:
 
     {"id": "...", "messages": [{"role": "system" | "user" | "assistant" | "tool", "content": ...}, ...]}
     {"id": "...", "prompt": "text the model saw", "completion": "text it wrote"}
 
-Every assistant message after the first message is a turn: its prompt is the conversation before it, rendered by
-the tokenizer's chat template with the generation prompt; its completion is what the template renders for the
-message itself, up to and including the first end-of-sequence token (for ChatML, `<|im_end|>`). `content` is a
-string, null, or a list of {"type": "text", "text": ...} parts (joined). An assistant's `tool_calls` are rendered
-into its text: SmolLM2's template (and any template that reads only `content`) ignores them, and fails on a null
-content, so each call becomes the JSON text an agent emits, one object per line after the content:
-`{"name": NAME, "arguments": {...}}` (arguments parsed when they are a JSON string, kept as a string when they do
-not parse). Tool results are messages of role "tool", rendered by the template like any other. `id` (optional)
-names the conversation. `context` (optional, an integer N) marks the first N messages as the prompt every turn
-starts from, not as turns: an agent's system prompt and its few-shot examples, whose assistant messages the agent
-did not write. `tools` (optional, OpenAI's list of function tools) gives the schema of the line's tool calls
-(tools.py): a turn whose message is one tool call and nothing else carries it (`Turn.schema`), the whole-output
-schema a serving engine that enforces tool calls would have held it to. Other fields ("refusal", ...) are ignored.
-
-A raw {"prompt", "completion"} line is tokenized as is (special tokens parsed; no chat template): the prompt,
-then the completion as the continuation of the same text.
+Every assistant message after the first message (and after the optional `context` first messages: an agent's system
+prompt and few-shot examples) is a turn: its prompt is the conversation before it, rendered by the tokenizer's chat
+template with the generation prompt; its completion is what the template renders for the message itself, up to and
+including the first end-of-sequence token. An assistant's `tool_calls` are rendered into its text, one
+`{"name": NAME, "arguments": {...}}` object per line after the content, because SmolLM2's template (and any that
+reads only `content`) ignores them and fails on a null content. `tools` (OpenAI's function tools) gives the schema
+a turn that is one tool call carries (tools.py, `Turn.schema`). A raw {"prompt", "completion"} line is tokenized
+as is (special tokens parsed; no chat template).
 
 A bad line is a `TraceError` naming the line and the field; the rest of the file is still read. The replay limits
 (playground.limits) bound a line's length, a turn's tokens and the number of turns. No model is loaded here: a

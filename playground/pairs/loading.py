@@ -169,23 +169,13 @@ def _scrub(text: str) -> str:
 def int8_copy(model: torch.nn.Module) -> torch.nn.Module:
     """A dynamically int8-quantized copy of a model's Linear layers (CPU only).
 
-    Why torch.ao's dynamic quantization, which torch marks deprecated, and not the maintained torchao:
-    measured 2026-11-30 on the embedded target (fp32, 2 threads, one-token step after a 330-token
-    prompt, median of 20): fp32 33.9 ms; torch.ao int8 dynamic 21.1 ms (c = 0.62, greedy alpha 0.87 at
-    k = 4 on tool_call); torchao 0.18 Int8WeightOnlyConfig 69.7 ms (c = 2.06) and
-    Int8DynamicActivationInt8WeightConfig 58.6 ms (c = 1.73): in eager mode on this CPU torchao's int8
-    is slower than the fp32 target, so it cannot draft. The maintained quantized draft for the embedded
-    target is the llama.cpp drafter (the Q4_1 GGUF, c ~ 0.3).
-
-    Weights are quantized per output channel (one scale per row), not per tensor (torch.ao's default): measured
-    2026-12-03 on an AMD EPYC (greedy, k = 3, 64 new tokens, the draft on the target's prompt KV), the draft's
-    acceptance per tensor / per channel was prose 0.57 / 0.70, story 0.67 / 0.77, ReAct 0.64 / 0.93, JSON
-    extraction 0.86 / 0.93, tool call and code edit 1.00 / 1.00, at the same step cost (32.3 / 32.8 ms here).
-
-    Feeds of a few rows (a draft step, a catch-up) then multiply bfloat16 activations with the int8 weights
-    (`core.int8.RowInt8Linear`), so that a token's logits do not depend on what was fed beside it; measured
-    2026-12-04 on the AMD EPYC, acceptance on prose at k = 3 rose from 0.70 to 0.97 with it, for a draft step 4%
-    slower (docs/results.md, "The int8 draft's rows fed independently").
+    Why torch.ao's dynamic quantization, which torch marks deprecated, and not the maintained torchao: in eager
+    mode on this CPU torchao's int8 is slower than the fp32 target, so it cannot draft (docs/measuring.md). The
+    maintained quantized draft for the embedded target is the llama.cpp drafter. Weights are quantized per output
+    channel, not per tensor (torch.ao's default): on the AMD EPYC (2026-12-03) the draft's acceptance rose on
+    every free-text preset (prose 0.57 to 0.70, ReAct 0.64 to 0.93) at the same step cost. Feeds of a few rows
+    then multiply bfloat16 activations with the int8 weights (`core.int8.RowInt8Linear`), so that a token's logits
+    do not depend on what was fed beside it (docs/results.md, "The int8 draft's rows fed independently").
     """
     # torch.ao is deprecated and warns when imported: imported here, so that only the int8 draft pays that.
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic

@@ -1,25 +1,20 @@
 """What a turn's schema is worth in a replay: the share of its recorded output the grammar forces, and the
-schema+ drafters' constrained walks beside the free ones.
-
-A turn carries a schema when its trace line declares `tools` and the turn is one tool call (inputs.traces).
+schema+ drafters' constrained walks beside the free ones. A turn carries a schema when its trace line declares
+`tools` and the turn is one tool call (inputs.traces).
 
 Forced share (`schema_worth`): a fresh matcher (constraints.guide) walks the recorded output, its end-of-sequence
-token aside (a constrained run ends where the grammar is complete, with no pass for it), as the schema+ drafters
-propose: at each position the grammar's fast-forward tokens (the library's boundary rule: no forced string ends
-mid-token) are compared with the recorded ones; those that agree are forced, the walk moves past them and asks
-again; where nothing is forced (or the first forced token is not the recorded one: the target spelled the string
-otherwise, and its own token wins) it moves one recorded token. A recording the grammar refuses, or one that does
-not complete it, has no share, and the note says where.
+token aside (a constrained run ends where the grammar is complete), as the schema+ drafters propose: the grammar's
+fast-forward tokens that agree with the recorded ones are forced and walked past; elsewhere (or where the target
+spelled a forced string otherwise: its own token wins) the walk moves one recorded token. A recording the grammar
+refuses, or one that does not complete it, has no share, and the note says where.
 
-Constrained walks (`constrained_walks`, greedy replays, where the recording keeps to the schema): the target's
-teacher-forced pass again, each row masked by what the grammar allows after the recorded text before it
-(`masked_argmax`: the constrained target's greedy choice), then each drafter that has a schema+ variant (registry)
-walked again, wrapped in the schema's drafter, with the run's guide in the walk's context: the engine's constrained
-loop (walk.walk) with the masked arg-max as the verification. A model drafter is fed live there (a live
-constrained run masks its logits too, which no shared pass did). Where the recording is the masked target's
-greedy output (`SchemaWorth.exact`: an agent served with enforced tool calls writes it) the walk is the live
-constrained run's. A remembering drafter (suffix decoding) is not walked constrained: its cache holds the free
-walk's turns, and a second walk would see its own turn.
+Constrained walks (`constrained_walks`, greedy, where the recording keeps to the schema): the target's
+teacher-forced pass masked row by row by what the grammar allows (`masked_argmax`), then each drafter that has a
+schema+ variant walked again through the engine's constrained loop (walk.walk) with the masked arg-max as the
+verification; a model drafter is fed live (a live constrained run masks its logits too). Where the recording is
+the masked target's greedy output (`SchemaWorth.exact`) the walk is the live constrained run's. A remembering
+drafter (suffix decoding) is not walked constrained: its cache holds the free walk's turns, and a second walk
+would see its own turn.
 """
 
 from __future__ import annotations
