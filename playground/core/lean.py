@@ -3,8 +3,7 @@ the loop, where a small model's step is mostly Python and small kernels, not wei
 
 Why by hand (the house prefers transformers' own code): a draft step of the embedded pair's int8 draft spent about
 as long in transformers' per-layer plumbing (the attention interface's dispatch, the cache's update, the mask's
-construction, keyword handling, output objects) as in its quantized matrix products (a cProfile, AMD EPYC,
-2026-12-03: 12 ms of about 26 in `quantized.linear_dynamic`). `LeanLM` runs the same modules' weights in the same
+construction, keyword handling, output objects) as in its quantized matrix products. `LeanLM` runs the same modules' weights in the same
 order (RMSNorm, rotary embeddings from the model's own module, scaled-dot-product attention, SiLU MLP), with the
 query, key and value projections and the MLP's gate and up projections each fused into one matrix product, and a
 preallocated cache that a rollback cuts by moving its length.
@@ -19,9 +18,8 @@ every fed row, this quantizes the last row alone.
 On a model whose products are row-independent (the int8 draft's, core.int8), feeds of 2 to `int8.SHORT_FEED` rows (a
 draft's catch-up) attend row by row, each row as if fed alone, so that a token's logits do not depend on how its
 feed was chunked (other models attend over the feed at once: a float product rounds by the kernel the feed's size
-picks anyway, and on a GPU every row would be more kernel launches). Masked attention over two rows rounds otherwise
-than over one (up to 0.73 of a logit on the embedded int8 draft, AMD EPYC, 2026-12-04): the one difference left once
-its products were row-independent.
+picks anyway, and on a GPU every row would be more kernel launches): masked attention over two rows rounds otherwise
+than over one (up to 0.73 of a logit on the embedded int8 draft).
 
 `lean_lm(model, ...)` returns a `LeanLM` when `supports(model)` and a transformers `CachedLM` otherwise; both have
 the interface the drafter uses (feed, load, crop, copy, tokens).

@@ -19,18 +19,12 @@ the product; float32 and float64 keep transformers' rounding order, `EXACT`, at 
 Per step, shared by every layer: the positions, the rotary rows (an index_select and a gather), the additive mask
 (a comparison and a where), the embedding, and at the end the final norm and the head.
 
-Why by hand, and why this shape: transformers' eager forward runs ~30 dispatched ops per layer (a dtype round trip
-per norm, rotate_half's neg and cat for q and k apart, two cache writes, a boolean mask converted inside every
-attention call, the residual adds apart from their products), and makes host decisions while building its masks,
-which a CUDA graph cannot record. The arithmetic is the model's own (its weights, its rotary tables, the same
-order of operations), so greedy output through it equals plain greedy output through it, and it agrees with
-transformers' forward to a rounding (tests/test_static.py; in bf16 within the tolerance tests/test_static_bf16.py
-states).
-
-Linear layers of other types run as modules: oneDNN's (a CPU target's kernels, pairs.kernels) add the residual
-in their own op but are not fused (a packed weight cannot be viewed, and a fused copy would hold q, k, v and the
-gate and up projections twice, ~280 MB for the embedded target, for no measured gain on a CPU); a quantized
-draft's run apart, with the residual added after.
+Why this shape: transformers' eager forward runs ~30 dispatched ops per layer (core.static says why by hand at
+all). The arithmetic is the model's own (its weights, its rotary tables, the same order of operations), and it
+agrees with transformers' forward to a rounding (tests/test_static.py, tests/test_static_bf16.py). Linear layers
+of other types run as modules: oneDNN's (pairs.kernels) add the residual in their own op but are not fused (a
+fused copy of a packed weight would hold it twice, ~280 MB for the embedded target, for no measured gain on a
+CPU); a quantized draft's run apart, with the residual added after.
 """
 
 from __future__ import annotations

@@ -4,19 +4,13 @@ A named pair is a target, a draft (a model id, `embedded`, `int8`, or None for m
 only), a dtype, a device and a note. The registry is small and fixed; hub pairs download into the
 Hugging Face cache (HF_HOME) on first use, with huggingface_hub's progress bars.
 
-Which models may be loaded (the CLI, the app and the environment all go through `check_source`):
-  - the keywords `embedded`, `int8` and `none`, and every model id of a named pair: always;
-  - any other hub id: only when PLAYGROUND_ALLOW_ANY_MODEL=1;
-  - a local path: only inside a folder of PLAYGROUND_MODEL_ROOTS (colon-separated; symbolic links are
-    resolved first, so a link cannot lead outside); with no roots configured, only when
-    PLAYGROUND_ALLOW_ANY_MODEL=1.
-The library's `models.load_pair` trusts its caller and checks nothing of this: the policy guards the
-entry points (argv, the browser, the environment). Nothing here ever sets `trust_remote_code`.
-
-Environment: PLAYGROUND_PAIR (the default pair; `embedded` when unset), PLAYGROUND_TARGET /
-PLAYGROUND_DRAFT (override the pair's target / draft), PLAYGROUND_DEVICE, PLAYGROUND_DTYPE,
-PLAYGROUND_DEVICE_MAP (`auto` to split the target across GPUs, `none` never; unset: only on a host with
-more than one GPU when the device has no index), PLAYGROUND_ALLOW_ANY_MODEL, PLAYGROUND_MODEL_ROOTS.
+Which models may be loaded (the CLI, the app and the environment all go through `ModelPolicy.check`): the keywords
+`embedded`, `int8` and `none` and every model id of a named pair always; any other hub id only when
+PLAYGROUND_ALLOW_ANY_MODEL=1; a local path only inside a folder of PLAYGROUND_MODEL_ROOTS (colon-separated;
+symbolic links resolved first, so a link cannot lead outside), or anywhere with PLAYGROUND_ALLOW_ANY_MODEL=1 and
+no roots. The library's `models.load_pair` trusts its caller and checks nothing of this: the policy guards the
+entry points (argv, the browser, the environment). Nothing here ever sets `trust_remote_code`. The environment's
+PLAYGROUND_PAIR / TARGET / DRAFT / DEVICE / DTYPE / DEVICE_MAP choose the app's pair (ui.serving.choice_from_env).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Plotly figures of a run and of a k sweep, from the records and the lab's result dicts.
 
 Every function returns a plotly `Figure` (no gradio here). `empty_figure` is what each `gr.Plot` shows
-before its first update (small: an empty chart should not fill the screen), so plotly.js is loaded by the time a
-run streams its first chart. The sweep chart labels its lines in the right margin, nudged apart so that no two
-labels overlap, and draws a recommended k only where the trust verdict allows one (sweep_words.recommendation).
+before its first update, so plotly.js is loaded by the time a run streams its first chart.
 
 Figures are built as one dict and turned into a Figure in a single constructor call, with no plotly
 template: plotly's incremental update methods and its templates cost tens of milliseconds per figure,

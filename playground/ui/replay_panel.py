@@ -2,17 +2,13 @@
 the replay event and its handler; the request is parsed in replay_request.py and the panels are built in
 replay_view.py, both without gradio.
 
-The turns come from an uploaded JSONL trace (playground.inputs.traces: chat conversations or prompt/completion
-lines), the sample trace shipped with the playground, or presets (their completions are the target's own greedy
-output, generated first, so they replay exactly). The event is a device event like Calibrate and the sweep: one at a
-time per device (its worker holds serving.device_lock), stopped by Stop, with status lines from replay_announce.
-The predictions use the pair's calibrations (`PairProvider.calibrations`, shared with every tab, through
-lab.calibration.calibrated_timing): one on the turn of median prompt length, or one per context-length bucket. The
-trace's bad lines are listed, and the rest is replayed. The result stays in the tab's own gr.State (a
-`ReplayState`), so the token view redraws at another turn or k without running anything.
-
-API: /replay (the tab's controls and the Run tab's decoding settings; `trace_file` takes an uploaded file, e.g.
-gradio_client.handle_file). It returns the panels and the result without its per-iteration records.
+The turns come from an uploaded JSONL trace, the sample trace shipped with the playground, or presets (their
+completions are the target's own greedy output, generated first, so they replay exactly). The event is a device
+event like Calibrate and the sweep (its worker holds serving.device_lock), stopped by Stop, with status lines from
+replay_announce. The predictions use the pair's calibrations, shared with every tab (`PairProvider.calibrations`).
+The result stays in the tab's own gr.State (a `ReplayState`), so the token view redraws at another turn or k
+without running anything. API: /replay (`trace_file` takes an uploaded file, e.g. gradio_client.handle_file); it
+returns the panels and the result without its per-iteration records.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The Replay tab's content (no gradio here): every panel of a replay's result (playground.lab.replay), built
 from the `ReplayResult` alone (the request is parsed in replay_request.py).
 
-- `replay_figure`: predicted speed-up against k, one line per output shape with turns (and all tokens), each
-  labelled in the right margin, the labels placed apart; a star at a shape's recommended k, the overall one
-  drawn as the sweep chart draws its recommended k.
-- `replay_recommendation_html`: the recommended k, overall and per shape, or why it is withheld;
-  `replay_per_k_html`: per k the pooled speed-ups, the replayed alpha and the break-even alpha of each calibration
-  (core.cost.break_even_alpha with the calibration's c, v and cost per call), then what a schema is worth where
-  turns carry one (replay_schema_view.py); `errors_markdown`: the lines and turns not replayed.
-- `token_view`: one turn at one k (or controller), its simulated iterations through render.py's token HTML.
-
-The summary's recommendation (lab.replay.summary) is shown as the sweep's is (sweep_words.recommendation): never
-from an untrusted calibration, and never a k predicted slower than plain decoding.
+`replay_figure` draws predicted speed-up against k, one line per output shape with turns (and all tokens), each
+labelled in the right margin, the labels placed apart; a star at a shape's recommended k, the overall one drawn as
+the sweep chart draws its recommended k. The summary's recommendation (lab.replay.summary) is shown as the sweep's
+is (sweep_words.recommendation): never from an untrusted calibration, and never a k predicted slower than plain
+decoding. What a schema is worth is replay_schema_view.py's.
 """
 
 from __future__ import annotations

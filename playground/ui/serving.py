@@ -1,18 +1,12 @@
 """What the app serves from, shared by every browser tab: the model pairs it has loaded, and the device.
 
-- `choice_from_env` / `menu_value`: which pair (a `playground.pairs.registry.PairChoice`) the app serves, and
-  its value in the pair menu.
-- `PairCache` (one per process, `MODEL_CACHE`): each pair loaded once, on first use, under a lock, with the
-  cost curves measured on it (a lab `CalibrationStore` per loaded pair). `PairProvider`: what an event asks
-  for its pair, from that cache or a fixed pair (tests).
-- `device_lock`, `Background`, `Stopped`, `stoppable` (progress lines are in progress.py): the engine runs in a worker
-  thread that hands its records over a queue, so the time the UI spends rendering is never inside the
-  engine's clock (a generator that yields to the UI would count the UI's work as decoding time). Stopping a
-  run closes the consuming generator, which tells the worker to stop at its next record (and `stoppable`
-  marks the session, for the event chained after); a per-device lock makes the next event's worker wait for
-  it, so two runs never share the device.
-
-Per-user state never lives here: it is in each tab's `Session` (ui/session.py).
+Each pair is loaded once per process, on first use, under a lock (`PairCache`, `MODEL_CACHE`), with the cost
+curves measured on it; `PairProvider` is what an event asks for its pair. The engine runs in a worker thread that
+hands its records over a queue (`Background`), so the time the UI spends rendering is never inside the engine's
+clock (a generator that yields to the UI would count the UI's work as decoding time). Stopping a run closes the
+consuming generator, which tells the worker to stop at its next record; a per-device lock (`device_lock`) makes
+the next event's worker wait for it, so two runs never share the device. Per-user state never lives here: it is in
+each tab's `Session` (ui/session.py).
 """
 
 from __future__ import annotations

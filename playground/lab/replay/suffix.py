@@ -8,11 +8,9 @@ same history: replay equals a live run fed the same earlier turns, iteration by 
 (tests/test_suffix_replay.py). Arms never share a memory: each must see only the turns before its own.
 
 What the history was worth: every arm of such a drafter is walked a second time over an empty memory, as the
-drafter `NAME (no cache)` beside it in each turn and in the result's drafters, so the report pools it per
-output shape like any drafter: the two rows are the accepted tokens per target pass (and predicted speed-up)
-with and without the cache of earlier responses. A turn's prompt still holds its own conversation's earlier
-turns (the run's own tree sees them either way): the cache adds the other conversations' responses, and what a
-prompt no longer quotes. It has its drafter's calibration.
+drafter `NAME (no cache)` beside it (with its drafter's calibration), which the report pools per output shape like
+any drafter. A turn's prompt still holds its own conversation's earlier turns (the run's own tree sees them either
+way): the cache adds the other conversations' responses, and what a prompt no longer quotes.
 """
 
 from __future__ import annotations

@@ -9,18 +9,15 @@ teacher-forced pass (`target_pass`), decides every iteration of every k. `walk` 
 length limit and at an end-of-sequence token, the same controller and proposer calls.
 
 With live feeding the proposer is the real one: a model drafter's logits may depend on how its cache was fed, by
-much more than rounding (measured on the embedded pair: llama.cpp's batched decode against one token at a time, up
-to 1.3 logits at 330 tokens of context; the int8 draft, while its activations were scaled per feed, up to 9 logits
-for two tokens fed together), so only the live feeding reproduces the live proposals of such a drafter. A
-`ReplayContext` stops it right after its first proposal the target rejects (a live drafter drafts all k and throws
-the rest away; what it keeps is the same); replaying a run with a draft confidence stop, it stops where that stop
-does, as live. A shared-pass walk reads a model drafter's proposals from one shared pass instead (`drafter_pass`:
-its own propose, one token at a time, as a live drafter is fed except after a fully accepted iteration, when it
-catches up two tokens at once). Whether that changes the walks is measured (playground.lab.replay's docstring):
-for llama.cpp it did not; the int8 draft's logits do not change at all (`shared_exact`). A completion the target
-did not write is walked from the shared pass (`PassProposer`): draft/target agreement, an estimate. A walk with a
-guide (ctx.guide) is a constrained run's, as the engine's: proposals cut at the first token the grammar refuses,
-kept forced tokens role FORCED, the end where the grammar is complete (schema.py).
+much more than rounding (llama.cpp's batched decode against one token at a time: up to 1.3 logits at 330 tokens of
+context), so only the live feeding reproduces the live proposals of such a drafter. A `ReplayContext` stops it
+right after its first proposal the target rejects (a live drafter drafts all k and throws the rest away; what it
+keeps is the same), or where a draft confidence stop does. A shared-pass walk reads a model drafter's proposals
+from one shared pass instead (`drafter_pass`: its own propose, one token at a time); where that equals the live
+walks is `shared_exact` (playground.lab.replay's docstring). A completion the target did not write is walked from
+the shared pass (`PassProposer`): draft/target agreement, an estimate. A walk with a guide (ctx.guide) is a
+constrained run's, as the engine's: proposals cut at the first token the grammar refuses, kept forced tokens role
+FORCED, the end where the grammar is complete (schema.py).
 
 Sampling. Per position, the exact rule accepts a draft token with probability sum_x min(p(x), q(x)) under the
 same warpers (`expected_acceptance`); `expected_walk` runs the iterations in expectation along the recorded
