@@ -2,11 +2,9 @@
 from.
 
 An experiment's name is the `experiment` field of the files it saves and, for a lab experiment (one with a `run`),
-its command. The CLI builds a subcommand per lab experiment and dispatches to its `run` (playground.cli.entry,
-playground.cli.experiments); `report FILE` prints a file with its experiment's `report` or `table`
-(playground.lab.report); a saved file is read back as its experiment's `result` type (playground.results); and
-scripts/results_tables.py draws the docs' tables the same way, the measurement scripts' results included (their
-tables live in playground.studies). Adding an experiment is docs/cli.md's "Adding an experiment".
+its command: the CLI builds a subcommand per lab experiment, `report FILE` prints a file with its `report` or
+`table`, a saved file is read back as its `result` type, and scripts/results_tables.py draws the docs' tables the
+same way. Adding an experiment is docs/cli.md's "Adding an experiment".
 
 A declaration names its functions as "module:attribute" strings (or holds the callable), loaded when used: this
 module imports nothing heavy (torch, transformers), since the CLI builds its parser from it.

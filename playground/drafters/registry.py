@@ -1,9 +1,8 @@
 """Drafters by name: one declaration (`DrafterSpec`) per drafter, which every reader takes its drafters from.
 
-The CLI's --drafter choices (playground.cli), the browser's drafter menus (playground.ui.serving), replay
-(playground.lab.replay: its run, sampling and walk) and the lab's commands (playground.cli.experiments) all read
-`drafters()` / `drafter_spec(name)`; none keeps a list of its own. `make_proposer` builds one by name, "auto" picks the best
-this pair can run (`default_drafter`), and `available_drafters` says which a pair can run.
+The CLI, the browser, replay and the lab all read `drafters()` / `drafter_spec(name)`; none keeps a list of its
+own. `make_proposer` builds one by name, "auto" picks the best this pair can run (`default_drafter`), and
+`available_drafters` says which a pair can run.
 
 Adding a drafter (a module with its proposer, one `register_drafter` call at the end of this module) is
 docs/drafters.md's "Adding a drafter". Registration order is menu order and, for the drafters marked `auto`, the

@@ -1,8 +1,7 @@
 """The suffix drafter's memory: a bounded cache of an agent's earlier responses, in a suffix tree.
 
-SuffixDecoding (arXiv 2411.04975) keeps two suffix trees: one over the current request (prompt and output so
-far) and a global one over earlier responses, and drafts the continuation of the longest match in either.
-The trees are Arctic Inference's (`arctic_inference.suffix_decoding`, C++ through nanobind; built by
+The trees (SuffixDecoding's two: one over the current request, a global one over earlier responses) are Arctic
+Inference's (`arctic_inference.suffix_decoding`, C++ through nanobind; built by
 scripts/install_arctic_inference.sh without vLLM or CUDA). This module adds what it lacks: a limit on the
 cached *tokens* beside its limit on responses, eviction of the oldest responses when either bites, the
 count of what was evicted and a sentence saying so, and one owner per cache.

@@ -300,10 +300,8 @@ class CalibrationStore:
 
 
 # The short calibration a run makes before its first prediction: passes up to K_MAX + 1 tokens (any fixed k,
-# adaptive k, a sweep). Two warm-up cycles: with one, v(1) came out higher in four of four alternated pairs of
-# calibrations here (by 2-39%) and c in three of four (the first passes after the prefills run slow). Four repeats,
-# the median of which is the mean of the middle two, keep it under 10 s for the embedded pair on a quiet 2-core
-# machine (scripts/bench_calibration.py prints it).
+# adaptive k, a sweep). Two warm-up cycles, since the first passes after the prefills run slow; four repeats keep it
+# under 10 s for the embedded pair on a quiet 2-core machine (scripts/bench_calibration.py prints it).
 SHORT_CALIBRATION = CalibrationPlan(n_max=K_MAX + 1, repeats=4, warmup=2)
 
 

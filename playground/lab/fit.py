@@ -234,11 +234,9 @@ def _flags_miss(row: SpeedRow, local: bool) -> bool:
 
 
 # --- the prediction from the loop's costs at the other arms ------------------------------------------
-# A calibration is timed minutes away from most runs, and on the AMD EPYC VM the host moves a llama.cpp drafter
-# and the torch target by different amounts from minute to minute (docs/results.md, 2026-12-04), which pairing
-# within the calibration cannot cancel. The runs of the other arms of the same prompt and round ran seconds from
-# the one predicted: their iterations say what drafting and verification cost at that moment. The calibration
-# keeps the shape (c per token against the cost per call, v(n) along n); the neighbours set the level.
+# A calibration is timed minutes away from most runs, and a host may move the drafter and the target by different
+# amounts from minute to minute (docs/results.md). The other arms of the same prompt and round ran seconds from the
+# one predicted: the calibration keeps the shape (c per token against the cost per call, v(n) along n); they set the level.
 
 @dataclass(frozen=True)
 class LoopScales:

@@ -1,12 +1,10 @@
 """Which matrix kernels a CPU model's linear layers run on: BLAS (torch's default; MKL in the x86 wheels) or
 oneDNN. "auto" times both on the loaded model and keeps the faster, because which wins depends on the CPU.
 
-Why this exists: on a 2-core AMD EPYC (torch 2.13.0+cpu, MKL 2024.2, 2 threads; 2026-12-02,
-`scripts/bench_kernels.py`) MKL's fp32 GEMM with a few rows took the embedded target's pass over 2 and 3 tokens
-to 1.65x and 2.04x a one-token step (68 and 84 ms against 41), the lm_head alone going 7.4, 14.8, 22.5 ms for
-1, 2, 3 rows: a verification pass cost what several plain steps do, so small k could not pay and the calibrated
-v(n) was not monotone. oneDNN's inner product on the same weights: 26 ms a one-token step and 34-36 ms over 2-5
-tokens. The logits differ by about 1e-4 (another summation order), as they do between batch shapes anyway.
+Why this exists: on a 2-core AMD EPYC MKL's fp32 GEMM with a few rows took the embedded target's pass over 2 and 3
+tokens to 1.65x and 2.04x a one-token step, so small k could not pay and the calibrated v(n) was not monotone;
+oneDNN's inner product on the same weights stayed near one step (docs/results.md, "Kernels: BLAS against oneDNN";
+scripts/bench_kernels.py). The logits differ by about 1e-4 (another summation order), as between batch shapes.
 
 Plain and speculative runs use the same kernels (they share the model), so every ratio stays like for like; the
 choice and the probe's timings travel with every result (`ModelPair.describe().kernels`).

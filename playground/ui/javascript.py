@@ -1,9 +1,7 @@
 """The page's few lines of JavaScript, as strings (blocks.py and wiring.py attach them; theme.py puts HEAD in the page).
 
-- HEAD: shows a queued event's place in line ("Queued: position 1 of 2 · 4 s") in the status row. Gradio's own
-  status tracker knows it (it draws "queue: 1/2" over the component it tracks, `#activity`, which the CSS hides):
-  this reads the tracker's text four times a second and writes it, worded for a person, into `#activity
-  .queue-note`, a span no event ever updates (so no framework-managed markup is touched).
+- HEAD: shows a queued event's place in line ("Queued: position 1 of 2 · 4 s") in the status row, read from
+  Gradio's own (hidden) status tracker into `#activity .queue-note`, a span no event ever updates.
 - `starting(what, target)`: the client-side first step of a device event's click (no server round trip): the
   status line says the event is starting (it may wait for the device) at once, never "Ready" while it waits,
   and the page scrolls so that the results are in view.

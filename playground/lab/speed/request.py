@@ -11,10 +11,9 @@ from ...core.sampling import GREEDY, SamplingConfig
 from ...pairs.models import ModelPair
 from ..calibration import Timing
 
-# A plain run before every PLAIN_EVERY speculative runs of a prompt and after the last (speed(), `plain_every`).
-# With one plain run per prompt and round, a speculative run 10 runs from it (half a minute on the AMD EPYC VM)
-# was divided by a plain speed the host had since left: in the two grids of 2026-12-04 the standard deviation of
-# measured / predicted grew from 0.07-0.08 for runs beside the plain run to 0.16-0.22 eight or nine runs from it.
+# A plain run before every PLAIN_EVERY speculative runs of a prompt and after the last (speed(), `plain_every`):
+# a run far from its plain run is divided by a plain speed the host has since left (2026-12-04: the spread of
+# measured / predicted doubled eight runs away).
 PLAIN_EVERY = 3
 
 
