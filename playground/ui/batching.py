@@ -1,14 +1,8 @@
-"""Verification at batch > 1 on the page (no gradio here): the 'Time batches 1, 4, 8' event and the sweep chart's
-predicted lines per batch size.
-
-- `stream_batch`: lab.batch.batch_timing (the target's pass over B sequences x n = 1..9 new tokens, after the
-  tab's prompt) in a worker thread under the device's lock, with status lines like Calibrate's; the result is
-  kept in the tab's Session (`session.batch`) for the sweep chart.
-- `batch_curves`: the predicted speed-up per k at each batch, through lab.batch.batch_predictions (the what-if
-  path: core.cost), with the sweep's own calibration for the drafter's cost and the alpha it measured at each k;
-  none for a drafter the single-c model does not fit (verdicts.pricing), as the sweep's own curves.
-- `batch_note`: the lab's table of v_B(n) and what the curves are, said plainly: the loop itself runs batch 1,
-  batched serving is measured on vLLM.
+"""Verification at batch > 1 on the page (no gradio here): the 'Time batches 1, 4, 8' event (`stream_batch`:
+lab.batch.batch_timing after the tab's prompt, in a worker thread under the device's lock, kept in the tab's
+Session for the sweep chart) and the sweep chart's predicted lines per batch size (`batch_curves`, through
+lab.batch.batch_predictions with the sweep's own calibration and the alpha it measured at each k; none for a
+drafter the single-c model does not fit, as the sweep's own curves).
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Status lines for the work an event waits on: what is happening, the time since the event began (over every
-phase, never reset), and an estimate of the time left from the speed so far.
-
-- `clock_text`, `eta_text`: '1 min 05 s', '~40 s left' (from a calibration's expectation where the caller has one,
-  else no estimate until enough is done to make one).
-- `ticker`, `phase`: what a worker thread (serving.Background) emits: progress ticks, and the start of a phase.
-- `Tracker`: reads those from a worker's output and writes the status line; `progress_lines` for work that emits
-  nothing else.
-- `mapped`: `yield from` a generator of lines, as views, keeping its return value.
-- `load_with_progress`: the pair, loaded in a worker thread when it is not loaded yet, with a status line that names it
-  and says for how long it has been loading.
+phase, never reset), and an estimate of the time left from the speed so far. A worker thread (serving.Background)
+emits progress ticks (`ticker`) and phase starts (`phase`); a `Tracker` reads them from its output and writes the
+status line.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The Replay tab's status lines, what happens now first and the detail last, so that a line folded behind
 "more" (markup.fold) still shows it. No gradio here.
 
-- `ReplayTracker`: the line while the work runs, e.g. 'Replaying turn 3 of 34 (12%, ~1 min left, 25 s) · weather:
-  lookup k=2 · step 2 of 2 · ...'.
-- `announcement`: a big replay is announced before it runs, with the offer of its first N turns (the tab's 'First
-  turns') first, then the estimate of the time, the turns and tokens, and what the caps skipped. The estimate
-  times one teacher-forced target pass over the first turn (`probe_seconds_per_token`, under the device lock, a
-  second or so) and scales it by the trace's tokens; a model drafter about doubles the passes. It is an order of
-  magnitude for deciding whether to wait, and said to be one ("about").
-- `done_status`: the line a finished replay ends on, a recommended k at the top of the range said with it.
+A big replay is announced before it runs (`announcement`), with the offer of its first N turns first, then the
+estimate of the time: one teacher-forced target pass over the first turn (`probe_seconds_per_token`, under the
+device lock, a second or so) scaled by the trace's tokens, a model drafter about doubling the passes. It is an
+order of magnitude for deciding whether to wait, and said to be one ("about").
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """What one browser tab asks for and remembers.
 
-- `RunRequest` (and `SweepRequest`): the only thing that crosses from the layout (blocks.py) to the events
-  (handlers.py). `parse_request` / `parse_sweep` build one from the controls' raw values, by name, and are
-  where bad input is refused, with a `PlaygroundError` that says what to fix; an event trusts the request
-  it is given.
-- `encode_request`: a request's prompt as token ids (playground.run.resolve_prompt), within the limits.
-- `Session` (held per tab in a `gr.State`, never in module globals), the `RunResult` it keeps, and `find_timing`
-  (the calibration behind a prediction: this tab's own, else the pair's shared store).
-- `SHOW_ME`: the example the page opens on, ready to run: one click shows every token role.
+A `RunRequest` (and `SweepRequest`) is the only thing that crosses from the layout (blocks.py) to the events:
+`parse_request` / `parse_sweep` build one from the controls' raw values, by name, and are where bad input is
+refused, with a `PlaygroundError` that says what to fix; an event trusts the request it is given. A `Session` is
+held per tab in a `gr.State`, never in module globals. `SHOW_ME` is the example the page opens on: one click shows
+every token role.
 """
 
 from __future__ import annotations

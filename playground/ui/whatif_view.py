@@ -1,14 +1,10 @@
 """The What-if tab's content (no gradio here): the cost model's predictions for numbers typed in, no model run.
 
-- `parse_inputs`: the panel's raw values (acceptance mode, alpha or a per-position list, c, the drafter's cost
-  per call, the v(n) text) -> the arguments of `lab.whatif.whatif`, or a PlaygroundError that says what to fix.
-  The range checks are the library's (alpha in [0, 1], c >= 0, v(n) as 'n:cost'): only parsing happens here.
-- `whatif_view`: every number the tab shows, from one `whatif()` call (which uses core.cost): the chart, the
-  per-k table (predicted speed-up, tokens per pass, break-even alpha, iteration cost), the best k, and the seed
-  chapter's map of predicted speed-up over alpha x k, with the tab's last run marked (its alpha as a row of the
-  map, its k as the marked cell). Nothing is computed here but layout.
-- `prefill`: what the tab starts from: the tab's last calibration (c, v(n), cost per call) and last run (alpha,
-  per-position acceptance), each once when it is new (or on a button); DEFAULTS before there is either.
+`parse_inputs` only parses the panel's raw values (the range checks are the library's: alpha in [0, 1], c >= 0,
+v(n) as 'n:cost'); `whatif_view` lays out every number the tab shows from one `lab.whatif.whatif()` call (the
+chart, the per-k table, the best k, the map of predicted speed-up over alpha x k with the tab's last run marked);
+`prefill` fills the panel from the tab's last calibration and run, each once when it is new. Nothing is computed
+here but layout.
 """
 
 from __future__ import annotations
