@@ -60,7 +60,6 @@ class Shapes:
     def __init__(self, cfg):
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.hidden = cfg.hidden_size
 
 
 EXACT = (torch.float32, torch.float64)

@@ -4,7 +4,7 @@ The trees (SuffixDecoding's two: one over the current request, a global one over
 Inference's (`arctic_inference.suffix_decoding`, C++ through nanobind; built by
 scripts/install_arctic_inference.sh without vLLM or CUDA). This module adds what it lacks: a limit on the
 cached *tokens* beside its limit on responses, eviction of the oldest responses when either bites, the
-count of what was evicted and a sentence saying so, and one owner per cache.
+count of the responses evicted and a sentence saying so, and one owner per cache.
 
 A cache belongs to one agent as a live one would build it: one per browser tab, per lab arm, per replayed
 trace (turn by turn in file order). It is an object passed to the drafter, never a module global, and it
@@ -89,7 +89,6 @@ class SuffixCache:
         self._sizes: OrderedDict[int, int] = OrderedDict()  # cached response -> its tokens, oldest first
         self._active: int | None = None
         self.evicted_responses = 0
-        self.evicted_tokens = 0
         self.truncated = 0  # responses that alone outgrew max_tokens and stopped being cached
 
     # -- one run ------------------------------------------------------------------------------------------
@@ -121,7 +120,7 @@ class SuffixCache:
                 self._sizes[run] += len(tokens)
                 if self._sizes[run] > self.max_tokens:
                     # This response alone is over the limit: it keeps only its own tree (for this run).
-                    self.evicted_tokens += self._sizes.pop(run)
+                    del self._sizes[run]
                     self._trees.evict_cached_response(run)
                     self.truncated += 1
                 else:
@@ -173,7 +172,7 @@ class SuffixCache:
             oldest = next((r for r in self._sizes if r != keep), None)
             if oldest is None:
                 return
-            self.evicted_tokens += self._sizes.pop(oldest)
+            del self._sizes[oldest]
             self.evicted_responses += 1
             self._trees.evict_cached_response(oldest)
 
