@@ -162,9 +162,8 @@ def predicted_speedup_finite(per_position: Sequence[float], k: int, c: float, v:
 
     `limit`: the run's length limit, for a run that ended on a stop token before it (an EOS). The loop cannot
     see that end coming: it clips k to the limit, not to the stop token, and its last iteration drafts up to the
-    stop token (a drafter stops there) and gets no bonus token after it, so r tokens cost r*c + v(r + 1). In an
-    int8 grid of 2026-12-04 (AMD EPYC), where 168 of 192 fixed-k runs ended on an EOS, the cells' mean miss
-    (measured - predicted) was -0.044 with those runs walked as cut at their length, -0.023 walked this way.
+    stop token (a drafter stops there) and gets no bonus token after it, so r tokens cost r*c + v(r + 1) (on a
+    grid where most runs ended on an EOS this halved the cells' mean miss).
     """
     if new_tokens < 1:
         raise ValueError(f"a run has at least 1 new token, got {new_tokens}")

@@ -124,10 +124,9 @@ class AdaptiveK:
         and a target step is worth the steady choice's speed-up. None when this iteration has no rule.
 
         Why the pooled rate, not each position's estimate: a model drafter's acceptance (the proposals before it
-        accepted) depends on the token, which its sureness tells, not on the position. Measured (AMD EPYC,
-        2026-12-03, fixed k = 16 replayed over every preset): positions 1-16 at 0.84-1.00 for the int8 draft and
-        0.93-1.00 for llama.cpp, no trend (prompt lookup, which has no rule, rises from 0.50 to 0.7-1.0). One
-        rejection deep in an iteration took that position to 0.8 alpha, and the rule stopped a sure drafter there."""
+        accepted) depends on the token, which its sureness tells, not on the position (2026-12-03, k = 16 replayed
+        over every preset: no trend over positions 1-16 for either model drafter), and one rejection deep in an
+        iteration took that position's estimate down enough to stop a sure drafter there."""
         if self._rule is None or self._rule[0] != source:
             return None
         (_, rate, rates), c, v, k_max = self._rule, self.curve.for_source(source)[0], self.curve.v, self.k_max

@@ -175,14 +175,11 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, plan: CalibrationPlan =
     """Time the target over n = 1..plan.n_max new tokens after a real prompt, and the drafter per call and token,
     under `plan.sampling` (the decoding of the run to be predicted).
 
-    The two are timed in the alternation the loop has (draft, then a target pass, then both roll
-    back), because on a CPU that shares its cores between two runtimes (torch's and llama.cpp's
-    thread pools) each side runs slower right after the other than back to back: timing them apart
-    predicted speed-ups 20-30% too high here. Every n gets the same context; the drafter alternates
-    between propose(1) and propose(4), and its per-token cost is the slope, its fixed cost per call
-    the rest of propose(1). A hybrid drafter is timed by its sources: its model drafter as above, its
-    prompt lookup apart (a search of the context, no model), so that each source has its own cost.
-    Passes are timed at the lengths of `pass_lengths(n_max)`; the cost model interpolates between them.
+    The two are timed in the alternation the loop has (draft, then a target pass, then both roll back), because
+    on a CPU that shares its cores between two runtimes each side runs slower right after the other than back to
+    back (timed apart, predictions came out 20-30% too high). The drafter alternates between propose(1) and
+    propose(4): its per-token cost is the slope, its fixed cost per call the rest. A hybrid drafter is timed by its
+    sources, so that each has its own cost. Passes are timed at `pass_lengths(n_max)`; the model interpolates.
 
     What is timed is what a run under the plan's sampling does: the drafter begins with a RunContext of that
     sampling (its proposals include its own warpers, softmax and draws); each target pass over n tokens includes

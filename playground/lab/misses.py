@@ -161,9 +161,9 @@ def noise_bound(runs: Sequence[SpeedRun], within: float = 0.05, draws: int = 200
     within it. `rounds`: the runs a cell's median needs to be known to `within` at 90% on the median prompt's
     scatter and ratio (Z90 * MEDIAN_SE * sd * ratio / sqrt(n) at most `within`). None without two runs in a cell.
 
-    Why it is needed: on a host whose runs scatter by 3-12% (the AMD EPYC VM, 2026-12-04), a median of three runs
-    at a 2.5x speed-up is known to 0.06-0.22, so no prediction can put 90% of cells within 0.05 however right it
-    is, and the score alone would blame the model for the host (docs/results.md)."""
+    Why it is needed: where runs scatter by several percent, a median of three runs is known to no better than
+    0.05, so no prediction can score well however right it is, and the score alone would blame the model for the
+    host (docs/results.md)."""
     cells = _fixed_runs(runs)
     scatter = _pooled_scatter(cells)
     sd = {prompt: s for prompt, (s, _) in scatter.items()}

@@ -23,11 +23,8 @@ class SpeedRequest:
     each run, the arms and rounds, and how each run decodes.
 
     `ks`: a fixed k, "adaptive" (needs `timing`) or "heuristic" (transformers' schedule), see adaptive.py.
-    `max_new_tokens`: one length for every prompt, or one per prompt name (each preset's own). `timing`: one
-    calibration for every prompt, or one per prompt name (a longer context costs more per step, on both sides, so
-    per-prompt calibrations predict better); a dict is read again for the predictions made at the end. A
-    calibration timed under another decoding than `sampling` (Timing.sampling) is flagged: its prediction leaves
-    out (or counts) the sampling work of each pass. `memory`: what a schedule's state (adaptive.py) carries over:
+    `max_new_tokens` and `timing`: one for every prompt, or one per prompt name (a longer context costs more per
+    step, so per-prompt calibrations predict better; a dict is read again for the predictions made at the end). `memory`: what a schedule's state (adaptive.py) carries over:
     "conversation" (the default) from every run of its arm to the next, across prompts and rounds, as from one
     call of an agent to the next on one pair and drafter, so a prompt's figures depend on the prompt before it;
     "prompt" from one round to the next of the same prompt only (a figure per output shape, whatever the order);
