@@ -1,12 +1,6 @@
-"""The lab: experiments built on the one loop, each returning a result (playground.results: saved as JSON) that records the environment
-and the raw measurements, so a result can be re-read and re-plotted without re-running.
-
-  calibration  step costs the cost model needs (c, v(n)), timed the way the loop runs them; a store that
-               reuses one calibration per drafter and context-length bucket
-  speed        plain against speculative decoding in adjacent runs, prediction beside each figure; k sweeps
-  quality      acceptance per output shape, greedy divergence, the rules' distributions on real models
-  peers        our loop against transformers' assisted generation and prompt lookup
-  report       Markdown tables from a saved result
+"""The lab: experiments built on the one loop (calibration, speed, quality, peers; report draws their tables), each
+returning a result (playground.results: saved as JSON) that records the environment and the raw measurements, so a
+result can be re-read and re-plotted without re-running.
 
 Speed is only ever compared in adjacent runs: plain and speculative runs alternate, in an order that rotates
 from round to round, ratios are taken within a round, and medians over rounds are quoted with their spread.
