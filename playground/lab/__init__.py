@@ -7,11 +7,9 @@ from round to round, ratios are taken within a round, and medians over rounds ar
 """
 
 from .calibration import CalibrationPlan, CalibrationStore, Timing, calibrate, calibrated_timing
-from .common import now_stamp, set_threads
 from .peers import peers
 from .quality import DistributionPlan, acceptance, distribution, divergence
 from .speed import SpeedRequest, speed, sweep
 
 __all__ = ["CalibrationPlan", "CalibrationStore", "DistributionPlan", "SpeedRequest", "Timing", "acceptance", "calibrate",
-           "calibrated_timing", "distribution", "divergence", "now_stamp", "peers", "set_threads",
-           "speed", "sweep"]
+           "calibrated_timing", "distribution", "divergence", "peers", "speed", "sweep"]

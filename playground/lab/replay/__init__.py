@@ -15,10 +15,10 @@ one shared pass does not have, so they feed a model drafter live. With a calibra
 `ReplayResult` (playground.results.replay).
 """
 
-from .options import FEEDINGS, ReplayOptions, TraceMemory, check_confidence
+from .options import FEEDINGS, ReplayOptions, check_confidence
 from .report import replay_table
 from .run import calibration_contexts, greedy_turn, preset_turns, replay_turns, text_turn
 from .walk import target_chunks
 
-__all__ = ["FEEDINGS", "ReplayOptions", "TraceMemory", "calibration_contexts", "check_confidence", "greedy_turn",
+__all__ = ["FEEDINGS", "ReplayOptions", "calibration_contexts", "check_confidence", "greedy_turn",
            "preset_turns", "replay_table", "replay_turns", "target_chunks", "text_turn"]
