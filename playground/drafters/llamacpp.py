@@ -10,15 +10,10 @@ the model has to be loaded with `use_extra_bufts = False` (ggml's AMX extra buff
 CPU with AMX: docs/measuring.md, "Facts the code relies on"), which `Llama()` cannot set; and the hot
 path reads the last position's logits only, as a numpy view of llama.cpp's own buffer.
 
-Threads and OpenMP. llama-cpp-python is built with OpenMP (scripts/install_llama_cpp.sh says why).
-torch's wheel bundles its own libgomp under the same soname, libgomp.so.1, so the dynamic loader
-binds torch and llama.cpp to ONE OpenMP runtime, the one loaded first (torch's, imported first here;
-tests/test_llamacpp.py runs both orders); `llamacpp_runtime.llama_cpp_available` refuses a process with two
-runtimes. Draft and target decode in turn, never at once, so each gets the whole thread budget
-(torch.get_num_threads()).
-
-The exception is a prefill beside torch's (`prefill_overlaps`: the ctypes calls release the GIL): it uses
-`ctx.prefill_threads` and restores the whole budget before returning.
+Threads and OpenMP. llama-cpp-python is built with OpenMP (scripts/install_llama_cpp.sh says why), bound to the
+one runtime torch loaded first (llamacpp_runtime says how, and refuses a process with two). Draft and
+target decode in turn, never at once, so each gets the whole thread budget (torch.get_num_threads()), except a
+prefill beside torch's (`prefill_overlaps`), which uses `ctx.prefill_threads` and restores the budget after.
 """
 
 from __future__ import annotations

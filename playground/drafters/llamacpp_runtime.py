@@ -1,8 +1,9 @@
 """Whether the llama.cpp drafter can run in this process: llama-cpp-python installed, of the version whose C API
 it uses, and bound to the same OpenMP runtime as torch (two runtimes' spinning thread pools fight over the cores).
 
-torch is imported before llama_cpp here on purpose: the dynamic loader then binds both to torch's libgomp
-(drafters/llamacpp.py's docstring, "Threads and OpenMP").
+torch is imported before llama_cpp here on purpose: torch's wheel bundles its own libgomp under the same soname,
+libgomp.so.1, so the dynamic loader binds both to the one loaded first, torch's (tests/test_llamacpp.py runs both
+orders).
 """
 
 from __future__ import annotations

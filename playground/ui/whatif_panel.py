@@ -1,16 +1,10 @@
 """The What-if tab, and the sweep tab's batch timing: components and events (their content is built without
 gradio, in whatif_view.py and batching.py).
 
-What-if needs no model run. Every change of an input recomputes the tab at once (queue=False: arithmetic, never
-behind a model event in the queue); opening the tab fills it from the tab's last calibration and run when they
-are new, and 'Use last calibration' / 'Use last run's alpha' fill from them again. A value the library refuses
-shows its message on the tab's status line, while the chart and tables keep the last inputs that worked. The API
-has /whatif (typed parameters, the lab's whatif document back; a refused value is an error with the library's
-message).
-
-'Time batches 1, 4, 8' is a device event like Calibrate (/time_batches: the prompt, preset and chat box), in the
-device's one-at-a-time group, stopped by Stop; its lines go to the sweep tab, and the status line above the tabs
-says how it ended.
+What-if needs no model run: every change of an input recomputes the tab at once (queue=False: arithmetic, never
+behind a model event in the queue). A value the library refuses shows its message on the tab's status line, while
+the chart and tables keep the last inputs that worked. 'Time batches 1, 4, 8' is a device event like Calibrate;
+its lines go to the sweep tab.
 """
 
 from __future__ import annotations

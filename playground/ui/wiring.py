@@ -2,12 +2,10 @@
 controls (session.parse_request / parse_sweep, the one place raw control values are read), maps handler views to
 component updates and PlaygroundError to a message the user sees.
 
-Serving: one queue; every event that touches the model runs under one concurrency group per device
-(`concurrency_limit=1`, shared `concurrency_id`), the queue is bounded (PLAYGROUND_QUEUE_SIZE waiting events;
-one more gets Gradio's "queue full"), Stop cancels the running event (`cancels=`: Gradio closes its generator,
-whose engine thread stops at its next record), and every event has a stable `api_name` for gradio_client: /run,
-/compare, /calibrate, /sweep, /load_preset, /select_pair, and whatif_panel's /time_batches and /whatif (an API
-client stops a job with `job.cancel()`).
+Serving: one queue, bounded (PLAYGROUND_QUEUE_SIZE); every event that touches the model runs under one
+concurrency group per device (`concurrency_limit=1`, shared `concurrency_id`); Stop cancels the running event
+(`cancels=`: Gradio closes its generator, whose engine thread stops at its next record); every event has a stable
+`api_name` for gradio_client (docs/browser.md lists them).
 
 What the status line says is always the present: a click says at once that the event is starting (javascript.py;
 a queued one shows its place in line), the event's own lines follow, and `_after` (chained after every model
