@@ -1,22 +1,19 @@
 """Device-aware timing.
 
 CUDA kernels run asynchronously: a host clock read without a synchronisation measures when work was
-*queued*, not when it finished. `Clock.now()` synchronises the device first, so it is called only at
-measurement boundaries (start and end of drafting, verification, rollback), never inside them.
-A pair split across GPUs by device_map has work queued on each: `Clock.for_pair` synchronises every
-device holding its weights. On CPU it is a plain `time.perf_counter()`.
+*queued*, not when it finished. `Clock.now()` synchronises the device first (every device holding the pair's
+weights: `Clock.for_pair`), so it is called only at measurement boundaries (start and end of drafting,
+verification, rollback), never inside them. On CPU it is a plain `time.perf_counter()`.
 
 Host synchronisations inside the timed buckets, each one a decision the host must make before it can
 go on, counted in the bucket that needs it:
-  drafting      one per draft-model token (its id is the input of the next draft step: `int(argmax)` or
-                `int(multinomial)` in proposers.DraftModelProposer), and with a confidence threshold one
-                more read of that token's probability (whether to draft on); none for prompt lookup.
-  verification  the greedy check reads the k + 1 arg-maxes once (`.tolist()` in rules.accept_greedy); the
-                exact rule reads the k accept/reject flags once and draws one token (`.tolist()`, `int()`).
+  drafting      one per draft-model token (its id is the input of the next draft step), and with a confidence
+                threshold one more read of that token's probability; none for prompt lookup.
+  verification  the greedy check reads the k + 1 arg-maxes once; the exact rule reads the k accept/reject flags
+                once and draws one token.
   rollback      none: DynamicCache.crop slices tensors on the device.
-Copying a few token ids to the device (CachedLM.feed) waits for the stream, at a point where the host
-has already waited for the decision that produced them. Reading p(x), q(x) for display happens after
-the rollback clock read, outside the three buckets (it shows in `elapsed_s` as other time).
+Reading p(x), q(x) for display happens after the rollback clock read, outside the three buckets (it shows in
+`elapsed_s` as other time).
 """
 
 from __future__ import annotations

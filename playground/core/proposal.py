@@ -7,11 +7,8 @@ A proposer is a small object with one life per run:
   rollback(tokens)         after verification: forget everything not in the new committed `tokens`
 A new drafting method is a new proposer, never a new loop (transformers' CandidateGenerator shape).
 
-A proposer with `prefill_overlaps` may have its `begin` run in a worker thread while the target prefills
-the same prompt in the caller's thread (engine.speculative_generate). That pays only where begin spends
-its time in native code that releases the GIL, finishes its work before returning (no queued device
-work), and does not run on torch's intra-op thread pool (llama.cpp does all three; a torch draft model
-does not: its prefill would compete for torch's own threads). Such a begin reads `ctx.prefill_threads`.
+A proposer with `prefill_overlaps` may have its `begin` run in a worker thread beside the target's prefill
+(engine.speculative_generate): `Proposer.prefill_overlaps` says when that pays.
 """
 
 
@@ -107,7 +104,9 @@ def top_two(probs: torch.Tensor, token: int) -> tuple[float, float]:
 class Proposer(ABC):
     name: str = "proposer"
     uses_draft_model: bool = False
-    # Whether `begin` may run in a worker thread beside the target's prefill (see the module docstring).
+    # Whether `begin` may run in a worker thread beside the target's prefill: it pays only where begin spends its time
+    # in native code that releases the GIL, queues no device work, and stays off torch's intra-op pool (llama.cpp;
+    # not a torch draft model, whose prefill would compete for torch's threads). Such a begin reads ctx.prefill_threads.
     prefill_overlaps: bool = False
     # Whether `begin` copies the prompt's KV from the target's cache (ctx.target_kv) rather than computing
     # it: it then runs after the target's prefill, never beside it. `shared_kv`: the prompt positions the

@@ -6,12 +6,9 @@ device and dtype, and its steps are timed on the forwards the loop can run:
             path before graphs, a CPU's default);
   static    the static-cache forward (core.static) for both, without graphs (a CPU's candidate);
   graphed   the same arithmetic replayed from CUDA graphs (CUDA only; the GPU's default).
-For each: the target's pass over n = 1..n_max new tokens after a context (v(n) = pass(n) / pass(1)), the draft's
-one-token step as the loop takes it (its token fed back: read by the host on the eager path, left on the device
-on the static ones), c = draft step / target step, and the cost model's predicted speed-up per k at a few alphas.
-Beside them, the weight-streaming floor of a target step: the bytes a step must read (every weight but an untied
-input embedding, of which a step reads one row, plus the context's keys and values) over the device's memory
-bandwidth, measured here by a large copy (and the datasheet's peak where the card is known).
+For each: v(n) over n = 1..n_max new tokens after a context, the draft's one-token step as the loop takes it,
+c, and the cost model's predicted speed-up per k at a few alphas; beside them, the weight-streaming floor of a
+target step (the bytes a step must read over the device's memory bandwidth, measured by a large copy).
 
 Arms alternate round by round (A B, B A, ...) so that a host that drifts moves both; figures are medians over
 rounds with the spread of the per-round medians. Timing is real; what random weights would propose and accept

@@ -1,21 +1,15 @@
 """A recorded trace's turns as the prompts of a live lab command (`speed --trace FILE`), each with the history
 an agent had when it made that call.
 
-A live agent's drafter memory (the suffix drafters' cache) holds the responses it wrote before the call at hand.
-So in every run of a turn, a drafter with a memory (DrafterSpec.new_memory) gets a new `Conversation` whose memory
+In every run of a turn, a drafter with a memory (DrafterSpec.new_memory) gets a new `Conversation` whose memory
 holds the trace's earlier turns' recorded responses in the file's order (every turn before it, whichever turns the
-selection keeps), and not the turn's own. That is the history replay grows turn by turn (lab/replay/suffix.py), so
-a live run measures what replay predicts. A new one per run, since a run adds its own response to its memory: the
-next round of the same turn must not find its answer there.
+selection keeps), and not the turn's own: the history replay grows turn by turn (lab/replay/suffix.py), so a live
+run measures what replay predicts. A new one per run, since a run adds its own response to its memory: the next
+round of the same turn must not find its answer there. Only the responses enter the history (a run's prompt tree
+is dropped when the next run starts: suffix_cache.py).
 
-Only the responses enter the history: a run's prompt goes to its own tree, which the cache drops when the next
-run starts (suffix_cache.py), so an earlier turn's prompt never reaches a later run.
-
-That history stands for the agent's only where the recording is the target's own writing: a trace recorded from
-another model (or written by hand) hands the suffix drafter responses this target does not repeat, and its figure
-then says what someone else's history is worth. `own_writing` checks the turns run, greedy, with replay's own
-exactness check (the target's teacher-forced arg-max against every recorded token), and `writing_note` says
-what it found.
+That history stands for the agent's only where the recording is the target's own writing: `own_writing` checks
+the turns run, greedy, with replay's own exactness check, and `writing_note` says what it found.
 """
 
 from __future__ import annotations
