@@ -116,10 +116,6 @@ def stop_limit(run: SpeedRun) -> int | None:
     return run.max_new_tokens if run.finished == "eos" else None
 
 
-def _predict(positions, k, c, v, new_tokens, overhead, limit=None) -> float:
-    return cost.predicted_speedup_finite(positions, k, c, v, new_tokens, overhead, limit)
-
-
 @dataclass(frozen=True)
 class RunMiss:
     """One fixed-k run's miss, measured - predicted = step_costs + acceptance + overhead (see the module's doc)."""
@@ -145,8 +141,8 @@ def explain_run(run: SpeedRun, k: int, predicted: float) -> RunMiss | None:
     positions = [a for a in run.per_position if a is not None]
     if fitted is None or not positions:
         return None
-    with_loop_costs = _predict(positions, k, fitted.c, fitted.verify.v, run.new_tokens, fitted.overhead,
-                               stop_limit(run))
+    with_loop_costs = cost.predicted_speedup_finite(positions, k, fitted.c, fitted.verify.v, run.new_tokens,
+                                                    fitted.overhead, stop_limit(run))
     in_buckets = sum(r[3] + r[4] + r[5] for r in its)
     if in_buckets <= 0:
         return None
@@ -291,6 +287,6 @@ def predict_from_neighbours(run: SpeedRun, neighbours: Sequence[SpeedRun], timin
         return None
     c, overhead = timing.mixed(run.source_iterations)
     v = {n: x * scales.verify for n, x in timing.v.items()}
-    walked = _predict(positions, run.k, c * scales.draft, v, run.new_tokens, overhead * scales.draft,
-                      stop_limit(run))
+    walked = cost.predicted_speedup_finite(positions, run.k, c * scales.draft, v, run.new_tokens,
+                                           overhead * scales.draft, stop_limit(run))
     return walked * (1 - scales.outside)
