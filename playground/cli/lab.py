@@ -144,10 +144,8 @@ def _rest_of_bar(job: Job) -> Callable[[float, str], None]:
 def _spread(job: Job, timings: dict) -> Callable[[int], None] | None:
     """With --spread-calibration (the default): after each round but the last, a short calibration of every
     prompt, pooled with the ones before (lab.calibration.pooled) into `timings`, which the adaptive arm and the
-    predictions read. On the AMD EPYC VM a calibration made before the rounds saw one moment of a host whose
-    speed moved 16-30% between rounds: its predictions missed prompt by prompt in one direction (+0.08..+0.18 on
-    code, -0.11..-0.28 on the JSON extraction). Pooled this way on an Intel Xeon, replay's predictions came within
-    0.05 of live runs on 9 of 11 presets (scripts/replay_misses.py, docs/results.md)."""
+    predictions read: a calibration made before the rounds sees one moment of a host whose speed may move between
+    rounds, and its predictions then miss prompt by prompt in one direction (docs/results.md)."""
     if not job.args.spread_calibration:
         return None
     made = {name: [t] for name, t in timings.items()}

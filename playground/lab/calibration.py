@@ -203,9 +203,7 @@ def _paired(pass_ratio: Mapping[int, list], draft_ratio: Mapping[int, list], uni
     """(verify_s, draft per token, draft per call) in seconds at the plain step `unit_s`, from timings each over the
     plain step of its own repetition: v(n) the median of those ratios, c the slope from propose(1) to propose(4).
     A host whose speed moves from second to second moves a pass and the step beside it together; medians taken
-    apart mix its moments. On the AMD EPYC VM the code-edit preset's step samples ran 46-57 ms, and 71-77 ms in
-    4 of 16 repetitions, so its median rose to 54 ms, v(1) read 0.89, and every k was predicted 0.11-0.18 too
-    high; paired, v(1) is 0.97 and those misses 0.06-0.09 smaller (the int8 grid of 2026-12-04, recomputed)."""
+    apart mix its moments (a few slow step samples once read v(1) as 0.89, predicting every k 0.11-0.18 too high)."""
     verify = {n: statistics.median(xs) * unit_s for n, xs in pass_ratio.items()}
     per_token, per_call = _draft_costs(draft_ratio[1], draft_ratio[4])
     return verify, per_token * unit_s, per_call * unit_s

@@ -65,11 +65,9 @@ class CalibrationBench:
     def plain_step(self) -> float:
         """Plain decoding's step, timed as plain decoding runs: target passes back to back, nothing in between
         (the first of two follows the drafter and is not timed). It is the unit of the cost model (what a token
-        costs without speculation), and it is cheaper than a pass right after the drafter ran (here by 5-8%),
-        which the v(n) include. Timed once in every repetition, beside the passes, so that the unit sees the
-        machine the passes saw: timed in one burst after them, on a shared host (an AMD EPYC VM), it came out at
-        41.6 ms where the passes ran one-token steps at 33 ms, so v(1), a ratio to it, read 0.79 (a pass is never
-        cheaper than a step) and predictions missed by up to 0.85."""
+        costs without speculation), and it is cheaper than a pass right after the drafter ran, which the v(n)
+        include. Timed once in every repetition, beside the passes, so that the unit sees the machine the passes
+        saw (timed in one burst after them on a shared host, it read v(1) as 0.79 and predictions missed by 0.85)."""
         plain_step(self.lm, self.filler[:1], self.sampling, self.ctx.generator)
         self.lm.crop(self.base)
         t0 = self.clock.now()

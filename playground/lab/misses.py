@@ -123,7 +123,7 @@ def known_to(runs: Sequence[SpeedRun], level: float = 0.9) -> dict[tuple[str, in
     interval, t(level, pooled degrees of freedom) * MEDIAN_SE * the prompt's pooled relative scatter * the cell's
     median / sqrt(its runs). A miss can be told from the cell's noise when this is at most the miss tested for:
     the cells "whose own spread allows it" that lab.fit.prediction_score counts as sharp. Unlike the runs' range,
-    it narrows as runs are added (a range of 20 runs is wider than one of 3; docs/results.md, 2026-12-04).
+    it narrows as runs are added.
     Cells of a prompt without two runs in any cell are left out."""
     cells = _fixed_runs(runs)
     return _known(cells, _pooled_scatter(cells), level)

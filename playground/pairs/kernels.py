@@ -63,9 +63,8 @@ class OneDnnLinear(torch.nn.Module):
     """An nn.Linear whose weight is held in oneDNN's layout and multiplied by oneDNN.
 
     Written by hand because torch has no public fp32 oneDNN linear but `torch.utils.mkldnn.MkldnnLinear`, a
-    TorchScript module that converts every input to oneDNN's layout and back: 34 ms a one-token step of the
-    embedded target against 26 ms for the op used here (same run as above). `mkldnn._linear_pointwise` is the
-    op Inductor's CPU backend lowers linears to; it takes dense inputs of any rank. Inference only (no autograd).
+    TorchScript module that converts every input to oneDNN's layout and back (a third slower a step).
+    `mkldnn._linear_pointwise` is the op Inductor's CPU backend lowers linears to. Inference only (no autograd).
     """
 
     def __init__(self, linear: torch.nn.Linear):
