@@ -16,9 +16,8 @@ The captured arithmetic runs eagerly too (tests compare it with the sliced one o
 
 Why by hand rather than transformers' `StaticCache` and `torch.compile(mode="reduce-overhead")`: compile's CUDA
 graph trees are thread-local, while the app replays from Gradio's worker threads; and transformers' eager forward
-makes host decisions while building its masks, which a manual capture cannot record. The layers' weights are the
-model's own (fused as `core.lean` fuses them for the lean draft forward), in the same order as transformers'
-forward: RMSNorm, rotary embeddings from the model's own module, scaled-dot-product attention, SiLU MLP.
+makes host decisions while building its masks, which a manual capture cannot record. The arithmetic is
+core.step's, over the model's own weights.
 """
 
 from __future__ import annotations

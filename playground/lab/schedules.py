@@ -7,12 +7,10 @@ target steps its iterations cost is its *costed* speed-up: the ratio it would ha
 every step at its calibrated cost. It is exact arithmetic on the records, so it does not move between rounds
 unless the decisions or the text do.
 
-Why: a measured ratio carries the host's noise (on the 2-core VMs of docs/results.md, 10% between two runs that
-did identical work), and a schedule that beats another by less than that noise in one run is no finding. Greedy
-runs of one prompt emit the same text whatever the schedule, so two schedules that chose the same k in every
-iteration did the same work: their costed figures are equal, and any gap between their measured ratios is the
-host's. Where their decisions differ, the costed figures say which decisions were better under the calibrated
-costs and the measured ones whether the host agreed.
+Why: a measured ratio carries the host's noise (10% between two runs that did identical work, docs/results.md),
+and a schedule that beats another by less than that in one run is no finding. Two greedy schedules that chose the
+same k in every iteration did the same work: their costed figures are equal, and any gap between their measured
+ratios is the host's.
 
 Compact iteration rows, as lab.speed keeps them: (k, accepted, emitted, draft_s, verify_s, rollback_s, drafted,
 source); rows without the last two (results saved before they were kept) are costed as if k were drafted by the

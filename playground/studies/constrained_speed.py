@@ -1,12 +1,10 @@
 """What the schema is worth (issue 55): constrained decoding's speed on the JSON presets, measured on this machine by
 scripts/constrained_speed.py; `markdown` draws docs/constraints.md's table from the saved JSON alone.
 
-Per preset (a `Case`: its prompt, its schema compiled as a Grammar, its length limit), every round runs, in adjacent
-runs on the same prompt, plain decoding without and with the schema, and for each drafter X that has a schema+X
-partner in the registry (`partners`): X unconstrained, X constrained and schema+X constrained. The order rotates from
-round to round (lab.common.rotated), with a pair of plain runs (free and constrained) before every `plain_every`
-drafters and after the last (lab.speed.bracketed); each speculative run is divided by plain decoding of its own kind
-(free or constrained), interpolated to its moment between the plain runs around it (lab.speed.run's `plain_at`).
+Per preset (a `Case`), every round runs, in adjacent runs on the same prompt, plain decoding without and with the
+schema, and for each drafter X that has a schema+X partner in the registry (`partners`): X unconstrained, X
+constrained and schema+X constrained, in lab.speed's rotating, bracketed order; each speculative run is divided by
+plain decoding of its own kind (free or constrained), interpolated to its moment (lab.speed.run's `plain_at`).
 
 Every run is a conversation's first call: each proposer is new (the registry builds it), so the suffix drafters start
 with an empty cache and nothing but the prompt to copy from. Decoding is greedy, so every constrained run must write
