@@ -3,10 +3,10 @@ the loop, where a small model's step is mostly Python and small kernels, not wei
 
 Why by hand (the house prefers transformers' own code): a draft step of the embedded pair's int8 draft spent about
 as long in transformers' per-layer plumbing (the attention interface's dispatch, the cache's update, the mask's
-construction, keyword handling, output objects) as in its quantized matrix products. `LeanLM` runs the same modules' weights in the same
-order (RMSNorm, rotary embeddings from the model's own module, scaled-dot-product attention, SiLU MLP), with the
-query, key and value projections and the MLP's gate and up projections each fused into one matrix product, and a
-preallocated cache that a rollback cuts by moving its length.
+construction, keyword handling, output objects) as in its quantized matrix products. `LeanLM` runs the same modules'
+weights in the same order (RMSNorm, rotary embeddings from the model's own module, scaled-dot-product attention,
+SiLU MLP), with the query, key and value projections and the MLP's gate and up projections each fused into one
+matrix product, and a preallocated cache that a rollback cuts by moving its length.
 
 It is for drafts only: a draft's outputs only propose, and the target's pass decides what is kept, so what the
 engine emits does not depend on it (greedy output still equals plain greedy). Fusing is exact for the int8 draft

@@ -1,12 +1,12 @@
 """A trace line's OpenAI `tools` as the JSON schema its tool-call turns are held to.
 
-OpenAI's chat format declares the tools a conversation may call
-(`"tools": [{"type": "function", "function": {"name": ..., "parameters": {JSON schema}}}, ...]`). A serving engine that enforces tool calls (strict mode, structured outputs) holds the assistant's output to one of
-them; traces.py writes a call as the text `{"name": NAME, "arguments": {...}}`, so the whole output of a turn that
-is one tool call and nothing else is held to `tools_schema(tools)`: anyOf, one branch per tool, `name` the tool's
-name as a const and `arguments` its parameters, both required and nothing else allowed, as the tool_call preset's
-output_schema is written (and as llguidance needs it: it has no if/then). A tool with no `parameters` takes none
-(arguments `{}`), as OpenAI reads it.
+OpenAI's chat format declares the tools a conversation may call (`"tools": [{"type": "function", "function":
+{"name": ..., "parameters": {JSON schema}}}, ...]`). A serving engine that enforces tool calls (strict mode,
+structured outputs) holds the assistant's output to one of them; traces.py writes a call as the text `{"name": NAME,
+"arguments": {...}}`, so the whole output of a turn that is one tool call and nothing else is held to
+`tools_schema(tools)`: anyOf, one branch per tool, `name` the tool's name as a const and `arguments` its parameters,
+both required and nothing else allowed, as the tool_call preset's output_schema is written (and as llguidance needs
+it: it has no if/then). A tool with no `parameters` takes none (arguments `{}`), as OpenAI reads it.
 
 `ToolsError(field, message)` says what is wrong with a `tools` field (traces.py names the line with it).
 """

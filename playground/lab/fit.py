@@ -232,7 +232,7 @@ def _flags_miss(row: SpeedRow, local: bool) -> bool:
 # --- the prediction from the loop's costs at the other arms ------------------------------------------
 # A calibration is timed minutes away from most runs, and a host may move the drafter and the target by different
 # amounts from minute to minute (docs/results.md). The other arms of the same prompt and round ran seconds from the
-# one predicted: the calibration keeps the shape (c per token against the cost per call, v(n) along n); they set the level.
+# one predicted: the calibration keeps the shape (c per token against the cost per call, v(n) along n), they the level.
 
 @dataclass(frozen=True)
 class LoopScales:

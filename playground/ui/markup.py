@@ -119,10 +119,10 @@ def figures(records, summary) -> RunFigures:
 
 def cards_html(cards, state: str) -> str:
     """A row of counter cards: (key, label, value, tip) each; `state` is "running" or "done"."""
-    return "".join([f'<div class="counters {state}">',
-                    *(f'<div class="counter" data-counter="{key}" title="{html.escape(tip, quote=True)}">'
-                      f'<div class="value">{html.escape(value)}</div><div class="label">{html.escape(label)}</div></div>'
-                      for key, label, value, tip in cards), "</div>"])
+    return "".join([f'<div class="counters {state}">', *(
+        f'<div class="counter" data-counter="{key}" title="{html.escape(tip, quote=True)}">'
+        f'<div class="value">{html.escape(value)}</div><div class="label">{html.escape(label)}</div></div>'
+        for key, label, value, tip in cards), "</div>"])
 
 
 def counters_html(summary, max_new_tokens: int | None, running: bool, prefill_s: float | None = None) -> str:

@@ -24,16 +24,13 @@ class SpeedRequest:
 
     `ks`: a fixed k, "adaptive" (needs `timing`) or "heuristic" (transformers' schedule), see adaptive.py.
     `max_new_tokens` and `timing`: one for every prompt, or one per prompt name (a longer context costs more per
-    step, so per-prompt calibrations predict better; a dict is read again for the predictions made at the end). `memory`: what a schedule's state (adaptive.py) carries over:
-    "conversation" (the default) from every run of its arm to the next, across prompts and rounds, as from one
-    call of an agent to the next on one pair and drafter, so a prompt's figures depend on the prompt before it;
-    "prompt" from one round to the next of the same prompt only (a figure per output shape, whatever the order);
-    "none": every run a first call, as replay predicts it. `plain_every`: a plain run before every that many
-    speculative runs of a prompt and after the last (`bracketed`). `drift_warning`: how far a prompt's plain
-    speed may move between rounds ((max - min) / median) before the verdict fails. `proposers`: a prompt's own
-    factory, where its proposers differ (a trace's turn, with the history before it: lab/speed/trace.py).
-    `constraint`: a constraints.grammar.Grammar every arm is also run constrained to, right after its free run
-    (schema.py), its speculative runs with a new proposer from `constrained_proposer`."""
+    step, so per-prompt calibrations predict better; a dict is read again for the predictions made at the end).
+    `memory`: what a schedule's state carries over (MEMORY_SCOPES, the --memory help says each). `plain_every`: a
+    plain run before every that many speculative runs of a prompt and after the last (`bracketed`).
+    `drift_warning`: how far a prompt's plain speed may move between rounds ((max - min) / median) before the
+    verdict fails. `proposers`: a prompt's own factory, where its proposers differ (a trace's turn:
+    lab/speed/trace.py). `constraint`: a constraints.grammar.Grammar every arm is also run constrained to, right
+    after its free run (schema.py), its speculative runs with a new proposer from `constrained_proposer`."""
 
     pair: ModelPair
     prompts: Mapping[str, Sequence[int]]
