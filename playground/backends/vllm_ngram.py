@@ -109,8 +109,7 @@ def replay_ngram(prompt: Sequence[int], output: Sequence[int], k: int, propose: 
     vLLM's prompt pass makes output[0] without drafts. `ours`: as the playground's loop runs instead, whose
     first iteration drafts from the prompt alone and which drafts at most (tokens left - 1). The last step's
     acceptance is a lower bound when the output was cut by max_tokens (the target's tokens past the cut are
-    unknown); `check_replay` allows for it.
-    """
+    unknown); `check_replay` allows for it."""
     start = 0 if ours else 1
     tokens = list(prompt) + list(output[:start])
     pos, n = start, len(output)

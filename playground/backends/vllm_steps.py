@@ -71,8 +71,7 @@ class ServedStep:
     names (accepted, correction, bonus, plain; TARGET in live records). `seconds` is the gap between this
     step's chunk and the one before (the prompt pass: time to first token), None when its chunk held several
     steps. vLLM does not expose the draft / verify split, the rejected draft tokens, p or q: those fields
-    are always None.
-    """
+    are always None."""
 
     index: int
     emitted: tuple[int, ...]

@@ -25,8 +25,7 @@ def verify_cost(v: VerifyCost, n: int) -> float:
     """v(n): from a callable, a mapping {n: cost}, a sequence [v(1), v(2), ...], or None (flat: 1).
 
     A measured table is extended past its last entry by the slope of its last two points, so a
-    prediction at a k beyond the calibration never pretends verification got free.
-    """
+    prediction at a k beyond the calibration never pretends verification got free."""
     if n < 1:
         raise ValueError(f"a target pass covers at least 1 token, got n={n}")
     if v is None:
@@ -70,8 +69,7 @@ def expected_tokens_empirical(per_position: Sequence[float], k: int) -> float:
 
     per_position[i] is P(proposal i+1 accepted | proposals 1..i accepted). E = 1 + sum_j prod_{i<=j} a_i.
     Positions beyond the measured ones reuse the last measured rate. Equals `expected_tokens` when
-    every entry is the same alpha.
-    """
+    every entry is the same alpha."""
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     if k and not per_position:
@@ -93,8 +91,7 @@ def expected_rates_beta(offsets: Sequence[float], slopes: Sequence[float], a: fl
     so that prod_(i<=j) r_i = E[P_j]: what the expected tokens of an iteration need. With an uncertain rate this is
     more than the product of the means (Jensen: E[x^j] > E[x]^j), which is what makes deep drafting worth trying
     when little has been observed. Written out because it is exact and O(k^2) (P_j is a polynomial in x and
-    E[x^n] = prod_(t<n) (a + t) / (a + b + t)); scipy's Beta moments refuse b = 0.
-    """
+    E[x^n] = prod_(t<n) (a + t) / (a + b + t)); scipy's Beta moments refuse b = 0."""
     if not (a >= 0 and b >= 0 and a + b > 0):
         raise ValueError(f"need a, b >= 0 with a + b > 0, got a={a}, b={b}")
     moments = [1.0]
@@ -163,8 +160,7 @@ def predicted_speedup_finite(per_position: Sequence[float], k: int, c: float, v:
     `limit`: the run's length limit, for a run that ended on a stop token before it (an EOS). The loop cannot
     see that end coming: it clips k to the limit, not to the stop token, and its last iteration drafts up to the
     stop token (a drafter stops there) and gets no bonus token after it, so r tokens cost r*c + v(r + 1) (on a
-    grid where most runs ended on an EOS this halved the cells' mean miss).
-    """
+    grid where most runs ended on an EOS this halved the cells' mean miss)."""
     if new_tokens < 1:
         raise ValueError(f"a run has at least 1 new token, got {new_tokens}")
     stop = limit is not None and limit > new_tokens
@@ -188,8 +184,7 @@ def break_even_alpha(k: int, c: float, v: VerifyCost = None, overhead: float = 0
     """The alpha at which speculation with k proposals exactly matches plain decoding.
 
     None when it cannot pay at any alpha (the iteration costs more than k + 1 plain steps).
-    Expected tokens rise monotonically in alpha, so bisection finds the single crossing.
-    """
+    Expected tokens rise monotonically in alpha, so bisection finds the single crossing."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     cost = iteration_cost(k, c, v, overhead)
@@ -219,8 +214,7 @@ def best_k(
 ) -> KChoice:
     """The k in 0..k_max with the highest predicted speed-up (k = 0 is plain decoding: 1.0).
 
-    alpha is an iid rate or a per-position acceptance sequence (the empirical model).
-    """
+    alpha is an iid rate or a per-position acceptance sequence (the empirical model)."""
     rows = [(0, 1.0)]
     for k in range(1, k_max + 1):
         if isinstance(alpha, (int, float)):

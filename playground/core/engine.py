@@ -41,8 +41,7 @@ class KController(Protocol):
     (the hybrid), where the next proposal will come from (`Proposer.next_source`); both may be None.
     Optionally (AdaptiveK): `drafter_stops(bool)`, told once per run whether the drafter stops on its
     confidence, and `drafting_rule(source)`, a per-iteration stop rule the drafter then applies to each
-    proposal's probability (RunContext.go_on), which makes k a cap.
-    """
+    proposal's probability (RunContext.go_on), which makes k a cap."""
 
     def next_k(self, remaining: int | None = None, source: str | None = None) -> int: ...
 
@@ -128,8 +127,7 @@ class LoopOptions:
     prefill_threads: the threads the drafter's prefill uses meanwhile (default: the spare cores, else half of
     torch's, at least one; torch keeps all of its own).
     constraint: a grammar every emitted token keeps to (playground.constraints.grammar.Grammar: `guide(prompt_ids,
-    width, stop_ids)` gives the run its constraints.guide.Guide), or None. See `_constrained`.
-    """
+    width, stop_ids)` gives the run its constraints.guide.Guide), or None. See `_constrained`."""
 
     rule: SampleRule = accept_sample
     stop_ids: Sequence[int] | None = None
@@ -159,8 +157,7 @@ def speculative_generate(
 
     Greedy decoding uses the greedy rule (output equals plain greedy up to floating-point near-ties);
     sampling uses `options.rule`. k is an int or a KController (adaptive.py). min_confidence: a model drafter
-    stops early after a token it gave less than this probability (k is then an upper bound).
-    """
+    stops early after a token it gave less than this probability (k is then an upper bound)."""
     check_min_confidence(min_confidence)
     controller = k if hasattr(k, "next_k") else FixedK(check_k(k))
     if proposer.uses_draft_model and pair.draft is None:

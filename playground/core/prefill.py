@@ -71,8 +71,7 @@ def prefill_overlapped(clock: Clock, target: CachedLM, proposer: Proposer, commi
 
     The worker reads `committed`, which nothing changes until it has been joined. Leaving the `with`
     block joins the worker whatever happened (a failing target prefill waits for the drafter's to end);
-    `result()` re-raises an exception of the drafter's begin here, in the caller.
-    """
+    `result()` re-raises an exception of the drafter's begin here, in the caller."""
     t0 = clock.now()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="draft-prefill") as pool:
         worker = pool.submit(_timed_begin, proposer, committed, ctx)

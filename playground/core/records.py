@@ -36,8 +36,7 @@ class Prefill:
     `draft_s` is what of it the run waited for: the part not hidden behind the target's prefill (all of
     it when not overlapped); `draft_total_s` is the drafter's own prefill time, hidden or not. `wall_s`
     is the wall time of the whole phase, which with overlap is less than target_s + draft_total_s and
-    a little more than target_s + draft_s (the worker thread's start and join).
-    """
+    a little more than target_s + draft_s (the worker thread's start and join)."""
 
     prompt_tokens: int
     target_s: float
@@ -160,8 +159,7 @@ def alpha_of(iterations: Iterable[Iteration]) -> float | None:
 
     Each proposal the rule evaluated was accepted with probability alpha; proposals after the first
     rejection were never evaluated, so they are not counted (counting them, as accepted / proposed
-    does, biases alpha low as k grows). alpha = accepted / (accepted + rejections).
-    """
+    does, biases alpha low as k grows). alpha = accepted / (accepted + rejections)."""
     accepted = evaluated = 0
     for it in iterations:
         accepted += it.n_accepted

@@ -90,8 +90,7 @@ def accept_resample_target(
     """WRONG: after a rejection, draw from the target p instead of the residual.
 
     Over-represents the tokens the draft already favours (they can be drawn twice: once accepted,
-    once resampled).
-    """
+    once resampled)."""
     k = len(proposals)
     if k == 0:
         return Decision(0, draw(p[0], generator))

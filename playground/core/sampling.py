@@ -26,8 +26,7 @@ class SamplingConfig:
     """Greedy decoding (`do_sample=False`) or sampling with temperature / top-k / top-p.
 
     top_k = 0 and top_p = 1.0 switch those filters off. The seed drives one `torch.Generator`
-    per run, so a run is reproducible for a fixed configuration.
-    """
+    per run, so a run is reproducible for a fixed configuration."""
 
     do_sample: bool = False
     temperature: float = 1.0
@@ -98,8 +97,7 @@ GREEDY = SamplingConfig()
 def probabilities(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
     """Rows of logits [n, V] -> the distributions sampled from [n, V], in float32.
 
-    For greedy decoding this is the plain softmax (temperature 1), used only for display.
-    """
+    For greedy decoding this is the plain softmax (temperature 1), used only for display."""
     scores = logits.float()
     warpers = sampling.warpers()
     if warpers:

@@ -84,8 +84,7 @@ class AdaptiveK:
          longer pays, reading each proposal's margin over its runner-up as confidence.py has learnt it.
     Memory: a dict the caller keeps across runs on one pair and drafter (a browser tab, a lab arm): per source
     alpha (the next controller's prior, weighing w_p in the mean) and the decayed count it rests on
-    ("adaptive_evidence": the next posterior is that narrow, never wider than w_p's), and the confidence bins.
-    """
+    ("adaptive_evidence": the next posterior is that narrow, never wider than w_p's), and the confidence bins."""
 
     name = "adaptive"
 
@@ -165,8 +164,7 @@ class AdaptiveK:
         from alpha only as its own observations accumulate. A position not reached lately drifts back to
         alpha as its counts decay, which lets the controller draft deeper again. alpha is uncertain (the class
         docstring): the a_i returned are conditional rates whose running products are the expected products over
-        it, a_1 unchanged.
-        """
+        it, a_1 unchanged."""
         s = self.settings
         pooled, w = self.alpha(source), s.position_weight
         reached, accepted = self._counts(source)

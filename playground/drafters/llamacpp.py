@@ -42,8 +42,7 @@ class LlamaCppProposer(Proposer):
 
     Its KV memory may lag the committed tokens (it never ran its own last proposal, nor the target's
     correction or bonus token): each `propose` first feeds whatever committed tokens it has not seen.
-    `kv_tokens` is exactly what llama.cpp's memory holds, position by position.
-    """
+    `kv_tokens` is exactly what llama.cpp's memory holds, position by position."""
 
     name = "llama.cpp"
     uses_draft_model = False

@@ -69,8 +69,7 @@ def openmp_runtimes() -> dict[str, str | None]:
     (None: that library uses no OpenMP). Linux only; {} elsewhere or when a library is not found.
 
     Both link the soname libgomp.so.1 (torch's wheel bundles its own copy under that name), so the
-    dynamic loader gives them ONE runtime, whichever was loaded first; this is what tests check.
-    """
+    dynamic loader gives them ONE runtime, whichever was loaded first; this is what tests check."""
     import llama_cpp  # optional and heavy: only where llama-cpp-python is installed (import_llama_cpp has run)
 
     libs = {

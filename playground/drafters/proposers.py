@@ -19,8 +19,7 @@ class DraftModelProposer(Proposer):
     """A smaller causal LM with the target's vocabulary drafts k tokens one step at a time.
 
     Its cache may lag the committed tokens (it never ran its own last proposal, nor the target's
-    correction or bonus token): each `propose` first feeds whatever committed tokens it has not seen.
-    """
+    correction or bonus token): each `propose` first feeds whatever committed tokens it has not seen."""
 
     uses_draft_model = True
     confidence_stops = True
@@ -117,8 +116,7 @@ class DraftModelProposer(Proposer):
 class PromptLookupProposer(Proposer):
     """Prompt lookup (n-gram) drafting: find the most recent earlier occurrence of the last n tokens
     in the prompt + generated text and propose what followed it. Longest n first (max_ngram down to
-    min_ngram). Proposes nothing when there is no match, so that iteration is a plain step.
-    """
+    min_ngram). Proposes nothing when there is no match, so that iteration is a plain step."""
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, name: str = "prompt-lookup"):
         if not 1 <= min_ngram <= max_ngram:
@@ -163,8 +161,7 @@ class FallbackProposer(Proposer):
     Each proposal says where it came from (`sources`: the free source's name or "draft"), for the UI's colours
     and the lab's per-source acceptance. The model drafter's cache lags while the free source proposes and
     catches up in one batched pass at its next proposal. A subclass finds the free proposal (`_free_proposal`,
-    None to fall back on the model) and keeps its search in `_found`, reset at each begin.
-    """
+    None to fall back on the model) and keeps its search in `_found`, reset at each begin."""
 
     def __init__(self, model: Proposer, name: str):
         self.model = model
@@ -216,8 +213,7 @@ class HybridProposer(FallbackProposer):
 
     Agent output copies a lot (argument values from the prompt, keys of a schema it was shown) between
     stretches of new text; lookup covers the first at no cost, the draft model the second. Sources are
-    "lookup" and "draft".
-    """
+    "lookup" and "draft"."""
 
     def __init__(self, model: Proposer, max_ngram: int = 3, min_ngram: int = 2, name: str | None = None):
         if not 1 <= min_ngram <= max_ngram:

@@ -31,8 +31,7 @@ class SuffixProposer(Proposer):
 
     Each run is one request in the cache: `begin` starts it with the prompt, and the committed output is
     appended as it grows (in `rollback`, after every verification, and before each proposal), so the run's
-    whole response is in the cache for the runs after it.
-    """
+    whole response is in the cache for the runs after it."""
 
     def __init__(self, cache: SuffixCache | None = None, max_spec_factor: float | None = None,
                  max_spec_offset: float = 0.0, min_token_prob: float = 0.1, name: str = "suffix"):
@@ -99,8 +98,7 @@ class SuffixHybridProposer(FallbackProposer):
     Worth it: the tree's path (up to K_MAX tokens) is expected to yield at least `min_score` accepted tokens
     (the sum of its probabilities, SuffixDecoding's score). Below that, a target pass spent on its guess
     would be better spent on the model's. Sources are "suffix" and "draft", as the lookup hybrid's are
-    "lookup" and "draft".
-    """
+    "lookup" and "draft"."""
 
     def __init__(self, model: Proposer, suffix: SuffixProposer | None = None, min_score: float = 1.0,
                  name: str | None = None):

@@ -64,8 +64,7 @@ class SuffixCache:
     """Earlier responses in a global suffix tree, bounded by `max_responses` and `max_tokens` (the oldest go
     first), plus the current run's prompt and output in a tree of its own.
 
-    Thread-safe (one lock): two tabs never share a cache, but a tab's "forget" may come while it runs.
-    """
+    Thread-safe (one lock): two tabs never share a cache, but a tab's "forget" may come while it runs."""
 
     def __init__(self, max_responses: int = 256, max_tokens: int = 100_000, max_depth: int = MAX_TREE_DEPTH):
         if max_responses < 1 or max_tokens < 1:

@@ -230,8 +230,7 @@ def load_presets(directory: str | Path | None = None, strict: bool = True):
     """All presets in a directory, by name (sorted).
 
     strict=True: returns {name: Preset} and raises PresetError if any file is malformed (naming each one).
-    strict=False: returns ({name: Preset}, [PresetError, ...]) so a UI can keep the good ones and show the bad.
-    """
+    strict=False: returns ({name: Preset}, [PresetError, ...]) so a UI can keep the good ones and show the bad."""
     d = _directory(directory)
     presets: dict[str, Preset] = {}
     errors: list[PresetError] = []
@@ -300,8 +299,7 @@ def _line_col(text: str, pos: int) -> str:
 def extract_json(text: str, start: int = 0):
     """The first balanced JSON object/array in text[start:] (inside a ```json fence if there is one).
 
-    Returns (value, (begin, end), None) or (None, None, error message); offsets, lines and columns refer to `text`.
-    """
+    Returns (value, (begin, end), None) or (None, None, error message); offsets, lines and columns refer to `text`."""
     fence = next((m for m in _FENCE.finditer(text, start) if m.group(1).lower() in ("", "json")), None)
     lo, hi = (fence.start(2), fence.end(2)) if fence is not None else (start, len(text))
     body = text[:hi]

@@ -184,8 +184,7 @@ def calibrate(pair, prompt_ids: Sequence[int], proposer, plan: CalibrationPlan =
     What is timed is what a run under the plan's sampling does: the drafter begins with a RunContext of that
     sampling (its proposals include its own warpers, softmax and draws); each target pass over n tokens includes
     the distributions over its n rows, and the plain step its draw, when sampling (lab.calibration_bench).
-    Greedy times the bare passes. The result is labelled with `sampling.timing_label()`.
-    """
+    Greedy times the bare passes. The result is labelled with `sampling.timing_label()`."""
     # A hybrid (prompt lookup's or the suffix tree's) has a model drafter and a free source (`free_source`).
     hybrid = proposer if getattr(proposer, "free_source", None) else None
     bench = CalibrationBench(pair, prompt_ids, hybrid.model if hybrid is not None else proposer, plan.n_max,
@@ -261,8 +260,7 @@ class CalibrationStore:
     to share: a lock guards the table, and a Timing, once stored, is never changed (a longer calibration of
     the same bucket replaces it whole). A sampled run does more per step than a greedy one (the warpers, softmax
     and draws), so the decoding is part of the key (SamplingConfig.timing_label): a greedy calibration is never
-    returned for a sampled request, nor the reverse.
-    """
+    returned for a sampled request, nor the reverse."""
 
     def __init__(self):
         self._lock = threading.Lock()

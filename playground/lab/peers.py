@@ -55,8 +55,7 @@ def peers(pair: ModelPair, prompts: dict[str, Sequence[int]], k: int = 4, rounds
     schedule (its transient variant, so no state leaks between runs); generate(prompt_lookup_num_tokens=k);
     and ours: plain, draft model at k, prompt lookup at k. `generate` cannot report its prefill apart,
     so every arm here is timed end to end (prefill included), and ratios are to plain `generate` in the
-    same round. The order of arms rotates from round to round.
-    """
+    same round. The order of arms rotates from round to round."""
     arms = _arms(pair, k, max_new_tokens, max_ngram)
     for ids in prompts.values():  # warm-up: one untimed pass of every arm
         for fn in arms.values():

@@ -180,8 +180,7 @@ class MachineMonitor:
 
         with MachineMonitor() as m:
             ...measure...
-        m.load.findings()
-    """
+        m.load.findings()"""
 
     load: MachineLoad | None = None
     _start: tuple = field(default=(), repr=False)

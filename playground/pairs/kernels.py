@@ -64,8 +64,7 @@ class OneDnnLinear(torch.nn.Module):
 
     Written by hand because torch has no public fp32 oneDNN linear but `torch.utils.mkldnn.MkldnnLinear`, a
     TorchScript module that converts every input to oneDNN's layout and back (a third slower a step).
-    `mkldnn._linear_pointwise` is the op Inductor's CPU backend lowers linears to. Inference only (no autograd).
-    """
+    `mkldnn._linear_pointwise` is the op Inductor's CPU backend lowers linears to. Inference only (no autograd)."""
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()

@@ -175,8 +175,7 @@ def int8_copy(model: torch.nn.Module) -> torch.nn.Module:
     channel, not per tensor (torch.ao's default): on the AMD EPYC (2026-12-03) the draft's acceptance rose on
     every free-text preset (prose 0.57 to 0.70, ReAct 0.64 to 0.93) at the same step cost. Feeds of a few rows
     then multiply bfloat16 activations with the int8 weights (`core.int8.RowInt8Linear`), so that a token's logits
-    do not depend on what was fed beside it (docs/results.md, "The int8 draft's rows fed independently").
-    """
+    do not depend on what was fed beside it (docs/results.md, "The int8 draft's rows fed independently")."""
     # torch.ao is deprecated and warns when imported: imported here, so that only the int8 draft pays that.
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
@@ -224,8 +223,7 @@ def load_pair(
     device "auto" is CUDA when present, except with the int8 draft (a CPU quantization): then the CPU.
     device_map: see resolve_device_map (the draft always goes whole onto the first device).
     kernels: auto (the faster of BLAS and oneDNN on this machine, timed on each CPU fp32 model), blas or onednn;
-    None reads $PLAYGROUND_KERNELS (see pairs.kernels). The int8 draft is copied before the target's layers move.
-    """
+    None reads $PLAYGROUND_KERNELS (see pairs.kernels). The int8 draft is copied before the target's layers move."""
     int8 = draft is not None and str(draft) == INT8
     dev = torch.device("cpu") if int8 and str(device) == "auto" else resolve_device(device)
     if int8 and dev.type != "cpu":

@@ -156,8 +156,7 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
     On CPU, bf16 is no faster per step here and changes greedy output with batch shape (docs/measuring.md,
     "Facts the code relies on"). bf16 only where the GPU runs it natively (compute capability 8.0 and up):
     torch's answer counts emulation by default, and an emulated bf16 matrix product on an older card is slower
-    than fp16.
-    """
+    than fp16."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
@@ -188,8 +187,7 @@ def resolve_device_map(
     None (automatic): "auto" only on CUDA, on a host with more than one GPU, when the device asked for names
     no GPU index ("auto" or "cuda") and the target does not fit one GPU (`fits`): a model that fits runs whole
     on one, where a split would add a hop between GPUs to every pass and rule out the graphed forward. "auto",
-    "balanced", "sequential": asked for (CUDA only). "none": never. CPU behaviour is unchanged.
-    """
+    "balanced", "sequential": asked for (CUDA only). "none": never. CPU behaviour is unchanged."""
     value = (str(device_map).strip().lower() or None) if device_map is not None else None
     if value in ("none", "off", "no"):
         return None

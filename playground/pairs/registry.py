@@ -224,8 +224,7 @@ def choose_pair(
 
     With a `target` and no `pair`, the other parts default as before named pairs existed: the int8 copy as
     draft, device and dtype auto. `draft` "none" means no draft model. Both models are checked against the
-    policy unless `check` is False (the app reads its environment at start and checks when it loads).
-    """
+    policy unless `check` is False (the app reads its environment at start and checks when it loads)."""
     env = os.environ if env is None else env
     if pair is None and target is None:
         pair = env.get(PAIR_ENV, "").strip() or DEFAULT_PAIR

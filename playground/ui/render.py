@@ -43,8 +43,7 @@ class PieceDecoder:
 
     A piece is the growth of the decoded prefix; a prefix ending in an incomplete character is held
     back (an empty piece) until a later token completes it. With no tokenizer (tiny test models) a
-    token shows as its id.
-    """
+    token shows as its id."""
 
     def __init__(self, tokenizer, skip_special_tokens: bool = False):
         self.tokenizer = tokenizer

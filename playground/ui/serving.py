@@ -96,8 +96,7 @@ class PairCache:
 
     Shared by every session (models are read-only during decoding); per-user state lives in each
     session's `gr.State`, never here. `load`, when given, replaces the policy-checked loader
-    (`playground.pairs.registry.load_choice`) and takes models.load_pair's signature.
-    """
+    (`playground.pairs.registry.load_choice`) and takes models.load_pair's signature."""
 
     def __init__(self, load=None, max_pairs: int | None = None):
         self._lock = threading.Lock()
@@ -257,8 +256,7 @@ def device_lock(device) -> threading.Lock:
 
     Gradio's queue already runs one model event at a time per device; this lock also covers the moment
     after a Stop, when the cancelled event's worker may still be finishing its current iteration while
-    the next queued event starts: the next worker waits for it instead of overlapping it.
-    """
+    the next queued event starts: the next worker waits for it instead of overlapping it."""
     with _DEVICE_LOCKS_GUARD:
         return _DEVICE_LOCKS.setdefault(str(device), threading.Lock())
 
@@ -270,8 +268,7 @@ class Background:
     Used as a context manager. Leaving the block normally joins the finished thread. Leaving it by
     GeneratorExit (Gradio closing the generator when Stop cancels the event) sets the stop flag and
     returns at once: the close may run on the server's event loop, which must not wait for an
-    iteration to finish. The worker stops at its next record and releases the device lock.
-    """
+    iteration to finish. The worker stops at its next record and releases the device lock."""
 
     def __init__(self, work: Callable[[Callable[[object], None], Callable[[], bool]], object], name: str = "playground",
                  lock: threading.Lock | None = None):

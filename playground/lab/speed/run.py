@@ -120,8 +120,7 @@ def speed(request: SpeedRequest, progress: Progress = None,
     runs) moved by more than `drift_warning` between rounds ((max - min) / median) fails its figures: its ratios
     are still adjacent, but the machine changed under them. From 3 prompts on, the figures over every prompt fail
     when the host's level moved so (cells.host_level), and one prompt's drift only warns them.
-    `between_rounds(r)` runs after round r but the last (a calibration to pool, say). See SpeedRequest for the rest.
-    """
+    `between_rounds(r)` runs after round r but the last (a calibration to pool, say). See SpeedRequest for the rest."""
     lengths = _lengths(request.prompts, request.max_new_tokens)
     memories = _Arms(request.memory)
     monitor = MachineMonitor().__enter__()
