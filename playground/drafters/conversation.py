@@ -1,7 +1,6 @@
 """What an agent's runs carry from one to the next: a `Conversation`.
 
-One per browser tab (playground.ui.session.Session), per lab speed arm (playground.lab.speed), per replayed arm
-(playground.lab.replay) and per trace turn run live (playground.lab.speed.trace). It holds
+One per browser tab, lab speed arm, replayed arm and trace turn run live. It holds
 
 - each drafter's memory of earlier runs, made on first use by its DrafterSpec.new_memory (None for a stateless
   drafter) and handed to its build as the `memory` option; drafters declaring the same factory share one (a tab's

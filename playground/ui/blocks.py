@@ -1,10 +1,9 @@
 """build_ui(): the components, laid out; the events are wired in wiring.py, the work is in handlers.py and
 measure.py, the look in theme.py.
 
-Layout: three columns in a CSS grid (theme.py). On a wide screen the prompt and the Run button (`#essentials`)
-sit top left, the settings (`#settings`) under them, the results (`#results`) on the right from the top, so the
-Run button and the first result share the first screen; on a narrow one the order is prompt and Run, results,
-settings, so a result never comes after every control. The page opens on an example ready to run
+Layout: a CSS grid (theme.py). On a wide screen the prompt and the Run button (`#essentials`) sit top left, the
+settings under them, the results on the right from the top, so the Run button and the first result share the
+first screen; on a narrow one the results come before the settings. The page opens on an example ready to run
 (session.SHOW_ME): one click on Run gives a run that shows every token role.
 """
 

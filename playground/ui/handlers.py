@@ -5,11 +5,7 @@
 request already parsed and validated (`session.RunRequest` / `SweepRequest`); each event yields view objects
 that blocks.py turns into component updates, and raises `PlaygroundError`, with a message for a person, for
 what it can only find out on the pair (a prompt longer than the target's context, an unknown preset, a
-drafter that cannot load). Every status line says what is happening now and for how long the event has run.
-
-The engine and the lab run in a worker thread (serving.Background) under the device's lock; closing an
-event's generator (Stop) stops its worker at the next record. `MachineMonitor` watches the other processes'
-CPU use during each run, for the trust verdict of a Compare (verdicts.py).
+drafter that cannot load). The work runs in a worker thread under the device's lock (serving.py says how).
 """
 
 from __future__ import annotations

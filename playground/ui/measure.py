@@ -4,8 +4,7 @@ are in handlers.py).
 Both reuse the pair's calibrations (`PairProvider.calibrations`, a lab `CalibrationStore` shared by every tab on
 the pair, one per drafter and context-length bucket) through `lab.calibration.calibrated_timing`, and say so when
 they reuse one. The Calibrate button takes the short settings (SHORT: lab.calibration.SHORT_CALIBRATION) unless a
-careful calibration (CAREFUL) is asked for, which replaces what the store holds. Status lines say what is being
-timed, the time since the event began, and an estimate of the time left from the speed of the cycles so far.
+careful calibration (CAREFUL) is asked for, which replaces what the store holds.
 """
 
 from __future__ import annotations
