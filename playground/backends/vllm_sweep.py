@@ -1,9 +1,8 @@
 """The `vllm-sweep` experiment: presets x method x k x concurrency on real vLLM servers, plain against
 speculative at the same concurrency in adjacent runs, with the cost model's prediction beside each figure.
 
-One plain server runs for the whole sweep; one speculative server per (method, k), since vLLM fixes the
-speculative config when it starts (an idle vLLM server takes no CPU here, so the two coexist; only one is
-measured at a time). Per preset and server a short warm-up request runs first (it also fills the prefix
+One plain server runs for the whole sweep, and one speculative server per (method, k) (vllm_server says why);
+only one is measured at a time. Per preset and server a warm-up request runs first (it also fills the prefix
 cache, so every measured request's prefill is a cache hit on both arms). A batch of concurrency c is c
 identical greedy requests sent at once; per request tokens/s is the decode rate (prefill excluded, as the
 playground's own), aggregate tokens/s is all completion tokens over the batch's wall time.

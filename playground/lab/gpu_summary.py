@@ -1,11 +1,9 @@
 """The one screen a GPU lease ends with: `python -m playground.lab.gpu_summary OUT` (scripts/gpu_check.sh runs it).
 
-It reads what the check wrote in OUT: preflight.json (the card, driver, versions, the attention kernel), the
-`timing --random-weights` results forwards_8b.json, forwards_7b.json and forwards_3b.json, and the CUDA tests'
-tests.xml (JUnit). It shows the card, driver, torch and transformers; per pair shape the graphed target's step
-against its weight-streaming floor, v(1), v(5), v(17), the draft's c, the predicted speed-up at alpha 0.8 and the
-kernels one step launches; exactness through the graphs; and each target of the graphed path marked met, NOT MET or
-not measured. Anything missing reads "not measured": nothing is filled in.
+It reads what the check wrote in OUT (preflight.json, the `timing --random-weights` results and the CUDA tests'
+tests.xml) and shows, per pair shape, the graphed target's step against its weight-streaming floor, v(n), the
+draft's c and the predicted speed-up, and each target of the graphed path marked met, NOT MET or not measured.
+Anything missing reads "not measured": nothing is filled in.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """GET /healthz: whether the app serves, and whether a model is ready yet (the Docker image's health check).
 
 The page serves before any model loads: a pair loads on its first run (a hub pair downloads first, for minutes).
-So the answer has two parts: `serving` (always true when anything answers) and `ready` (a pair is loaded), with
-a line in words saying which pairs are loaded, which are loading and for how long, or that none has been asked for
-yet. Docker's HEALTHCHECK prints that line; it fails while no model is ready only where the operator asks it to
-(PLAYGROUND_HEALTH_NEEDS_MODEL=1), since a first load can outlast any start period.
+So the answer has two parts, `serving` and `ready` (a pair is loaded), with a line in words. Docker's
+HEALTHCHECK fails while no model is ready only where the operator asks it to (PLAYGROUND_HEALTH_NEEDS_MODEL=1),
+since a first load can outlast any start period.
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@ the components out and `wire_vllm` connects them. A PlaygroundError (no server a
 metrics flags, another model, a refused request) shows the library's message on the tab's status line; the app
 keeps serving. API: /vllm_run and /vllm_concurrency (only where the tab exists), /vllm_info.
 
-The events do not touch this app's device: they wait on the vLLM server, so they have concurrency groups of
-their own (a few runs at once, one concurrency sweep at a time: it is itself 1 + 2 + 4 requests).
+The events do not touch this app's device, so they have concurrency groups of their own.
 """
 
 from __future__ import annotations

@@ -2,10 +2,8 @@
 of the engine steps, the counters, the acceptance histogram, vLLM's metrics and the concurrency table.
 
 The tab exists only where the operator sets PLAYGROUND_VLLM_URL (read once, when the app is built): users never
-type a URL. PLAYGROUND_VLLM_SPEC (optional) is the speculative config that server was started with: vLLM fixes it
-at start and does not serve it back, so without it the header shows what the server's /metrics say (whether it
-speculates, and k from its per-position counters) and the method is unknown. PLAYGROUND_VLLM_MODEL (optional)
-is the model the server must serve: a server serving another one is refused with a clear message.
+type a URL. Without PLAYGROUND_VLLM_SPEC (docs/vllm.md), which vLLM does not serve back, the header shows what the
+server's /metrics say (whether it speculates, and k from its per-position counters) and the method is unknown.
 
 The token view reuses render.py's classes (`tok acc|cor|bon|pln`, `it even|odd`, theme.py draws them). vLLM
 streams a step's text, not each token's, so a step is drawn as its runs of one role (the accepted drafts, then
