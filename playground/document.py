@@ -1,9 +1,8 @@
 """The run document: one run as JSON, the same for every export (`generate --json`, the browser's Download).
 
-It holds what reproduces and explains the run: the request (prompt, preset, drafter, k, sampling, length),
-the environment it ran in, every record the loop yielded, the summary built from those records, the text,
-the output check of a JSON preset, and where they exist a plain run beside it and the calibration behind
-the prediction. Secret values (playground.envinfo.redact) never reach it.
+It holds what reproduces and explains the run: the request, the environment, every record the loop yielded,
+the summary built from them, and where they exist a plain run beside it and the calibration behind the
+prediction. Secret values (playground.envinfo.redact) never reach it.
 """
 
 from __future__ import annotations

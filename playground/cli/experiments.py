@@ -1,7 +1,5 @@
 """The lab's commands: the options every lab command takes, each experiment's own options (`<name>_args`) and how
-it runs (`<name>_run`), which its declaration in playground.experiments names. entry.py builds a subcommand per lab
-experiment declared there (`add_lab_parsers`) and dispatches to its `run`; playground.cli.lab runs it. Adding an
-experiment is docs/cli.md's "Adding an experiment".
+it runs (`<name>_run`), which its declaration in playground.experiments names.
 
 This module imports nothing heavy (torch, transformers): the CLI builds its parser from it, and a run imports
 cli/lab.py when it starts.

@@ -3,8 +3,7 @@
 Every iteration record already carries its k and its drafting, verification and rollback seconds, so the run
 itself is a calibration: the drafter's cost is a line in k (a fixed cost per call plus a cost per token,
 least squares with standard errors), verification at k is a pass over k + 1 tokens, and the unit is the
-plain step of the adjacent plain run. A calibration timed outside the loop can differ from this (on some
-CPUs the drafter runs slower inside it, when the two thread pools hand the cores back and forth).
+plain step of the adjacent plain run.
 
 Measured v(n) is noisy; a pass over more tokens cannot physically cost less unless the kernel changes,
 so `fit_verify` fits a monotone (isotonic) curve and keeps a measured drop only where the samples say it is

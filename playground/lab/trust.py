@@ -1,13 +1,10 @@
 """The trust verdict that travels with every figure: may this number be believed, and if not, why and what to do.
 
 A figure is untrustworthy when what it is made of moved more than the effect it claims: the plain run it is
-divided by drifted between rounds, the cell's own rounds disagree, the calibration behind its prediction is
-noisy or non-physical (a pass over n tokens cheaper than a plain step, or dearer than n of them; a drafter
-slower than the target; timed under another decoding than the run's), other processes took the cores while
-it was measured (two processes with spinning thread pools on a small machine slow each other several-fold), or
-there were too few rounds to see a spread at all. Each check gives a `Finding` with the numbers and the fix;
-a `Verdict` is trusted when no finding fails. A failed verdict never becomes a recommendation (see
-`recommend`).
+divided by drifted, the cell's own rounds disagree, the calibration behind its prediction is noisy or
+non-physical, other processes took the cores while it was measured, or there were too few rounds to see a
+spread at all. Each check gives a `Finding` with the numbers and the fix; a `Verdict` is trusted when no finding
+fails. A failed verdict never becomes a recommendation (see `recommend`).
 """
 
 from __future__ import annotations

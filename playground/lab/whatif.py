@@ -1,7 +1,6 @@
 """What if: the cost model's predictions for a drafter and a text that need no model run.
 
-Given an acceptance (an iid alpha, or per-position acceptance), the drafter's cost c per token (and per call),
-and the verification curve v(n) (flat, measured, or from a saved calibration), `whatif` returns for each k the
+Given an acceptance, the drafter's costs and the verification curve v(n), `whatif` returns for each k the
 predicted speed-up, the break-even alpha and tokens per target pass, the best k, and the map of predicted
 speed-up over alpha x k. Every number comes from playground.core.cost: this module only lays them out.
 """

@@ -11,10 +11,7 @@ A recommendation is the (drafter, k) with the highest pooled speed-up. It is wit
 reason) when that drafter's calibration is not trusted (playground.lab.trust, via Timing.trust), when the shape
 has fewer than MIN_TURNS turns, or when there is no calibration at all.
 
-What the schema is worth (`schema_shape`), over a shape's turns that carry a schema their recording keeps to: the
-share of the shape's tokens the schema forced, and per drafter and arm the tokens per target pass of the free and
-the constrained walks (whole turns: sum of tokens over sum of passes) and the constrained walk's predicted speed-up
-over constrained plain decoding.
+`schema_shape` pools what the schema is worth (schema.py) over a shape's turns that carry one.
 """
 
 from __future__ import annotations
