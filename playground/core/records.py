@@ -33,10 +33,8 @@ class Prefill:
     thing: both pay the same target prefill, and the drafter's prefill is shown on its own.
 
     The drafter's prefill may run beside the target's (`overlapped`, see Proposer.prefill_overlaps).
-    `draft_s` is what of it the run waited for: the part not hidden behind the target's prefill (all of
-    it when not overlapped); `draft_total_s` is the drafter's own prefill time, hidden or not. `wall_s`
-    is the wall time of the whole phase, which with overlap is less than target_s + draft_total_s and
-    a little more than target_s + draft_s (the worker thread's start and join)."""
+    `draft_s` is what of it the run waited for (all of it when not overlapped); `draft_total_s` is the
+    drafter's own prefill time, hidden or not; `wall_s` is the wall time of the whole phase."""
 
     prompt_tokens: int
     target_s: float

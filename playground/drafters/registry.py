@@ -157,10 +157,9 @@ _BUILD_LOCK = threading.Lock()  # two tabs asking at once build one drafter, not
 def shared_llama_cpp(pair, **_options) -> Proposer:
     """The pair's llama.cpp drafter, built on first use and kept in `pair.llama_cpp`.
 
-    It is shared by every run on the pair (every browser tab, every lab arm), and that is safe: runs on a
-    device take its lock one at a time (playground.ui.serving.device_lock; the CLI and the lab run one at a
-    time anyway), `begin` resets everything a run depends on, and what it keeps from the previous run (the
-    llama.cpp KV of the prompt prefix the two runs share) changes only how long the next prefill takes."""
+    It is shared by every run on the pair, and that is safe: runs on a device take its lock one at a time,
+    `begin` resets everything a run depends on, and what it keeps from the previous run (the llama.cpp KV of the
+    prompt prefix the two runs share) changes only how long the next prefill takes."""
     from .llamacpp import LlamaCppProposer  # imports torch and numpy: on use (the module docstring)
 
     with _BUILD_LOCK:

@@ -94,9 +94,8 @@ class PairCache:
     """The process-wide model cache: one ModelPair per pair (`pair_key`), loaded lazily under a lock, and the
     cost curves measured on it, kept while it stays loaded.
 
-    Shared by every session (models are read-only during decoding); per-user state lives in each
-    session's `gr.State`, never here. `load`, when given, replaces the policy-checked loader
-    (`playground.pairs.registry.load_choice`) and takes models.load_pair's signature."""
+    Shared by every session (models are read-only during decoding). `load`, when given, replaces the
+    policy-checked loader (`playground.pairs.registry.load_choice`) and takes models.load_pair's signature."""
 
     def __init__(self, load=None, max_pairs: int | None = None):
         self._lock = threading.Lock()
