@@ -120,8 +120,7 @@ class LoopOptions:
 
     rule: the acceptance rule when sampling (the exact rule by default; the wrong ones exist for the
     distribution test). stop_ids: the tokens that end a run (None: the pair's end-of-sequence ids).
-    clock: None: Clock.for_pair. record_probs: p(x) and q(x) of each proposal in its Iteration, for hover
-    text (headless runs skip reading them).
+    clock: None: Clock.for_pair. record_probs: p(x) and q(x) of each proposal in its Iteration (hover text).
     overlap_prefill: run the drafter's prompt prefill in a worker thread beside the target's (None: where the
     proposer can, `Proposer.prefill_overlaps`, and cores are left for it, `spare_prefill_threads`);
     prefill_threads: the threads the drafter's prefill uses meanwhile (default: the spare cores, else half of

@@ -212,8 +212,7 @@ class HybridProposer(FallbackProposer):
     """Prompt lookup where it finds a match (free: no model runs), the model drafter otherwise.
 
     Agent output copies a lot (argument values from the prompt, keys of a schema it was shown) between
-    stretches of new text; lookup covers the first at no cost, the draft model the second. Sources are
-    "lookup" and "draft"."""
+    stretches of new text; lookup covers the first at no cost, the draft model the second."""
 
     def __init__(self, model: Proposer, max_ngram: int = 3, min_ngram: int = 2, name: str | None = None):
         if not 1 <= min_ngram <= max_ngram:

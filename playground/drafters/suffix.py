@@ -97,8 +97,7 @@ class SuffixHybridProposer(FallbackProposer):
 
     Worth it: the tree's path (up to K_MAX tokens) is expected to yield at least `min_score` accepted tokens
     (the sum of its probabilities, SuffixDecoding's score). Below that, a target pass spent on its guess
-    would be better spent on the model's. Sources are "suffix" and "draft", as the lookup hybrid's are
-    "lookup" and "draft"."""
+    would be better spent on the model's."""
 
     def __init__(self, model: Proposer, suffix: SuffixProposer | None = None, min_score: float = 1.0,
                  name: str | None = None):
