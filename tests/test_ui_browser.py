@@ -139,6 +139,8 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     page.get_by_role("option", name=preset.title).click()
     page.wait_for_function("document.querySelector('#prompt textarea').value.includes('<|im_start|>')")
     assert preset.kind in page.locator("#preset-info").inner_text()
+    # the preset's own length landed (it comes in the update that filled the prompt): typed before, it would win
+    page.wait_for_function(f"document.querySelector('#max-new input').value === '{preset.max_new_tokens}'")
     page.locator("#max-new input").fill("14")
     page.locator("#max-new input").press("Tab")
     page.locator("#k-mode label", has_text="adaptive").click()  # k chosen per iteration by the cost model
@@ -251,7 +253,7 @@ def test_a_sweep_in_the_browser_shows_its_verdict_and_a_recommendation_only_if_t
     page.locator("#sweep-btn").click()
     wait_status(page, "Sweep k: starting")  # the status line above the tabs is never "Ready" while it sweeps
     page.wait_for_function("document.querySelector('#sweep-status').innerText.includes('%')")
-    assert " s \u2026" in status(page, "#sweep-status")  # the elapsed time, over the whole event
+    assert re.search(r"\d+ s\) \u2026", status(page, "#sweep-status"))  # the elapsed time, over the whole event
     wait_status(page, "Sweep done", "#sweep-status")
     page.wait_for_selector("#sweep-plot .js-plotly-plot")
     summary = page.locator("#sweep-summary").inner_text()
@@ -419,7 +421,8 @@ def set_value(page, selector: str, value: str) -> None:
 
 
 def wait_text(page, selector: str, text: str) -> None:
-    page.wait_for_function(f"document.querySelector({json.dumps(selector)}).innerText.includes({json.dumps(text)})")
+    """Until the element's text, as STATUS_JS reads it (what its 'more' fold holds included), has `text`."""
+    page.wait_for_function(f"({STATUS_JS})({json.dumps(selector)}).includes({json.dumps(text)})")
 
 
 def test_the_whatif_tab_follows_every_change_without_a_model_run(tiny_app_url, page, tmp_path):
@@ -473,6 +476,8 @@ def test_the_whatif_tab_follows_every_change_without_a_model_run(tiny_app_url, p
 def test_the_sweep_chart_draws_a_labelled_line_per_batch_size(tiny_app_url, page):
     page.goto(tiny_app_url)
     page.locator("#prompt textarea").fill(TINY_PROMPT)
+    # one cost per token: a model drafter (a hybrid's batch lines are not drawn: it has no one-c model)
+    page.locator("#drafter label", has_text=re.compile(r"^\s*draft model\s*$")).click()
     page.get_by_role("tab", name="k per output shape").click()
     assert "The loop itself runs batch 1" in page.locator("#batch-note").inner_text()
     page.locator("#batch-btn").click()
@@ -525,7 +530,11 @@ def test_statuses_say_what_is_true_now(tiny_app_url, page):
     page.locator("#run-btn").click()
     wait_status(page, "Done")
     assert "drafting stopped below confidence 0.5" in status(page)
-    page.locator("#k-mode label", has_text="adaptive").click()  # a first adaptive run calibrates (seconds here)
+    page.locator("#k-mode label", has_text="adaptive").click()  # a first adaptive run calibrates (seconds here) ...
+    page.locator("#decoding-box .label-wrap").first.click()  # ... under a decoding no other test calibrated
+    page.locator("#decoding label", has_text="sampling").click()
+    page.locator("#temperature input[type=number]").fill("0.93")
+    page.locator("#temperature input[type=number]").press("Tab")
     page.locator("#run-btn").click()
     wait_status(page, "Running: calibrating for adaptive k")  # the news in sight, the run's settings in the fold
     assert re.search(r"\d+ s \u2026", page.locator("#status").inner_text())
