@@ -284,19 +284,21 @@ def test_a_sweep_in_the_browser_shows_its_verdict_and_a_recommendation_only_if_t
 
 
 def assert_labels_apart(page, plot: str) -> None:
-    """No two of the chart's labels (annotations, the legend, the title) overlap, and none is cut off. Checked
-    once plotly has laid every label out: while it redraws (an update just sent), a label's box is empty."""
-    page.wait_for_function(
-        "sel => { const els = document.querySelectorAll(sel); return els.length > 0 && "
-        "[...els].every(e => e.getBoundingClientRect().width > 0); }",
-        arg=f"{plot} .annotation, {plot} .legend, {plot} .gtitle", timeout=15000)
-    boxes = page.eval_on_selector_all(
-        f"{plot} .annotation, {plot} .legend, {plot} .gtitle",
-        "els => els.map(e => { const r = e.getBoundingClientRect(); return [e.textContent, r.left, r.top, r.right, "
-        "r.bottom]; })")
-    frame = page.locator(f"{plot} .main-svg").first.bounding_box()
+    """No two of the chart's labels (annotations, the legend, the title) overlap, and none is cut off. Read in one
+    go once plotly has laid every label and the frame out: while it redraws (an update just sent), a box is empty
+    or the frame is missing."""
+    laid_out = page.wait_for_function(
+        "sel => { const els = [...document.querySelectorAll(sel.labels)], f = document.querySelector(sel.frame);"
+        " const fr = f && f.getBoundingClientRect();"
+        " if (!els.length || !fr || fr.width <= 0 || !els.every(e => e.getBoundingClientRect().width > 0))"
+        " return null;"
+        " return {frame: [fr.left, fr.width], boxes: els.map(e => { const r = e.getBoundingClientRect();"
+        " return [e.textContent, r.left, r.top, r.right, r.bottom]; })}; }",
+        arg={"labels": f"{plot} .annotation, {plot} .legend, {plot} .gtitle", "frame": f"{plot} .main-svg"},
+        timeout=15000).json_value()
+    (x, width), boxes = laid_out["frame"], laid_out["boxes"]
     for name, left, top, right, bottom in boxes:
-        assert frame["x"] - 1 <= left and right <= frame["x"] + frame["width"] + 1, (name, "cut off")
+        assert x - 1 <= left and right <= x + width + 1, (name, "cut off")
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
             apart = a[3] <= b[1] or b[3] <= a[1] or a[4] <= b[2] or b[4] <= a[2]
