@@ -78,10 +78,9 @@ def test_adaptive_k_calibrates_once_per_conversation_and_prompt(word_pair):  # n
     assert not prepare(word_pair, RunSpec(drafter="draft", k=3, prompt=PROMPT, chat=False)).needs_calibration
 
 
-@pytest.mark.parametrize("module", ["playground.run", "playground.cli.generate", "playground.lab.speed"])
-def test_the_service_and_its_users_import_first_in_a_fresh_interpreter(module):
+def test_the_service_imports_first_in_a_fresh_interpreter():
     """playground.run loads the lab, whose speed arms use the service: in a test process the lab is already loaded,
     so only a fresh interpreter shows whether importing one first finds the other half-made."""
-    done = subprocess.run([sys.executable, "-c", f"import {module}"], check=False, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", "import playground.run"], check=False, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
