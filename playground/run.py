@@ -128,6 +128,12 @@ class Finished:
     summary: RunSummary
 
 
+def confidence_stop(value: float | None, proposer) -> float | None:
+    """The draft confidence stop `proposer` runs with: none for a drafter with no probabilities to stop on (prompt
+    lookup), so that neither the page nor the run's record claims a stop that did nothing."""
+    return value if getattr(proposer, "confidence_stops", False) else None
+
+
 class PreparedRun:
     """A run ready to go (see the module docstring). `kept`: every record `records()` yielded so far."""
 
@@ -138,19 +144,12 @@ class PreparedRun:
         self.proposer = proposer if proposer is not None else conversation.proposer(pair, spec.drafter,
                                                                                   **spec.drafter_options)
         self.drafter = self.proposer.describe()
-        if spec.min_confidence is not None and not getattr(self.proposer, "confidence_stops", False):
-            # A drafter with no probabilities to stop on (prompt lookup): the stop is dropped, so that neither the
-            # page nor the run's record claims a stop that did nothing.
-            self.spec = spec = replace(spec, min_confidence=None)
+        self.spec = spec = replace(spec, min_confidence=confidence_stop(spec.min_confidence, self.proposer))
         self.constraint = compile_schema(spec.schema, pair.tokenizer)
         self.timing = timing
         if timing is None and spec.k_mode == "adaptive":
             self.timing = find_timing(conversation, store, self.drafter, self.prompt_ids, K_MAX + 1, spec.sampling)
         self.kept: list = []
-
-    @property
-    def max_new_tokens(self) -> int:
-        return self.spec.max_new_tokens
 
     @property
     def needs_calibration(self) -> bool:

@@ -178,15 +178,16 @@ def test_speed_flags_a_prediction_from_another_decodings_calibration(pair64, tim
 
 
 def test_the_tab_finds_only_a_calibration_of_the_runs_decoding():
-    from playground.ui.session import Session, find_timing, prompt_key
+    from playground.run import find_timing
+    from playground.ui.session import Session, prompt_key
 
     session, store = Session(), CalibrationStore()
     session.timings[("draft", prompt_key(PROMPT))] = fake_timing()
-    assert find_timing(session, store, "draft", PROMPT, 3) is not None
-    assert find_timing(session, store, "draft", PROMPT, 3, SAMPLED) is None
+    assert find_timing(session.conversation, store, "draft", PROMPT, 3) is not None
+    assert find_timing(session.conversation, store, "draft", PROMPT, 3, SAMPLED) is None
     sampled = fake_timing(SAMPLED.timing_label(), context_tokens=len(PROMPT))
     store.put("draft", sampled)
-    assert find_timing(session, store, "draft", PROMPT, 3, SAMPLED) is sampled
+    assert find_timing(session.conversation, store, "draft", PROMPT, 3, SAMPLED) is sampled
 
 
 def test_the_timing_command_takes_the_decoding():

@@ -48,10 +48,10 @@ def test_generate_the_run_tab_and_a_lab_arm_run_the_same_loop(word_pair, monkeyp
 
 def test_the_length_defaults_within_the_limits_and_the_prompt_is_checked(word_pair):  # noqa: F811
     run = prepare(word_pair, RunSpec(drafter="lookup", prompt=PROMPT, chat=False))
-    assert run.max_new_tokens == 64 and run.preset is None
+    assert run.spec.max_new_tokens == 64 and run.preset is None
     capped = prepare(word_pair, RunSpec(drafter="lookup", prompt=PROMPT, chat=False),
                      limits=Limits(max_new_tokens=40))
-    assert capped.max_new_tokens == 40
+    assert capped.spec.max_new_tokens == 40
     with pytest.raises(PlaygroundError, match="prompt"):
         prepare(word_pair, RunSpec(drafter="lookup", prompt=PROMPT, chat=False), limits=Limits(max_prompt_tokens=2))
     with pytest.raises(PlaygroundError, match="context"):

@@ -236,9 +236,9 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
 
     import playground.lab.calibration as lab_calibration
     from playground.drafters.registry import make_proposer
-    from playground.run import nearest_timing
+    from playground.run import find_timing, nearest_timing
     from playground.ui import measure, run_panel
-    from playground.ui.session import Session, find_timing
+    from playground.ui.session import Session
     from tests.test_replay import fake_timing
     from tests.test_ui_handlers import request
 
@@ -250,7 +250,7 @@ def test_a_calibration_on_another_length_stands_in_labelled_and_calibrate_times_
     store.put(name, replace(fake_timing(), context_tokens=1000))  # bucket 1024, one doubling from 512
     assert nearest_timing(store, name, 330).context_tokens == 1000
     assert nearest_timing(store, name, 180).context_tokens == 70  # 256: 128 and 1024 ... the nearer, 128
-    assert find_timing(Session(), store, name, list(range(330)), nearest=False) is None
+    assert find_timing(Session().conversation, store, name, list(range(330)), nearest=False) is None
     calls = []
     monkeypatch.setattr(lab_calibration, "calibrate", lambda *a, **k: calls.append(k) or fake_timing())
     monkeypatch.setattr(measure, "calibrate", lambda *a, **k: calls.append(k) or fake_timing())

@@ -43,7 +43,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     plain_summary = None
     if args.compare_plain:
         plain_summary = summarize(plain_generate(pair, run.prompt_ids, sampling=spec.sampling,
-                                                 max_new_tokens=run.max_new_tokens, constraint=run.constraint))
+                                                 max_new_tokens=run.spec.max_new_tokens, constraint=run.constraint))
     if args.json:
         json.dump(run.document(finished, plain_summary), out, indent=1)
         out.write("\n")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..core.engine import K_MAX
@@ -28,6 +28,7 @@ from ..lab.calibration import (
 from ..lab.speed import PLAIN_EVERY, SpeedRequest, bracketed, sweep
 from ..limits import Limits
 from ..results.speed import SweepResult
+from ..run import confidence_stop, find_timing
 from . import charts, serving, sweep_words, verdicts
 from .batching import batch_curves
 from .downloads import jsonable
@@ -38,12 +39,10 @@ from .session import (
     Session,
     SweepRequest,
     encode_request,
-    find_timing,
     is_nearest,
     prompt_key,
     run_timing,
     stop_text,
-    without_idle_stop,
 )
 
 if TYPE_CHECKING:
@@ -109,7 +108,7 @@ def stream_calibrate(provider: PairProvider, session: Session | None, request: R
     reps = repeats if repeats is not None else default[0]
     warm = warmup if warmup is not None else default[1]
     if not careful:
-        found = find_timing(session, store, name, ids, N_NEEDED, request.sampling, nearest=False)
+        found = find_timing(session.conversation, store, name, ids, N_NEEDED, request.sampling, nearest=False)
         if found is not None and not is_nearest(found, len(ids)):  # a stand-in an adaptive run kept: time this one
             own = session.timings.get((name, key)) is found
             session.timings[(name, key)] = found
@@ -163,10 +162,10 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     pair = yield from mapped(load_with_progress(provider, started), lambda line: SweepView(session, line))
     ids, _ = encode_request(pair, req, req.max_new_tokens, limits)
     proposer = make_proposer(pair, req.drafter)
-    req, name = without_idle_stop(req, proposer), proposer.describe()
+    req, name = replace(req, min_confidence=confidence_stop(req.min_confidence, proposer)), proposer.describe()
     key, store = prompt_key(ids), provider.calibrations
     ks = list(range(1, k_max + 1))
-    timing = find_timing(session, store, name, ids, N_NEEDED, req.sampling)
+    timing = find_timing(session.conversation, store, name, ids, N_NEEDED, req.sampling)
     runs = rounds * len(bracketed([*map(str, ks), "adaptive"], PLAIN_EVERY))  # with the plain runs between them
 
     def factory():

@@ -18,7 +18,7 @@ from ..drafters import registry
 from ..lab.replay import target_chunks
 from ..limits import ENV_VARS, Limits
 from ..results.replay import ReplayResult
-from .progress import Tracker, clock_text, eta_text
+from .progress import Tracker, clock_text
 from .replay_view import edge_note, estimate_note, replay_recommendation
 
 BIG_S = 120.0  # a replay estimated to take longer is announced first
@@ -40,8 +40,7 @@ class ReplayTracker(Tracker):
     def line(self) -> str:
         now = time.monotonic()
         doing, _, detail = self.message.partition(" \u00b7 ") if self.fraction is not None else ("", "", "")
-        shown = [f"{100 * self.fraction:.0f}%"] if self.fraction is not None else []
-        shown += [x for x in (eta_text(now - self.phase_started, self.fraction), clock_text(now - self.started)) if x]
+        shown = [*self.numbers(), clock_text(now - self.started)]
         phase = self.phase or self.phases[0]
         step = (f"step {self.phases.index(phase) + 1} of {len(self.phases)}"
                 if len(self.phases) > 1 and phase in self.phases else "")

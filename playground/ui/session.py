@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..constraints.schema import schema_presets
 from ..core.engine import check_k, check_request
 from ..core.records import Iteration, RunSummary
-from ..core.sampling import GREEDY, SamplingConfig
+from ..core.sampling import SamplingConfig
 from ..drafters.conversation import Conversation
 from ..drafters.registry import EXAMPLE_DRAFTER
 from ..drafters.registry import names as drafter_names
@@ -29,8 +29,7 @@ from ..limits import Limits
 from ..pairs.registry import PairChoice
 from ..results.calibration import BatchResult
 from ..results.speed import SweepResult
-from ..run import RunSpec, prompt_key, resolve_prompt
-from ..run import find_timing as run_find_timing
+from ..run import RunSpec, find_timing, prompt_key, resolve_prompt
 from .form import Controls, Widget
 
 if TYPE_CHECKING:
@@ -174,14 +173,6 @@ def stop_text(min_confidence: float | None) -> str:
     return "" if min_confidence is None else f"drafting stopped below confidence {min_confidence:g}"
 
 
-def without_idle_stop(request: RunRequest, proposer) -> RunRequest:
-    """The request as it runs with `proposer`: a confidence stop is dropped for a drafter that has no probabilities
-    to stop on (prompt lookup), as playground.run drops it from a run."""
-    if request.min_confidence is None or getattr(proposer, "confidence_stops", False):
-        return request
-    return replace(request, min_confidence=None)
-
-
 def parse_sweep(controls: Controls | Mapping[str, Widget], drafters: Sequence[str] | None = None,
                 limits: Limits | None = None) -> SweepRequest:
     """The sweep's controls (the run's but k and k_mode, plus k_max and rounds) -> a SweepRequest."""
@@ -280,12 +271,6 @@ def new_session() -> Session:
     return Session()
 
 
-def find_timing(session: Session, store: CalibrationStore | None, drafter: str, ids: Sequence[int],
-                n_needed: int = 1, sampling: SamplingConfig = GREEDY, nearest: bool = True) -> Timing | None:
-    """playground.run.find_timing over this tab's conversation: its own calibration, else the pair's."""
-    return run_find_timing(session.conversation, store, drafter, ids, n_needed, sampling, nearest)
-
-
 def is_nearest(timing: Timing | None, context_tokens: int) -> bool:
     """Whether `timing` was made on another context-length bucket than this context's (a stand-in)."""
     return timing is not None and CalibrationStore.bucket(timing.context_tokens) != CalibrationStore.bucket(
@@ -300,4 +285,4 @@ def run_timing(session: Session, store: CalibrationStore | None) -> Timing | Non
         return None
     deepest = run.request.k if run.request.k_mode == "fixed" else max(
         (len(r.proposed) for r in run.records if isinstance(r, Iteration)), default=0)
-    return find_timing(session, store, run.drafter, run.prompt_ids, deepest + 1, run.request.sampling)
+    return find_timing(session.conversation, store, run.drafter, run.prompt_ids, deepest + 1, run.request.sampling)
