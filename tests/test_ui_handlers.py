@@ -913,12 +913,10 @@ def test_a_sweeps_first_estimate_is_its_calibrations_not_its_slow_first_runs():
 def test_the_loading_line_names_the_pair_being_loaded():
     from playground.ui import progress
 
-    hub = serving.PairProvider(choice=serving.choice_from_env({}, pair="smollm2-1.7b"),
-                               cache=serving.PairCache(load=None))
-    text = progress.loading_message(hub)
+    text = progress.loading_message(serving.choice_from_env({}, pair="smollm2-1.7b"))
     assert "smollm2-1.7b" in text and "HuggingFaceTB/SmolLM2-1.7B-Instruct" in text and "network" in text
     assert "dequantiz" not in text  # the embedded model's text belongs to the embedded pair only
-    embedded = progress.loading_message(serving.PairProvider(choice=serving.choice_from_env({})))
+    embedded = progress.loading_message(serving.choice_from_env({}))
     assert "embedded" in embedded and "dequantizes" in embedded
 
 

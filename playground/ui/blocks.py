@@ -50,8 +50,10 @@ def _controls(ui, preset_list):
             ui.calibrate_btn = gr.Button("Calibrate", elem_id="calibrate-btn", size="md", scale=2, min_width=100)
 
 
-def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, default_drafter):
-    pair_list, pair_value, pair_typed = handlers.pair_choices(provider)
+def _settings(ui, limits: Limits, drafter_choices, default_drafter, pair_menu: tuple, pair_note: str):
+    """The settings column; `pair_menu`: handlers.pair_choices' (choices, value, typed), `pair_note`: the line under
+    it."""
+    pair_list, pair_value, pair_typed = pair_menu
     with gr.Column(elem_id="settings", min_width=300):
         ui.drafter = gr.Radio(drafter_choices, value=default_drafter, label="Drafter", elem_id="drafter")
         ui.drafter_help = gr.HTML(drafter_help(drafter_choices), elem_id="drafter-help")
@@ -88,7 +90,7 @@ def _settings(ui, provider: PairProvider, limits: Limits, drafter_choices, defau
                                    allow_custom_value=pair_typed, filterable=True,
                                    info="Loads on the next run (hub pairs download once)"
                                    + ("; or type TARGET, DRAFT" if pair_typed else ""))
-        ui.pair_note = gr.Markdown(pair_info(provider), elem_id="pair-info")
+        ui.pair_note = gr.Markdown(pair_note, elem_id="pair-info")
         gr.Markdown("<span class='small-note'>**Compare with plain** runs speculative decoding, then plain decoding "
                     "of the same prompt and length right after. **Calibrate** times the target and the drafter for "
                     "the cost model, once per pair, drafter and context length (every tab reuses it).</span>")
@@ -182,11 +184,11 @@ def build_ui(provider: PairProvider | None = None, presets_dir=None, sweep_fn=No
                     with gr.Tab("What if", id="whatif-tab", elem_id="whatif-tab") as ui.whatif_tab:
                         whatif_panel.whatif_tab(ui)
                     with gr.Tab("Replay", id="replay-tab", elem_id="replay-tab") as ui.replay_tab:
-                        replay_panel.replay_tab(ui, provider)
+                        replay_panel.replay_tab(ui, drafter_choices)
                     if vllm is not None:
                         with gr.Tab("vLLM server", id="vllm-tab", elem_id="vllm-tab") as ui.vllm_tab:
                             vllm_panel.vllm_tab(ui, vllm, preset_list, limits)
-            _settings(ui, provider, limits, drafter_choices, default_drafter)
+            _settings(ui, limits, drafter_choices, default_drafter, handlers.pair_choices(provider), pair_info(provider))
         wire(ui, provider, limits, sweep_fn=sweep_fn, calibrate_repeats=calibrate_repeats)
         whatif_panel.wire_whatif(ui, provider)
         whatif_panel.wire_batch(ui, provider, limits)

@@ -43,10 +43,11 @@ def download_document(run: RunResult, timing=None, trust=None) -> dict:
     return {**doc, **({"trust": jsonable(trust.to_dict())} if trust is not None else {}), "machine": machine}
 
 
-def document(provider, session) -> dict:
-    """The run document of the session's run, with the calibration behind it and the Compare's verdict."""
+def document(store, session) -> dict:
+    """The run document of the session's run, with the calibration behind it (the session's, else `store`'s, the
+    pair's lab.CalibrationStore) and the Compare's verdict."""
     run = session.run
-    timing = run_timing(session, provider.calibrations)
+    timing = run_timing(session, store)
     trust = None if run.plain is None else verdicts.compare_verdict(run, timing,
                                                                     verdicts.compared_prediction(run, timing))
     return download_document(run, timing, trust)

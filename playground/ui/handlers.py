@@ -134,7 +134,7 @@ def stream_compare(provider: PairProvider, session: Session | None) -> Iterator[
     run.plain_gap_s = begun[0] - run.ended_at if begun and run.ended_at else None
     run.plain_setup = describe_setup(pair)
     ratio = run.measured_speedup
-    doc = document(provider, session)
+    doc = document(provider.calibrations, session)
     verdict = verdicts.compare_verdict(run, run_timing(session, provider.calibrations))
     note = (f"not to be trusted: {verdict.failures[0].message}" if not verdict.trusted
             else "a single pair: a first look, not a figure to rely on")
@@ -177,7 +177,7 @@ def load_preset_view(provider: PairProvider, name, current_prompt: str = "",
 def preset_loading(provider: PairProvider, session: Session | None) -> str | None:
     """The preset box's note while a preset waits for its pair's tokenizer (None when the pair is loaded)."""
     chosen = provider.for_session(session)
-    return None if chosen.loaded() else f"{loading_message(chosen)} \u2026"
+    return None if chosen.loaded() else f"{loading_message(chosen.choice)} \u2026"
 
 
 def pair_choices(provider: PairProvider) -> tuple[list[tuple[str, str]], str, bool]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterator
 
-from .serving import HEARTBEAT_S, Background, PairProvider, Stopped
+from .serving import HEARTBEAT_S, Background, PairChoice, PairProvider, Stopped
 
 MIN_ELAPSED_S = 2.0  # no estimate of the time left before this much of a phase has run ...
 MIN_FRACTION = 0.04  # ... and this share of it is done: the first cycles include warm-up
@@ -124,10 +124,9 @@ def mapped(gen, to_view: Callable):
         gen.close()
 
 
-def loading_message(provider: PairProvider, now: str = "") -> str:
-    """What is loading, and what that involves, for the status line; `now` (how long it has loaded, what the loader
-    said last) goes first, where a folded line still shows it."""
-    choice = provider.choice
+def loading_message(choice: PairChoice, now: str = "") -> str:
+    """What is loading (the chosen pair), and what that involves, for the status line; `now` (how long it has
+    loaded, what the loader said last) goes first, where a folded line still shows it."""
     what = choice.describe()
     if choice.target == "embedded":
         how = ("the first load in this process dequantizes the embedded model once and caches it, about 30-40 s on "
@@ -147,13 +146,13 @@ def load_with_progress(provider: PairProvider, started: float) -> Generator[str,
     def work(emit, stopped):
         return provider.get(lambda message: emit(("said", str(message))))
 
-    yield f"{loading_message(provider)} \u2026"
+    yield f"{loading_message(provider.choice)} \u2026"
     with Background(work, "playground-load") as bg:
         while not bg.finished:
             said = next((x[1].strip() for x in reversed(bg.poll(timeout=HEARTBEAT_S))
                          if isinstance(x, tuple) and x[0] == "said"), said)
             if not bg.finished:
                 now = f", {clock_text(time.monotonic() - started)} so far \u00b7" + (f" {said[:160]} \u00b7" if said else "")
-                yield f"{loading_message(provider, now)} \u2026"
+                yield f"{loading_message(provider.choice, now)} \u2026"
         bg.raise_error()
     return bg.result

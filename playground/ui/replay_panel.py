@@ -98,9 +98,9 @@ class ReplayUpdate:
     errors: str | None = None  # the bad lines, when nothing could be replayed
 
 
-def drafter_choices(provider: PairProvider) -> list[tuple[str, str]]:
-    """(label, name) of the drafters a replay takes on this pair: the Run tab's, less 'auto'."""
-    return [(label, name) for label, name in provider.drafter_choices() if name != "auto"]
+def drafter_choices(run_choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(label, name) of the drafters a replay takes: the Run tab's (`run_choices`, the pair's), less 'auto'."""
+    return [(label, name) for label, name in run_choices if name != "auto"]
 
 
 def replay_default_drafter(choices) -> str:
@@ -253,9 +253,9 @@ def stream_replay(provider: PairProvider, state: ReplayState | None, session, re
 # --- the tab -------------------------------------------------------------------------------------------------
 
 
-def replay_tab(ui, provider: PairProvider) -> None:
-    """The Replay tab's components."""
-    choices = drafter_choices(provider)
+def replay_tab(ui, run_choices: list[tuple[str, str]]) -> None:
+    """The Replay tab's components (`run_choices`: the Run tab's drafters)."""
+    choices = drafter_choices(run_choices)
     presets, _ = load_presets(strict=False)
     gr.Markdown(INTRO, elem_id="replay-intro")
     with gr.Row(elem_id="replay-source-row"):
@@ -334,7 +334,7 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
 
         def views():
             refuse_moved(values.pop("moved", None), values)
-            names = [name for _, name in drafter_choices(provider.for_session(session))]
+            names = [name for _, name in drafter_choices(provider.for_session(session).drafter_choices())]
             request = parse_replay(values, names, limits)
             yield from stream_replay(provider, state, session, request, limits)
 
@@ -379,7 +379,7 @@ def wire_replay(ui, provider: PairProvider, limits: Limits) -> None:
         chosen = provider.for_session(session)
         if chosen is provider:
             return gr.skip()
-        choices = drafter_choices(chosen)
+        choices = drafter_choices(chosen.drafter_choices())
         names = [name for _, name in choices]
         return gr.update(choices=choices, value=current if current in names else replay_default_drafter(choices))
 

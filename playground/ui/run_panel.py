@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from ..core.records import Iteration, summarize
 from ..envinfo import describe_setup, environment
+from ..lab.calibration import CalibrationStore
 from ..lab.trust import MachineMonitor
 from ..limits import Limits
 from ..run import CALIBRATING, PreparedRun, prepare
@@ -59,7 +60,7 @@ def stream_run(provider: PairProvider, session: Session | None, request: RunRequ
     with Background(_work(prepared, run), "playground-run", serving.device_lock(pair.device)) as bg:
         yield from _progress(bg, session, run, tracker, renderer, started)
         bg.raise_error()
-    yield _done(provider, session, run, prepared, renderer, started)
+    yield _done(provider.calibrations, session, run, prepared, renderer, started)
 
 
 def _result(prepared: PreparedRun, request: RunRequest, streamed: bool) -> RunResult:
@@ -128,15 +129,15 @@ def _progress(bg: Background, session: Session, run: RunResult, tracker: Tracker
             last_yield = now
 
 
-def _done(provider: PairProvider, session: Session, run: RunResult, prepared: PreparedRun,
+def _done(store: CalibrationStore, session: Session, run: RunResult, prepared: PreparedRun,
           renderer: TokenRenderer, started: float) -> RunView:
     """The finished run: its text, output check and summary kept in the session; the page drawn whole."""
     finished = prepared.finish()
     run.text, run.summary, run.check, run.finished = finished.text, finished.summary, finished.check, True
-    doc = document(provider, session)
+    doc = document(store, session)
     summary = finished.summary
     return RunView(session, done_text(session, run, summary, time.monotonic() - started), tokens=renderer.html(),
                    counters=markup.counters_html(summary, run.request.max_new_tokens, False),
                    figures=markup.figures(run.records, summary), check=markup.check_html(run.preset, run.check),
-                   prediction=verdicts.prediction_markdown(session, run_timing(session, provider.calibrations)),
+                   prediction=verdicts.prediction_markdown(session, run_timing(session, store)),
                    doc=doc, download=save_document(doc))
