@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -30,10 +29,6 @@ def rotated(arms: list[str], shift: int) -> list[str]:
     a shared machine does not always hit the same arm."""
     shift %= len(arms)
     return arms[shift:] + arms[:shift]
-
-
-def now_stamp() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def set_threads(threads: int | None) -> int:
