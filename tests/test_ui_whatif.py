@@ -180,6 +180,15 @@ def test_the_last_run_is_marked_where_it_sits_and_fills_alpha():
     assert "you" in head and ">3</th>" in head
 
 
+def test_a_hybrid_run_marks_its_row_but_sits_in_no_cell_of_a_model_it_does_not_have():
+    run = finished_run(k=3)
+    session = Session(run=replace(run, request=replace(run.request, drafter="hybrid")))
+    view = whatif_view(session, DEFAULTS)
+    assert "no model for this drafter" in view.status  # as Calibrate and Compare say it (verdicts.pricing)
+    assert '0.75 <span class="tag">your run</span>' in view.grid and "where your last run sits" not in view.grid
+    assert not any(t.name.startswith("your last run") for t in view.figure.data)
+
+
 def test_a_run_whose_k_was_chosen_per_iteration_marks_its_row_only():
     session = Session(run=finished_run(k_mode="adaptive"))
     view = whatif_view(session, DEFAULTS)

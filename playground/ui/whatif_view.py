@@ -283,7 +283,8 @@ def per_k_html(result: WhatifResult, mark: RunMark | None) -> str:
 
 def grid_html(result: WhatifResult, mark: RunMark | None) -> str:
     """The table of predicted speed-up over alpha x k, the best k of each alpha in bold, the
-    what-if alpha's row and the last run's row labelled, and the run's own cell outlined."""
+    what-if alpha's row and the last run's row labelled, and the run's own cell outlined (where the model prices
+    its drafter)."""
     ks = result.ks
     corner = _tip("\u03b1 (acceptance rate)", "; k: " + GLOSSARY["k"])
     out = ['<div class="whatif-scroll"><table class="whatif-table whatif-grid" data-table="grid">',
@@ -302,7 +303,7 @@ def grid_html(result: WhatifResult, mark: RunMark | None) -> str:
         cells = []
         for k in ks:
             x = speedups[k]
-            here = is_run and mark.k == k
+            here = is_run and mark.k == k and mark.priced.single_c  # a hybrid has no cell in a one-c model
             cell_cls = " ".join(c for c in (_shade(x), "top" if k == top and x > 1.0 else "", "you" if here else "")
                                 if c)
             tip = f"\u03b1 = {a:.2f}, k = {k}: {x:.3f}\u00d7 predicted"
