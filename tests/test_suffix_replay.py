@@ -144,7 +144,7 @@ def test_the_replay_tab_offers_and_runs_the_suffix_drafter(tmp_path):
         lines.append(json.dumps({"id": f"t{i}", "prompt": prompt,
                                  "completion": " " + pair.tokenizer.decode(list(turn.completion_ids))}))
     (tmp_path / "t.jsonl").write_text("\n".join(lines) + "\n")
-    names = [name for _, name in replay_panel.drafter_choices(provider)]
+    names = [name for _, name in replay_panel.drafter_choices(provider.drafter_choices())]
     assert {"suffix", "suffix-hybrid"} <= set(names)
     req = replay_request.parse_replay(
         {"source": "file", "trace_file": str(tmp_path / "t.jsonl"), "presets": [], "drafter": "suffix", "ks": "16",
