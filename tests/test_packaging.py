@@ -71,6 +71,17 @@ def test_ruff_is_pinned_to_the_version_the_setup_installs_and_make_test_lints_fi
     assert (ROOT / ".ci" / "run").read_text().strip().endswith("make test")
 
 
+def test_make_test_runs_every_file_that_uses_the_vllm_servers():
+    """The second part of `make test` collects only VLLM_TESTS; a file using the servers left out of that list would
+    run in neither part (the first deselects the `vllm_servers` marker)."""
+    (listed,) = re.findall(r"^VLLM_TESTS := (.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    takes = re.compile(r"^\s*def \w+\([^)]*\bvllm_servers\b", re.MULTILINE)  # a test or fixture taking the servers
+    using = {f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py") if takes.search(p.read_text())}
+    assert using and set(listed.split()) == using
+    assert re.search(r"^\t\$\(PY\) -m pytest -m vllm_servers \$\(VLLM_TESTS\)$", (ROOT / "Makefile").read_text(),
+                     re.MULTILINE)
+
+
 def test_pyproject_declares_the_packages_the_data_and_the_command():
     project = pyproject()
     assert project["build-system"]["build-backend"] == "setuptools.build_meta"
