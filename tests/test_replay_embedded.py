@@ -9,8 +9,8 @@ recomputations' own disagreement); anything else fails.
 
 Runtime: the whole matrix (11 presets x k = 1..8 + adaptive x 4 drafters, 24 new tokens) is one live run per
 cell, 396 runs (prompt lookup's 99 alone took 532 s on a loaded 2-core machine); CI runs the drafters on
-CI_PRESETS, prompt lookup on the COPYING presets too, each at CI_KS and adaptive. Set PLAYGROUND_FULL_REPLAY_CHECK=1 for
-the whole matrix on every drafter.
+CI_PRESETS at CI_KS and adaptive, prompt lookup on the COPYING presets too at k = 8 and adaptive. Set
+PLAYGROUND_FULL_REPLAY_CHECK=1 for the whole matrix on every drafter.
 """
 
 from __future__ import annotations
@@ -41,14 +41,17 @@ ALL_KS = tuple(range(1, 9))
 CI_PRESETS = ("tool_call", "react", "prose")
 COPYING = ("json_extract", "code_edit", "quote")  # where prompt lookup copies most: its accepted paths get walked
 CI_KS = (1, 3, 8)
+COPYING_KS = (8,)  # the longest copied paths; the adaptive controller runs on them too
 TIMING = Timing(target_step_s=1.0, verify_s={n: 1.0 + 0.06 * (n - 1) for n in range(1, 18)}, draft_step_s=0.3,
                 context_tokens=256, source_s={"lookup": (0.0, 0.01)})
 
 
-def matrix(drafter: str) -> tuple[list[str], tuple[int, ...]]:
+def matrix(drafter: str) -> list[tuple[str, tuple[int, ...]]]:
+    """(preset, fixed ks) to compare, each also with the adaptive controller."""
     if FULL:
-        return preset_names(), ALL_KS
-    return list(CI_PRESETS + (COPYING if drafter == "lookup" else ())), CI_KS
+        return [(name, ALL_KS) for name in preset_names()]
+    copying = [(name, COPYING_KS) for name in COPYING] if drafter == "lookup" else []
+    return [(name, CI_KS) for name in CI_PRESETS] + copying
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +104,9 @@ def explain(pair, turn, live: list, simulated: list[SimulatedIteration], k) -> s
 def test_replaying_the_targets_greedy_output_reproduces_live_runs(embedded, turn_of, drafter, capsys):
     if drafter == "llama.cpp" and not llama_cpp_available()[0]:
         pytest.skip(f"llama.cpp drafter unavailable: {llama_cpp_available()[1]}")
-    names, ks = matrix(drafter)
     curve = CostCurve.from_timing(TIMING)
     notes, cells, started = [], 0, time.perf_counter()
-    for name in names:
+    for name, ks in matrix(drafter):
         turn = turn_of(name)
         doc = replay_turns(embedded, [turn], ReplayOptions(drafters=[drafter], ks=ks, controllers=("adaptive",),
                                                            timing_of=lambda d, ids: TIMING, records="full"))

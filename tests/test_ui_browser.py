@@ -247,7 +247,7 @@ def test_a_sweep_in_the_browser_shows_its_verdict_and_a_recommendation_only_if_t
     page.wait_for_function("document.querySelector('#prompt textarea').value.includes('<|im_start|>')")
     page.get_by_role("tab", name="k per output shape").click()
     for selector, value in (("#k-max input[type=number]", "3"), ("#rounds input[type=number]", "2"),
-                            ("#sweep-new input", "24")):
+                            ("#sweep-new input", "16")):
         page.locator(selector).fill(value)
         page.locator(selector).press("Tab")
     page.locator("#sweep-btn").click()
