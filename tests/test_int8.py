@@ -74,6 +74,15 @@ def test_int8_copy_replaces_every_linear_but_the_lm_head():
     assert LeanLM(model, "cpu").row_attention and not LeanLM(tiny_model(layers=2), "cpu").row_attention
 
 
+def test_the_int8_copys_parameter_count_counts_each_packed_weight_as_unpacking_it_would():
+    from playground.pairs.models import _param_count
+
+    model = int8_copy(tiny_model(layers=2, dtype=torch.float32))
+    packed = [m.weight() for m in model.modules() if callable(getattr(m, "weight", None)) and hasattr(m, "_packed_params")]
+    assert len(packed) == 2 * 7 + 1  # every projection's and the lm_head's weight is packed, outside .parameters()
+    assert _param_count(model) == sum(p.numel() for p in model.parameters()) + sum(w.numel() for w in packed)
+
+
 def test_fusion_keeps_the_rows_and_the_products():
     model = int8_copy(tiny_model(layers=1, dtype=torch.float32))
     a = model.model.layers[0].self_attn
