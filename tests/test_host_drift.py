@@ -95,7 +95,9 @@ def test_live_one_slowed_prompt_fails_only_its_own_rows(pair64, quiet):
     assert res.drift["b"].flagged and not res.host_drift.flagged
     assert res.trust.trusted and any(f.severity == WARN and f.check == "drift" for f in res.trust.findings)
     assert all(not row.trust.trusted for row in res.by_prompt if row.prompt == "b")
-    assert all(row.trust.trusted for row in res.by_prompt if row.prompt != "b")
+    # The other prompts' rows carry no drift finding (a busy machine may still fail them on their spread, which
+    # is not the drift rule's doing)
+    assert not [f for row in res.by_prompt if row.prompt != "b" for f in row.trust.findings if f.check == "drift"]
     assert res.recommended_k is not None
 
 

@@ -141,8 +141,11 @@ def test_preset_run_shows_coloured_tokens_live_counters_and_charts(app_url, page
     assert preset.kind in page.locator("#preset-info").inner_text()
     # the preset's own length landed (it comes in the update that filled the prompt): typed before, it would win
     page.wait_for_function(f"document.querySelector('#max-new input').value === '{preset.max_new_tokens}'")
-    page.locator("#max-new input").fill("14")
-    page.locator("#max-new input").press("Tab")
+    for _ in range(3):  # the event's completion may bring its last update again after the box was typed in
+        set_value(page, "#max-new input", "14")
+        page.wait_for_timeout(1500)
+        if page.locator("#max-new input").input_value() == "14":
+            break
     page.locator("#k-mode label", has_text="adaptive").click()  # k chosen per iteration by the cost model
     page.wait_for_function("document.querySelector('#k input[type=range]').disabled")  # k is not used now
 
@@ -460,10 +463,12 @@ def test_the_whatif_tab_follows_every_change_without_a_model_run(tiny_app_url, p
     assert whatif_curve(page) == shown and "still show the last inputs that worked" in status(page, "#whatif-status")
     set_value(page, "#whatif-v textarea", "1:1.0,2:1.05,4:1.6")
     page.wait_for_function("!document.querySelector('#whatif-status').innerText.startsWith('\u26a0')")
-    set_value(page, "#whatif-alpha input[type=number]", "1.5")
-    wait_text(page, "#whatif-status", "acceptance is a probability in [0, 1], got [1.5]")
     page.locator("#whatif-mode label", has_text="per position").click()
     page.wait_for_function("!document.querySelector('#whatif-positions textarea').disabled")
+    # Out of [0, 1] in a text box: a number typed into the alpha slider's box may reach the event clamped to the
+    # slider's range or as typed, as Gradio's blur and input race (under load it came clamped, with no word)
+    set_value(page, "#whatif-positions textarea", "0.9, 1.5")
+    wait_text(page, "#whatif-status", "acceptance is a probability in [0, 1], got [0.9, 1.5]")
     set_value(page, "#whatif-positions textarea", "0.9, 0.8, 0.7")
     wait_text(page, "#whatif-status", "per-position acceptance 0.90, 0.80, 0.70")
     page.locator("#whatif-use-calibration").click()  # says where the numbers came from, or that there is none
