@@ -107,7 +107,7 @@ def _param_count(model: torch.nn.Module) -> int:
     """Parameters, the packed weights included. A quantized linear's weight is counted from its shape: unpacking it
     (`weight()`) to count it cost 0.3 s per call for the int8 draft, which every run's environment paid."""
     packed = sum(m.in_features * m.out_features if hasattr(m, "in_features") else m.weight().numel()
-                 for m in model.modules() if callable(getattr(m, "weight", None)) and hasattr(m, "_packed_params"))
+                 for m in model.modules() if _is_packed(m))
     return (sum(p.numel() for p in model.parameters()) + packed
             + sum(w.numel() for w in onednn_weights(model, shared=False)))
 
@@ -115,10 +115,14 @@ def _param_count(model: torch.nn.Module) -> int:
 def _packed_weights(model: torch.nn.Module, shared: bool = True):
     """Weights of dynamically quantized linears and of linears on oneDNN, which live outside .parameters()."""
     for m in model.modules():
-        w = getattr(m, "weight", None)
-        if callable(w) and hasattr(m, "_packed_params"):
-            yield w()
+        if _is_packed(m):
+            yield m.weight()
     yield from onednn_weights(model, shared)
+
+
+def _is_packed(m: torch.nn.Module) -> bool:
+    """A dynamically quantized module: its weight is packed outside .parameters() and `weight()` unpacks it."""
+    return callable(getattr(m, "weight", None)) and hasattr(m, "_packed_params")
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer) -> set[int]:
