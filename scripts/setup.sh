@@ -20,6 +20,9 @@ fi
 # The playground itself, editable, so that `playground COMMAND` is on the venv's PATH (its dependencies are the
 # requirements above; no build isolation, so nothing is fetched for the build).
 "$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e .
+# The embedded model's dequantized safetensors copy, made once here (as the Dockerfile does) rather than by the
+# first test or app start that needs it (46 s alone on a 2-core AMD EPYC without AVX-512, which the suite paid).
+"$VENV/bin/python" -c "from playground.pairs.loading import ensure_embedded_safetensors as e; e(progress=None)"
 # The llama.cpp drafter: llama-cpp-python exists on PyPI only as source; this compiles it once (cmake,
 # gcc; ~5-10 min on 2 cores) with the flags documented in the script, and caches the wheel.
 bash scripts/install_llama_cpp.sh "$VENV"
