@@ -28,9 +28,9 @@ from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup
 from playground.inputs.presets import get_preset, preset_names
 from playground.lab.calibration import CalibrationPlan, calibrate
-from playground.lab.common import markdown_table
 from playground.lab.speed import SpeedRequest, speed
 from playground.pairs.registry import load_named_pair
+from playground.tables import markdown_table
 
 DECODINGS = {
     "greedy": GREEDY,

@@ -38,12 +38,12 @@ from playground.envinfo import describe_setup
 from playground.errors import PlaygroundError
 from playground.inputs.presets import preset_names
 from playground.lab.calibration import CalibrationPlan, calibrate
-from playground.lab.common import markdown_table
 from playground.lab.replay import ReplayOptions
 from playground.lab.replay import run as replay_mod
 from playground.pairs.registry import load_named_pair
 from playground.results.replay import ReplayResult, SkippedWalk
 from playground.studies.tune_adaptive import EXPERIMENT, rules_markdown
+from playground.tables import markdown_table
 
 _DEFAULTS = adaptive.DEFAULT_SETTINGS
 VARIANTS = {

@@ -5,7 +5,6 @@ the miss, and the n-gram cross-check against our lookup. Rounds are summarised b
 from __future__ import annotations
 
 import json
-import statistics
 from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 from ..errors import PlaygroundError
 from ..results import load_result
 from ..results.vllm import ThreadBudget, VllmCell, VllmReported, VllmSweepResult
+from ..tables import fmt, markdown_table, median_of
 
 
 def load_sweep(path: str | Path) -> VllmSweepResult:
@@ -22,22 +22,8 @@ def load_sweep(path: str | Path) -> VllmSweepResult:
     return result
 
 
-def _f(x, spec=".2f") -> str:
-    return "-" if x is None else format(x, spec)
-
-
 def _pct(x) -> str:
     return "-" if x is None else f"{x:+.0%}"
-
-
-def _table(head, rows) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows])
-
-
-def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def _hist(h) -> str:
@@ -71,27 +57,27 @@ def startup_table(doc: VllmSweepResult) -> str:
         spec = s.spec  # vLLM's speculative config: vLLM's keys
         label = "plain" if not spec else f"{spec['method']} k={spec['num_speculative_tokens']}"
         mode = "running (external)" if s.external else "eager" if s.enforce_eager else "compiled"
-        rows.append([label + (f" at {s.url}" if s.external else ""), mode, _f(s.startup_s, ".1f")])
-    return _table(["server", "mode", "startup s"], rows)
+        rows.append([label + (f" at {s.url}" if s.external else ""), mode, fmt(s.startup_s, ".1f")])
+    return markdown_table(["server", "mode", "startup s"], rows, escape=True)
 
 
 def _cells_row(cs: list[VllmCell]) -> list:
     """One row of the cells table: the rounds of one (preset, kind, method, k, concurrency), by their medians."""
     first = cs[0]
-    measured = _median([c.speedup for c in cs])
-    predicted = _median([c.predicted_speedup for c in cs])
+    measured = median_of([c.speedup for c in cs])
+    predicted = median_of([c.predicted_speedup for c in cs])
     miss = measured / predicted - 1 if measured and predicted else None
     return [first.preset, first.kind, first.method, first.k, first.concurrency,
-            _f(_median([c.plain.tokens_per_s for c in cs]), ".1f"),
-            _f(_median([c.spec.tokens_per_s for c in cs]), ".1f"),
-            _f(measured), _f(predicted), _pct(miss),
-            _f(_median([c.plain.aggregate_tokens_per_s for c in cs]), ".1f"),
-            _f(_median([c.spec.aggregate_tokens_per_s for c in cs]), ".1f"),
-            _f(_median([c.aggregate_speedup for c in cs])),
-            _f(_median([c.spec.mean_acceptance_length for c in cs])),
-            _f(_median([c.spec.alpha for c in cs])),
+            fmt(median_of([c.plain.tokens_per_s for c in cs]), ".1f"),
+            fmt(median_of([c.spec.tokens_per_s for c in cs]), ".1f"),
+            fmt(measured), fmt(predicted), _pct(miss),
+            fmt(median_of([c.plain.aggregate_tokens_per_s for c in cs]), ".1f"),
+            fmt(median_of([c.spec.aggregate_tokens_per_s for c in cs]), ".1f"),
+            fmt(median_of([c.aggregate_speedup for c in cs])),
+            fmt(median_of([c.spec.mean_acceptance_length for c in cs])),
+            fmt(median_of([c.spec.alpha for c in cs])),
             _hist(first.spec.vllm_histogram),
-            _f(_median([c.v_k_plus_1 for c in cs])),
+            fmt(median_of([c.v_k_plus_1 for c in cs])),
             "yes" if all(c.outputs_equal for c in cs) else "NO",
             sum(c.spec.merged_chunks + c.plain.merged_chunks for c in cs), len(cs)]
 
@@ -106,10 +92,10 @@ def cells_table(doc: VllmSweepResult) -> str:
             "plain agg tok/s", "spec agg tok/s", "agg x", "accept len", "alpha", "histogram (0..k accepted)",
             "v(k+1)", "same output", "merged chunks", "rounds"]
     if not doc.plan.structured:
-        return _table(head, [_cells_row(cs) for cs in groups.values()])
+        return markdown_table(head, [_cells_row(cs) for cs in groups.values()], escape=True)
     rows = [[*_cells_row(cs)[:5], "constrained" if cs[0].structured else "free", _valid(cs), *_cells_row(cs)[5:]]
             for cs in groups.values()]
-    table = _table([*head[:5], "output", "valid JSON", *head[5:]], rows)
+    table = markdown_table([*head[:5], "output", "valid JSON", *head[5:]], rows, escape=True)
     return "\n\n".join([table, *doc.structured_refused.values()])
 
 
@@ -133,15 +119,16 @@ def crosscheck_table(doc: VllmSweepResult) -> str:
                      f"{vl.accepted}/{vl.drafted} in {vl.verify_steps}",
                      "yes" if rep.reproduces_vllm else f"no ({rep.check})",
                      f"{ours.accepted}/{ours.drafted} in {ours.verify_steps}",
-                     _f(vl.mean_acceptance_length), _f(ours.mean_acceptance_length),
+                     fmt(vl.mean_acceptance_length), fmt(ours.mean_acceptance_length),
                      f"{x.contexts_proposing_differently}/{x.contexts}",
                      "-" if not loop else f"{loop.accepted}/{loop.drafted} in {loop.verify_steps}"
                      + ("" if loop.same_output_as_vllm else " (other output)")])
     if not rows:
         return "(no n-gram cells)"
-    return _table(["preset", "k", "n-gram", "vLLM accepted/drafted in steps", "replay reproduces vLLM",
-                   "our lookup accepted/drafted in steps", "vLLM accept len", "ours accept len",
-                   "contexts where the rules differ", "our loop, run (accepted/drafted in steps)"], rows)
+    return markdown_table(["preset", "k", "n-gram", "vLLM accepted/drafted in steps", "replay reproduces vLLM",
+                           "our lookup accepted/drafted in steps", "vLLM accept len", "ours accept len",
+                           "contexts where the rules differ", "our loop, run (accepted/drafted in steps)"],
+                          rows, escape=True)
 
 
 NOTE = ("Per request: median decode tokens/s (prefill excluded). Aggregate: all tokens over the batch's wall time. "

@@ -46,6 +46,7 @@ from ..results.vllm import (
     VllmServerRecord,
     VllmSweepResult,
 )
+from ..tables import median_of
 from .vllm_client import VllmClient, VllmClientError, json_schema_format
 from .vllm_ngram import compare_lookup, run_our_loop
 from .vllm_server import METHODS, SpecConfig, VllmServer, draft_model, installed_versions, ngram, suffix
@@ -160,10 +161,10 @@ def arm_figures(batch: ServedBatch) -> ServedArmFigures:
         hist = [a + b for a, b in zip(hist + [0] * (len(h) - len(hist)), h + [0] * (len(hist) - len(h)))]
     first = reqs[0]
     return ServedArmFigures(
-        tokens_per_s=_median(rates), tokens_per_s_all=rates, aggregate_tokens_per_s=tokens / batch.wall_s,
+        tokens_per_s=median_of(rates), tokens_per_s_all=rates, aggregate_tokens_per_s=tokens / batch.wall_s,
         completion_tokens=[r.completion_tokens for r in reqs], wall_s=batch.wall_s,
-        ttft_s=_median([r.ttft_s for r in reqs]), step_s=_median(verify_gaps + other_gaps),
-        verify_step_s=_median(verify_gaps), plain_step_s=_median(other_gaps),
+        ttft_s=median_of([r.ttft_s for r in reqs]), step_s=median_of(verify_gaps + other_gaps),
+        verify_step_s=median_of(verify_gaps), plain_step_s=median_of(other_gaps),
         verify_share=sum(len(r.verify_steps) for r in reqs) / max(1, sum(len(r.steps) - 1 for r in reqs)),
         merged_chunks=sum(r.merged_chunks for r in reqs), chunks=sum(r.chunks for r in reqs),
         schedule=sorted({r.schedule for r in reqs}), vllm_histogram=hist or None,
@@ -173,7 +174,7 @@ def arm_figures(batch: ServedBatch) -> ServedArmFigures:
         per_position_acceptance=list(first.per_position_acceptance),
         accepted_match_vllm=all(r.accepted == (m.num_accepted_draft_tokens if (m := r.spec_metrics) else 0)
                                 for r in reqs),
-        vllm_mean_itl_ms=_median([r.server_metrics.get("mean_itl_ms") for r in reqs]),
+        vllm_mean_itl_ms=median_of([r.server_metrics.get("mean_itl_ms") for r in reqs]),
         loadavg=batch.loadavg, text=first.text, token_ids=list(first.token_ids))
 
 
@@ -344,11 +345,6 @@ def _loadavg() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
-
-
-def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def _mean(xs):

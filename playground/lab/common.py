@@ -1,9 +1,8 @@
-"""Helpers every experiment shares: progress ticks, spreads, the rotating run order, thread budget."""
+"""Helpers every experiment shares: progress ticks, the rotating run order, thread budget."""
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 
@@ -13,15 +12,6 @@ Progress = Callable[[float, str], None] | None
 def tick(progress: Progress, fraction: float, message: str) -> None:
     if progress is not None:
         progress(min(1.0, max(0.0, fraction)), message)
-
-
-def spread(xs: Sequence[float]) -> dict:
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
-
-
-def markdown_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def rotated(arms: list[str], shift: int) -> list[str]:

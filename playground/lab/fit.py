@@ -31,6 +31,7 @@ from ..drafters.adaptive import CostCurve
 from ..results.calibration import VerifyFit
 from ..results.speed import MissSplit, SpeedRow, SpeedRun
 from ..results.trust import TrustLimits
+from ..tables import median_of
 
 SIGNIFICANT_P = 0.01
 
@@ -153,11 +154,6 @@ def explain_run(run: SpeedRun, k: int, predicted: float) -> RunMiss | None:
                    loop_costs=fitted)
 
 
-def _median_of(xs) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 def explain_cell(runs: Sequence[SpeedRun], k: int, predictions: Sequence[float]) -> MissSplit | None:
     """Means over a cell's runs of each part of the miss (means, so the parts still add up to the mean miss)."""
     parts = [p for r, pred in zip(runs, predictions) if (p := explain_run(r, k, pred)) is not None]
@@ -169,8 +165,8 @@ def explain_cell(runs: Sequence[SpeedRun], k: int, predictions: Sequence[float])
                      step_costs=statistics.fmean(p.step_costs for p in parts),
                      acceptance=statistics.fmean(p.acceptance for p in parts),
                      overhead=statistics.fmean(p.overhead for p in parts), miss=measured - predicted,
-                     outside_buckets_share=_median_of(p.outside_buckets_share for p in parts),
-                     rollback_share=_median_of(p.rollback_share for p in parts), runs=len(parts),
+                     outside_buckets_share=median_of(p.outside_buckets_share for p in parts),
+                     rollback_share=median_of(p.rollback_share for p in parts), runs=len(parts),
                      loop_c=statistics.median(p.loop_costs.c for p in parts))
 
 

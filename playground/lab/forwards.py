@@ -34,6 +34,7 @@ from ..core.step import Shapes
 from ..errors import PlaygroundError
 from ..pairs.synthetic import param_count
 from ..results.calibration import CUDA_KERNELS, ForwardsArm, ForwardsResult, ForwardsRound, StepKernels, StreamingFloor
+from ..tables import median_of
 from .common import Progress, tick
 from .profiled import profiled
 
@@ -159,11 +160,6 @@ def _round(pair, arm: str, context: Sequence[int], ns: Sequence[int], repeats: i
     return out
 
 
-def _median(xs: Sequence[float | None]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 def _summary(rounds: list[ForwardsRound], ns: Sequence[int], gpu: bool) -> ForwardsArm:
     """One arm's medians over all its timings, the spread of its per-round medians, v(n), c and the predictions."""
     pooled = {n: [x for r in rounds for x in r.target[n]] for n in ns}
@@ -174,7 +170,7 @@ def _summary(rounds: list[ForwardsRound], ns: Sequence[int], gpu: bool) -> Forwa
         v={n: statistics.median(xs) / step for n, xs in pooled.items()},
         target_step_round_medians_s=[statistics.median(r.target[1]) for r in rounds],
         raw=rounds,
-        target_step_gpu_s=_median([x for r in rounds for x in r.target_gpu[1]]) if gpu else None,
+        target_step_gpu_s=median_of([x for r in rounds for x in r.target_gpu[1]]) if gpu else None,
     )
     drafts = [x for r in rounds for x in r.draft]
     if drafts:
@@ -182,7 +178,7 @@ def _summary(rounds: list[ForwardsRound], ns: Sequence[int], gpu: bool) -> Forwa
         out.draft_step_round_medians_s = [statistics.median(r.draft) for r in rounds]
         out.c = out.draft_step_s / step
         if gpu:
-            out.draft_step_gpu_s = _median([x for r in rounds for x in r.draft_gpu])
+            out.draft_step_gpu_s = median_of([x for r in rounds for x in r.draft_gpu])
         out.predicted = {a: {k: predicted_speedup(a, k, out.c, out.v) for k in range(1, max(ns))} for a in ALPHAS}
     return out
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..results.calibration import ForwardsResult
-from .common import markdown_table
+from ..tables import markdown_table
 
 V_SHOWN = (2, 3, 5, 9, 17)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import PlaygroundError
 from ..results import load_result
 from ..results.calibration import CUDA_KERNELS, ForwardsArm, ForwardsResult
-from .common import markdown_table
+from ..tables import markdown_table
 
 NOT = "not measured"
 ALPHA = 0.8

@@ -13,7 +13,7 @@ from scipy.stats import t as student_t
 
 from ..results.speed import SpeedResult, SpeedRow, SpeedRun
 from ..results.trust import Verdict
-from .common import markdown_table
+from ..tables import fmt, markdown_table
 from .fit import ScoredCell, prediction_score
 
 Z90 = 1.645  # a two-sided 90% normal interval's half-width, in standard errors
@@ -23,10 +23,6 @@ MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over a mean's, f
 
 def k_label(k) -> str:
     return f"k={k}" if isinstance(k, int) else str(k)
-
-
-def fmt(x, spec=".2f") -> str:
-    return "-" if x is None else format(x, spec)
 
 
 def result_cells(doc: SpeedResult) -> tuple[dict[tuple[str, int | str], SpeedRow], list[str]]:

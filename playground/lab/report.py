@@ -19,12 +19,12 @@ from ..results.calibration import TimingRecord, TimingResult
 from ..results.environment import Environment
 from ..results.quality import AcceptanceResult, DistributionResult, DivergenceResult
 from ..results.speed import PeersResult, SpeedResult, SpeedRun, SweepResult
+from ..tables import fmt, markdown_table
 from .batch import batch_table
 from .calibration import Timing
-from .common import markdown_table, new_tokens
+from .common import new_tokens
 from .misses import (
     explained_markdown,
-    fmt,
     has_local,
     k_label,
     misses_markdown,

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from ..core.records import Iteration
 from ..drafters.adaptive import CostCurve
 from ..results.speed import AdaptiveVsHeuristic, ArmFigures, BestFixed, ScheduleEntry, SpeedRun
-from .common import markdown_table
+from ..tables import markdown_table, median_of
 
 SCHEDULES = ("adaptive", "heuristic")
 
@@ -55,11 +55,6 @@ def decisions(rows: Sequence[Sequence]) -> tuple[tuple[int, int], ...]:
     return tuple((int(r[0]), _drafted(r)) for r in rows)
 
 
-def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 def compare(runs: Sequence[SpeedRun], prompts: Sequence[str], ks: Sequence) -> list[ScheduleEntry]:
     """Per prompt, every arm's median costed and measured ratio, the best fixed k by its costed figure, and each
     schedule (adaptive, heuristic) against it; adaptive against the heuristic too, with whether the two made the
@@ -69,8 +64,8 @@ def compare(runs: Sequence[SpeedRun], prompts: Sequence[str], ks: Sequence) -> l
 
 
 def _entry(mine: list[SpeedRun], name: str, ks: Sequence, fixed: list[int]) -> ScheduleEntry:
-    arms = {k: ArmFigures(costed=_median(x.costed for x in mine if x.k == k),
-                          measured=_median(x.ratio for x in mine if x.k == k)) for k in ks}
+    arms = {k: ArmFigures(costed=median_of(x.costed for x in mine if x.k == k),
+                          measured=median_of(x.ratio for x in mine if x.k == k)) for k in ks}
     entry = ScheduleEntry(prompt=name, arms={str(k): a for k, a in arms.items()})
     adaptive, heuristic = (arms.get(s) for s in SCHEDULES)
     costed_fixed = {k: arms[k].costed for k in fixed if arms[k].costed is not None}

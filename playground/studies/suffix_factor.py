@@ -3,18 +3,16 @@ from its saved JSON alone: what that script prints and what docs/*.md show (scri
 
 from __future__ import annotations
 
+from ..tables import fmt
+
 EXPERIMENT = "suffix-factor"
-
-
-def _f(x) -> str:
-    return "-" if x is None else f"{x:.2f}"
 
 
 def _cell(figures: dict | None, arms: list[str]) -> str:
     if figures is None:
         return "-"
-    tpp = " / ".join(_f(figures["tokens_per_pass"].get(a)) for a in arms)
-    best = "-" if figures["best_k"] is None else f"{_f(figures['best_speedup'])}x (k={figures['best_k']})"
+    tpp = " / ".join(fmt(figures["tokens_per_pass"].get(a)) for a in arms)
+    best = "-" if figures["best_k"] is None else f"{fmt(figures['best_speedup'])}x (k={figures['best_k']})"
     return f"{tpp}; {best}"
 
 

@@ -3,11 +3,9 @@ drawn from its saved JSON alone: what that script prints and what docs/*.md show
 
 from __future__ import annotations
 
+from ..tables import fmt
+
 EXPERIMENT = "trace-speed"
-
-
-def _f(x, fmt: str = ".2f") -> str:
-    return "-" if x is None else format(x, fmt)
 
 
 def markdown(doc: dict) -> str:
@@ -16,8 +14,8 @@ def markdown(doc: dict) -> str:
              "| drafter | k | measured speed-up, median (range) | predicted | costed | tokens per pass | c |",
              "|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
-        lines.append(f"| {r['drafter']} | {r['k']} | {_f(r['median'])}x ({_f(r['min'])}-{_f(r['max'])}) | "
-                     f"{_f(r['predicted'])} | {_f(r['costed'])} | {_f(r['tokens_per_pass'])} | {_f(r['c'], '.3f')} |")
+        lines.append(f"| {r['drafter']} | {r['k']} | {fmt(r['median'])}x ({fmt(r['min'])}-{fmt(r['max'])}) | "
+                     f"{fmt(r['predicted'])} | {fmt(r['costed'])} | {fmt(r['tokens_per_pass'])} | {fmt(r['c'], '.3f')} |")
     lines.append("")
     seen = {}
     for r in doc["rows"]:

@@ -4,7 +4,7 @@ speed-up), drawn from its saved JSON alone: what that script prints and what doc
 
 from __future__ import annotations
 
-from ..lab.common import markdown_table
+from ..tables import markdown_table
 
 EXPERIMENT = "adaptive-rules"
 

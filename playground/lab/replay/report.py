@@ -5,16 +5,8 @@ finishes and by `report FILE` for a saved result, from the same function."""
 from __future__ import annotations
 
 from ...results.replay import ReplayResult, ShapeRecommendation, ShapeSummary
+from ...tables import fmt, markdown_table
 from ..shapes import LABELS, SHAPES
-
-
-def _cell(x, spec=".2f") -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def _table(head, rows) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def header(result: ReplayResult) -> str:
@@ -50,17 +42,17 @@ def shape_table(result: ReplayResult, shape: ShapeSummary) -> str:
     head = ["drafter", *arms, "best k", "interval", "turns (exact)", "recommended k"]
     rows = []
     for drafter, row in shape.drafters.items():
-        rows.append([drafter, *(_cell(row.speedup.get(a)) for a in arms),
+        rows.append([drafter, *(fmt(row.speedup.get(a)) for a in arms),
                      "-" if row.best_k is None else f"k={row.best_k}: **{row.best_speedup:.2f}x**",
                      _interval(row.interval), f"{row.turns} ({row.exact_turns})",
                      str(row.recommended_k) if row.recommended_k is not None else "none"])
-    return _table(head, rows)
+    return markdown_table(head, rows)
 
 
 def _schema_cell(a) -> str:
     if a is None:
         return "-"
-    return f"{_cell(a.free)} / {_cell(a.constrained)}" + (f" ({a.speedup:.2f}x)" if a.speedup is not None else "")
+    return f"{fmt(a.free)} / {fmt(a.constrained)}" + (f" ({a.speedup:.2f}x)" if a.speedup is not None else "")
 
 
 def schema_lines(result: ReplayResult, shape: ShapeSummary) -> list[str]:
@@ -77,7 +69,7 @@ def schema_lines(result: ReplayResult, shape: ShapeSummary) -> list[str]:
         arms = result.arms
         rows = [[d, *(_schema_cell(cells.get(a)) for a in arms)] for d, cells in s.drafters.items()]
         lines += [("tokens per target pass, free / constrained (schema+ the drafter), and the constrained predicted "
-                  "speed-up over constrained plain"), "", _table(["drafter", *arms], rows)]
+                  "speed-up over constrained plain"), "", markdown_table(["drafter", *arms], rows)]
     return lines
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from ...drafters.adaptive import CostCurve
 from ...results.speed import Drift, PlainRun, SpeedRow, SpeedRun
 from ...results.trust import WARN, Finding, MachineLoad, TrustLimits, Verdict
+from ...tables import median_of
 from ..calibration import Timing
 from ..fit import explain_cell, predict_from_neighbours, reached, stop_limit
 from ..schedules import costed_ratio, decisions
@@ -96,11 +97,6 @@ def best_fixed(rows: list[SpeedRow]) -> SpeedRow:
     return max(fixed, key=lambda r: r.median_ratio)
 
 
-def _median(xs) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 def speed_row(k: int | str, runs: list[SpeedRun], timing_of: Callable[[str], Timing | None],
                prompt: str | None = None) -> SpeedRow:
     """Medians over the runs of one k (all prompts, or one): measured ratio, prediction beside it and
@@ -108,8 +104,8 @@ def speed_row(k: int | str, runs: list[SpeedRun], timing_of: Callable[[str], Tim
     rows = [x for x in runs if x.ratio is not None]
     row = SpeedRow(prompt=prompt, k=k, median_ratio=statistics.median(x.ratio for x in rows),
                    min_ratio=min(x.ratio for x in rows), max_ratio=max(x.ratio for x in rows),
-                   median_e2e_ratio=_median(x.e2e_ratio for x in rows), n=len(rows),
-                   alpha=_median(x.alpha for x in rows), median_costed=_median(x.costed for x in rows),
+                   median_e2e_ratio=median_of(x.e2e_ratio for x in rows), n=len(rows),
+                   alpha=median_of(x.alpha for x in rows), median_costed=median_of(x.costed for x in rows),
                    schema=schema_cell(rows))
     if isinstance(k, str):  # adaptive / heuristic: k varies by iteration; show how it was spread
         row.k_values = _choices(x.k_values for x in rows)
@@ -119,11 +115,11 @@ def speed_row(k: int | str, runs: list[SpeedRun], timing_of: Callable[[str], Tim
         # per-position acceptance, for a run of its length (see cost.predicted_speedup_finite), median.
         row.predicted_iid = statistics.median(timing_of(x.prompt).predict(row.alpha, k, source_iterations=
                                               x.source_iterations) for x in rows)
-        row.predicted_empirical = _median(x.predicted_empirical for x in rows)
+        row.predicted_empirical = median_of(x.predicted_empirical for x in rows)
         if row.predicted_empirical is not None:
             row.miss_empirical = row.median_ratio - row.predicted_empirical
         # the calibration's costs set to the level the other arms paid around each run (lab.fit)
-        row.predicted_local = _median(x.predicted_local for x in rows)
+        row.predicted_local = median_of(x.predicted_local for x in rows)
         if row.predicted_local is not None:
             row.miss_local = row.median_ratio - row.predicted_local
     return row

@@ -12,11 +12,10 @@ over constrained plain. Beside it, per k: tokens per target pass constrained aga
 
 from __future__ import annotations
 
-import statistics
-
 from ...core.records import RunSummary
 from ...drafters import registry
 from ...results.speed import ConstrainedRun, SchemaCell, SpeedResult, SpeedRun
+from ...tables import fmt, markdown_table, median_of
 
 SCHEMA = "|schema"
 
@@ -46,25 +45,16 @@ def constrained_run(summary: RunSummary, plain) -> ConstrainedRun:
                           finished=summary.finished)
 
 
-def _median(xs) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 def schema_cell(runs: list[SpeedRun]) -> SchemaCell | None:
     """Medians over the constrained runs of one k's runs (None: they ran free only)."""
     held = [x for x in runs if x.schema is not None]
     if not held:
         return None
     ratios = [x.schema.ratio for x in held if x.schema.ratio is not None]
-    return SchemaCell(median_ratio=_median(ratios), min_ratio=min(ratios, default=None),
-                      max_ratio=max(ratios, default=None), tokens_per_pass=_median(x.schema.tokens_per_pass for x in held),
-                      free_tokens_per_pass=_median(x.tokens_per_pass for x in held),
-                      forced_share=_median(x.schema.forced_share for x in held), n=len(held))
-
-
-def _f(x, spec=".2f") -> str:
-    return "-" if x is None else format(x, spec)
+    return SchemaCell(median_ratio=median_of(ratios), min_ratio=min(ratios, default=None),
+                      max_ratio=max(ratios, default=None), tokens_per_pass=median_of(x.schema.tokens_per_pass for x in held),
+                      free_tokens_per_pass=median_of(x.tokens_per_pass for x in held),
+                      forced_share=median_of(x.schema.forced_share for x in held), n=len(held))
 
 
 def schema_lines(doc: SpeedResult) -> list[str]:
@@ -75,11 +65,9 @@ def schema_lines(doc: SpeedResult) -> list[str]:
         return []
     head = ["k", "constrained speed-up (over constrained plain)", "min-max", "tokens/pass free",
             "tokens/pass constrained", "forced share"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        c = r.schema
-        spread = f"{c.min_ratio:.2f}-{c.max_ratio:.2f}" if c.min_ratio is not None else "-"
-        lines.append(f"| {r.k} | {_f(c.median_ratio)} | {spread} | {_f(c.free_tokens_per_pass)} | "
-                     f"{_f(c.tokens_per_pass)} | {_f(c.forced_share, '.0%')} |")
+    cells = [[str(r.k), fmt(r.schema.median_ratio),
+              f"{r.schema.min_ratio:.2f}-{r.schema.max_ratio:.2f}" if r.schema.min_ratio is not None else "-",
+              fmt(r.schema.free_tokens_per_pass), fmt(r.schema.tokens_per_pass), fmt(r.schema.forced_share, ".0%")]
+             for r in rows]
     return ["", (f"constrained to {doc.schema or 'a schema'}: each arm run again right after its free run, with the "
-            "schema's forced tokens proposed first; medians over every prompt's rounds"), "", *lines]
+            "schema's forced tokens proposed first; medians over every prompt's rounds"), "", markdown_table(head, cells)]
