@@ -24,7 +24,7 @@ import traceback
 
 from ..errors import PlaygroundError
 from ..experiments import experiment_named
-from .experiments import add_drafter_arg, add_lab_parsers
+from .experiments import add_drafter_arg, add_lab_parsers, add_sampling_args
 from .replay_args import add_replay_parser
 from .vllm import COMMANDS as VLLM_COMMANDS
 from .vllm import add_vllm_parsers
@@ -78,14 +78,7 @@ def build_parser(prog: str = "python -m playground") -> argparse.ArgumentParser:
     g.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram matched (default 3)")
     g.add_argument("--min-confidence", type=float, default=None,
                    help="a model drafter stops drafting after a token it gave less than this probability")
-    mode = g.add_mutually_exclusive_group()
-    mode.add_argument("--greedy", dest="sample", action="store_false", help="greedy decoding (default)")
-    mode.add_argument("--sample", dest="sample", action="store_true", help="sampling")
-    g.set_defaults(sample=False)
-    g.add_argument("--temperature", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=0, help="0 = off")
-    g.add_argument("--top-p", type=float, default=1.0, help="1 = off")
-    g.add_argument("--seed", type=int, default=0)
+    add_sampling_args(g, sample_help="sampling")
     g.add_argument("--max-new-tokens", type=int, default=None,
                    help="default: the preset's, or 64 (at most PLAYGROUND_MAX_NEW_TOKENS, default 2048)")
     g.add_argument("--compare-plain", action="store_true",
