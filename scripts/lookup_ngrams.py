@@ -23,7 +23,7 @@ from playground.core.engine import HEADLESS, speculative_generate
 from playground.core.proposal import EMPTY, Proposal
 from playground.core.records import Iteration, summarize
 from playground.drafters.proposers import PromptLookupProposer, lookup
-from playground.inputs.presets import load_presets
+from playground.inputs.presets import chosen_presets
 from playground.pairs.registry import choose_pair, load_choice
 
 
@@ -61,15 +61,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     assert lookup([1, 2, 3, 1, 2], 2, 2) == [3, 1]  # the library's lookup, most recent match first
     pair = load_choice(choose_pair(), progress=None)
-    by_kind = {}
-    for preset in load_presets().values():
-        by_kind.setdefault(preset.kind, preset)
+    presets = chosen_presets(None)  # one per kind
     print(f"prompt lookup at k = {args.k}, greedy, {pair.target_name}; cells: tokens per target pass "
           "(share of iterations that proposed, alpha)")
     print("| preset | " + " | ".join(SETTINGS) + " |")
     print("|---|" + "---|" * len(SETTINGS))
     per_setting: dict[str, list[float]] = {name: [] for name in SETTINGS}
-    for preset in by_kind.values():
+    for preset in presets:
         ids = preset.prompt_ids(pair.tokenizer)
         cells = []
         for name, make in SETTINGS.items():

@@ -10,7 +10,7 @@ import playground.drafters.proposers as proposers_mod
 import playground.lab.calibration_bench as calibration_mod
 from playground import lab
 from playground.cli.entry import build_parser
-from playground.cli.lab import _sampling
+from playground.cli.load import sampling_of
 from playground.core.sampling import GREEDY, SamplingConfig
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
 from playground.lab.calibration import (
@@ -192,5 +192,5 @@ def test_the_tab_finds_only_a_calibration_of_the_runs_decoding():
 
 def test_the_timing_command_takes_the_decoding():
     args = build_parser().parse_args(["timing", "--sample", "--temperature", "0.7", "--top-p", "0.9"])
-    assert _sampling(args).timing_label() == SAMPLED.timing_label()
-    assert _sampling(build_parser().parse_args(["timing"])).greedy
+    assert sampling_of(args).timing_label() == SAMPLED.timing_label()
+    assert sampling_of(build_parser().parse_args(["timing"])).greedy

@@ -11,14 +11,13 @@ import sys
 from ..constraints.schema import schema_from
 from ..core.engine import plain_generate
 from ..core.records import Iteration, RunSummary, describe_choices, prefill_note, summarize
-from ..core.sampling import SamplingConfig
 from ..drafters.adaptive import parse_k
 from ..envinfo import describe_setup, redact
 from ..inputs.presets import get_preset
 from ..inputs.text import check_prompt_text, read_prompt_file, token_pieces
 from ..limits import Limits
 from ..run import Finished, PreparedRun, RunSpec, prepare
-from .load import pair_from_args
+from .load import pair_from_args, sampling_of
 
 COLOURS = {"accepted": "\033[32m", "correction": "\033[1;31m", "bonus": "\033[1;36m", "plain": "",
            "forced": "\033[35m"}
@@ -56,8 +55,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def _spec(args: argparse.Namespace) -> tuple[RunSpec, Limits]:
     """The run `generate`'s arguments ask for, each checked (the schema too) before anything loads."""
     k = parse_k(args.k)
-    sampling = SamplingConfig(do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
-                              top_p=args.top_p, seed=args.seed)
+    sampling = sampling_of(args)
     limits = Limits.from_env()
     if args.max_new_tokens is not None:
         limits.check_max_new_tokens(args.max_new_tokens)

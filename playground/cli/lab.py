@@ -16,12 +16,11 @@ from functools import partial
 
 from ..constraints.schema import schema_from
 from ..core.engine import K_MAX
-from ..core.sampling import SamplingConfig
 from ..drafters.adaptive import parse_k
 from ..drafters.registry import make_proposer
 from ..envinfo import describe_setup, environment, redact
 from ..errors import PlaygroundError
-from ..inputs.presets import get_preset, load_presets
+from ..inputs.presets import chosen_presets
 from ..inputs.text import encode_prompt
 from ..lab import acceptance, calibrate, distribution, divergence, peers, speed, sweep
 from ..lab.batch import batch_predictions, batch_timing
@@ -36,7 +35,8 @@ from ..results.calibration import BatchPredictions, TimingResult
 from ..results.quality import AcceptanceResult, DistributionResult, DivergenceResult
 from ..results.speed import PeersResult, SpeedResult, SweepResult
 from ..run import compile_schema
-from .load import pair_from_args
+from .load import pair_from_args, sampling_of
+from .progress import progress_bar
 
 
 @dataclass
@@ -92,7 +92,7 @@ def timing_job(job: Job) -> TimingResult:
     n_max = max(job.fixed_ks) + 1
     batches = _parse_batches(job.args.batch)
     share = 1.0 if not batches else 0.4
-    t = calibrate(job.pair, ids, job.proposer(), CalibrationPlan(n_max=n_max, sampling=_sampling(job.args)),
+    t = calibrate(job.pair, ids, job.proposer(), CalibrationPlan(n_max=n_max, sampling=sampling_of(job.args)),
                   progress=lambda f, m: job.progress(share * f, m))
     batch = None
     if batches:
@@ -122,19 +122,13 @@ def _calibrations(job: Job, names: list[str]) -> dict:
     warpers, softmax and draws in every pass)."""
     n_max = (K_MAX if job.args.command == "sweep" or "adaptive" in job.ks else max(job.fixed_ks)) + 1
     share = 0.3 / len(names)
-    plan = CalibrationPlan(n_max=n_max, repeats=8, sampling=_sampling(job.args))
+    plan = CalibrationPlan(n_max=n_max, repeats=8, sampling=sampling_of(job.args))
     timings = {name: calibrate(job.pair, job.ids[name], job.proposer(name), plan,
                                progress=lambda f, m, i=i, name=name: job.progress(share * (i + f), f"{name}: {m}"))
                for i, name in enumerate(names)}
     if any(t.c > 1 for t in timings.values()):
         print("WARNING: the drafter's step is slower than the target's", file=sys.stderr)
     return timings
-
-
-def _sampling(args: argparse.Namespace) -> SamplingConfig:
-    """The decoding a lab command was asked for (--greedy / --sample and the warpers); checked by SamplingConfig."""
-    return SamplingConfig(do_sample=args.sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                          seed=args.seed)
 
 
 def _rest_of_bar(job: Job) -> Callable[[float, str], None]:
@@ -154,7 +148,7 @@ def _spread(job: Job, timings: dict) -> Callable[[int], None] | None:
     def recalibrate(_round: int) -> None:
         for name, ids in job.ids.items():
             made[name].append(calibrate(job.pair, ids, job.proposer(name),
-                                        CalibrationPlan(n_max=n_max, repeats=4, warmup=1, sampling=_sampling(job.args))))
+                                        CalibrationPlan(n_max=n_max, repeats=4, warmup=1, sampling=sampling_of(job.args))))
             timings[name] = pooled(made[name])
     return recalibrate
 
@@ -162,7 +156,7 @@ def _spread(job: Job, timings: dict) -> Callable[[int], None] | None:
 def speed_job(job: Job) -> SpeedResult:
     timings = _calibrations(job, list(job.ids))
     request = SpeedRequest(job.pair, job.ids, job.proposer, ks=job.ks, rounds=job.args.rounds,
-                           max_new_tokens=job.lengths, sampling=_sampling(job.args), timing=timings,
+                           max_new_tokens=job.lengths, sampling=sampling_of(job.args), timing=timings,
                            min_confidence=job.args.min_confidence, memory=job.args.memory,
                            plain_every=job.args.plain_every, **job.schema_options(),
                            proposers={n: partial(job.proposer, n) for n in job.ids} if job.trace else None)
@@ -174,14 +168,14 @@ def sweep_job(job: Job) -> SweepResult:
     name, ids = next(iter(job.ids.items()))
     timing = _calibrations(job, [name])[name]
     request = SpeedRequest(job.pair, {name: ids}, job.proposer, ks=job.ks, rounds=job.args.rounds,
-                           max_new_tokens=job.max_new, sampling=_sampling(job.args), timing=timing,
+                           max_new_tokens=job.max_new, sampling=sampling_of(job.args), timing=timing,
                            min_confidence=job.args.min_confidence, plain_every=job.args.plain_every,
                            **job.schema_options())
     return sweep(request, progress=_rest_of_bar(job))
 
 
 def acceptance_job(job: Job) -> AcceptanceResult:
-    return acceptance(job.pair, job.prompts, job.proposer, ks=job.ks, sampling=_sampling(job.args),
+    return acceptance(job.pair, job.prompts, job.proposer, ks=job.ks, sampling=sampling_of(job.args),
                       progress=job.progress)
 
 
@@ -190,7 +184,7 @@ def divergence_job(job: Job) -> DivergenceResult:
 
 
 def distribution_job(job: Job) -> DistributionResult:
-    return distribution(job.pair, job.ids, job.proposer, DistributionPlan(sampling=_sampling(job.args),
+    return distribution(job.pair, job.ids, job.proposer, DistributionPlan(sampling=sampling_of(job.args),
                                                                           draws=job.args.draws), job.progress)
 
 
@@ -222,7 +216,7 @@ def cmd_lab(args: argparse.Namespace, run: Callable[[Job], Result | dict], defau
     print(redact(f"# {pair.target_name} | drafter: {drafter} | {setup}"), file=sys.stderr)
     print("# memory: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in memory.items()
                                     if isinstance(v, int)), file=sys.stderr)
-    job = Job(args=args, pair=pair, ks=ks, prompts=prompts, progress=_progress_bar(), memory=memory, trace=trace)
+    job = Job(args=args, pair=pair, ks=ks, prompts=prompts, progress=progress_bar(), memory=memory, trace=trace)
     result = run(job)
     print(experiment_text(result, setup, kinds={name: kind for name, (kind, _, _) in prompts.items() if kind != name}))
     if args.out:
@@ -276,14 +270,8 @@ def _lab_prompts(pair: ModelPair, args: argparse.Namespace) -> dict[str, tuple[s
     (the first by name)."""
     if args.prompt is not None:
         return {"prompt": ("prompt", encode_prompt(pair.tokenizer, args.prompt), args.max_new_tokens or 64)}
-    if args.preset:
-        chosen = [get_preset(name) for name in args.preset]
-    else:
-        by_kind = {}
-        for preset in load_presets().values():
-            by_kind.setdefault(preset.kind, preset)
-        chosen = list(by_kind.values())
-    return {p.name: (p.kind, p.prompt_ids(pair.tokenizer), args.max_new_tokens or p.max_new_tokens) for p in chosen}
+    return {p.name: (p.kind, p.prompt_ids(pair.tokenizer), args.max_new_tokens or p.max_new_tokens)
+            for p in chosen_presets(args.preset)}
 
 
 def _parse_ks(text: str | None, default) -> tuple:
@@ -297,23 +285,3 @@ def _parse_ks(text: str | None, default) -> tuple:
     if not any(isinstance(k, int) for k in ks):
         raise PlaygroundError(f"--ks needs at least one fixed k (an integer 1..16) besides adaptive/heuristic, got {text!r}")
     return ks
-
-
-def _progress_bar() -> Callable[[float, str], None]:
-    """Progress on stderr: a bar redrawn in place on a terminal, else a line per 10%."""
-    tty = sys.stderr.isatty()
-    last = [-1]
-
-    def show(fraction: float, message: str) -> None:
-        pct = int(fraction * 100)
-        if tty:
-            bar = "#" * (pct // 4) + "." * (25 - pct // 4)
-            sys.stderr.write(f"\r[{bar}] {pct:3d}% {message[:60]:60}")
-            if fraction >= 1:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-        elif pct // 10 != last[0]:
-            last[0] = pct // 10
-            print(f"[{pct:3d}%] {message}", file=sys.stderr)
-
-    return show

@@ -1,5 +1,6 @@
 """The model pair a command runs on, chosen by its --pair / --target / --draft / --device / --dtype /
---device-map / --kernels / --threads arguments and loaded with its progress and memory warnings on stderr."""
+--device-map / --kernels / --threads arguments and loaded with its progress and memory warnings on stderr; and the
+decoding its --greedy / --sample and warper arguments ask for."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 
 import torch
 
+from ..core.sampling import SamplingConfig
 from ..errors import PlaygroundError
 from ..pairs.models import ModelPair
 from ..pairs.registry import Placement, choose_pair, load_choice
@@ -29,3 +31,9 @@ def pair_from_args(args: argparse.Namespace, quiet: bool = False) -> ModelPair:
     for warning in pair.memory_report().get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     return pair
+
+
+def sampling_of(args: argparse.Namespace) -> SamplingConfig:
+    """The decoding a command was asked for (--greedy / --sample and the warpers); checked by SamplingConfig."""
+    return SamplingConfig(do_sample=args.sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          seed=args.seed)

@@ -22,7 +22,7 @@ from ..pairs.models import resolve_device, resolve_dtype
 from ..pairs.registry import EMBEDDED_HUB, get_pair_spec
 from ..pairs.synthetic import pair_ratios, random_pair
 from ..results.calibration import PairShape
-from .lab import _progress_bar
+from .progress import progress_bar
 
 EMBEDDED_WORDS = ("embedded", "int8")
 
@@ -84,7 +84,7 @@ def cmd_random_timing(args: argparse.Namespace) -> int:
             if model is not None:
                 kernels[role] = choose_kernels(model, getattr(args, "kernels", None))
     result = time_forwards(pair, arms=arms, context=args.context, n_max=n_max, rounds=args.rounds,
-                           repeats=args.repeats, progress=_progress_bar())
+                           repeats=args.repeats, progress=progress_bar())
     ratios = pair_ratios(target, draft) if draft else None
     env = environment()
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else env.cpu

@@ -27,8 +27,8 @@ from ..lab.replay import (
 )
 from ..lab.report import report
 from ..limits import Limits
-from .lab import _progress_bar  # the lab commands' progress bar, shared so every command draws the same one
-from .load import pair_from_args
+from .load import pair_from_args, sampling_of
+from .progress import progress_bar
 from .replay_args import CONTROLLERS
 
 
@@ -51,8 +51,7 @@ def _controllers(text: str) -> list[str]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     ks, controllers = _ks(args.ks), _controllers(args.controllers)
-    sampling = SamplingConfig(do_sample=args.sample, temperature=args.temperature, top_k=args.top_k,
-                              top_p=args.top_p, seed=args.seed)
+    sampling = sampling_of(args)
     if args.file is None and not args.preset and args.text is None:
         raise PlaygroundError("give a trace FILE, --preset NAME or --text PROMPT to replay")
     if args.max_ngram < 1:
@@ -77,7 +76,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         turns.append(text_turn(pair, args.text, args.max_new_tokens or 64))
     if not turns:
         raise PlaygroundError(f"nothing to replay: {len(errors)} bad lines and no turn")
-    bar = _progress_bar()
+    bar = progress_bar()
     timing_of = calibrate_all(pair, turns, drafters, args.max_ngram, args.calibration, lambda f, m: bar(0.3 * f, m),
                               sampling)
     options = ReplayOptions(drafters=drafters, ks=ks, controllers=controllers, timing_of=timing_of,

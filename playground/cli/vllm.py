@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ..errors import PlaygroundError
+from .progress import progress_bar
 
 COMMANDS = ("vllm-sweep", "vllm-serve", "vllm-report")
 
@@ -139,15 +140,9 @@ def _interrupt(signum, frame) -> None:
 def _sweep(args: argparse.Namespace) -> int:
     from ..backends.vllm_report import report_text  # on use (see entry._dispatch)
     from ..backends.vllm_sweep import SweepPlan, run_sweep  # on use, as above
-    from ..inputs.presets import get_preset, load_presets  # on use, as above
+    from ..inputs.presets import chosen_presets  # on use, as above
 
-    if args.preset:
-        presets = [get_preset(name) for name in args.preset]
-    else:
-        by_kind: dict = {}
-        for preset in load_presets().values():
-            by_kind.setdefault(preset.kind, preset)
-        presets = list(by_kind.values())
+    presets = chosen_presets(args.preset)
     external = None
     if args.plain_url or args.spec_url or args.spec:
         from ..backends.vllm_server import parse_spec_config  # on use, as above
@@ -175,7 +170,7 @@ def _sweep(args: argparse.Namespace) -> int:
         from ..pairs.loading import load_pair  # imports torch: only with --our-loop
 
         our_pair = load_pair(str(plan.model), None, device="cpu", dtype="float32", progress=None)
-    result = run_sweep(plan, progress=_progress(), log=lambda m: print(m, file=sys.stderr), our_pair=our_pair)
+    result = run_sweep(plan, progress=progress_bar(every_tick=True), log=lambda m: print(m, file=sys.stderr), our_pair=our_pair)
     result.command = "python -m playground " + shlex.join(args.argv)
     text = report_text(result)
     print(text)
@@ -186,19 +181,3 @@ def _sweep(args: argparse.Namespace) -> int:
         Path(args.markdown).write_text(text)
         print(f"wrote {args.markdown}", file=sys.stderr)
     return 0
-
-
-def _progress():
-    """Progress on stderr: a bar redrawn in place on a terminal, else one line per step."""
-    tty = sys.stderr.isatty()
-
-    def show(fraction: float, message: str) -> None:
-        pct = int(fraction * 100)
-        if tty:
-            bar = "#" * (pct // 4) + "." * (25 - pct // 4)
-            sys.stderr.write(f"\r[{bar}] {pct:3d}% {message[:60]:60}" + ("\n" if fraction >= 1 else ""))
-            sys.stderr.flush()
-        else:
-            print(f"[{pct:3d}%] {message}", file=sys.stderr)
-
-    return show

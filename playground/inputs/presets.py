@@ -261,6 +261,16 @@ def get_preset(name: str, directory: str | Path | None = None) -> Preset:
     return load_preset(path)
 
 
+def chosen_presets(names: list[str] | None) -> list[Preset]:
+    """The presets named, else one per kind (the first by name): what a command runs without --preset."""
+    if names:
+        return [get_preset(name) for name in names]
+    by_kind: dict[str, Preset] = {}
+    for preset in load_presets().values():
+        by_kind.setdefault(preset.kind, preset)
+    return list(by_kind.values())
+
+
 # --- checking outputs ------------------------------------------------------------------------------
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
