@@ -18,8 +18,8 @@ from playground.core.records import (
     PLAIN,
     Iteration,
     Prefill,
+    Record,
     Step,
-    record_from_dict,
     record_to_dict,
     summarize,
 )
@@ -161,6 +161,17 @@ def test_records_are_consistent(pair64):
     assert its[-1].finished == "length" and all(it.finished is None for it in its[:-1])
     # records survive a JSON round trip
     assert [record_from_dict(record_to_dict(r)) for r in recs] == recs
+
+
+def record_from_dict(d: dict) -> Record:
+    """A record back from record_to_dict's JSON (what generate --json and the browser's Download write)."""
+    d = dict(d)
+    kind = d.pop("type")
+    cls = {"Prefill": Prefill, "Iteration": Iteration, "Step": Step}[kind]
+    for name, value in list(d.items()):
+        if isinstance(value, list):
+            d[name] = tuple(value)
+    return cls(**d)
 
 
 def test_summary_from_records(pair64):

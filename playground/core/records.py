@@ -264,13 +264,3 @@ def summarize(records: Iterable[Record]) -> RunSummary:
 
 def record_to_dict(record: Record) -> dict:
     return {**dataclasses.asdict(record), "type": type(record).__name__}
-
-
-def record_from_dict(d: dict) -> Record:
-    d = dict(d)
-    kind = d.pop("type")
-    cls = {"Prefill": Prefill, "Iteration": Iteration, "Step": Step}[kind]
-    for name, value in list(d.items()):
-        if isinstance(value, list):
-            d[name] = tuple(value)
-    return cls(**d)

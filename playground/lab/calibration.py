@@ -129,13 +129,6 @@ class Timing:
         return _RECORD.dump_python(self.record(), mode="json")
 
     @classmethod
-    def of(cls, record: TimingRecord) -> Timing:
-        """The calibration a saved record measured (what follows from it is computed again, from its samples)."""
-        return cls(target_step_s=record.target_step_s, verify_s=record.verify_s, draft_step_s=record.draft_step_s,
-                   context_tokens=record.context_tokens, raw=record.raw, draft_call_s=record.draft_call_s,
-                   source_s=record.source_s, sampling=record.sampling)
-
-    @classmethod
     def from_dict(cls, d: dict) -> Timing | None:
         """A Timing from a saved calibration's JSON (its `to_dict()`, or any with the measured fields); None if it
         does not fit."""
