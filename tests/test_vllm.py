@@ -341,13 +341,12 @@ def test_our_lookup_against_vllms_ngram_on_the_same_output(spec, model_dir):
     assert x.our_lookup.accepted > 0 and 0 <= x.contexts_proposing_differently <= x.contexts
     # Our own loop on the same prompt ids: where its greedy output is vLLM's, the replay of our rule is exactly it.
     pair = load_pair(str(model_dir), None, device="cpu", dtype="float32", progress=None)
-    loop = run_our_loop(pair, ids, 4, 1, 3, req.completion_tokens)
-    if loop.output == list(req.token_ids):
+    loop = run_our_loop(pair, ids, 4, 1, 3, req.completion_tokens, req.token_ids)
+    if loop.same_output_as_vllm:
         ours = x.our_lookup
         assert (loop.accepted, loop.drafted, loop.verify_steps) == (ours.accepted, ours.drafted, ours.verify_steps)
-    else:  # a floating-point near-tie between the two engines: say where, do not compare acceptance
-        at = next(i for i, (a, b) in enumerate(zip(loop.output, req.token_ids)) if a != b)
-        print(f"our loop and vLLM part at output token {at}")
+    else:  # a floating-point near-tie between the two engines: say so, do not compare acceptance
+        print("our loop's greedy output is not vLLM's (a floating-point near-tie)")
 
 
 @needs_vllm

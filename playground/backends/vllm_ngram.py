@@ -27,14 +27,10 @@ from .vllm_steps import VllmSpecMetrics
 Propose = Callable[[Sequence[int], int], list[int]]
 
 
-def vllm_ngram_propose(tokens: Sequence[int], k: int, min_n: int, max_n: int, max_model_len: int | None = None) -> list[int]:
+def vllm_ngram_propose(tokens: Sequence[int], k: int, min_n: int, max_n: int) -> list[int]:
     """What vLLM's n-gram proposer drafts after `tokens` (the whole context: prompt and output so far)."""
     total = len(tokens)
-    if total < min_n:
-        return []
-    if max_model_len is not None:
-        k = min(k, max_model_len - total)
-    if k <= 0:
+    if total < min_n or k <= 0:
         return []
     best_n, best_start = 0, -1
     # A match starts at s and ends before the last token (its continuation is never empty). Earliest start
@@ -133,9 +129,8 @@ def replay_ngram(prompt: Sequence[int], output: Sequence[int], k: int, propose: 
     return Replay(tuple(steps), tuple(proposals))
 
 
-def replay_vllm(prompt: Sequence[int], output: Sequence[int], k: int, min_n: int, max_n: int,
-                max_model_len: int | None = None) -> Replay:
-    return replay_ngram(prompt, output, k, lambda t, kk: vllm_ngram_propose(t, kk, min_n, max_n, max_model_len))
+def replay_vllm(prompt: Sequence[int], output: Sequence[int], k: int, min_n: int, max_n: int) -> Replay:
+    return replay_ngram(prompt, output, k, lambda t, kk: vllm_ngram_propose(t, kk, min_n, max_n))
 
 
 def check_replay(rep: Replay, spec: VllmSpecMetrics | None) -> tuple[bool, str]:
@@ -155,11 +150,10 @@ def check_replay(rep: Replay, spec: VllmSpecMetrics | None) -> tuple[bool, str]:
 
 
 def compare_lookup(prompt: Sequence[int], output: Sequence[int], k: int, min_n: int, max_n: int,
-                   spec: VllmSpecMetrics | None,
-                   stop_ids: Sequence[int] = (), max_model_len: int | None = None) -> LookupCrosscheck:
+                   spec: VllmSpecMetrics | None, stop_ids: Sequence[int] = ()) -> LookupCrosscheck:
     """vLLM's n-gram (as vLLM reported it, and as replayed) against our lookup with the same n-gram range, on
     the same greedy output: drafts, acceptance, and the steps where the two rules proposed differently."""
-    theirs = replay_vllm(prompt, output, k, min_n, max_n, max_model_len)
+    theirs = replay_vllm(prompt, output, k, min_n, max_n)
     ok, why = check_replay(theirs, spec)
     ours = replay_ngram(prompt, output, k, our_lookup_propose(max_n, min_n, stop_ids), ours=True)
     # Same contexts, both rules: how often they would have drafted differently.
@@ -168,7 +162,7 @@ def compare_lookup(prompt: Sequence[int], output: Sequence[int], k: int, min_n: 
     tokens = list(prompt) + list(output[:1])
     for x in output[1:]:
         contexts += 1
-        differ += vllm_ngram_propose(tokens, k, min_n, max_n, max_model_len) != ours_rule(tokens, k)
+        differ += vllm_ngram_propose(tokens, k, min_n, max_n) != ours_rule(tokens, k)
         tokens.append(x)
     reported = None
     if spec:
@@ -182,27 +176,10 @@ def compare_lookup(prompt: Sequence[int], output: Sequence[int], k: int, min_n: 
                             our_lookup=ours.summary(), contexts=contexts, contexts_proposing_differently=differ)
 
 
-@dataclass(frozen=True)
-class OurLoopRun:
-    """Our own loop's greedy run: its output and acceptance."""
-
-    output: list[int]
-    verify_steps: int
-    drafted: int
-    accepted: int
-    alpha: float | None
-    histogram: dict[str, int]
-
-    def beside(self, vllm_output: Sequence[int]) -> OurLoopCheck:
-        """The run as the cross-check records it: its figures and whether its output is vLLM's."""
-        return OurLoopCheck(verify_steps=self.verify_steps, drafted=self.drafted, accepted=self.accepted,
-                            alpha=self.alpha, histogram=self.histogram,
-                            same_output_as_vllm=self.output == list(vllm_output))
-
-
-def run_our_loop(pair, prompt: Sequence[int], k: int, min_n: int, max_n: int, max_new_tokens: int) -> OurLoopRun:
-    """Our own loop (playground.core.engine) with our lookup on the same prompt, greedy: its output and acceptance,
-    to set beside a vLLM request's (its output may differ from vLLM's at floating-point near-ties)."""
+def run_our_loop(pair, prompt: Sequence[int], k: int, min_n: int, max_n: int, max_new_tokens: int,
+                 vllm_output: Sequence[int]) -> OurLoopCheck:
+    """Our own loop (playground.core.engine) with our lookup on the same prompt, greedy: its acceptance beside a
+    vLLM request's, and whether its output is vLLM's `vllm_output` (it may differ at floating-point near-ties)."""
     from ..core.engine import HEADLESS, speculative_generate  # imports torch: only for this cross-check
     from ..core.records import Iteration, summarize  # as above
     from ..drafters.proposers import PromptLookupProposer  # as above
@@ -211,6 +188,7 @@ def run_our_loop(pair, prompt: Sequence[int], k: int, min_n: int, max_n: int, ma
                                         max_new_tokens=max_new_tokens, options=HEADLESS))
     s = summarize(records)
     output = [t for r in records if isinstance(r, Iteration) for t in r.emitted]
-    return OurLoopRun(output=output, verify_steps=sum(1 for r in records if isinstance(r, Iteration) and r.proposed),
-                      drafted=s.proposed, accepted=s.accepted, alpha=s.alpha,
-                      histogram={str(a): n for a, n in s.accepted_length_histogram.items()})
+    return OurLoopCheck(verify_steps=sum(1 for r in records if isinstance(r, Iteration) and r.proposed),
+                        drafted=s.proposed, accepted=s.accepted, alpha=s.alpha,
+                        histogram={str(a): n for a, n in s.accepted_length_histogram.items()},
+                        same_output_as_vllm=output == list(vllm_output))

@@ -317,8 +317,8 @@ def _cell(preset: Preset, spec_cfg: SpecConfig, c: int, r: int, ids: Sequence[in
         lo, hi = spec_cfg.prompt_lookup_min, spec_cfg.prompt_lookup_max
         x = compare_lookup(ids, list(req.token_ids), spec_cfg.k, lo, hi, req.spec_metrics, stop_ids=EOS_IDS)
         if crosscheck is not None:
-            loop = run_our_loop(crosscheck, ids, spec_cfg.k, lo, hi, req.completion_tokens)
-            x = replace(x, our_loop=loop.beside(req.token_ids))
+            x = replace(x, our_loop=run_our_loop(crosscheck, ids, spec_cfg.k, lo, hi, req.completion_tokens,
+                                                 req.token_ids))
     return VllmCell(preset=preset.name, kind=preset.kind, method=spec_cfg.method, k=spec_cfg.k,
                     spec_config=spec_cfg.to_dict(), concurrency=c, round=r,
                     first_arm="plain" if r % 2 == 0 else "spec", prompt_tokens=len(ids),
