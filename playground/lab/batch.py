@@ -24,6 +24,7 @@ from transformers import DynamicCache
 from ..core.clock import Clock
 from ..envinfo import environment
 from ..results.calibration import BatchResult, BatchRow, Spread
+from ..tables import markdown_table
 from .common import Progress, tick
 from .whatif import whatif
 
@@ -83,18 +84,16 @@ def batch_table(result: BatchResult, setup: str) -> str:
     ns = sorted({n for row in result.rows for n in row.v})
     lines = [(f"batch ({setup}; context {result.context_tokens} tokens; medians of {result.repeats}; v_B(n) is a "
              f"pass over n tokens per sequence / that batch's one-token step)"), ""]
-    lines.append("| B | step, ms | per sequence, ms | " + " | ".join(f"v({n})" for n in ns)
-                 + f" | nearly free (v <= {result.threshold}) up to k |")
-    lines.append("|---|---|---|" + "---|" * len(ns) + "---|")
-    for row in result.rows:
-        lines.append(f"| {row.batch} | {1000 * row.step_s:.1f} | {1000 * row.step_per_sequence_s:.1f} | "
-                     + " | ".join(f"{row.v[n]:.2f}" for n in ns) + f" | {row.free_up_to_k} |")
+    lines.append(markdown_table(
+        ["B", "step, ms", "per sequence, ms", *(f"v({n})" for n in ns), f"nearly free (v <= {result.threshold}) up to k"],
+        [[str(row.batch), f"{1000 * row.step_s:.1f}", f"{1000 * row.step_per_sequence_s:.1f}",
+          *(f"{row.v[n]:.2f}" for n in ns), str(row.free_up_to_k)] for row in result.rows]))
     p = result.predictions
     if p is not None:
         ks = sorted({k for by_k in p.by_batch.values() for k in by_k})
-        lines += ["", f"predicted speed-up at alpha = {p.alpha}, c = {p.c:.2f} (the drafter timed at batch 1)",
-                  "", "| B | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
-        for b, by_k in p.by_batch.items():
-            lines.append(f"| {b} | " + " | ".join(f"{by_k[k]:.2f}" if k in by_k else "-" for k in ks) + " |")
+        lines += ["", f"predicted speed-up at alpha = {p.alpha}, c = {p.c:.2f} (the drafter timed at batch 1)", "",
+                  markdown_table(["B", *(f"k={k}" for k in ks)],
+                                 [[str(b), *(f"{by_k[k]:.2f}" if k in by_k else "-" for k in ks)]
+                                  for b, by_k in p.by_batch.items()])]
     lines += ["", "The loop runs batch 1; batched serving with speculation is measured on vLLM."]
     return "\n".join(lines)

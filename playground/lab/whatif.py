@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from ..core import cost
 from ..errors import PlaygroundError
 from ..results.calibration import WhatifGridRow, WhatifResult, WhatifRow
+from ..tables import markdown_table
 
 ALPHAS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 
@@ -77,16 +78,14 @@ def whatif_text(result: WhatifResult) -> str:
         f"v({n}) = {x:.2f}" for n, x in result.v.items())
     lines = [(f"what if: {what}; drafter c = {result.c:.3f} per token + {result.overhead:.3f} per call; "
              f"verification {v} (predictions from the cost model, not measurements)"), ""]
-    lines.append("| k | predicted speed-up | tokens per pass | break-even alpha |\n|---|---|---|---|")
-    for r in result.rows:
-        be = "never" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}"
-        lines.append(f"| {r.k} | {r.speedup:.2f} | {r.tokens_per_pass:.2f} | {be} |")
+    lines.append(markdown_table(["k", "predicted speed-up", "tokens per pass", "break-even alpha"], [
+        [str(r.k), f"{r.speedup:.2f}", f"{r.tokens_per_pass:.2f}",
+         "never" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}"] for r in result.rows]))
     lines.append("")
     lines.append(f"best k: {result.best_k} ({result.best_speedup:.2f}x)" if result.best_k
                  else f"no k pays: the best is {result.best_speedup:.2f}x, below plain decoding")
     ks = result.ks
     lines += ["", "predicted speed-up over alpha x k", "",
-              "| alpha | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
-    for g in result.grid:
-        lines.append(f"| {g.alpha:.2f} | " + " | ".join(f"{g.speedups[k]:.2f}" for k in ks) + " |")
+              markdown_table(["alpha", *(f"k={k}" for k in ks)],
+                             [[f"{g.alpha:.2f}", *(f"{g.speedups[k]:.2f}" for k in ks)] for g in result.grid])]
     return "\n".join(lines)

@@ -4,6 +4,8 @@ or copied from the target)), drawn from its saved JSON alone: what that script p
 
 from __future__ import annotations
 
+from ..tables import markdown_table
+
 EXPERIMENT = "prefill-kv"
 
 
@@ -26,8 +28,7 @@ def markdown(doc: dict) -> str:
             f"{doc['machine']['other_cores']:.2f} cores); k = {doc['k']}, {doc['max_new_tokens']} new tokens, "
             f"{doc['rounds']} rounds, greedy, a first call (drafter KV empty); median (min-max) of speculative / "
             "plain of the same round; gain: median per-round difference to \"off\"; prefill: median ms")
-    lines = [("| preset (prompt tokens) | drafter | drafter's prompt | end to end | decode only | gain vs off | "
-              "target prefill | drafter prefill |"), "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for r in doc["rows"]:
         if r["arm"] == "plain":
             continue
@@ -35,7 +36,8 @@ def markdown(doc: dict) -> str:
         drafter = f"{r['drafter_total_ms']:.0f} ms"
         if r["overlapped"]:
             drafter += f" ({r['drafter_not_hidden_ms']:.0f} not hidden)"
-        lines.append(f"| {r['preset']} ({doc['prompt_tokens'][r['preset']]}) | {r['drafter']} | {_label(r['arm'])} | "
-                     f"{f'**{e2e}**' if r['arm'] == 'shared' else e2e} | {_cell(r['decode_ratio'])} | "
-                     f"{_cell(r['gain_vs_off'], '+')} | {r['target_ms']:.0f} ms | {drafter} |")
-    return head + "\n\n" + "\n".join(lines)
+        rows.append([f"{r['preset']} ({doc['prompt_tokens'][r['preset']]})", r["drafter"], _label(r["arm"]),
+                     f"**{e2e}**" if r["arm"] == "shared" else e2e, _cell(r["decode_ratio"]),
+                     _cell(r["gain_vs_off"], "+"), f"{r['target_ms']:.0f} ms", drafter])
+    return head + "\n\n" + markdown_table(["preset (prompt tokens)", "drafter", "drafter's prompt", "end to end",
+                                            "decode only", "gain vs off", "target prefill", "drafter prefill"], rows)

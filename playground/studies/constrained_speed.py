@@ -33,6 +33,7 @@ from ..errors import PlaygroundError
 from ..lab.common import new_tokens, rotated
 from ..lab.speed.run import bracketed, plain_at  # the plain speed at a run's moment, and the plain runs' places
 from ..lab.trust import MachineMonitor, Verdict
+from ..tables import markdown_table
 
 EXPERIMENT = "constrained-speed"
 PLAIN = "plain"
@@ -290,20 +291,16 @@ def markdown(doc: dict) -> str:
             "empty); "
             f"{doc['equal_outputs']} constrained runs, each equal to constrained plain. Median [interquartile range]; "
             f"speed-ups are tokens/s over plain decoding of the same kind (free or constrained) at the run's moment")
-    lines = [("| preset | output tokens | forced share, schema+best | mask per token (ms) | target step (ms) "
-              "| mask / step | constrained plain / plain | best drafter | schema+best / best |"),
-             "|---|---|---|---|---|---|---|---|---|"]
+    presets = []
     for name, s in doc["summary"].items():
         best = s["drafters"].get(s["best"]) or {}
-        share = "-" if s["mask_share"] is None else f"{s['mask_share']:.2%}"
-        lines.append(f"| {name} | {_q(s.get('output_tokens'), '.0f')} | {_share(best.get('forced_share'))} "
-                     f"| {_q(s['mask_ms'], '.3f')} "
-                     f"| {_q(s['step_ms'], '.1f')} | {share} | {_q(s['constrained_plain'])} | {s['best'] or '-'} "
-                     f"| {_q(best.get('schema_over_alone'))} |")
-    lines += ["", ("| preset | drafter X | X, free | X, constrained | schema+X, constrained | schema+X / X | "
-              "forced share |"), "|---|---|---|---|---|---|---|"]
-    for name, s in doc["summary"].items():
-        for x, r in s["drafters"].items():
-            lines.append(f"| {name} | {x} | {_q(r['free'])} | {_q(r['constrained'])} | {_q(r['schema_constrained'])} "
-                         f"| {_q(r['schema_over_alone'])} | {_share(r['forced_share'])} |")
-    return "\n".join([head, "", *lines, "", *_goals(doc)])
+        presets.append([name, _q(s.get("output_tokens"), ".0f"), _share(best.get("forced_share")), _q(s["mask_ms"], ".3f"),
+                        _q(s["step_ms"], ".1f"), "-" if s["mask_share"] is None else f"{s['mask_share']:.2%}",
+                        _q(s["constrained_plain"]), s["best"] or "-", _q(best.get("schema_over_alone"))])
+    drafters = [[name, x, _q(r["free"]), _q(r["constrained"]), _q(r["schema_constrained"]), _q(r["schema_over_alone"]),
+                 _share(r["forced_share"])] for name, s in doc["summary"].items() for x, r in s["drafters"].items()]
+    return "\n".join([head, "", markdown_table(
+        ["preset", "output tokens", "forced share, schema+best", "mask per token (ms)", "target step (ms)", "mask / step",
+         "constrained plain / plain", "best drafter", "schema+best / best"], presets), "", markdown_table(
+        ["preset", "drafter X", "X, free", "X, constrained", "schema+X, constrained", "schema+X / X", "forced share"],
+        drafters), "", *_goals(doc)])

@@ -3,6 +3,8 @@ the JSON presets' schemas), drawn from its saved JSON alone: what docs/constrain
 
 from __future__ import annotations
 
+from ..tables import markdown_table
+
 EXPERIMENT = "grammar-libraries"
 
 
@@ -14,16 +16,14 @@ def _span(values, fmt: str = ".2f") -> str:
     return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
 
 
-def _row(name: str, lib: dict, first: str) -> str:
+def _row(name: str, lib: dict, first: str) -> list[str]:
     masks = lib.get("mask_ms") or {}
     medians, means = [m["median"] for m in masks.values()], [m["mean"] for m in masks.values()]
     rolls = lib.get("rollback") or {}
     rollback = "yes" if rolls and all(rolls.values()) else ("no" if rolls else "-")
     forced = (lib.get("forced_at_start") or {}).get(first) or "-"
-    return (f"| {name} {lib.get('version', '')} | {lib.get('tokenizer', '-')} "
-            f"| {_span((lib.get('compile_ms') or {}).values())} "
-            f"| {_span(medians, '.3f')} / {_span(means, '.3f')} "
-            f"| {rollback} | `{forced}` |")
+    return [f"{name} {lib.get('version', '')}", lib.get("tokenizer", "-"), _span((lib.get("compile_ms") or {}).values()),
+            f"{_span(medians, '.3f')} / {_span(means, '.3f')}", rollback, f"`{forced}`"]
 
 
 def markdown(doc: dict) -> str:
@@ -33,7 +33,6 @@ def markdown(doc: dict) -> str:
     env = doc.get("environment") or {}
     head = (f"{env.get('cpu', 'cpu')}, {env.get('torch_threads', '?')} torch threads; presets "
             f"{', '.join(doc['presets'])}; the mask as a bool tensor over the tokenizer's vocabulary")
-    rows = [("| library | the tokenizer | compile (ms) | mask per token, median / mean (ms) | rolls back "
-            f"| forced at the start ({first}) |"), "|---|---|---|---|---|---|"]
-    rows += [_row(name, lib, first) for name, lib in doc["libraries"].items()]
-    return head + "\n\n" + "\n".join(rows)
+    return head + "\n\n" + markdown_table(
+        ["library", "the tokenizer", "compile (ms)", "mask per token, median / mean (ms)", "rolls back",
+         f"forced at the start ({first})"], [_row(name, lib, first) for name, lib in doc["libraries"].items()])

@@ -4,6 +4,8 @@ shape), drawn from its saved JSON alone: what that script prints and what docs/*
 
 from __future__ import annotations
 
+from ..tables import markdown_table
+
 EXPERIMENT = "suffix-history"
 
 
@@ -32,15 +34,15 @@ def markdown(doc: dict) -> str:
     history added per shape, and the calibrations' verdicts."""
     arms = doc["arms"]
     ks = " / ".join(a[2:] for a in arms)
-    head = (f"| shape (turns) | drafter | tokens per pass, k = {ks} | predicted speed-up, k = {ks} | best k |\n"
-            "|---|---|---|---|---|")
-    lines, history = [doc["header"], "", head], []
+    rows, history = [], []
     for group in doc["groups"].values():
         for drafter, row in group["rows"].items():
             best = "-" if row["best_k"] is None else f"k={row['best_k']}: {row['best_speedup']:.2f}x"
-            lines.append(f"| {group['label']} ({group['turns']}) | {drafter} | {_cells(row['tokens_per_pass'], arms)} | "
-                         f"{_cells(row['speedup'], arms)} | {best} |")
+            rows.append([f"{group['label']} ({group['turns']})", drafter, _cells(row["tokens_per_pass"], arms),
+                         _cells(row["speedup"], arms), best])
         history.append(f"{group['label']}: {_history(doc, group)}")
+    head = ["shape (turns)", "drafter", f"tokens per pass, k = {ks}", f"predicted speed-up, k = {ks}", "best k"]
+    lines = [doc["header"], "", markdown_table(head, rows)]
     lines += ["", f"what the cache of earlier responses added to tokens per pass at {arms[-1]}: " + "; ".join(history)]
     lines += [f"calibration of {d}: {h}" for d, h in doc["trust"].items()]
     return "\n".join(lines)
