@@ -13,10 +13,10 @@ Pure arithmetic on records and summaries (no torch, no timing here): the CLI, th
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..tables import median_of
 from .records import Iteration, RunSummary
 
 BUCKETS = ("draft", "verify", "rollback", "outside")
@@ -80,11 +80,7 @@ def iteration_splits(records: Iterable) -> list[TimeSplit]:
 
 def median_shares(splits: Sequence[TimeSplit]) -> dict[str, float | None]:
     """The median share of each bucket over splits (iterations, or runs)."""
-    out: dict[str, float | None] = {}
-    for name in BUCKETS:
-        vals = [x for s in splits if (x := s.shares()[name]) is not None]
-        out[name] = statistics.median(vals) if vals else None
-    return out
+    return {name: median_of(s.shares()[name] for s in splits) for name in BUCKETS}
 
 
 def within_limits(shares: dict[str, float | None]) -> dict[str, bool | None]:
