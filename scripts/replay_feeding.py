@@ -22,7 +22,7 @@ import torch
 
 from playground.core.proposal import RunContext
 from playground.core.sampling import GREEDY
-from playground.drafters.registry import available_drafters, get, make_proposer
+from playground.drafters.registry import available_drafters, drafter_spec, make_proposer
 from playground.envinfo import describe_setup
 from playground.lab.replay import preset_turns
 from playground.pairs.registry import choose_pair, load_choice
@@ -54,7 +54,7 @@ def main() -> int:
     pair = load_choice(choose_pair(), progress=None)
     print(f"# {pair.target_name} | {describe_setup(pair)}")
     for turn in preset_turns(pair, args.presets.split(","), args.max_new_tokens):
-        for drafter in [d for d in available_drafters(pair) if get(d).model]:
+        for drafter in [d for d in available_drafters(pair) if drafter_spec(d).model]:
             proposer = make_proposer(pair, drafter)
             base = [proposal_after(proposer, turn.prompt_ids, turn.completion_ids, t, "one-by-one")
                     for t in range(len(turn.completion_ids))]
