@@ -17,11 +17,11 @@ from .core.records import Record, RunSummary, record_to_dict
 from .core.sampling import SamplingConfig
 from .envinfo import redact
 from .inputs.presets import OutputCheck
-from .lab.calibration import Timing
 from .results.environment import Environment
 
 if TYPE_CHECKING:
     from .drafters.adaptive import CostCurve
+    from .lab.calibration import Timing  # importing the lab here would import playground.run, which imports this
 
 KIND = "speculative-playground run"
 
