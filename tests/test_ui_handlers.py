@@ -553,6 +553,27 @@ def test_stopping_a_sweep_stops_the_worker(provider):
     assert worker_ends("playground-sweep") and stopped.is_set()
 
 
+@pytest.mark.parametrize("ticked", [True, False])
+def test_a_sweep_with_the_schema_box_ticked_says_it_runs_free_of_the_schema(provider, ticked):
+    """The sweep does not constrain its runs: with "Constrain to the schema" ticked its plan and its final status say
+    so (the preset here has no schema, which a constrained run would refuse; the sweep runs), and unticked neither
+    does."""
+    seen = {}
+
+    def fake_sweep(request, progress=None):
+        seen["constraint"] = request.constraint
+        return sweep_result()
+
+    controls = {name: CONTROLS[name] for name in ("prompt", "preset", "chat", "decoding", "temperature", "top_k",
+                                                  "top_p", "seed")}
+    req = parse_sweep({**controls, "drafter": "lookup", "k_max": 2, "rounds": 1, "max_new_tokens": 8,
+                       "constrain": ticked}, provider.drafter_names())
+    views = list(measure.stream_sweep(provider, Session(), req, sweep_fn=fake_sweep))
+    said = "runs free of the schema: the sweep does not constrain"
+    assert seen["constraint"] is None and "recommended k = 2" in views[-1].status
+    assert (said in views[0].status) == ticked and (said in views[-1].status) == ticked
+
+
 def test_sweep_rejects_bad_settings(provider):
     with pytest.raises(PlaygroundError, match="largest k"):
         sweep_request(provider, 0, 2, 16)
@@ -615,7 +636,7 @@ def test_build_ui_loads_no_model_and_names_every_event(word_pair):
     assert [p["parameter_name"] for p in api["/calibrate"]["parameters"]] == [*run_names, "careful"]
     assert [p["parameter_name"] for p in api["/sweep"]["parameters"]] == [
         "prompt", "preset", "chat", "drafter", "decoding", "temperature", "top_k", "top_p", "seed", "k_max", "rounds",
-        "max_new_tokens", "min_confidence"]
+        "max_new_tokens", "min_confidence", "constrain"]
     assert [p["parameter_name"] for p in api["/time_batches"]["parameters"]] == ["prompt", "preset", "chat"]
     assert [p["parameter_name"] for p in api["/whatif"]["parameters"]] == ["c", "alpha", "positions", "v", "overhead"]
     assert by_name["whatif"].concurrency_id != "device:auto"  # arithmetic: never waits behind a model event

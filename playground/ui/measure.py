@@ -184,11 +184,13 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
         return sweep_fn(lab_request, progress=ticker(emit, stopped)), t, reused
 
     stop = f" ({stop_text(req.min_confidence)}, so no fixed-k prediction)" if req.min_confidence is not None else ""
+    free = (" \u00b7 runs free of the schema: the sweep does not constrain (Run and Replay do)"
+            if sweep_req.schema_ticked else "")
     plan = (f"{rounds} round(s) of k = 1..{k_max} and adaptive k back to back, plain decoding before every "
             f"{PLAIN_EVERY} and after the last{stop}, "
             f"{req.max_new_tokens} new tokens per run: {runs} runs"
             + (f"; {reused_text(timing, False, len(ids))}; about {clock_text(sweep_seconds(timing, runs, req))} "
-               "at plain decoding's speed" if timing is not None else ", after a short calibration"))
+               "at plain decoding's speed" if timing is not None else ", after a short calibration") + free)
     tracker = Tracker(f"Sweeping k = 1..{k_max}", started, plan)
     yield SweepView(session, tracker.line(), figure=charts.sweep_figure(None))
     with Background(work, "playground-sweep", serving.device_lock(pair.device)) as bg:
@@ -206,6 +208,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
         status = f"Sweep done: recommended k = {k} for this prompt and drafter ({name}) \u00b7 {clock}"
     else:
         status = f"Sweep done: no recommended k \u2014 {why_not} \u00b7 {clock}"
+    status += free
     session.sweep_status = status + " (see the k per output shape tab)"
     figure = charts.sweep_figure(result, batch_curves(result, session.batch))  # + the lines of a batch timing
     yield SweepView(session, status, figure, sweep_words.sweep_rows(result), text, jsonable(result))
