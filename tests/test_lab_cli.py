@@ -284,6 +284,14 @@ def _results_tables():
     return module
 
 
+def test_slim_rounding_keeps_a_ratio_near_a_printed_boundary():
+    """A calibration measured in CI (c = 2.40349541, 3 decimals printed): rounding its two steps to 6 significant
+    digits moved c to 2.4035020 and the printed 2.403 to 2.404, so --slim refused a result whose table it keeps."""
+    rounded = _results_tables()._rounded({"draft_step_s": 0.0016598154746389538,
+                                          "target_step_s": 0.0006905839998125884})
+    assert f"{rounded['draft_step_s'] / rounded['target_step_s']:.3f}" == f"{0.0016598154746389538 / 0.0006905839998125884:.3f}" == "2.403"
+
+
 def test_a_slimmed_result_draws_the_same_table_and_one_that_would_not_is_refused(dirs, tmp_path, monkeypatch):
     run(dirs, tmp_path, "speed", "--ks", "1,2,adaptive", "--rounds", "2", "--max-new-tokens", "6")
     tables = _results_tables()
