@@ -27,9 +27,10 @@ import torch
 from playground.drafters.registry import make_proposer
 from playground.envinfo import describe_setup
 from playground.inputs.traces import SAMPLE_TRACE, read_trace
-from playground.lab import SpeedRequest, calibrate, sweep
+from playground.lab import calibrate
 from playground.lab.calibration import CalibrationPlan, CalibrationStore
 from playground.lab.replay import ReplayOptions, calibration_contexts, replay_turns
+from playground.lab.speed import SpeedRequest, sweep
 from playground.pairs.registry import choose_pair, load_choice
 
 

@@ -22,6 +22,7 @@ from playground.drafters.adaptive import (
 )
 from playground.drafters.proposers import DraftModelProposer, HybridProposer, PromptLookupProposer
 from playground.errors import PlaygroundError
+from playground.lab.speed import SpeedRequest, speed, sweep
 from tests.test_engine import PROMPTS, chi2, exact_joint, first_catch
 from tests.tiny import tiny_model, tiny_pair
 
@@ -209,7 +210,7 @@ def test_speed_and_sweep_run_adaptive_and_heuristic_arms(pair64):
         return DraftModelProposer(pair64.draft, pair64.device, pair64.vocab_size)
 
     timing = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(), lab.CalibrationPlan(n_max=5, repeats=2, warmup=1))
-    res = lab.speed(lab.SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory,
+    res = speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory,
                                      ks=(1, 2, "adaptive", "heuristic"), rounds=2, max_new_tokens=10,
                                      timing={"a": timing, "b": timing}))  # one calibration per prompt
     assert set(res.timing_by_prompt) == {"a", "b"}
@@ -220,7 +221,7 @@ def test_speed_and_sweep_run_adaptive_and_heuristic_arms(pair64):
     assert rows[2].predicted_empirical is not None and rows[2].miss_empirical is not None
     assert {(r.prompt, r.k) for r in res.by_prompt} == {(p, k) for p in "ab" for k in rows}
     assert set(res.best_k_by_prompt) == {"a", "b"}
-    sw = lab.sweep(lab.SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory, ks=(1, 2, 3), rounds=1, max_new_tokens=8,
+    sw = sweep(SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory, ks=(1, 2, 3), rounds=1, max_new_tokens=8,
                                     timing=timing))
     assert [r.k for r in sw.table] == [1, 2, 3, "adaptive"]
     assert all(r.break_even_alpha is None or 0 < r.break_even_alpha <= 1 for r in sw.table if isinstance(r.k, int))

@@ -8,7 +8,6 @@ import pytest
 
 import playground.drafters.proposers as proposers_mod
 import playground.lab.calibration_bench as calibration_mod
-from playground import lab
 from playground.cli.entry import build_parser
 from playground.cli.load import sampling_of
 from playground.core.sampling import GREEDY, SamplingConfig
@@ -21,6 +20,7 @@ from playground.lab.calibration import (
     calibrated_timing,
     pass_lengths,
 )
+from playground.lab.speed import SpeedRequest, speed
 from playground.lab.trust import WARN, check_sampling
 
 SAMPLED = SamplingConfig(do_sample=True, temperature=0.7, top_p=0.9, seed=0)
@@ -171,7 +171,7 @@ def _findings(doc) -> list[str]:
     (SAMPLED.timing_label(), GREEDY, True),
 ])
 def test_speed_flags_a_prediction_from_another_decodings_calibration(pair64, timed, run, flagged):
-    doc = lab.speed(lab.SpeedRequest(pair64, {"a": PROMPT}, RecordingLookup, ks=(2,), rounds=2, max_new_tokens=4,
+    doc = speed(SpeedRequest(pair64, {"a": PROMPT}, RecordingLookup, ks=(2,), rounds=2, max_new_tokens=4,
                                      sampling=run, timing=fake_timing(timed, context_tokens=len(PROMPT))))
     assert ("calibration-sampling" in _findings(doc)) is flagged
     assert doc.timing["sampling"] == timed

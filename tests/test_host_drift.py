@@ -9,9 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from playground import lab
 from playground.drafters.proposers import DraftModelProposer
-from playground.lab import SpeedRequest
+from playground.lab.speed import SpeedRequest, speed
 from playground.lab.speed.cells import drift_by_prompt, host_level, verdicts
 from playground.lab.trust import FAIL, WARN, MachineLoad, MachineMonitor
 from playground.results.speed import PlainRun
@@ -84,7 +83,7 @@ def slowed_speed(pair, slowed: set[str]):
 
     handle = pair.target.model.embed_tokens.register_forward_pre_hook(hook)
     try:
-        return lab.speed(SpeedRequest(pair, PROMPTS, lambda: DraftModelProposer(pair.draft, pair.device, pair.vocab_size),
+        return speed(SpeedRequest(pair, PROMPTS, lambda: DraftModelProposer(pair.draft, pair.device, pair.vocab_size),
                                       ks=(1, 2), rounds=3, max_new_tokens=16), progress=progress)
     finally:
         handle.remove()

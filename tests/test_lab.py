@@ -12,10 +12,10 @@ from playground.core import cost
 from playground.core.sampling import SamplingConfig
 from playground.drafters.proposers import DraftModelProposer, PromptLookupProposer
 from playground.errors import PlaygroundError
-from playground.lab import SpeedRequest
 from playground.lab.calibration import pass_lengths
 from playground.lab.common import new_tokens
 from playground.lab.fit import predict_from_neighbours
+from playground.lab.speed import SpeedRequest, speed, sweep
 from tests.tiny import tiny_model, tiny_pair
 
 
@@ -59,7 +59,7 @@ def test_calibrate_leaves_a_model_free_drafter_nearly_free(pair64):
 
 
 def test_speed_alternates_and_pairs_runs_within_a_round(pair64):
-    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(1, 3), rounds=3,
+    res = speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(1, 3), rounds=3,
                                  max_new_tokens=8))
     assert len(res.runs) == 3 * 2 * 2
     orders = {tuple(r.order) for r in res.runs}
@@ -84,7 +84,7 @@ def test_speed_alternates_and_pairs_runs_within_a_round(pair64):
 
 
 def test_speed_runs_each_prompt_to_its_own_length(pair64):
-    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1,
+    res = speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1,
                                  max_new_tokens={"a": 3, "b": 7}))
     longest = {name: max(max(r.new_tokens, r.plain_new_tokens) for r in res.runs if r.prompt == name)
                for name in ("a", "b")}
@@ -93,15 +93,15 @@ def test_speed_runs_each_prompt_to_its_own_length(pair64):
     assert new_tokens(res.max_new_tokens) == "at most each prompt's own 3-7 new tokens"
     assert new_tokens(8) == "at most 8 new tokens" == new_tokens({"a": 8, "b": 8})
     with pytest.raises(PlaygroundError, match="no max_new_tokens for the prompt 'b'"):
-        lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1,
+        speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1,
                                max_new_tokens={"a": 3}))
     with pytest.raises(PlaygroundError, match="whole number >= 1, got 0 for 'a'"):
-        lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=1, max_new_tokens={"a": 0}))
+        speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=1, max_new_tokens={"a": 0}))
 
 
 def test_sweep_predicts_and_recommends(pair64):
     calls = []
-    res = lab.sweep(SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=1,
+    res = sweep(SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=1,
                                  max_new_tokens=6), progress=lambda f, m: calls.append(f))
     calibration = lab.Timing.from_dict(res.timing)
     assert res.experiment == "sweep" and calibration.c >= 0
@@ -212,7 +212,7 @@ def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pa
         seen.append(r)
         timings["a"] = later  # a dict of timings is read again for the predictions made at the end
 
-    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=3, max_new_tokens=8,
+    res = speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=3, max_new_tokens=8,
                                  timing=timings), between_rounds=between)
     assert seen == [0, 1]
     for x in (x for x in res.runs if x.k == 2):
@@ -228,7 +228,7 @@ def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pa
     firsts = {}
     for memory in ("conversation", "none", "prompt"):
         # sampled, so that the draft's confidence does not stop it (greedy only) and k is the controller's choice
-        r = lab.speed(SpeedRequest(perfect, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(perfect), ks=("adaptive",),
+        r = speed(SpeedRequest(perfect, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(perfect), ks=("adaptive",),
                                    rounds=3, max_new_tokens=24, timing=cheap, memory=memory,
                                    sampling=SamplingConfig(do_sample=True, seed=0)))
         assert r.memory == memory
@@ -240,7 +240,7 @@ def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pa
     # per prompt: each prompt's first round is a first call, its later rounds remember its own runs
     assert firsts["prompt"][(0, "a")] == firsts["prompt"][(0, "b")] == fresh < firsts["prompt"][(1, "b")]
     with pytest.raises(PlaygroundError, match="memory must be one of"):
-        lab.speed(SpeedRequest(perfect, {"a": [1, 2, 3]}, factory(perfect), ks=(2,), rounds=1, max_new_tokens=4,
+        speed(SpeedRequest(perfect, {"a": [1, 2, 3]}, factory(perfect), ks=(2,), rounds=1, max_new_tokens=4,
                                memory="tab"))
 
 

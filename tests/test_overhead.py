@@ -14,7 +14,6 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from playground import lab
 from playground.core.records import ACCEPTED, BONUS, CORRECTION, Iteration, Prefill, Step, summarize
 from playground.core.timesplit import (
     TimeSplit,
@@ -25,6 +24,7 @@ from playground.core.timesplit import (
 )
 from playground.drafters.registry import make_proposer
 from playground.lab.report import experiment_text, time_split_line
+from playground.lab.speed import SpeedRequest, speed
 from playground.pairs.models import ModelPair
 from playground.results import from_document
 from playground.results.calibration import WhatifResult, WhatifRow
@@ -98,7 +98,7 @@ def test_the_speed_result_line_gives_medians_the_worst_run_and_the_limits():
 
 def test_the_speed_command_prints_the_time_split(target64, drafts64):
     pair = tiny_pair(target64, drafts64["useful"])
-    res = lab.speed(lab.SpeedRequest(pair, {"a": [1, 2, 3, 4, 1, 2]}, lambda: make_proposer(pair, "draft"), ks=(2,),
+    res = speed(SpeedRequest(pair, {"a": [1, 2, 3, 4, 1, 2]}, lambda: make_proposer(pair, "draft"), ks=(2,),
                                      rounds=1, max_new_tokens=6))
     text = experiment_text(res, "cpu")
     line = next(x for x in text.splitlines() if x.startswith("time split of the 1 speculative runs"))

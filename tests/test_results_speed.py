@@ -10,6 +10,7 @@ import pytest
 from playground import lab
 from playground.drafters.proposers import DraftModelProposer
 from playground.lab.report import report
+from playground.lab.speed import SpeedRequest, speed, sweep
 from playground.results import FORMAT, load_result
 from playground.results.speed import PeersResult, SpeedResult, SweepResult
 from playground.results.trust import Verdict
@@ -22,9 +23,9 @@ def factory(pair):
 
 @pytest.mark.parametrize("kind", ["speed", "sweep"])
 def test_a_speed_or_sweep_result_round_trips_through_its_file(pair64, tmp_path, kind):
-    request = lab.SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 2, "heuristic"), rounds=2,
+    request = SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 2, "heuristic"), rounds=2,
                                max_new_tokens=6)
-    result = lab.speed(request) if kind == "speed" else lab.sweep(request)
+    result = speed(request) if kind == "speed" else sweep(request)
     path = tmp_path / f"{kind}.json"
     result.save(path)
     doc = json.loads(path.read_text())

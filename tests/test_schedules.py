@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from playground import lab
 from playground.drafters.adaptive import CostCurve
 from playground.drafters.proposers import DraftModelProposer
 from playground.lab.calibration import Timing
@@ -13,7 +12,7 @@ from playground.lab.fit import fit_loop
 from playground.lab.misses import known_to
 from playground.lab.report import experiment_text, report
 from playground.lab.schedules import compare, costed_ratio, decisions, schedules_rows, summary_line
-from playground.lab.speed import SpeedRequest
+from playground.lab.speed import SpeedRequest, speed
 from playground.results.speed import SpeedRun
 from tests.tiny import tiny_model, tiny_pair
 
@@ -93,7 +92,7 @@ def test_speed_costs_every_runs_decisions_and_the_report_prints_the_schedules(tm
     perfect = tiny_pair(target, target)  # every proposal accepted: the iterations follow from k and the length alone
     cheap = Timing(target_step_s=1.0, verify_s={n: 1.0 + 0.05 * n for n in range(1, 18)}, draft_step_s=0.1,
                    context_tokens=3)
-    res = lab.speed(SpeedRequest(perfect, {"a": [1, 2, 3]},
+    res = speed(SpeedRequest(perfect, {"a": [1, 2, 3]},
                                  lambda: DraftModelProposer(perfect.draft, perfect.device, perfect.vocab_size),
                                  ks=(4, "adaptive", "heuristic"), rounds=2, max_new_tokens=24, timing=cheap,
                                  memory="none"))

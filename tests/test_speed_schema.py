@@ -9,7 +9,6 @@ import argparse
 
 import pytest
 
-from playground import lab
 from playground.cli import main
 from playground.cli.lab import Job
 from playground.constraints.grammar import Grammar
@@ -19,7 +18,7 @@ from playground.core.records import summarize
 from playground.drafters.registry import make_proposer
 from playground.inputs.presets import get_preset
 from playground.lab.report import experiment_text
-from playground.lab.speed import SpeedRequest
+from playground.lab.speed import SpeedRequest, speed, sweep
 from playground.lab.speed.schema import SCHEMA, constrained_drafter
 from playground.results import load_result
 from tests.schema_models import bounded, embedded_tokenizer, tiny_schema_pair
@@ -44,7 +43,7 @@ def measured(pair, tokenizer):
     request = SpeedRequest(pair, {"call": prompt}, lambda: make_proposer(pair, "lookup"), ks=(1, 4), rounds=2,
                            max_new_tokens=NEW, constraint=grammar,
                            constrained_proposer=lambda: make_proposer(pair, "schema+lookup"))
-    return grammar, prompt, lab.speed(request)
+    return grammar, prompt, speed(request)
 
 
 def test_each_arm_runs_constrained_right_after_its_free_run(measured):
@@ -95,7 +94,7 @@ def test_the_table_and_the_saved_result_carry_the_constrained_columns(measured, 
 
 
 def test_without_a_schema_nothing_changes(pair):
-    res = lab.speed(SpeedRequest(pair, {"a": [1, 2, 3]}, lambda: make_proposer(pair, "lookup"), ks=(2,), rounds=1,
+    res = speed(SpeedRequest(pair, {"a": [1, 2, 3]}, lambda: make_proposer(pair, "lookup"), ks=(2,), rounds=1,
                                  max_new_tokens=4))
     assert res.schema is None and all(r.schema is None and SCHEMA not in "".join(r.order) for r in res.runs)
     assert res.table[0].schema is None and "constrained to" not in experiment_text(res, "tiny")
@@ -128,7 +127,7 @@ def test_a_bad_schema_or_one_with_a_trace_is_refused_in_one_line(tmp_path, capsy
 
 def test_a_sweep_runs_every_arm_constrained_too_the_adaptive_one_included(measured, pair):
     grammar, prompt, _ = measured
-    res = lab.sweep(SpeedRequest(pair, {"call": prompt}, lambda: make_proposer(pair, "lookup"), ks=(1, 2), rounds=1,
+    res = sweep(SpeedRequest(pair, {"call": prompt}, lambda: make_proposer(pair, "lookup"), ks=(1, 2), rounds=1,
                                  max_new_tokens=NEW, constraint=grammar,
                                  constrained_proposer=lambda: make_proposer(pair, "schema+lookup")))
     assert [row.k for row in res.table] == [1, 2, "adaptive"]

@@ -14,8 +14,8 @@ from pydantic import TypeAdapter
 
 from playground import lab
 from playground.drafters.proposers import DraftModelProposer
-from playground.lab import SpeedRequest
 from playground.lab.calibration import Timing
+from playground.lab.speed import SpeedRequest, speed, sweep
 from playground.lab.trust import (
     FAIL,
     WARN,
@@ -97,7 +97,7 @@ def test_a_prediction_that_missed_by_more_than_0_15_is_flagged_with_where_the_mi
 
 def test_every_cell_the_prediction_missed_by_more_than_0_15_says_so(pair64, quiet):
     t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=4, repeats=4, warmup=1))
-    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
+    res = speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
                                  timing=dataclasses.replace(t, draft_step_s=t.draft_step_s * 3)))  # far off the loop
     cells = [c for c in res.by_prompt if isinstance(c.k, int) and c.miss_empirical is not None]
     far = [c for c in cells if abs(c.miss_empirical) > 0.15]
@@ -160,7 +160,7 @@ def test_a_drifting_plain_run_makes_the_sweep_withhold_its_recommendation(pair64
 
     try:
         calibration = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=3, repeats=3, warmup=1))
-        res = lab.sweep(SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=3,
+        res = sweep(SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=3,
                                      max_new_tokens=12, timing=calibration), adaptive=False, progress=progress)
     finally:
         hook.remove()
@@ -174,7 +174,7 @@ def test_a_drifting_plain_run_makes_the_sweep_withhold_its_recommendation(pair64
 
 def test_a_noisy_calibration_makes_the_speed_table_untrustworthy(pair64, quiet):
     noisy = timing(samples={2: [0.01, 0.05, 0.011, 0.06, 0.012, 0.04]})
-    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=3, max_new_tokens=8,
+    res = speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=3, max_new_tokens=8,
                                  timing=noisy))
     assert not res.trust.trusted and res.recommended_k is None
     assert all(not row.trust.trusted for row in res.table)
@@ -183,7 +183,7 @@ def test_a_noisy_calibration_makes_the_speed_table_untrustworthy(pair64, quiet):
 
 def test_a_clean_run_recommends_and_explains_each_cell(pair64, quiet):
     t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=4, repeats=4, warmup=1))
-    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
+    res = speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
                                  timing=t))
     for row in res.table:
         assert row.trust is not None and row.spread == pytest.approx(row.max_ratio - row.min_ratio)
@@ -199,12 +199,12 @@ def test_a_clean_run_recommends_and_explains_each_cell(pair64, quiet):
 
 @pytest.mark.parametrize("trusted", [True, False])
 def test_the_speed_table_recommends_its_best_k_exactly_when_its_verdict_passes(pair64, quiet, monkeypatch, trusted):
-    speed = importlib.import_module("playground.lab.speed.run")  # the module (playground.lab.speed is its function)
+    speed_run = importlib.import_module("playground.lab.speed.run")  # where speed() looks its helpers up
 
     verdict = Verdict.of() if trusted else Verdict.of(check_rounds(1))
-    monkeypatch.setattr(speed, "verdicts", lambda request, *_: (verdict, dict.fromkeys(request.prompts, verdict)))
-    monkeypatch.setattr(speed, "judge", lambda row, runs, overall: setattr(row, "trust", overall))  # no spread check
-    res = lab.speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
+    monkeypatch.setattr(speed_run, "verdicts", lambda request, *_: (verdict, dict.fromkeys(request.prompts, verdict)))
+    monkeypatch.setattr(speed_run, "judge", lambda row, runs, overall: setattr(row, "trust", overall))  # no spread check
+    res = speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
                                  timing=timing(verify={n: 1 + 0.05 * n for n in range(1, 18)})))
     assert res.trust.trusted is trusted and res.best_k in (1, 3)
     assert res.recommended_k == (res.best_k if trusted else None)

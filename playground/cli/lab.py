@@ -22,12 +22,12 @@ from ..envinfo import describe_setup, environment, redact
 from ..errors import PlaygroundError
 from ..inputs.presets import chosen_presets
 from ..inputs.text import encode_prompt
-from ..lab import acceptance, calibrate, distribution, divergence, peers, speed, sweep
+from ..lab import acceptance, calibrate, distribution, divergence, peers
 from ..lab.batch import batch_predictions, batch_timing
 from ..lab.calibration import CalibrationPlan, pooled
 from ..lab.quality import DistributionPlan
 from ..lab.report import experiment_text
-from ..lab.speed import SpeedRequest, constrained_drafter
+from ..lab.speed import SpeedRequest, constrained_drafter, speed, sweep
 from ..lab.speed.trace import TraceTurns, own_writing, trace_turns, writing_note
 from ..pairs.models import ModelPair
 from ..results import Result

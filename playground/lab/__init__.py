@@ -9,7 +9,9 @@ from round to round, ratios are taken within a round, and medians over rounds ar
 from .calibration import CalibrationPlan, CalibrationStore, Timing, calibrate, calibrated_timing
 from .peers import peers
 from .quality import DistributionPlan, acceptance, distribution, divergence
-from .speed import SpeedRequest, speed, sweep
 
-__all__ = ["CalibrationPlan", "CalibrationStore", "DistributionPlan", "SpeedRequest", "Timing", "acceptance", "calibrate",
-           "calibrated_timing", "distribution", "divergence", "peers", "speed", "sweep"]
+# The speed experiment (lab.speed: SpeedRequest, speed, sweep) is imported from its own package, not re-exported here:
+# its arms run through playground.run, which imports the calibration from this package.
+
+__all__ = ["CalibrationPlan", "CalibrationStore", "DistributionPlan", "Timing", "acceptance", "calibrate",
+           "calibrated_timing", "distribution", "divergence", "peers"]
