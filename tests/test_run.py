@@ -79,8 +79,8 @@ def test_adaptive_k_calibrates_once_per_conversation_and_prompt(word_pair):  # n
 
 
 def test_the_service_imports_first_in_a_fresh_interpreter():
-    """playground.run loads the lab, whose speed arms use the service: in a test process the lab is already loaded,
-    so only a fresh interpreter shows whether importing one first finds the other half-made."""
+    """playground.run loads the lab's calibration, and the lab's speed arms use the service: in a test process both
+    are already loaded, so only a fresh interpreter shows whether importing one first finds the other half-made."""
     done = subprocess.run([sys.executable, "-c", "import playground.run"], check=False, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ... import run as service  # the module, not its names: playground.run imports the lab as it loads
 from ...core import cost
 from ...core.engine import K_MAX, plain_generate
 from ...core.records import RunSummary, summarize
@@ -17,6 +16,7 @@ from ...envinfo import environment
 from ...errors import PlaygroundError
 from ...results.speed import PlainRun, SpeedResult, SpeedRun, SweepResult
 from ...results.trust import MachineLoad, Verdict
+from ...run import RunSpec, prepare
 from ..calibration import CalibrationPlan, Timing, calibrate, pass_lengths
 from ..common import Progress, rotated, tick
 from ..schedules import compare, iteration_rows
@@ -100,10 +100,10 @@ def _run_spec(request: SpeedRequest, name: str, k: int | str, max_new: int, timi
     lab.schedules to cost the run's decisions. held: constrained to the request's schema, with its proposer.
     It runs through playground.run, as generate and the browser do, with this arm's proposer and calibration."""
     proposer = (request.constrained_proposer or request.proposer_factory)() if held else request.proposer(name)
-    spec = service.RunSpec(drafter=proposer.describe(), k=k, sampling=request.sampling, max_new_tokens=max_new, chat=None,
+    spec = RunSpec(drafter=proposer.describe(), k=k, sampling=request.sampling, max_new_tokens=max_new, chat=None,
                    prompt_ids=request.prompts[name], min_confidence=request.min_confidence,
                    schema=request.constraint if held else None, headless=True)
-    run = service.prepare(request.pair, spec, conversation, proposer=proposer, timing=timing)
+    run = prepare(request.pair, spec, conversation, proposer=proposer, timing=timing)
     for _ in run.records():
         pass
     return summarize(run.kept), iteration_rows(run.kept)
