@@ -211,8 +211,8 @@ def test_speed_and_sweep_run_adaptive_and_heuristic_arms(pair64):
 
     timing = lab.calibrate(pair64, [1, 2, 3, 4, 5, 6], factory(), lab.CalibrationPlan(n_max=5, repeats=2, warmup=1))
     res = speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory,
-                                     ks=(1, 2, "adaptive", "heuristic"), rounds=2, max_new_tokens=10,
-                                     timing={"a": timing, "b": timing}))  # one calibration per prompt
+                             ks=(1, 2, "adaptive", "heuristic"), rounds=2, max_new_tokens=10,
+                             timing={"a": timing, "b": timing}))  # one calibration per prompt
     assert set(res.timing_by_prompt) == {"a", "b"}
     rows = {r.k: r for r in res.table}
     assert set(rows) == {1, 2, "adaptive", "heuristic"}
@@ -222,7 +222,7 @@ def test_speed_and_sweep_run_adaptive_and_heuristic_arms(pair64):
     assert {(r.prompt, r.k) for r in res.by_prompt} == {(p, k) for p in "ab" for k in rows}
     assert set(res.best_k_by_prompt) == {"a", "b"}
     sw = sweep(SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory, ks=(1, 2, 3), rounds=1, max_new_tokens=8,
-                                    timing=timing))
+                            timing=timing))
     assert [r.k for r in sw.table] == [1, 2, 3, "adaptive"]
     assert all(r.break_even_alpha is None or 0 < r.break_even_alpha <= 1 for r in sw.table if isinstance(r.k, int))
     assert sw.predicted_best_k in range(4)

@@ -172,7 +172,7 @@ def _findings(doc) -> list[str]:
 ])
 def test_speed_flags_a_prediction_from_another_decodings_calibration(pair64, timed, run, flagged):
     doc = speed(SpeedRequest(pair64, {"a": PROMPT}, RecordingLookup, ks=(2,), rounds=2, max_new_tokens=4,
-                                     sampling=run, timing=fake_timing(timed, context_tokens=len(PROMPT))))
+                             sampling=run, timing=fake_timing(timed, context_tokens=len(PROMPT))))
     assert ("calibration-sampling" in _findings(doc)) is flagged
     assert doc.timing["sampling"] == timed
 

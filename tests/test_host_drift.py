@@ -84,7 +84,7 @@ def slowed_speed(pair, slowed: set[str]):
     handle = pair.target.model.embed_tokens.register_forward_pre_hook(hook)
     try:
         return speed(SpeedRequest(pair, PROMPTS, lambda: DraftModelProposer(pair.draft, pair.device, pair.vocab_size),
-                                      ks=(1, 2), rounds=3, max_new_tokens=16), progress=progress)
+                                  ks=(1, 2), rounds=3, max_new_tokens=16), progress=progress)
     finally:
         handle.remove()
 

@@ -60,7 +60,7 @@ def test_calibrate_leaves_a_model_free_drafter_nearly_free(pair64):
 
 def test_speed_alternates_and_pairs_runs_within_a_round(pair64):
     res = speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(1, 3), rounds=3,
-                                 max_new_tokens=8))
+                             max_new_tokens=8))
     assert len(res.runs) == 3 * 2 * 2
     orders = {tuple(r.order) for r in res.runs}
     assert len(orders) > 1  # the order rotates
@@ -85,7 +85,7 @@ def test_speed_alternates_and_pairs_runs_within_a_round(pair64):
 
 def test_speed_runs_each_prompt_to_its_own_length(pair64):
     res = speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1,
-                                 max_new_tokens={"a": 3, "b": 7}))
+                             max_new_tokens={"a": 3, "b": 7}))
     longest = {name: max(max(r.new_tokens, r.plain_new_tokens) for r in res.runs if r.prompt == name)
                for name in ("a", "b")}
     assert longest["a"] <= 3 < longest["b"] <= 7
@@ -94,7 +94,7 @@ def test_speed_runs_each_prompt_to_its_own_length(pair64):
     assert new_tokens(8) == "at most 8 new tokens" == new_tokens({"a": 8, "b": 8})
     with pytest.raises(PlaygroundError, match="no max_new_tokens for the prompt 'b'"):
         speed(SpeedRequest(pair64, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(pair64), ks=(2,), rounds=1,
-                               max_new_tokens={"a": 3}))
+                           max_new_tokens={"a": 3}))
     with pytest.raises(PlaygroundError, match="whole number >= 1, got 0 for 'a'"):
         speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=1, max_new_tokens={"a": 0}))
 
@@ -102,7 +102,7 @@ def test_speed_runs_each_prompt_to_its_own_length(pair64):
 def test_sweep_predicts_and_recommends(pair64):
     calls = []
     res = sweep(SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=1,
-                                 max_new_tokens=6), progress=lambda f, m: calls.append(f))
+                             max_new_tokens=6), progress=lambda f, m: calls.append(f))
     calibration = lab.Timing.from_dict(res.timing)
     assert res.experiment == "sweep" and calibration.c >= 0
     fixed = [row for row in res.table if isinstance(row.k, int)]
@@ -213,7 +213,7 @@ def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pa
         timings["a"] = later  # a dict of timings is read again for the predictions made at the end
 
     res = speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(2,), rounds=3, max_new_tokens=8,
-                                 timing=timings), between_rounds=between)
+                             timing=timings), between_rounds=between)
     assert seen == [0, 1]
     for x in (x for x in res.runs if x.k == 2):
         positions = list(itertools.takewhile(lambda a: a is not None, x.per_position))
@@ -229,8 +229,8 @@ def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pa
     for memory in ("conversation", "none", "prompt"):
         # sampled, so that the draft's confidence does not stop it (greedy only) and k is the controller's choice
         r = speed(SpeedRequest(perfect, {"a": [1, 2, 3], "b": [4, 5, 6]}, factory(perfect), ks=("adaptive",),
-                                   rounds=3, max_new_tokens=24, timing=cheap, memory=memory,
-                                   sampling=SamplingConfig(do_sample=True, seed=0)))
+                               rounds=3, max_new_tokens=24, timing=cheap, memory=memory,
+                               sampling=SamplingConfig(do_sample=True, seed=0)))
         assert r.memory == memory
         firsts[memory] = {(x.round, x.prompt): x.iterations[0][0] for x in r.runs}
     fresh = firsts["none"][(0, "a")]
@@ -241,7 +241,7 @@ def test_speed_can_start_controllers_afresh_each_round_and_run_between_rounds(pa
     assert firsts["prompt"][(0, "a")] == firsts["prompt"][(0, "b")] == fresh < firsts["prompt"][(1, "b")]
     with pytest.raises(PlaygroundError, match="memory must be one of"):
         speed(SpeedRequest(perfect, {"a": [1, 2, 3]}, factory(perfect), ks=(2,), rounds=1, max_new_tokens=4,
-                               memory="tab"))
+                           memory="tab"))
 
 
 # The code-edit preset's calibration in the int8 grid of 2026-12-04 (AMD EPYC VM; 3 calibrations pooled, 16

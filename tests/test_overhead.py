@@ -99,7 +99,7 @@ def test_the_speed_result_line_gives_medians_the_worst_run_and_the_limits():
 def test_the_speed_command_prints_the_time_split(target64, drafts64):
     pair = tiny_pair(target64, drafts64["useful"])
     res = speed(SpeedRequest(pair, {"a": [1, 2, 3, 4, 1, 2]}, lambda: make_proposer(pair, "draft"), ks=(2,),
-                                     rounds=1, max_new_tokens=6))
+                             rounds=1, max_new_tokens=6))
     text = experiment_text(res, "cpu")
     line = next(x for x in text.splitlines() if x.startswith("time split of the 1 speculative runs"))
     assert "draft " in line and "outside the buckets " in line

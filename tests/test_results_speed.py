@@ -24,7 +24,7 @@ def factory(pair):
 @pytest.mark.parametrize("kind", ["speed", "sweep"])
 def test_a_speed_or_sweep_result_round_trips_through_its_file(pair64, tmp_path, kind):
     request = SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 2, "heuristic"), rounds=2,
-                               max_new_tokens=6)
+                           max_new_tokens=6)
     result = speed(request) if kind == "speed" else sweep(request)
     path = tmp_path / f"{kind}.json"
     result.save(path)

@@ -93,9 +93,9 @@ def test_speed_costs_every_runs_decisions_and_the_report_prints_the_schedules(tm
     cheap = Timing(target_step_s=1.0, verify_s={n: 1.0 + 0.05 * n for n in range(1, 18)}, draft_step_s=0.1,
                    context_tokens=3)
     res = speed(SpeedRequest(perfect, {"a": [1, 2, 3]},
-                                 lambda: DraftModelProposer(perfect.draft, perfect.device, perfect.vocab_size),
-                                 ks=(4, "adaptive", "heuristic"), rounds=2, max_new_tokens=24, timing=cheap,
-                                 memory="none"))
+                             lambda: DraftModelProposer(perfect.draft, perfect.device, perfect.vocab_size),
+                             ks=(4, "adaptive", "heuristic"), rounds=2, max_new_tokens=24, timing=cheap,
+                             memory="none"))
     curve = CostCurve.from_timing(cheap)
     for x in res.runs:
         assert x.costed == pytest.approx(costed_ratio(x.iterations, curve))

@@ -95,7 +95,7 @@ def test_the_table_and_the_saved_result_carry_the_constrained_columns(measured, 
 
 def test_without_a_schema_nothing_changes(pair):
     res = speed(SpeedRequest(pair, {"a": [1, 2, 3]}, lambda: make_proposer(pair, "lookup"), ks=(2,), rounds=1,
-                                 max_new_tokens=4))
+                             max_new_tokens=4))
     assert res.schema is None and all(r.schema is None and SCHEMA not in "".join(r.order) for r in res.runs)
     assert res.table[0].schema is None and "constrained to" not in experiment_text(res, "tiny")
 
@@ -128,8 +128,8 @@ def test_a_bad_schema_or_one_with_a_trace_is_refused_in_one_line(tmp_path, capsy
 def test_a_sweep_runs_every_arm_constrained_too_the_adaptive_one_included(measured, pair):
     grammar, prompt, _ = measured
     res = sweep(SpeedRequest(pair, {"call": prompt}, lambda: make_proposer(pair, "lookup"), ks=(1, 2), rounds=1,
-                                 max_new_tokens=NEW, constraint=grammar,
-                                 constrained_proposer=lambda: make_proposer(pair, "schema+lookup")))
+                             max_new_tokens=NEW, constraint=grammar,
+                             constrained_proposer=lambda: make_proposer(pair, "schema+lookup")))
     assert [row.k for row in res.table] == [1, 2, "adaptive"]
     assert all(row.schema is not None and row.schema.forced_share > 0 for row in res.table)
     assert res.schema == "bounded tools" and "constrained to bounded tools" in experiment_text(res, "tiny")

@@ -98,7 +98,7 @@ def test_a_prediction_that_missed_by_more_than_0_15_is_flagged_with_where_the_mi
 def test_every_cell_the_prediction_missed_by_more_than_0_15_says_so(pair64, quiet):
     t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=4, repeats=4, warmup=1))
     res = speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
-                                 timing=dataclasses.replace(t, draft_step_s=t.draft_step_s * 3)))  # far off the loop
+                             timing=dataclasses.replace(t, draft_step_s=t.draft_step_s * 3)))  # far off the loop
     cells = [c for c in res.by_prompt if isinstance(c.k, int) and c.miss_empirical is not None]
     far = [c for c in cells if abs(c.miss_empirical) > 0.15]
     assert far  # the tripled drafter cost makes the prediction miss
@@ -161,7 +161,7 @@ def test_a_drifting_plain_run_makes_the_sweep_withhold_its_recommendation(pair64
     try:
         calibration = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=3, repeats=3, warmup=1))
         res = sweep(SpeedRequest(pair64, {"prompt": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=3,
-                                     max_new_tokens=12, timing=calibration), adaptive=False, progress=progress)
+                                 max_new_tokens=12, timing=calibration), adaptive=False, progress=progress)
     finally:
         hook.remove()
     assert res.drift["prompt"].flagged
@@ -175,7 +175,7 @@ def test_a_drifting_plain_run_makes_the_sweep_withhold_its_recommendation(pair64
 def test_a_noisy_calibration_makes_the_speed_table_untrustworthy(pair64, quiet):
     noisy = timing(samples={2: [0.01, 0.05, 0.011, 0.06, 0.012, 0.04]})
     res = speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 2), rounds=3, max_new_tokens=8,
-                                 timing=noisy))
+                             timing=noisy))
     assert not res.trust.trusted and res.recommended_k is None
     assert all(not row.trust.trusted for row in res.table)
     assert any(f.check == "calibration-noise" for f in res.trust.findings)
@@ -184,7 +184,7 @@ def test_a_noisy_calibration_makes_the_speed_table_untrustworthy(pair64, quiet):
 def test_a_clean_run_recommends_and_explains_each_cell(pair64, quiet):
     t = lab.calibrate(pair64, [1, 2, 3], factory(pair64)(), lab.CalibrationPlan(n_max=4, repeats=4, warmup=1))
     res = speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
-                                 timing=t))
+                             timing=t))
     for row in res.table:
         assert row.trust is not None and row.spread == pytest.approx(row.max_ratio - row.min_ratio)
         ex = row.explained
@@ -205,7 +205,7 @@ def test_the_speed_table_recommends_its_best_k_exactly_when_its_verdict_passes(p
     monkeypatch.setattr(speed_run, "verdicts", lambda request, *_: (verdict, dict.fromkeys(request.prompts, verdict)))
     monkeypatch.setattr(speed_run, "judge", lambda row, runs, overall: setattr(row, "trust", overall))  # no spread check
     res = speed(SpeedRequest(pair64, {"a": [1, 2, 3]}, factory(pair64), ks=(1, 3), rounds=3, max_new_tokens=10,
-                                 timing=timing(verify={n: 1 + 0.05 * n for n in range(1, 18)})))
+                             timing=timing(verify={n: 1 + 0.05 * n for n in range(1, 18)})))
     assert res.trust.trusted is trusted and res.best_k in (1, 3)
     assert res.recommended_k == (res.best_k if trusted else None)
     assert (res.withheld is None) is trusted
