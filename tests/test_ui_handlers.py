@@ -553,25 +553,53 @@ def test_stopping_a_sweep_stops_the_worker(provider):
     assert worker_ends("playground-sweep") and stopped.is_set()
 
 
+@pytest.fixture(scope="module")
+def schema_provider():
+    from tests.schema_models import embedded_tokenizer, tiny_schema_pair
+
+    return serving.PairProvider(pair=tiny_schema_pair(embedded_tokenizer(), keep_tokenizer=True))
+
+
 @pytest.mark.parametrize("ticked", [True, False])
-def test_a_sweep_with_the_schema_box_ticked_says_it_runs_free_of_the_schema(provider, ticked):
-    """The sweep does not constrain its runs: with "Constrain to the schema" ticked its plan and its final status say
-    so (the preset here has no schema, which a constrained run would refuse; the sweep runs), and unticked neither
-    does."""
+def test_a_sweep_with_the_schema_box_ticked_runs_each_arm_again_constrained(schema_provider, ticked):
+    """"Constrain to the schema" reaches the sweep as `sweep --schema` takes it: the preset's grammar and the
+    drafter's schema+ variant for the constrained arms; the plan says so and counts those runs, and the summary
+    shows each k's constrained figures. Unticked: none of it."""
     seen = {}
 
     def fake_sweep(request, progress=None):
-        seen["constraint"] = request.constraint
-        return sweep_result()
+        seen.update(constraint=request.constraint, proposer=request.constrained_proposer)
+        table = [{**row, "schema": {"median_ratio": 1.7, "min_ratio": 1.6, "max_ratio": 1.8, "tokens_per_pass": 3.1,
+                                    "free_tokens_per_pass": 2.2, "forced_share": 0.4, "n": 2} if ticked else None}
+                 for row in SWEEP_RESULT["table"]]
+        return sweep_result(table=table, schema="preset 'tool_call''s schema" if ticked else None)
 
-    controls = {name: CONTROLS[name] for name in ("prompt", "preset", "chat", "decoding", "temperature", "top_k",
-                                                  "top_p", "seed")}
-    req = parse_sweep({**controls, "drafter": "lookup", "k_max": 2, "rounds": 1, "max_new_tokens": 8,
-                       "constrain": ticked}, provider.drafter_names())
-    views = list(measure.stream_sweep(provider, Session(), req, sweep_fn=fake_sweep))
-    said = "runs free of the schema: the sweep does not constrain"
-    assert seen["constraint"] is None and "recommended k = 2" in views[-1].status
-    assert (said in views[0].status) == ticked and (said in views[-1].status) == ticked
+    shown = handlers.load_preset_view(schema_provider, "tool_call")  # what picking the preset puts in the form
+    controls = {**{name: CONTROLS[name] for name in ("decoding", "temperature", "top_k", "top_p", "seed")},
+                "prompt": shown.prompt, "preset": "tool_call", "chat": shown.chat, "drafter": "lookup",
+                "k_max": 2, "rounds": 1,
+                "max_new_tokens": 8, "constrain": ticked}
+    req = parse_sweep(controls, schema_provider.drafter_names())
+    views = list(measure.stream_sweep(schema_provider, Session(), req, sweep_fn=fake_sweep))
+    said = "each run again constrained to tool_call's schema right after it"
+    plan = next(v.status for v in views if "runs" in v.status)
+    assert (said in plan) == ticked and "recommended k = 2" in views[-1].status
+    assert re.search(r": (\d+) runs", plan)[1] == str((2 if ticked else 1) * (1 * len(measure.bracketed(
+        ["1", "2", "adaptive"], measure.PLAIN_EVERY))))
+    if ticked:
+        assert seen["constraint"].name == "preset 'tool_call''s schema"
+        assert seen["proposer"]().describe().startswith("the schema's forced tokens, then prompt-lookup")
+        assert "| 2 | 1.70 | 1.60-1.80 | 2.20 | 3.10 | 40% |" in views[-1].summary
+    else:
+        assert seen == {"constraint": None, "proposer": None} and "constrained to" not in views[-1].summary
+
+
+def test_a_sweep_constrained_to_a_preset_without_a_schema_is_refused(provider):
+    controls = {**{name: CONTROLS[name] for name in ("prompt", "preset", "chat", "decoding", "temperature", "top_k",
+                                                     "top_p", "seed")},
+                "drafter": "lookup", "k_max": 2, "rounds": 1, "max_new_tokens": 8, "constrain": True}
+    with pytest.raises(PlaygroundError, match="'Constrain to the schema' uses a JSON preset's schema"):
+        parse_sweep(controls, provider.drafter_names())
 
 
 def test_sweep_rejects_bad_settings(provider):

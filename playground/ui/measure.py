@@ -25,10 +25,10 @@ from ..lab.calibration import (
     calibrated_timing,
     pass_lengths,
 )
-from ..lab.speed import PLAIN_EVERY, SpeedRequest, bracketed, sweep
+from ..lab.speed import PLAIN_EVERY, SpeedRequest, bracketed, constrained_drafter, sweep
 from ..limits import Limits
 from ..results.speed import SweepResult
-from ..run import confidence_stop, find_timing
+from ..run import compile_schema, confidence_stop, find_timing
 from . import charts, serving, sweep_words, verdicts
 from .batching import batch_curves
 from .downloads import jsonable
@@ -150,6 +150,16 @@ def sweep_seconds(timing: Timing, runs: int, req: RunRequest) -> float:
     return runs * (req.max_new_tokens + 1) * timing.target_step_s
 
 
+def schema_arms(pair, req: RunRequest) -> dict:
+    """With "Constrain to the schema": the grammar every arm is also run constrained to and the proposer of the
+    constrained arms (the drafter's schema+ variant), as `sweep --schema` takes them; none without."""
+    if not req.constrain:
+        return {}
+    name = constrained_drafter(pair, req.drafter)
+    return {"constraint": compile_schema(req.preset, pair.tokenizer),
+            "constrained_proposer": lambda: make_proposer(pair, name)}
+
+
 @stoppable("sweep")
 def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: SweepRequest,
                  sweep_fn: Callable[..., SweepResult] | None = None, limits: Limits | None = None) -> Iterator[SweepView]:
@@ -166,7 +176,9 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     key, store = prompt_key(ids), provider.calibrations
     ks = list(range(1, k_max + 1))
     timing = find_timing(session.conversation, store, name, ids, N_NEEDED, req.sampling)
+    schema = schema_arms(pair, req)
     runs = rounds * len(bracketed([*map(str, ks), "adaptive"], PLAIN_EVERY))  # with the plain runs between them
+    runs *= 2 if schema else 1  # each again constrained, right after its free run
 
     def factory():
         return make_proposer(pair, req.drafter)
@@ -180,17 +192,17 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
         phase(emit, "step 2 of 2, measuring" if timing is None else "measuring", sweep_seconds(t, runs, req))
         lab_request = SpeedRequest(pair, {"prompt": ids}, factory, ks=ks, rounds=rounds,
                                    max_new_tokens=req.max_new_tokens, sampling=req.sampling, timing=t,
-                                   min_confidence=req.min_confidence)
+                                   min_confidence=req.min_confidence, **schema)
         return sweep_fn(lab_request, progress=ticker(emit, stopped)), t, reused
 
     stop = f" ({stop_text(req.min_confidence)}, so no fixed-k prediction)" if req.min_confidence is not None else ""
-    free = (" \u00b7 runs free of the schema: the sweep does not constrain (Run and Replay do)"
-            if sweep_req.schema_ticked else "")
+    held = (f", each run again constrained to {req.preset}'s schema right after it (the schema+ drafter)"
+            if schema else "")
     plan = (f"{rounds} round(s) of k = 1..{k_max} and adaptive k back to back, plain decoding before every "
             f"{PLAIN_EVERY} and after the last{stop}, "
-            f"{req.max_new_tokens} new tokens per run: {runs} runs"
+            f"{req.max_new_tokens} new tokens per run{held}: {runs} runs"
             + (f"; {reused_text(timing, False, len(ids))}; about {clock_text(sweep_seconds(timing, runs, req))} "
-               "at plain decoding's speed" if timing is not None else ", after a short calibration") + free)
+               "at plain decoding's speed" if timing is not None else ", after a short calibration"))
     tracker = Tracker(f"Sweeping k = 1..{k_max}", started, plan)
     yield SweepView(session, tracker.line(), figure=charts.sweep_figure(None))
     with Background(work, "playground-sweep", serving.device_lock(pair.device)) as bg:
@@ -208,7 +220,6 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
         status = f"Sweep done: recommended k = {k} for this prompt and drafter ({name}) \u00b7 {clock}"
     else:
         status = f"Sweep done: no recommended k \u2014 {why_not} \u00b7 {clock}"
-    status += free
     session.sweep_status = status + " (see the k per output shape tab)"
     figure = charts.sweep_figure(result, batch_curves(result, session.batch))  # + the lines of a batch timing
     yield SweepView(session, status, figure, sweep_words.sweep_rows(result), text, jsonable(result))

@@ -83,13 +83,12 @@ class RunRequest:
 
 @dataclass(frozen=True)
 class SweepRequest:
-    """A sweep of k = 1..k_max over `rounds` rounds, with the prompt, drafter and decoding of `run`. `schema_ticked`:
-    "Constrain to the schema" was ticked, which the sweep does not apply (it says so)."""
+    """A sweep of k = 1..k_max over `rounds` rounds, with the prompt, drafter and decoding of `run` (with its
+    `constrain`, each run is run again constrained to the preset's schema)."""
 
     run: RunRequest
     k_max: int
     rounds: int
-    schema_ticked: bool = False
 
 
 def _integer(value, what: str) -> int:
@@ -187,8 +186,8 @@ def parse_sweep(controls: Controls | Mapping[str, Widget], drafters: Sequence[st
         raise PlaygroundError(f"rounds must be from 1 to {SWEEP_ROUNDS_MAX}, got {rounds}")
     limits = limits or Limits.from_env()
     limits.check_sweep(k_max, rounds)
-    run = parse_request(controls.but(k=1, k_mode="fixed", constrain=False), drafters, limits)
-    return SweepRequest(run=run, k_max=k_max, rounds=rounds, schema_ticked=bool(controls.constrain))
+    run = parse_request(controls.but(k=1, k_mode="fixed"), drafters, limits)
+    return SweepRequest(run=run, k_max=k_max, rounds=rounds)
 
 
 # --- the request's prompt -----------------------------------------------------------------------------------

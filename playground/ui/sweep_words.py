@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from ..core.records import describe_choices
 from ..lab.misses import noise_bound, noise_line
+from ..lab.speed.schema import schema_lines
 from ..results.speed import SpeedRow, SweepResult
 from ..results.trust import FAIL, Verdict
 from .session import SWEEP_K_MAX
@@ -153,6 +154,9 @@ def sweep_summary(result: SweepResult, setup: str, rounds: int, max_new: int, k_
     lead += [x for x in (_prediction_line(result, best.k, verdict),
                          _edge_line(result, k if k is not None else best.k, k_max)) if x]
     out.append(" ".join(lead))
+    held = schema_lines(result)  # with "Constrain to the schema": each k's constrained runs, beside the free ones
+    if held:
+        out.append("\n".join(held[1:]))
     out.append(f"<details class='sweep-more'><summary>Adaptive k, losses, noise and how it was measured</summary>\n\n"
                f"{' '.join(_detail_lines(result, fixed, k, best, setup, max_new))}\n\n</details>")
     out.append(glossary_html(["k", "\u03b1 (acceptance rate)", "iid \u03b1", "per position", "loop costs",

@@ -257,7 +257,7 @@ def _wire_sweep(w: _Wiring, sweep_fn):
                                                       "temperature", "top_k", "top_p", "seed")},
                       "k_max": ui.k_max, "rounds": ui.rounds, "max_new_tokens": ui.sweep_new,
                       "min_confidence": ui.min_confidence,  # last: API clients' positional calls keep working
-                      "constrain": ui.constrain,  # not applied: the sweep says so
+                      "constrain": ui.constrain,
                       "moved": ui.moved}  # a gr.State: no API parameter
 
     def sweep(session, values):
