@@ -589,9 +589,9 @@ def test_a_sweep_with_the_schema_box_ticked_runs_each_arm_again_constrained(sche
     if ticked:
         assert seen["constraint"].name == "preset 'tool_call''s schema"
         assert seen["proposer"]().describe().startswith("the schema's forced tokens, then prompt-lookup")
-        assert "| 2 | 1.70 | 1.60-1.80 | 2.20 | 3.10 | 40% |" in views[-1].summary
+        assert "| 2 | 1.70\u00d7 | 1.60-1.80 | 2.20 \u2192 3.10 | 40% |" in views[-1].summary
     else:
-        assert seen == {"constraint": None, "proposer": None} and "constrained to" not in views[-1].summary
+        assert seen == {"constraint": None, "proposer": None} and "Constrained" not in views[-1].summary
 
 
 def test_a_sweep_constrained_to_a_preset_without_a_schema_is_refused(provider):

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 from ..core.records import describe_choices
 from ..lab.misses import noise_bound, noise_line
-from ..lab.speed.schema import schema_lines
 from ..results.speed import SpeedRow, SweepResult
 from ..results.trust import FAIL, Verdict
+from ..tables import fmt, markdown_table
 from .session import SWEEP_K_MAX
 from .verdicts import glossary_html, miss_findings, pricing, verdict_html
 
@@ -154,14 +154,30 @@ def sweep_summary(result: SweepResult, setup: str, rounds: int, max_new: int, k_
     lead += [x for x in (_prediction_line(result, best.k, verdict),
                          _edge_line(result, k if k is not None else best.k, k_max)) if x]
     out.append(" ".join(lead))
-    held = schema_lines(result)  # with "Constrain to the schema": each k's constrained runs, beside the free ones
+    held = schema_table(result)
     if held:
-        out.append("\n".join(held[1:]))
+        out.append(held)
     out.append(f"<details class='sweep-more'><summary>Adaptive k, losses, noise and how it was measured</summary>\n\n"
                f"{' '.join(_detail_lines(result, fixed, k, best, setup, max_new))}\n\n</details>")
     out.append(glossary_html(["k", "\u03b1 (acceptance rate)", "iid \u03b1", "per position", "loop costs",
                               "break-even \u03b1", "speed-up", "adjacent runs", "noise bound", "trust verdict"]))
     return "\n\n".join(out)
+
+
+def schema_table(result: SweepResult) -> str | None:
+    """With "Constrain to the schema": each k's constrained runs beside its free ones, in the summary's narrow column
+    (the CLI's report words it at full width: lab.speed.schema.schema_lines); None without."""
+    rows = [r for r in result.table if r.schema is not None]
+    if not rows:
+        return None
+    cells = [[str(r.k), fmt(r.schema.median_ratio) + "\u00d7",
+              f"{fmt(r.schema.min_ratio)}-{fmt(r.schema.max_ratio)}",
+              f"{fmt(r.schema.free_tokens_per_pass)} \u2192 {fmt(r.schema.tokens_per_pass)}",
+              fmt(r.schema.forced_share, ".0%")] for r in rows]
+    return (f"**Constrained** to {html.escape(result.schema or 'the schema')}, each run again right after its free "
+            "one: the speed-up over constrained plain decoding (its range over rounds), tokens per target pass free "
+            "\u2192 constrained, and the share of tokens the schema forced.\n\n"
+            + markdown_table(["k", "speed-up", "range", "tokens/pass", "forced"], cells))
 
 
 def _detail_lines(result: SweepResult, fixed: list[SpeedRow], k: int | None, best: SpeedRow, setup: str,
