@@ -50,7 +50,7 @@ def test_the_run_tab_constrains_to_a_json_presets_schema_only():
 
 def test_the_run_document_records_the_constraint():
     config = RunConfig(prompt_ids=[1], drafter="d", k=2, sampling=GREEDY, max_new_tokens=4,
-                       constraint={"name": "preset 'tool_call''s schema", "library": "llguidance"})
+                       constraint={"name": "the tool_call preset's schema", "library": "llguidance"})
     assert config.to_dict()["constraint"]["library"] == "llguidance"
     assert RunConfig(prompt_ids=[1], drafter="d", k=2, sampling=GREEDY, max_new_tokens=4).to_dict()["constraint"] is None
 

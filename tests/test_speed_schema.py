@@ -107,7 +107,7 @@ def test_the_constrained_arms_run_the_drafters_schema_variant(pair):
     args = argparse.Namespace(schema="tool_call", drafter="draft", max_ngram=3)
     job = Job(args=args, pair=pair, ks=(1,), prompts={}, progress=lambda *a: None, memory={})
     options = job.schema_options()
-    assert options["constraint"].name == "preset 'tool_call''s schema"
+    assert options["constraint"].name == "the tool_call preset's schema"
     made = options["constrained_proposer"]()
     assert made.name.startswith("schema+") and made.inner_source == "draft"  # the draft model, its schema+ variant
     assert Job(args=argparse.Namespace(schema=None), pair=pair, ks=(1,), prompts={}, progress=None,

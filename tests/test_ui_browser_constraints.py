@@ -45,7 +45,7 @@ def test_a_constrained_tool_call_shows_forced_tokens_in_their_colour_and_valid_j
     wait_status(page, "Done")
 
     line = status(page)
-    assert "finished by schema" in line and "constrained to preset 'tool_call''s schema: the schema forced" in line
+    assert "finished by schema" in line and "constrained to the tool_call preset's schema: the schema forced" in line
     forced = page.locator("#tokens .tok.frc")
     assert forced.count() >= 3
     assert page.eval_on_selector("#tokens .tok.frc", "e => getComputedStyle(e).backgroundColor") == \

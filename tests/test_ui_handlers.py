@@ -572,7 +572,7 @@ def test_a_sweep_with_the_schema_box_ticked_runs_each_arm_again_constrained(sche
         table = [{**row, "schema": {"median_ratio": 1.7, "min_ratio": 1.6, "max_ratio": 1.8, "tokens_per_pass": 3.1,
                                     "free_tokens_per_pass": 2.2, "forced_share": 0.4, "n": 2} if ticked else None}
                  for row in SWEEP_RESULT["table"]]
-        return sweep_result(table=table, schema="preset 'tool_call''s schema" if ticked else None)
+        return sweep_result(table=table, schema="the tool_call preset's schema" if ticked else None)
 
     shown = handlers.load_preset_view(schema_provider, "tool_call")  # what picking the preset puts in the form
     controls = {**{name: CONTROLS[name] for name in ("decoding", "temperature", "top_k", "top_p", "seed")},
@@ -587,7 +587,7 @@ def test_a_sweep_with_the_schema_box_ticked_runs_each_arm_again_constrained(sche
     assert re.search(r": (\d+) runs", plan)[1] == str((2 if ticked else 1) * (1 * len(measure.bracketed(
         ["1", "2", "adaptive"], measure.PLAIN_EVERY))))
     if ticked:
-        assert seen["constraint"].name == "preset 'tool_call''s schema"
+        assert seen["constraint"].name == "the tool_call preset's schema"
         assert seen["proposer"]().describe().startswith("the schema's forced tokens, then prompt-lookup")
         assert "| 2 | 1.70\u00d7 | 1.60-1.80 | 2.20 \u2192 3.10 | 40% |" in views[-1].summary
     else:

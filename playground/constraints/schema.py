@@ -1,7 +1,7 @@
 """Where a constraint's JSON schema comes from, and its name in every error about it.
 
 `schema_from(source)`: a JSON schema given as a dict (or True / False), a preset's name (its `output_schema`), or a
-.json file. Each becomes a `Schema` that carries a name ("preset 'tool_call'", "schema file tools.json", "the given
+.json file. Each becomes a `Schema` that carries a name ("the tool_call preset's schema", "schema file tools.json", "the given
 schema"), so that a schema the library cannot compile, or one that allows no output, is refused in one line that
 says which schema it was.
 
@@ -74,7 +74,7 @@ def _from_preset(name: str) -> Schema:
     if preset.output_format != "json":
         raise SchemaError(f"preset {name!r}'s schema checks only the JSON after 'Action Input:', not the whole "
                           "output, so it cannot constrain the whole output")
-    return Schema(preset.output_schema, f"preset {name!r}'s schema")
+    return Schema(preset.output_schema, f"the {name} preset's schema")
 
 
 def schema_presets() -> list[str]:
