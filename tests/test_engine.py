@@ -272,13 +272,13 @@ def exact_joint(target, prompt, sampling, n=2):
     return joint.reshape([vocab] * n).numpy()
 
 
-def loop_joint_counts(pair, prompt, sampling, runs, rule, k=2, n=2, judged=None):
-    """Counts of the loop's first `n` tokens over `runs` seeds (a count from seed 0, or a range of seeds), [V] * n.
-    `judged`, a Counter if given, counts each iteration's (proposals drafted, proposals accepted)."""
+def loop_joint_counts(pair, prompt, sampling, seeds: range, rule, k=2, n=2, judged=None):
+    """Counts of the loop's first `n` tokens, a run per seed, [V] * n. `judged`, a Counter if given, counts each
+    iteration's (proposals drafted, proposals accepted)."""
     vocab = pair.target.config.vocab_size
     counts = np.zeros([vocab] * n, dtype=np.int64)
     proposer = draft_proposer(pair.draft)
-    for seed in range(runs) if isinstance(runs, int) else runs:
+    for seed in seeds:
         s = SamplingConfig(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k,
                            top_p=sampling.top_p, seed=seed)
         records = [r for r in speculative_generate(pair, prompt, proposer=proposer, k=k, sampling=s, max_new_tokens=n,
@@ -337,7 +337,7 @@ def test_sampling_loop_keeps_the_targets_joint_distribution(pair8, sampling):
     # the test has power only where draft and target disagree: check they do
     q1 = exact_joint(pair8.draft, prompt, sampling)
     assert 0.5 * np.abs(probs - q1).sum() > 0.2
-    counts = loop_joint_counts(pair8, prompt, sampling, 6000, rule=engine.accept_sample)
+    counts = loop_joint_counts(pair8, prompt, sampling, range(6000), rule=engine.accept_sample)
     assert chi2(counts, probs) > 0.001
 
 
@@ -396,7 +396,7 @@ def test_the_joint_distribution_of_three_tokens_with_two_proposals_drafted(pair4
     prompt = [1, 2, 0]
     sampling = SamplingConfig(do_sample=True)
     judged = Counter()
-    counts = loop_joint_counts(pair4, prompt, sampling, 1000, rule=rule, k=2, n=3, judged=judged)
+    counts = loop_joint_counts(pair4, prompt, sampling, range(1000), rule=rule, k=2, n=3, judged=judged)
     assert sum(n for (drafted, _), n in judged.items() if drafted == 2) >= 1000  # k = 2 really drafted
     if rule is not accept_keep_draft:  # which ignores the target: it accepts everything
         assert judged[(2, 1)] >= 200  # a second proposal judged and rejected, in a fifth of the runs at least

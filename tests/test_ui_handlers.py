@@ -577,15 +577,14 @@ def test_a_sweep_with_the_schema_box_ticked_runs_each_arm_again_constrained(sche
     shown = handlers.load_preset_view(schema_provider, "tool_call")  # what picking the preset puts in the form
     controls = {**{name: CONTROLS[name] for name in ("decoding", "temperature", "top_k", "top_p", "seed")},
                 "prompt": shown.prompt, "preset": "tool_call", "chat": shown.chat, "drafter": "lookup",
-                "k_max": 2, "rounds": 1,
-                "max_new_tokens": 8, "constrain": ticked}
+                "k_max": 2, "rounds": 1, "max_new_tokens": 8, "constrain": ticked}
     req = parse_sweep(controls, schema_provider.drafter_names())
     views = list(measure.stream_sweep(schema_provider, Session(), req, sweep_fn=fake_sweep))
     said = "each run again constrained to tool_call's schema right after it"
     plan = next(v.status for v in views if "runs" in v.status)
     assert (said in plan) == ticked and "recommended k = 2" in views[-1].status
-    assert re.search(r": (\d+) runs", plan)[1] == str((2 if ticked else 1) * (1 * len(measure.bracketed(
-        ["1", "2", "adaptive"], measure.PLAIN_EVERY))))
+    one_round = len(measure.bracketed(["1", "2", "adaptive"], measure.PLAIN_EVERY))  # with its plain runs
+    assert re.search(r": (\d+) runs", plan)[1] == str((2 if ticked else 1) * one_round)
     if ticked:
         assert seen["constraint"].name == "the tool_call preset's schema"
         assert seen["proposer"]().describe().startswith("the schema's forced tokens, then prompt-lookup")

@@ -27,14 +27,14 @@ from ..lab.batch import batch_predictions, batch_timing
 from ..lab.calibration import CalibrationPlan, pooled
 from ..lab.quality import DistributionPlan
 from ..lab.report import experiment_text
-from ..lab.speed import SpeedRequest, constrained_drafter, speed, sweep
+from ..lab.speed import SpeedRequest, speed, sweep
+from ..lab.speed.schema import schema_arms
 from ..lab.speed.trace import TraceTurns, own_writing, trace_turns, writing_note
 from ..pairs.models import ModelPair
 from ..results import Result
 from ..results.calibration import BatchPredictions, TimingResult
 from ..results.quality import AcceptanceResult, DistributionResult, DivergenceResult
 from ..results.speed import PeersResult, SpeedResult, SweepResult
-from ..run import compile_schema
 from .load import pair_from_args, sampling_of
 from .progress import progress_bar
 
@@ -63,11 +63,8 @@ class Job:
     def schema_options(self) -> dict:
         """speed / sweep --schema: the grammar every arm also runs constrained to, and the drafter's schema+ variant
         that runs the constrained arms (lab.speed.schema); none without --schema."""
-        if getattr(self.args, "schema", None) is None:
-            return {}
-        name = constrained_drafter(self.pair, self.args.drafter)
-        return {"constraint": compile_schema(schema_from(self.args.schema), self.pair.tokenizer),
-                "constrained_proposer": partial(make_proposer, self.pair, name, max_ngram=self.args.max_ngram)}
+        schema = getattr(self.args, "schema", None)  # commands without --schema have none
+        return {} if schema is None else schema_arms(self.pair, self.args.drafter, schema, max_ngram=self.args.max_ngram)
 
     @property
     def ids(self) -> dict[str, list[int]]:

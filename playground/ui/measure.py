@@ -25,10 +25,11 @@ from ..lab.calibration import (
     calibrated_timing,
     pass_lengths,
 )
-from ..lab.speed import PLAIN_EVERY, SpeedRequest, bracketed, constrained_drafter, sweep
+from ..lab.speed import PLAIN_EVERY, SpeedRequest, bracketed, sweep
+from ..lab.speed.schema import schema_arms
 from ..limits import Limits
 from ..results.speed import SweepResult
-from ..run import compile_schema, confidence_stop, find_timing
+from ..run import confidence_stop, find_timing
 from . import charts, serving, sweep_words, verdicts
 from .batching import batch_curves
 from .downloads import jsonable
@@ -150,16 +151,6 @@ def sweep_seconds(timing: Timing, runs: int, req: RunRequest) -> float:
     return runs * (req.max_new_tokens + 1) * timing.target_step_s
 
 
-def schema_arms(pair, req: RunRequest) -> dict:
-    """With "Constrain to the schema": the grammar every arm is also run constrained to and the proposer of the
-    constrained arms (the drafter's schema+ variant), as `sweep --schema` takes them; none without."""
-    if not req.constrain:
-        return {}
-    name = constrained_drafter(pair, req.drafter)
-    return {"constraint": compile_schema(req.preset, pair.tokenizer),
-            "constrained_proposer": lambda: make_proposer(pair, name)}
-
-
 @stoppable("sweep")
 def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: SweepRequest,
                  sweep_fn: Callable[..., SweepResult] | None = None, limits: Limits | None = None) -> Iterator[SweepView]:
@@ -176,7 +167,7 @@ def stream_sweep(provider: PairProvider, session: Session | None, sweep_req: Swe
     key, store = prompt_key(ids), provider.calibrations
     ks = list(range(1, k_max + 1))
     timing = find_timing(session.conversation, store, name, ids, N_NEEDED, req.sampling)
-    schema = schema_arms(pair, req)
+    schema = schema_arms(pair, req.drafter, req.preset if req.constrain else None)  # as `sweep --schema` takes it
     runs = rounds * len(bracketed([*map(str, ks), "adaptive"], PLAIN_EVERY))  # with the plain runs between them
     runs *= 2 if schema else 1  # each again constrained, right after its free run
 

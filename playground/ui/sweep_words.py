@@ -9,9 +9,10 @@ from dataclasses import replace
 
 from ..core.records import describe_choices
 from ..lab.misses import noise_bound, noise_line
+from ..lab.speed.schema import schema_cells
 from ..results.speed import SpeedRow, SweepResult
 from ..results.trust import FAIL, Verdict
-from ..tables import fmt, markdown_table
+from ..tables import markdown_table
 from .session import SWEEP_K_MAX
 from .verdicts import glossary_html, miss_findings, pricing, verdict_html
 
@@ -167,13 +168,10 @@ def sweep_summary(result: SweepResult, setup: str, rounds: int, max_new: int, k_
 def schema_table(result: SweepResult) -> str | None:
     """With "Constrain to the schema": each k's constrained runs beside its free ones, in the summary's narrow column
     (the CLI's report words it at full width: lab.speed.schema.schema_lines); None without."""
-    rows = [r for r in result.table if r.schema is not None]
-    if not rows:
+    cells = [[k, f"{ratio}\u00d7", span, f"{free} \u2192 {held}", forced]
+             for k, ratio, span, free, held, forced in schema_cells(result)]
+    if not cells:
         return None
-    cells = [[str(r.k), fmt(r.schema.median_ratio) + "\u00d7",
-              f"{fmt(r.schema.min_ratio)}-{fmt(r.schema.max_ratio)}",
-              f"{fmt(r.schema.free_tokens_per_pass)} \u2192 {fmt(r.schema.tokens_per_pass)}",
-              fmt(r.schema.forced_share, ".0%")] for r in rows]
     return (f"**Constrained** to {html.escape(result.schema or 'the schema')}, each run again right after its free "
             "one: the speed-up over constrained plain decoding (its range over rounds), tokens per target pass free "
             "\u2192 constrained, and the share of tokens the schema forced.\n\n"

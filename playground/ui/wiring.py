@@ -256,7 +256,7 @@ def _wire_sweep(w: _Wiring, sweep_fn):
     sweep_controls = {**{n: run_controls[n] for n in ("prompt", "preset", "chat", "drafter", "decoding",
                                                       "temperature", "top_k", "top_p", "seed")},
                       "k_max": ui.k_max, "rounds": ui.rounds, "max_new_tokens": ui.sweep_new,
-                      "min_confidence": ui.min_confidence,  # last: API clients' positional calls keep working
+                      "min_confidence": ui.min_confidence,  # new ones last: API clients' positional calls keep working
                       "constrain": ui.constrain,
                       "moved": ui.moved}  # a gr.State: no API parameter
 

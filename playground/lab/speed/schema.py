@@ -12,9 +12,12 @@ over constrained plain. Beside it, per k: tokens per target pass constrained aga
 
 from __future__ import annotations
 
+from functools import partial
+
 from ...core.records import RunSummary
 from ...drafters import registry
 from ...results.speed import ConstrainedRun, SchemaCell, SpeedResult, SpeedRun
+from ...run import compile_schema
 from ...tables import fmt, markdown_table, median_of
 
 SCHEMA = "|schema"
@@ -32,6 +35,17 @@ def constrained_drafter(pair, drafter: str) -> str:
     if registry.drafter_spec(name).schema:
         return name
     return registry.schema_variant(name) or name
+
+
+def schema_arms(pair, drafter: str, schema, **proposer_options) -> dict:
+    """SpeedRequest's `constraint` and `constrained_proposer` for `schema` (anything schema_from reads: a preset's
+    name, a file, a Schema): the grammar every arm also runs constrained to, and a new proposer of the drafter's
+    schema+ variant for each constrained arm. {} without a schema."""
+    if schema is None:
+        return {}
+    return {"constraint": compile_schema(schema, pair.tokenizer),
+            "constrained_proposer": partial(registry.make_proposer, pair, constrained_drafter(pair, drafter),
+                                            **proposer_options)}
 
 
 def constrained_run(summary: RunSummary, plain) -> ConstrainedRun:
@@ -57,17 +71,22 @@ def schema_cell(runs: list[SpeedRun]) -> SchemaCell | None:
                       forced_share=median_of(x.schema.forced_share for x in held), n=len(held))
 
 
+def schema_cells(doc: SpeedResult) -> list[list[str]]:
+    """Per k with constrained runs: k, the constrained speed-up, its min-max, tokens per pass free and constrained,
+    the forced share, each as printed ([]: no schema)."""
+    return [[str(r.k), fmt(r.schema.median_ratio),
+             f"{r.schema.min_ratio:.2f}-{r.schema.max_ratio:.2f}" if r.schema.min_ratio is not None else "-",
+             fmt(r.schema.free_tokens_per_pass), fmt(r.schema.tokens_per_pass), fmt(r.schema.forced_share, ".0%")]
+            for r in doc.table if r.schema is not None]
+
+
 def schema_lines(doc: SpeedResult) -> list[str]:
     """The report's lines for a constrained measurement: per k over every prompt, the constrained speed-up over
     constrained plain, tokens per target pass free and constrained, and the forced share (none: no schema)."""
-    rows = [r for r in doc.table if r.schema is not None]
-    if not rows:
+    cells = schema_cells(doc)
+    if not cells:
         return []
     head = ["k", "constrained speed-up (over constrained plain)", "min-max", "tokens/pass free",
             "tokens/pass constrained", "forced share"]
-    cells = [[str(r.k), fmt(r.schema.median_ratio),
-              f"{r.schema.min_ratio:.2f}-{r.schema.max_ratio:.2f}" if r.schema.min_ratio is not None else "-",
-              fmt(r.schema.free_tokens_per_pass), fmt(r.schema.tokens_per_pass), fmt(r.schema.forced_share, ".0%")]
-             for r in rows]
     return ["", (f"constrained to {doc.schema or 'a schema'}: each arm run again right after its free run, with the "
             "schema's forced tokens proposed first; medians over every prompt's rounds"), "", markdown_table(head, cells)]
